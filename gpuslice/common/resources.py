@@ -1,0 +1,207 @@
+"""Exact resource arithmetic: parsing user input, formatting, and slice math.
+
+Amounts are integers, never floats:
+- ``gpu``: fGPU in milli-units (1 fGPU = 1000). User input allows at most 2 decimals, so every
+  valid amount is a multiple of 10 milli.
+- ``cpu``: cores in milli-units (1 core = 1000); at most 3 decimals.
+- ``mem``: bytes.
+
+A slice of ``f`` fGPU on a device of a node where 1 GPU = ``fgpu_per_gpu`` fGPU gets
+``f / fgpu_per_gpu`` of the device's memory (bytes, rounded down) and of its SMs (rounded down).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Decimal, InvalidOperation
+
+MILLI = 1000
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+TiB = 1024**4
+PiB = 1024**5
+
+MAX_FGPU = Decimal(4096)
+MAX_CPU = Decimal(4096)
+MAX_MEM = 64 * TiB
+MAX_FGPU_PER_GPU = Decimal(100)
+FGPU_DECIMALS = 2
+CPU_DECIMALS = 3
+
+_MEM_UNITS = {"": 1, "b": 1, "k": KiB, "m": MiB, "g": GiB, "t": TiB, "p": PiB}
+_MEM_RE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[kmgtp]?)(?:i?b)?\s*$", re.I)
+
+
+class ResourceError(ValueError):
+    """A resource amount given by a user is not acceptable; the message says what is allowed."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """An exact amount of every slot: gpu and cpu in milli-units, mem in bytes."""
+
+    gpu: int = 0
+    cpu: int = 0
+    mem: int = 0
+
+    def __add__(self, other: Resources) -> Resources:
+        return Resources(self.gpu + other.gpu, self.cpu + other.cpu, self.mem + other.mem)
+
+    def __sub__(self, other: Resources) -> Resources:
+        return Resources(self.gpu - other.gpu, self.cpu - other.cpu, self.mem - other.mem)
+
+    def fits_in(self, other: Resources) -> bool:
+        return self.gpu <= other.gpu and self.cpu <= other.cpu and self.mem <= other.mem
+
+    def describe(self) -> str:
+        return f"{format_fgpu(self.gpu)} fGPU, {format_cpu(self.cpu)} CPU, {format_mem(self.mem)}"
+
+
+# ---------------------------------------------------------------- parsing
+
+
+def parse_fgpu(value: object, *, field: str = "gpu") -> int:
+    """Parse an fGPU amount (``0.5``, ``2``, ``"1.25"``) into milli-fGPU. Zero is allowed."""
+    number = _to_decimal(value, field, "an fGPU amount such as 0.5, 1 or 2")
+    _check_range(number, field, "fGPU", allow_zero=True, maximum=MAX_FGPU)
+    _check_decimals(number, field, "fGPU", FGPU_DECIMALS)
+    return int(number * MILLI)
+
+
+def parse_cpu(value: object, *, field: str = "cpu") -> int:
+    """Parse a CPU core count (``1``, ``0.5``, ``"2.25"``) into milli-cores. Must be positive."""
+    number = _to_decimal(value, field, "a number of CPU cores such as 0.5, 1 or 4")
+    _check_range(number, field, "CPU cores", allow_zero=False, maximum=MAX_CPU)
+    _check_decimals(number, field, "CPU cores", CPU_DECIMALS)
+    return int(number * MILLI)
+
+
+def parse_mem(value: object, *, field: str = "mem", minimum: int = 1) -> int:
+    """Parse a memory size (``512m``, ``2g``, ``2GiB``, ``1.5G``, plain bytes) into bytes.
+
+    Units are binary as in Docker: k = KiB, m = MiB, g = GiB, t = TiB (``GB`` and ``GiB`` alike).
+    """
+    allowed = "a size such as 512m, 2g, 2GiB, 1.5G or a number of bytes"
+    if isinstance(value, bool) or value is None:
+        raise ResourceError(field, f"{field}: expected {allowed}, got {value!r}")
+    if isinstance(value, int | float | Decimal):
+        number = _to_decimal(value, field, allowed)
+        multiplier = 1
+    elif isinstance(value, str):
+        match = _MEM_RE.match(value)
+        if not match:
+            raise ResourceError(field, f"{field}: {value!r} is not a memory size; expected {allowed}")
+        number = Decimal(match["num"])
+        multiplier = _MEM_UNITS[match["unit"].lower()]
+    else:
+        raise ResourceError(field, f"{field}: expected {allowed}, got {type(value).__name__}")
+    if not number.is_finite() or number <= 0:
+        raise ResourceError(field, f"{field}: must be a positive size, got {value!r}")
+    size = int((number * multiplier).to_integral_value(rounding=ROUND_FLOOR))
+    if size > MAX_MEM:
+        raise ResourceError(field, f"{field}: {value!r} is more than the maximum {format_mem(MAX_MEM)}")
+    if size < minimum:
+        hint = " (plain numbers are bytes; did you mean a unit, e.g. 512m?)" if multiplier == 1 else ""
+        raise ResourceError(
+            field, f"{field}: {value!r} is below the minimum {format_mem(minimum)}{hint}"
+        )
+    return size
+
+
+def parse_fgpu_per_gpu(value: object, *, field: str = "fgpu_per_gpu") -> int:
+    """Parse the admin's fGPU-per-GPU ratio; returns one device's capacity in milli-fGPU."""
+    number = _to_decimal(value, field, "a positive number such as 1, 2 or 4")
+    _check_range(number, field, "fGPU per GPU", allow_zero=False, maximum=MAX_FGPU_PER_GPU)
+    _check_decimals(number, field, "fGPU per GPU", FGPU_DECIMALS)
+    return int(number * MILLI)
+
+
+def _to_decimal(value: object, field: str, allowed: str) -> Decimal:
+    if isinstance(value, bool) or value is None:
+        raise ResourceError(field, f"{field}: expected {allowed}, got {value!r}")
+    try:
+        if isinstance(value, Decimal):
+            number = value
+        elif isinstance(value, int):
+            number = Decimal(value)
+        elif isinstance(value, float):
+            number = Decimal(repr(value))  # shortest repr: 0.1 -> Decimal("0.1"), not 0.1000000000000000055
+        elif isinstance(value, str) and value.strip():
+            number = Decimal(value.strip())
+        else:
+            raise InvalidOperation
+    except (InvalidOperation, ValueError):
+        raise ResourceError(field, f"{field}: {value!r} is not a number; expected {allowed}") from None
+    if not number.is_finite():
+        raise ResourceError(field, f"{field}: {value!r} is not a finite number; expected {allowed}")
+    return number
+
+
+def _check_range(
+    number: Decimal, field: str, unit: str, *, allow_zero: bool, maximum: Decimal
+) -> None:
+    if number < 0 or (number == 0 and not allow_zero):
+        least = "zero or more" if allow_zero else "more than zero"
+        raise ResourceError(field, f"{field}: {unit} must be {least}, got {number}")
+    if number > maximum:
+        raise ResourceError(field, f"{field}: {number} {unit} is more than the maximum {maximum}")
+
+
+def _check_decimals(number: Decimal, field: str, unit: str, places: int) -> None:
+    if number != number.quantize(Decimal(1).scaleb(-places), rounding=ROUND_FLOOR):
+        raise ResourceError(
+            field, f"{field}: {number} {unit} has more than {places} decimal places"
+        )
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def format_fgpu(milli: int) -> str:
+    """``2000`` -> ``"2.0"``, ``250`` -> ``"0.25"``: at least one decimal, no trailing zeros."""
+    return _format_milli(milli)
+
+
+def format_cpu(milli: int) -> str:
+    return _format_milli(milli)
+
+
+def fgpu_decimal(milli: int) -> Decimal:
+    """Milli-fGPU as an exact Decimal with at most 3 decimals (for JSON and APIs)."""
+    return (Decimal(milli) / MILLI).normalize() if milli else Decimal(0)
+
+
+def _format_milli(milli: int) -> str:
+    sign = "-" if milli < 0 else ""
+    whole, frac = divmod(abs(milli), MILLI)
+    digits = f"{frac:03d}".rstrip("0") or "0"
+    return f"{sign}{whole}.{digits}"
+
+
+def format_mem(size: int) -> str:
+    """Bytes as a short binary size: ``8 GiB``, ``1.5 GiB``, ``512 MiB``, ``100 B``."""
+    for unit, factor in (("PiB", PiB), ("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if abs(size) >= factor:
+            value = (Decimal(size) / factor).quantize(Decimal("0.01"), rounding=ROUND_FLOOR)
+            return f"{value.normalize():f} {unit}"
+    return f"{size} B"
+
+
+# ---------------------------------------------------------------- slice math
+
+
+def slice_share(amount: int, gpu_milli: int, device_capacity_milli: int) -> int:
+    """The part of a device quantity (bytes, SMs) a slice of ``gpu_milli`` gets, rounded down.
+
+    ``device_capacity_milli`` is one whole device in milli-fGPU (``fgpu_per_gpu * 1000``).
+    """
+    if device_capacity_milli <= 0:
+        raise ValueError("device capacity must be positive")
+    return amount * gpu_milli // device_capacity_milli

@@ -1,0 +1,146 @@
+"""The scheduler core's inputs and outputs: plain data, no I/O.
+
+All amounts are exact integers (see ``gpuslice.common.resources``): gpu and cpu in milli-units,
+memory in bytes. A device's fGPU capacity is ``node.device_capacity`` (``fgpu_per_gpu * 1000``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from gpuslice.common.resources import Resources, slice_share
+
+
+class Policy(StrEnum):
+    FIFO = "fifo"
+    BACKFILL = "backfill"
+    DRF = "drf"
+
+
+class Strategy(StrEnum):
+    BINPACK = "binpack"
+    SPREAD = "spread"
+
+
+class WaitCode(StrEnum):
+    """Why a request is still PENDING (stable codes for APIs; the reason text is for people)."""
+
+    CAPACITY = "capacity"  # no node has room for it now
+    QUOTA = "quota"  # its user's quota is used up
+    FIFO = "fifo"  # an earlier request in its pool waits for capacity (fifo)
+    RESERVED = "reserved"  # capacity it could use is held for a request waiting longer
+    NO_NODE = "no_node"  # no schedulable node matches (pool, GPU model) at all
+
+
+@dataclass(slots=True)
+class Device:
+    """One physical GPU on a node and how much of it is allocated (milli-fGPU)."""
+
+    index: int
+    uuid: str
+    model: str
+    mem: int  # bytes
+    sms: int = 0
+    used: int = 0  # milli-fGPU allocated
+
+
+@dataclass(slots=True)
+class Node:
+    """A schedulable node: capacity, what is allocated, and its devices."""
+
+    id: str
+    name: str
+    cpu: int  # milli-cores
+    mem: int  # bytes
+    devices: list[Device] = field(default_factory=list)
+    device_capacity: int = 1000  # one device in milli-fGPU: fgpu_per_gpu * 1000
+    cpu_used: int = 0
+    mem_used: int = 0
+    pool: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A user's limits; ``None`` means unlimited."""
+
+    max_sessions: int | None = None
+    max_gpu: int | None = None  # milli-fGPU
+    max_cpu: int | None = None  # milli-cores
+    max_mem: int | None = None  # bytes
+
+
+@dataclass(slots=True)
+class UserState:
+    """A user's quota and what their running (allocated) sessions use now."""
+
+    quota: Quota = field(default_factory=Quota)
+    sessions: int = 0
+    used: Resources = field(default_factory=Resources)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One PENDING session asking for resources.
+
+    ``enqueued_at`` is seconds since the epoch (or any monotonic clock shared with ``now``).
+    """
+
+    id: str
+    user: str
+    resources: Resources
+    enqueued_at: float
+    priority: int = 0
+    gpu_model: str | None = None
+    pool: str = "default"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceSlice:
+    """The part of one device a placement takes."""
+
+    index: int
+    uuid: str
+    gpu: int  # milli-fGPU
+    mem: int  # bytes of device memory (rounded down)
+    sms: int  # SMs (rounded down)
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    request_id: str
+    node_id: str
+    resources: Resources
+    slices: tuple[DeviceSlice, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A request left PENDING: why (for people and as a code) and its 1-based queue position."""
+
+    request_id: str
+    code: WaitCode
+    reason: str
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class SchedulerConfig:
+    policy: Policy = Policy.FIFO
+    strategy: Strategy = Strategy.BINPACK
+    max_wait_before_reserve: float = 600.0  # seconds (backfill only)
+
+
+@dataclass(slots=True)
+class PassResult:
+    placements: list[Placement] = field(default_factory=list)
+    waiting: dict[str, Waiting] = field(default_factory=dict)
+
+
+def make_slice(node: Node, device: Device, gpu: int) -> DeviceSlice:
+    """The slice of ``gpu`` milli-fGPU on ``device``, with its share of memory and SMs."""
+    cap = node.device_capacity
+    return DeviceSlice(
+        device.index, device.uuid, gpu, slice_share(device.mem, gpu, cap),
+        slice_share(device.sms, gpu, cap),
+    )
