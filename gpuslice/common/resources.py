@@ -97,18 +97,26 @@ def parse_mem(value: object, *, field: str = "mem", minimum: int = 1) -> int:
     elif isinstance(value, str):
         match = _MEM_RE.match(value)
         if not match:
-            raise ResourceError(field, f"{field}: {value!r} is not a memory size; expected {allowed}")
+            raise ResourceError(
+                field, f"{field}: {value!r} is not a memory size; expected {allowed}"
+            )
         number = Decimal(match["num"])
         multiplier = _MEM_UNITS[match["unit"].lower()]
     else:
-        raise ResourceError(field, f"{field}: expected {allowed}, got {type(value).__name__}")
+        raise ResourceError(
+            field, f"{field}: expected {allowed}, got {type(value).__name__}"
+        )
     if not number.is_finite() or number <= 0:
         raise ResourceError(field, f"{field}: must be a positive size, got {value!r}")
     size = int((number * multiplier).to_integral_value(rounding=ROUND_FLOOR))
     if size > MAX_MEM:
-        raise ResourceError(field, f"{field}: {value!r} is more than the maximum {format_mem(MAX_MEM)}")
+        raise ResourceError(
+            field, f"{field}: {value!r} is more than the maximum {format_mem(MAX_MEM)}"
+        )
     if size < minimum:
-        hint = " (plain numbers are bytes; did you mean a unit, e.g. 512m?)" if multiplier == 1 else ""
+        hint = ""
+        if multiplier == 1:
+            hint = " (plain numbers are bytes; did you mean a unit, e.g. 512m?)"
         raise ResourceError(
             field, f"{field}: {value!r} is below the minimum {format_mem(minimum)}{hint}"
         )
@@ -132,15 +140,20 @@ def _to_decimal(value: object, field: str, allowed: str) -> Decimal:
         elif isinstance(value, int):
             number = Decimal(value)
         elif isinstance(value, float):
-            number = Decimal(repr(value))  # shortest repr: 0.1 -> Decimal("0.1"), not 0.1000000000000000055
+            # the shortest repr: 0.1 -> Decimal("0.1"), not 0.1000000000000000055...
+            number = Decimal(repr(value))
         elif isinstance(value, str) and value.strip():
             number = Decimal(value.strip())
         else:
             raise InvalidOperation
     except (InvalidOperation, ValueError):
-        raise ResourceError(field, f"{field}: {value!r} is not a number; expected {allowed}") from None
+        raise ResourceError(
+            field, f"{field}: {value!r} is not a number; expected {allowed}"
+        ) from None
     if not number.is_finite():
-        raise ResourceError(field, f"{field}: {value!r} is not a finite number; expected {allowed}")
+        raise ResourceError(
+            field, f"{field}: {value!r} is not a finite number; expected {allowed}"
+        )
     return number
 
 

@@ -129,6 +129,7 @@ class SchedulerConfig:
     policy: Policy = Policy.FIFO
     strategy: Strategy = Strategy.BINPACK
     max_wait_before_reserve: float = 600.0  # seconds (backfill only)
+    max_reservations: int = 16  # requests that may hold capacity in one pass (backfill only)
 
 
 @dataclass(slots=True)

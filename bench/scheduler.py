@@ -1,0 +1,107 @@
+"""Scheduler core benchmark: one full pass over a large cluster and a long queue.
+
+1,000 nodes x 8 GPUs and 10,000 mixed requests (0.1-1 fGPU slices and 1/2/4/8 whole-GPU jobs)
+from 50 users, on an empty cluster; the oldest requests have waited past
+``max_wait_before_reserve``, so backfill also holds capacity. Every policy x strategy is timed;
+the headline figures are those of the slowest combination.
+
+    python bench/scheduler.py [--nodes 1000] [--requests 10000] [--repeat 5]
+
+The last line is machine-readable: ``pass_seconds_median=<s> placements_per_second=<n>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+
+from gpuslice.common.resources import GiB, Resources
+from gpuslice.manager.scheduler import (
+    Device,
+    Node,
+    Policy,
+    Quota,
+    Request,
+    SchedulerConfig,
+    Strategy,
+    UserState,
+    schedule,
+)
+
+
+def build_cluster(n_nodes: int) -> list[Node]:
+    return [
+        Node(
+            f"node-{i:04d}", f"node-{i:04d}", cpu=128_000, mem=1024 * GiB,
+            devices=[
+                Device(d, f"GPU-{i:04d}-{d}", "NVIDIA A100-SXM4-80GB", 80 * GiB, 108)
+                for d in range(8)
+            ],
+            device_capacity=1000,
+        )
+        for i in range(n_nodes)
+    ]
+
+
+def build_queue(n_requests: int, seed: int = 7) -> list[Request]:
+    rng = random.Random(seed)
+    queue = []
+    for i in range(n_requests):
+        if rng.random() < 0.8:
+            gpu = rng.randrange(2, 21) * 50  # 0.1 .. 1.0 fGPU in 0.05 steps
+        else:
+            gpu = rng.choice((1, 1, 2, 2, 4, 8)) * 1000
+        res = Resources(gpu, rng.randrange(1, 9) * 1000, rng.randrange(2, 65) * GiB)
+        queue.append(
+            Request(f"req-{i:05d}", f"user-{rng.randrange(50):02d}", res, enqueued_at=float(i),
+                    priority=rng.choice((0, 0, 0, 0, 1)))
+        )
+    return queue
+
+
+def build_users() -> dict[str, UserState]:
+    # a few users with quotas, so the quota path is exercised too
+    return {
+        f"user-{u:02d}": UserState(Quota(max_sessions=400, max_gpu=300_000))
+        for u in range(0, 50, 5)
+    }
+
+
+def run(policy: Policy, strategy: Strategy, nodes: list[Node], queue: list[Request],
+        repeat: int) -> tuple[float, int]:
+    config = SchedulerConfig(policy=policy, strategy=strategy, max_wait_before_reserve=5000)
+    users = build_users()
+    times, placed = [], 0
+    for _ in range(repeat):
+        start = time.perf_counter()
+        result = schedule(queue, nodes, users, config, now=float(len(queue)))
+        times.append(time.perf_counter() - start)
+        placed = len(result.placements)
+    return statistics.median(times), placed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--requests", type=int, default=10_000)
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args()
+    nodes, queue = build_cluster(args.nodes), build_queue(args.requests)
+    print(f"cluster: {args.nodes} nodes x 8 GPUs; queue: {args.requests} requests; "
+          f"median of {args.repeat} passes")
+    headline = (0.0, 0, "")
+    for policy in (Policy.FIFO, Policy.DRF, Policy.BACKFILL):
+        for strategy in (Strategy.SPREAD, Strategy.BINPACK):
+            median, placed = run(policy, strategy, nodes, queue, args.repeat)
+            print(f"  {policy.value:8} {strategy.value:7}  pass {median:.3f} s  "
+                  f"placed {placed:5d}  {placed / median:9.0f} placements/s")
+            headline = max(headline, (median, placed, f"{policy.value}/{strategy.value}"))
+    median, placed, name = headline
+    print(f"slowest: {name}")
+    print(f"pass_seconds_median={median:.3f} placements_per_second={placed / median:.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,272 @@
+"""The scheduler core: one pure, deterministic pass from a queue and a cluster to placements.
+
+See README.md beside this file for the policies' exact semantics.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import groupby
+
+from gpuslice.common.resources import Resources
+from gpuslice.manager.scheduler.model import (
+    Node,
+    PassResult,
+    Policy,
+    Request,
+    SchedulerConfig,
+    UserState,
+    WaitCode,
+    Waiting,
+)
+from gpuslice.manager.scheduler.reasons import capacity_reason, quota_block
+from gpuslice.manager.scheduler.state import ClusterState, Found, GroupIndex, NodeState
+
+Shape = tuple[str, str | None, int, int, int]
+
+
+def queue_order(queue: Iterable[Request]) -> list[Request]:
+    """Priority first (higher first), then the time it was queued, then its id."""
+    return sorted(queue, key=lambda r: (-r.priority, r.enqueued_at, r.id))
+
+
+def schedule(
+    queue: Sequence[Request],
+    nodes: Sequence[Node],
+    users: Mapping[str, UserState],
+    config: SchedulerConfig,
+    now: float,
+) -> PassResult:
+    """Decide which queued requests start now and where; say why every other one waits.
+
+    Pure: the inputs are not changed, and the same inputs give the same result.
+    """
+    run = _Pass(ClusterState(nodes, config.strategy), users, config, now)
+    order = queue_order(queue)
+    if config.policy is Policy.DRF:
+        run.drf(order)
+    else:
+        run.in_order(order)
+    return run.result(order)
+
+
+@dataclass(slots=True)
+class _Hold:
+    node: NodeState
+    positions: list[int]
+
+
+class _Pass:
+    """The working state of one pass: cluster, user usage, and what happened to each request."""
+
+    def __init__(
+        self, state: ClusterState, users: Mapping[str, UserState], config: SchedulerConfig,
+        now: float,
+    ) -> None:
+        self.state = state
+        self.config = config
+        self.now = now
+        self.users = {
+            uid: UserState(u.quota, u.sessions, u.used) for uid, u in users.items()
+        }
+        self.placed: PassResult = PassResult()
+        self.outcome: dict[str, tuple[WaitCode, str]] = {}  # request id -> code, quota text
+        self.failed: set[Shape] = set()
+        self.holds: dict[str, _Hold] = {}  # request id -> capacity held for it
+        self.blocked: dict[str, str] = {}  # pool -> id of the request blocking it (fifo)
+
+    # ------------------------------------------------------------ policies
+
+    def in_order(self, order: list[Request]) -> None:
+        """fifo and backfill: walk the queue once in order."""
+        fifo = self.config.policy is Policy.FIFO
+        for req in order:
+            if fifo and req.pool in self.blocked:
+                self.outcome[req.id] = (WaitCode.FIFO, "")
+                continue
+            if self.try_place(req) is not None or self.outcome[req.id][0] is WaitCode.QUOTA:
+                continue  # a quota wait is the user's own: it holds up nobody else
+            if fifo:
+                self.blocked[req.pool] = req.id
+            elif (
+                self.now - req.enqueued_at > self.config.max_wait_before_reserve
+                and len(self.holds) < self.config.max_reservations
+            ):
+                self._hold_for(req)
+
+    def drf(self, order: list[Request]) -> None:
+        """Dominant resource fairness within each priority level, highest level first."""
+        totals = self._cluster_totals()
+        for _, tier in groupby(order, key=lambda r: r.priority):
+            per_user: dict[str, deque[Request]] = defaultdict(deque)
+            for req in tier:
+                per_user[req.user].append(req)
+            heap = [(self._share(uid, totals), uid) for uid in sorted(per_user)]
+            heapq.heapify(heap)
+            while heap:
+                _, uid = heapq.heappop(heap)
+                pending = per_user[uid]
+                self.try_place(pending.popleft())
+                if pending:
+                    heapq.heappush(heap, (self._share(uid, totals), uid))
+
+    # ------------------------------------------------------------ one request
+
+    def try_place(self, req: Request) -> Found | None:
+        """Place ``req`` if its quota and the cluster allow; record why not otherwise."""
+        user = self.users.get(req.user)
+        if user is not None:
+            blocked = quota_block(req, user)
+            if blocked is not None:
+                self.outcome[req.id] = (WaitCode.QUOTA, blocked)
+                return None
+        res = req.resources
+        shape: Shape = (req.pool, req.gpu_model, res.gpu, res.cpu, res.mem)
+        found = None if shape in self.failed else self.state.find(req)
+        if found is None:
+            # capacity only shrinks during a pass, so this shape cannot fit later in it either
+            self.failed.add(shape)
+            self.outcome[req.id] = (WaitCode.CAPACITY, "")
+            return None
+        self.state.allocate(found)
+        self.placed.placements.append(found.placement)
+        if user is None:
+            user = self.users[req.user] = UserState()
+        user.sessions += 1
+        user.used = user.used + res
+        return found
+
+    def _hold_for(self, req: Request) -> None:
+        """Backfill: keep the capacity closest to fitting ``req`` from later requests."""
+        target = self._reservation_target(req)
+        if target is not None:
+            self.state.hold(target.node, target.positions, req.resources)
+            self.holds[req.id] = target
+
+    def _reservation_target(self, req: Request) -> _Hold | None:
+        """The capacity closest to fitting ``req``: the freest device, or the node with the most
+        entirely free devices, among those that could hold it when empty."""
+        res = req.resources
+        if res.gpu == 0:
+            nodes = [ns for ns in self.state.pool_nodes.get(req.pool, ()) if _could_host(ns, res)]
+            best = max(nodes, key=lambda ns: (ns.cpu_free, ns.mem_free, -ns.rank), default=None)
+            return None if best is None else _Hold(best, [])
+        candidates: list[tuple[tuple[int, int], _Hold]] = []
+        for group in self.state.matching_groups(req.pool, req.gpu_model):
+            k = group.kind(res.gpu)
+            hold = (
+                self._freest_device(group, res) if k == 0
+                else self._freest_node(group, k, res) if k > 0 else None
+            )
+            if hold is not None:
+                freed = sum(hold.node.free(p) for p in hold.positions)
+                candidates.append(((-freed, hold.node.rank), hold))
+        return min(candidates, key=lambda c: c[0])[1] if candidates else None
+
+    def _freest_device(self, group: GroupIndex, res: Resources) -> _Hold | None:
+        for amount in reversed(group.amounts):
+            for _, rank, pos in group.slices[amount]:
+                if _could_host(self.state.nodes[rank], res):
+                    return _Hold(self.state.nodes[rank], [pos])
+        for ns in group.nodes:  # every device is full: hold the first one that could fit it
+            free = [p for p in ns.groups[group.key] if p not in ns.held]
+            if free and _could_host(ns, res):
+                return _Hold(ns, free[:1])
+        return None
+
+    def _freest_node(self, group: GroupIndex, k: int, res: Resources) -> _Hold | None:
+        for count in reversed(group.counts):  # nodes with the most entirely free devices first
+            for _, rank in group.whole[count]:
+                ns = self.state.nodes[rank]
+                if _could_host(ns, res):
+                    return _Hold(ns, self._freest(ns, group, k))
+        best: tuple[tuple[int, int], _Hold] | None = None
+        for ns in group.nodes:  # no device is entirely free: the node with the most free fGPU
+            if _could_host(ns, res) and len(ns.groups[group.key]) - len(ns.held) >= k:
+                chosen = self._freest(ns, group, k)
+                score = (-sum(ns.free(p) for p in chosen), ns.rank)
+                if len(chosen) == k and (best is None or score < best[0]):
+                    best = (score, _Hold(ns, chosen))
+        return None if best is None else best[1]
+
+    @staticmethod
+    def _freest(ns: NodeState, group: GroupIndex, k: int) -> list[int]:
+        free = [p for p in ns.groups[group.key] if p not in ns.held]
+        return sorted(free, key=lambda p: (-ns.free(p), p))[:k]
+
+    # ------------------------------------------------------------ fairness
+
+    def _cluster_totals(self) -> Resources:
+        gpu = sum(ns.node.device_capacity * len(ns.node.devices) for ns in self.state.nodes)
+        cpu = sum(ns.node.cpu for ns in self.state.nodes)
+        mem = sum(ns.node.mem for ns in self.state.nodes)
+        return Resources(gpu, cpu, mem)
+
+    def _share(self, uid: str, totals: Resources) -> Fraction:
+        user = self.users.get(uid)
+        if user is None:
+            return Fraction(0)
+        used = user.used
+        shares = [
+            Fraction(part, whole)
+            for part, whole in ((used.gpu, totals.gpu), (used.cpu, totals.cpu),
+                                (used.mem, totals.mem))
+            if whole > 0
+        ]
+        return max(shares, default=Fraction(0))
+
+    # ------------------------------------------------------------ result
+
+    def result(self, order: list[Request]) -> PassResult:
+        """Attach a reason and a queue position (per pool, 1-based) to every waiting request."""
+        positions: dict[str, int] = defaultdict(int)
+        explained: dict[Shape, tuple[WaitCode, str]] = {}
+        held_pools = {h.node.node.pool for h in self.holds.values()}
+        for req in order:
+            if req.id not in self.outcome:
+                continue
+            positions[req.pool] += 1
+            position = positions[req.pool]
+            code, text = self.outcome[req.id]
+            if code is WaitCode.FIFO:
+                ahead = position - 1
+                text = f"waiting behind {ahead} earlier session{'s' if ahead != 1 else ''} (fifo)"
+            elif code is WaitCode.CAPACITY:
+                res = req.resources
+                shape = (req.pool, req.gpu_model, res.gpu, res.cpu, res.mem)
+                if shape not in explained:
+                    explained[shape] = capacity_reason(self.state, req)
+                code, text = explained[shape]
+                text += self._hold_note(req, held_pools)
+            self.placed.waiting[req.id] = Waiting(req.id, code, text, position)
+        return self.placed
+
+    def _hold_note(self, req: Request, held_pools: set[str]) -> str:
+        hold = self.holds.get(req.id)
+        if hold is not None:
+            where = hold.node.node.name
+            if hold.positions:
+                gpus = ", ".join(str(hold.node.node.devices[p].index) for p in hold.positions)
+                where += f" GPU {gpus}"
+            wait = _duration(self.config.max_wait_before_reserve)
+            return f"; capacity on {where} is held for it (waiting longer than {wait})"
+        if req.pool in held_pools:
+            return "; some capacity is held for sessions that have waited longer"
+        return ""
+
+
+def _could_host(ns: NodeState, res: Resources) -> bool:
+    """Whether the node could hold ``res`` in cpu and memory once it is empty."""
+    return ns.node.cpu >= res.cpu and ns.node.mem >= res.mem
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"

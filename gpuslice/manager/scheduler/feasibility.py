@@ -1,0 +1,94 @@
+"""Requests that can never start are refused when they are made, not left waiting forever."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpuslice.common.resources import format_cpu, format_fgpu, format_mem
+from gpuslice.manager.scheduler.model import Node, Quota, Request
+
+
+def check_request(
+    req: Request, nodes: Sequence[Node], quota: Quota, default_device_capacity: int
+) -> str | None:
+    """A message saying why ``req`` can never be scheduled, or None if it could be one day.
+
+    Checks, in order: the GPU shape (above one GPU it must be whole GPUs), the user's quota
+    totals, and whether any node in the request's pool could hold it when entirely free. With no
+    node in the pool yet the request may wait: nodes can join later.
+    """
+    return (
+        _shape_error(req, nodes, default_device_capacity)
+        or _quota_error(req, quota)
+        or _capacity_error(req, nodes)
+    )
+
+
+def _caps(req: Request, nodes: Sequence[Node], default_device_capacity: int) -> list[int]:
+    caps = {n.device_capacity for n in nodes if n.pool == req.pool and n.devices}
+    return sorted(caps or {default_device_capacity})
+
+
+def _shape_error(req: Request, nodes: Sequence[Node], default_device_capacity: int) -> str | None:
+    gpu = req.resources.gpu
+    caps = _caps(req, nodes, default_device_capacity)
+    if gpu == 0 or any(gpu <= cap or gpu % cap == 0 for cap in caps):
+        return None
+    ratio = " or ".join(format_fgpu(c) for c in caps)
+    return (
+        f"{format_fgpu(gpu)} fGPU is more than one GPU (1 GPU = {ratio} fGPU) and not a whole "
+        f"number of GPUs: ask for at most one GPU's worth, or a multiple of {ratio} fGPU"
+    )
+
+
+def _quota_error(req: Request, quota: Quota) -> str | None:
+    res = req.resources
+    if quota.max_sessions is not None and quota.max_sessions < 1:
+        return "your quota allows no sessions; ask an admin to raise max_sessions"
+    checks = (
+        (quota.max_gpu, res.gpu, format_fgpu, "fGPU"),
+        (quota.max_cpu, res.cpu, format_cpu, "CPU"),
+        (quota.max_mem, res.mem, format_mem, "of memory"),
+    )
+    for limit, asked, fmt, unit in checks:
+        if limit is not None and asked > limit:
+            return (
+                f"asks for {fmt(asked)} {unit} but your quota allows at most {fmt(limit)} {unit} "
+                "in total"
+            )
+    return None
+
+
+def _capacity_error(req: Request, nodes: Sequence[Node]) -> str | None:
+    pool = [n for n in nodes if n.pool == req.pool]
+    if not pool or any(_could_hold(n, req) for n in pool):
+        return None
+    res = req.resources
+    most_cpu = max(n.cpu for n in pool)
+    most_mem = max(n.mem for n in pool)
+    model = f" of model '{req.gpu_model}'" if req.gpu_model else ""
+    return (
+        f"no node in pool '{req.pool}' could ever hold {format_fgpu(res.gpu)} fGPU{model}, "
+        f"{format_cpu(res.cpu)} CPU and {format_mem(res.mem)} of memory "
+        f"(largest node: {format_cpu(most_cpu)} CPU, {format_mem(most_mem)}, "
+        f"{max(len(n.devices) for n in pool)} GPUs)"
+    )
+
+
+def _could_hold(node: Node, req: Request) -> bool:
+    res = req.resources
+    if res.cpu > node.cpu or res.mem > node.mem:
+        return False
+    if res.gpu == 0:
+        return True
+    wanted = req.gpu_model.casefold() if req.gpu_model else None
+    per_model: dict[str, int] = {}
+    for dev in node.devices:
+        if wanted is None or wanted in dev.model.casefold():
+            per_model[dev.model] = per_model.get(dev.model, 0) + 1
+    cap = node.device_capacity
+    if not per_model:
+        return False
+    if res.gpu <= cap:
+        return True
+    return res.gpu % cap == 0 and max(per_model.values()) >= res.gpu // cap

@@ -1,0 +1,260 @@
+"""The cluster's free capacity during one scheduling pass, indexed for fast placement.
+
+Devices are grouped by (pool, GPU model, device capacity). In each group, devices with free
+capacity sit in buckets keyed by their free milli-fGPU, and nodes in buckets keyed by how many
+entirely free devices they have. A placement is then a bisect plus a short walk instead of a scan
+of every device. Within one pass capacity only shrinks (placements and holds), which is what lets
+the caller cache a failed request shape for the rest of the pass.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from sortedcontainers import SortedList
+
+from gpuslice.common.resources import Resources
+from gpuslice.manager.scheduler.model import (
+    Device,
+    Node,
+    Placement,
+    Request,
+    Strategy,
+    make_slice,
+)
+
+GroupKey = tuple[str, str, int]  # (pool, model, device capacity in milli-fGPU)
+DeviceKey = tuple[int, int, int]  # (tie-break, node rank, device position)
+NodeKey = tuple[int, int]  # (0, node rank)
+
+
+@dataclass(slots=True)
+class NodeState:
+    """A working copy of one node: what is still free, and which devices are held."""
+
+    node: Node
+    rank: int
+    cpu_free: int
+    mem_free: int
+    gpu_used: int
+    groups: dict[GroupKey, list[int]] = field(default_factory=dict)  # group -> device positions
+    held: set[int] = field(default_factory=set)  # device positions held for a waiting request
+
+    def free(self, pos: int) -> int:
+        return self.node.device_capacity - self.node.devices[pos].used
+
+    def fits(self, cpu: int, mem: int) -> bool:
+        return cpu <= self.cpu_free and mem <= self.mem_free
+
+    def whole_free(self, group: GroupKey) -> list[int]:
+        devices = self.node.devices
+        return [p for p in self.groups[group] if devices[p].used == 0 and p not in self.held]
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """A placement found in the working state, with where it sits (device positions)."""
+
+    placement: Placement
+    node: NodeState
+    positions: list[int]
+
+
+class GroupIndex:
+    """Free capacity of one (pool, model, capacity) group."""
+
+    __slots__ = ("key", "cap", "slices", "amounts", "whole", "counts", "nodes")
+
+    def __init__(self, key: GroupKey) -> None:
+        self.key = key
+        self.cap = key[2]
+        self.slices: dict[int, SortedList] = {}  # free milli-fGPU -> device keys
+        self.amounts = SortedList()  # the free amounts that have devices
+        self.whole: dict[int, SortedList] = {}  # entirely free devices on a node -> node keys
+        self.counts = SortedList()
+        self.nodes: list[NodeState] = []  # nodes with devices in this group, by rank
+
+    def kind(self, gpu: int) -> int:
+        """0: one slice of one device; k > 0: k whole devices; -1: not placeable here."""
+        if gpu <= self.cap:
+            return 0
+        return gpu // self.cap if gpu % self.cap == 0 else -1
+
+
+def _add(buckets: dict[int, SortedList], present: SortedList, amount: int, key: tuple) -> None:
+    bucket = buckets.get(amount)
+    if bucket is None:
+        bucket = buckets[amount] = SortedList()
+        present.add(amount)
+    bucket.add(key)
+
+
+def _remove(buckets: dict[int, SortedList], present: SortedList, amount: int, key: tuple) -> None:
+    bucket = buckets[amount]
+    bucket.remove(key)
+    if not bucket:
+        del buckets[amount]
+        present.remove(amount)
+
+
+class ClusterState:
+    """Nodes, their free capacity and the group indexes for one pass. Inputs are not mutated."""
+
+    def __init__(self, nodes: Sequence[Node], strategy: Strategy) -> None:
+        self.strategy = strategy
+        self.nodes: list[NodeState] = []
+        self.groups: dict[GroupKey, GroupIndex] = {}
+        self.pool_nodes: dict[str, list[NodeState]] = {}
+        self._match_cache: dict[tuple[str, str | None], list[GroupIndex]] = {}
+        for rank, node in enumerate(sorted(nodes, key=lambda n: n.id)):
+            self._add_node(rank, node)
+
+    # ------------------------------------------------------------ queries
+
+    def matching_groups(self, pool: str, model: str | None) -> list[GroupIndex]:
+        """Groups in ``pool`` whose model contains ``model`` (case-insensitive), in key order."""
+        cache_key = (pool, model)
+        found = self._match_cache.get(cache_key)
+        if found is None:
+            wanted = model.casefold() if model else None
+            found = [
+                g for k, g in sorted(self.groups.items())
+                if k[0] == pool and (wanted is None or wanted in k[1].casefold())
+            ]
+            self._match_cache[cache_key] = found
+        return found
+
+    def find(self, req: Request) -> Found | None:
+        """The best placement for ``req`` under the strategy, or None if nothing fits now."""
+        res = req.resources
+        if res.gpu == 0:
+            ns = self._find_cpu_only(req.pool, res.cpu, res.mem)
+            return None if ns is None else self._placement(req, ns, [], None)
+        best: tuple | None = None
+        for group in self.matching_groups(req.pool, req.gpu_model):
+            k = group.kind(res.gpu)
+            found = (
+                self._find_slice(group, res.gpu, res.cpu, res.mem) if k == 0
+                else self._find_whole(group, k, res.cpu, res.mem) if k > 0 else None
+            )
+            if found is not None and (best is None or found[0] < best[0]):
+                best = found
+        if best is None:
+            return None
+        _, ns, positions, group = best
+        return self._placement(req, ns, positions, group)
+
+    # ------------------------------------------------------------ changes
+
+    def allocate(self, found: Found) -> None:
+        """Take the placement's capacity from the working state and re-index what changed."""
+        ns, positions = found.node, found.positions
+        self._unindex(ns, positions)
+        for pos, piece in zip(positions, found.placement.slices, strict=True):
+            ns.node.devices[pos].used += piece.gpu
+            ns.gpu_used += piece.gpu
+        ns.cpu_free -= found.placement.resources.cpu
+        ns.mem_free -= found.placement.resources.mem
+        self._index(ns, positions)
+
+    def hold(self, ns: NodeState, positions: list[int], res: Resources) -> None:
+        """Keep devices and cpu/mem of a node out of reach for the rest of the pass."""
+        self._unindex(ns, positions)
+        ns.held.update(positions)
+        ns.cpu_free = max(0, ns.cpu_free - res.cpu)
+        ns.mem_free = max(0, ns.mem_free - res.mem)
+        self._index(ns, positions)  # held devices are left out of the index
+
+    # ------------------------------------------------------------ helpers
+
+    def _add_node(self, rank: int, node: Node) -> None:
+        devices = [Device(d.index, d.uuid, d.model, d.mem, d.sms, d.used) for d in node.devices]
+        copy = Node(
+            node.id, node.name, node.cpu, node.mem, devices, node.device_capacity,
+            node.cpu_used, node.mem_used, node.pool,
+        )
+        ns = NodeState(
+            copy, rank, node.cpu - node.cpu_used, node.mem - node.mem_used,
+            sum(d.used for d in devices),
+        )
+        for pos, dev in enumerate(devices):
+            key = (node.pool, dev.model, node.device_capacity)
+            ns.groups.setdefault(key, []).append(pos)
+        self.nodes.append(ns)
+        self.pool_nodes.setdefault(node.pool, []).append(ns)
+        for key in ns.groups:
+            group = self.groups.get(key)
+            if group is None:
+                group = self.groups[key] = GroupIndex(key)
+            group.nodes.append(ns)
+        self._index(ns, list(range(len(devices))))
+
+    def _groups_of(self, ns: NodeState, positions: list[int]) -> set[GroupKey]:
+        return {k for k, members in ns.groups.items() if any(p in members for p in positions)}
+
+    def _unindex(self, ns: NodeState, positions: list[int]) -> None:
+        self._reindex(ns, positions, _remove)
+
+    def _index(self, ns: NodeState, positions: list[int]) -> None:
+        self._reindex(ns, positions, _add)
+
+    def _reindex(self, ns: NodeState, positions: list[int], op) -> None:  # noqa: ANN001
+        # Keys are static, so a change re-indexes only the devices it touched. Among devices
+        # with the same free amount, binpack takes the lowest node rank first (filling nodes one
+        # after another); spread takes the lowest device position first and then the node rank,
+        # which deals new slices round-robin over the nodes.
+        spread = self.strategy is Strategy.SPREAD
+        devices = ns.node.devices
+        cap = ns.node.device_capacity
+        for pos in positions:
+            free = cap - devices[pos].used
+            if free > 0 and pos not in ns.held:
+                group = self.groups[(ns.node.pool, devices[pos].model, cap)]
+                op(group.slices, group.amounts, free, (pos if spread else 0, ns.rank, pos))
+        for key in self._groups_of(ns, positions):
+            count = len(ns.whole_free(key))
+            if count:
+                group = self.groups[key]
+                op(group.whole, group.counts, count, (0, ns.rank))
+
+    def _amounts(self, present: SortedList, least: int) -> Iterator[int]:
+        start = present.bisect_left(least)
+        if self.strategy is Strategy.SPREAD:
+            return present.islice(start, reverse=True)
+        return present.islice(start)
+
+    def _find_slice(self, group: GroupIndex, gpu: int, cpu: int, mem: int) -> tuple | None:
+        for amount in self._amounts(group.amounts, gpu):
+            for _, rank, pos in group.slices[amount]:
+                ns = self.nodes[rank]
+                if ns.fits(cpu, mem):
+                    return (self._score(amount - gpu, rank), ns, [pos], group)
+        return None
+
+    def _find_whole(self, group: GroupIndex, k: int, cpu: int, mem: int) -> tuple | None:
+        for count in self._amounts(group.counts, k):
+            for _, rank in group.whole[count]:
+                ns = self.nodes[rank]
+                if ns.fits(cpu, mem):
+                    positions = ns.whole_free(group.key)[:k]
+                    return (self._score((count - k) * group.cap, rank), ns, positions, group)
+        return None
+
+    def _find_cpu_only(self, pool: str, cpu: int, mem: int) -> NodeState | None:
+        fitting = [ns for ns in self.pool_nodes.get(pool, ()) if ns.fits(cpu, mem)]
+        if not fitting:
+            return None
+        return min(fitting, key=lambda ns: self._score(ns.cpu_free - cpu, ns.rank))
+
+    def _score(self, leftover: int, rank: int) -> tuple[int, int]:
+        """Lower is better: binpack wants the tightest fit, spread the loosest."""
+        return (leftover if self.strategy is Strategy.BINPACK else -leftover, rank)
+
+    def _placement(
+        self, req: Request, ns: NodeState, positions: list[int], group: GroupIndex | None
+    ) -> Found:
+        gpu = req.resources.gpu
+        per_device = gpu if len(positions) <= 1 else ns.node.device_capacity
+        slices = tuple(make_slice(ns.node, ns.node.devices[p], per_device) for p in positions)
+        return Found(Placement(req.id, ns.node.id, req.resources, slices), ns, positions)
