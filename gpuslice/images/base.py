@@ -1,0 +1,209 @@
+"""The standard session image: ``gpuslice/rootfs:<suite>`` (debootstrap) → ``gpuslice/base``.
+
+Both steps are idempotent: an image is skipped when it exists with the same recipe digest
+(a label), so a second run costs two image inspections. The debootstrap tarball is cached on
+disk, so even a forced rebuild of the images does not download packages again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import aiodocker
+
+from gpuslice import __version__
+from gpuslice.agent.hook import HOOK_DIR, HOOK_FILES, PTH_FILE
+from gpuslice.images.rootfs import (
+    ImageBuildError,
+    Progress,
+    RootfsRecipe,
+    find_debian_mirror,
+    import_rootfs,
+    rootfs_tarball,
+)
+
+BASE_REPO = "gpuslice/base"
+ROOTFS_REPO = "gpuslice/rootfs"
+DIGEST_LABEL = "gpuslice.recipe-digest"
+DEFAULT_CACHE_DIR = Path("/var/cache/gpuslice/images")
+
+
+@dataclass(frozen=True, slots=True)
+class PipIndex:
+    """Package index settings baked into ``/etc/pip.conf`` (empty: pip's defaults)."""
+
+    index_url: str = ""
+    extra_index_url: str = ""
+    trusted_host: str = ""
+
+    def build_args(self) -> dict[str, str]:
+        return {
+            "PIP_INDEX_URL": self.index_url,
+            "PIP_EXTRA_INDEX_URL": self.extra_index_url,
+            "PIP_TRUSTED_HOST": self.trusted_host,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BaseImageOptions:
+    """How to build the base image. Every field has a working default on a Debian host."""
+
+    cache_dir: Path = DEFAULT_CACHE_DIR
+    extra_ca_bundle: Path | None = None
+    mirror: str | None = None  # default: the mirror this machine's apt uses
+    pip_index: PipIndex | None = None  # default: the host's pip configuration
+    tag: str = f"{BASE_REPO}:{__version__}"
+    rootfs: RootfsRecipe = field(default_factory=RootfsRecipe)
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BuildResult:
+    tag: str
+    built: bool  # False: it existed with the same recipe
+    seconds: float
+
+
+async def ensure_base_image(
+    docker: aiodocker.Docker, options: BaseImageOptions, progress: Progress = print
+) -> BuildResult:
+    """Build ``gpuslice/base`` (and its rootfs) unless an image with this recipe exists."""
+    started = time.monotonic()
+    rootfs_tag = await ensure_rootfs_image(docker, options, progress)
+    pip_index = options.pip_index if options.pip_index is not None else host_pip_index()
+    context = _base_context(options.extra_ca_bundle)
+    digest = _digest(context, rootfs_tag, pip_index, await _image_id(docker, rootfs_tag))
+    if not options.force and await _has_digest(docker, options.tag, digest):
+        progress(f"base: {options.tag} is up to date")
+        return BuildResult(options.tag, False, time.monotonic() - started)
+    progress(f"base: building {options.tag} from {rootfs_tag}")
+    build_args = {"BASE_IMAGE": rootfs_tag, **pip_index.build_args()}
+    stream = docker.images.build(
+        fileobj=io.BytesIO(_pack(context)),
+        encoding="gzip",
+        tag=options.tag,
+        buildargs=build_args,
+        labels={DIGEST_LABEL: digest, "gpuslice.image": "base"},
+        rm=True,
+        forcerm=True,
+        stream=True,
+    )
+    try:
+        async for message in stream:
+            if "error" in message:
+                raise ImageBuildError(f"building {options.tag} failed: {message['error']}")
+            for text in str(message.get("stream", "")).splitlines():
+                if text.strip():
+                    progress(f"base: {_shorten(text.strip())}")
+    except aiodocker.DockerError as exc:
+        raise ImageBuildError(f"building {options.tag} failed: {exc}") from exc
+    progress(f"base: built {options.tag}")
+    return BuildResult(options.tag, True, time.monotonic() - started)
+
+
+async def ensure_rootfs_image(
+    docker: aiodocker.Docker, options: BaseImageOptions, progress: Progress = print
+) -> str:
+    """Import the debootstrap root filesystem as ``gpuslice/rootfs:<suite>`` unless present."""
+    recipe = options.rootfs
+    tag = f"{ROOTFS_REPO}:{recipe.suite}"
+    if not options.force and await _has_digest(docker, tag, recipe.digest):
+        progress(f"rootfs: {tag} is up to date")
+        return tag
+    mirror = options.mirror or find_debian_mirror(recipe.suite)
+    tarball = await asyncio.to_thread(rootfs_tarball, recipe, options.cache_dir, mirror, progress)
+    await import_rootfs(
+        docker, tarball, ROOTFS_REPO, recipe.suite, progress, label=(DIGEST_LABEL, recipe.digest)
+    )
+    return tag
+
+
+def host_pip_index(python: str = sys.executable) -> PipIndex:
+    """The index settings of this host's pip (config files and ``PIP_*`` env), network ones only.
+
+    Local ``file://`` indexes and wheel directories exist only on the host, so they are dropped.
+    """
+    try:
+        out = subprocess.run(
+            [python, "-m", "pip", "config", "list"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return PipIndex()
+    values: dict[str, str] = {}
+    for line in out.splitlines():
+        key, _, raw = line.partition("=")
+        name = key.rsplit(".", 1)[-1]
+        values[name] = raw.strip().strip("'\"")  # later scopes (env) override earlier ones
+
+    def network(name: str) -> str:
+        urls = values.get(name, "").split()
+        return " ".join(u for u in urls if u.startswith(("http://", "https://")))
+
+    return PipIndex(
+        index_url=network("index-url"),
+        extra_index_url=network("extra-index-url"),
+        trusted_host=values.get("trusted-host", ""),
+    )
+
+
+def _shorten(text: str, width: int = 160) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _base_context(extra_ca_bundle: Path | None) -> dict[str, bytes]:
+    recipe = resources.files("gpuslice.images").joinpath("recipes/base/Dockerfile")
+    files = {"Dockerfile": recipe.read_bytes()}
+    for name in (*HOOK_FILES, PTH_FILE):
+        files[f"hook/{name}"] = (HOOK_DIR / name).read_bytes()
+    if extra_ca_bundle is not None and not extra_ca_bundle.is_file():
+        raise ImageBuildError(f"extra CA bundle {extra_ca_bundle} does not exist")
+    files["extra-ca.crt"] = extra_ca_bundle.read_bytes() if extra_ca_bundle else b""
+    return files
+
+
+def _digest(context: dict[str, bytes], rootfs_tag: str, pip: PipIndex, rootfs_id: str) -> str:
+    h = hashlib.sha256()
+    for name in sorted(context):
+        h.update(name.encode() + b"\0" + hashlib.sha256(context[name]).digest())
+    h.update(json.dumps([rootfs_tag, rootfs_id, pip.build_args()], sort_keys=True).encode())
+    return h.hexdigest()[:16]
+
+
+def _pack(files: dict[str, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for name, data in sorted(files.items()):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+async def _image_id(docker: aiodocker.Docker, tag: str) -> str:
+    return str((await docker.images.inspect(tag))["Id"])
+
+
+async def _has_digest(docker: aiodocker.Docker, tag: str, digest: str) -> bool:
+    try:
+        info = await docker.images.inspect(tag)
+    except aiodocker.DockerError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    labels = (info.get("Config") or {}).get("Labels") or {}
+    return labels.get(DIGEST_LABEL) == digest
