@@ -1,0 +1,84 @@
+"""Building blocks used by several schema modules.
+
+Resource amounts: clients send numbers or strings (``0.5``, ``"2g"``); the input types parse them
+with ``gpuslice.common.resources`` into exact integers (milli-fGPU, milli-cores, bytes) and write
+them back in user units when a client serializes to JSON, so a model round-trips. Answers carry
+fGPU and cores as decimals in user units (JSON numbers) and memory as bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Annotated, Generic, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer
+
+from gpuslice.common.resources import (
+    ResourceError,
+    Resources,
+    fgpu_decimal,
+    parse_cpu,
+    parse_fgpu,
+    parse_mem,
+)
+
+T = TypeVar("T")
+
+
+def _parser(parse: Callable[..., int], field: str) -> BeforeValidator:
+    def validate(value: object) -> int:
+        try:
+            return parse(value, field=field)
+        except ResourceError as exc:
+            raise ValueError(exc.message) from None
+
+    return BeforeValidator(validate)
+
+
+def _milli_to_number(value: int) -> float:
+    # Milli-units have at most 3 decimals, so the float's shortest repr parses back exactly.
+    return float(fgpu_decimal(value))
+
+
+_AS_NUMBER = PlainSerializer(_milli_to_number, return_type=float, when_used="json")
+
+FgpuIn = Annotated[int, _parser(parse_fgpu, "gpu"), _AS_NUMBER]
+CpuIn = Annotated[int, _parser(parse_cpu, "cpu"), _AS_NUMBER]
+MemIn = Annotated[int, _parser(parse_mem, "mem")]
+
+# Output: exact decimals in user units, JSON numbers.
+Number = Annotated[Decimal, PlainSerializer(float, return_type=float, when_used="json")]
+
+
+class ResourcesIn(BaseModel):
+    """Resources a client asks for: ``gpu`` in fGPU, ``cpu`` in cores, ``mem`` as a size."""
+
+    gpu: FgpuIn = Field(default=0, description="fGPU, e.g. 0.5 or 2; 0 for a CPU-only session.")
+    cpu: CpuIn = Field(default=1000, description="CPU cores, e.g. 0.5 or 4 (default 1).")
+    mem: MemIn = Field(default=1024**3, description="Memory, e.g. 512m or 2g (default 1g).")
+
+    def to_resources(self) -> Resources:
+        return Resources(self.gpu, self.cpu, self.mem)
+
+
+class ResourcesPublic(BaseModel):
+    """An amount of resources: ``gpu`` in fGPU, ``cpu`` in cores, ``mem`` in bytes."""
+
+    gpu: Number
+    cpu: Number
+    mem: int
+
+    @classmethod
+    def of(cls, gpu: int, cpu: int, mem: int) -> ResourcesPublic:
+        """From exact integers (milli-fGPU, milli-cores, bytes)."""
+        return cls(gpu=fgpu_decimal(gpu), cpu=fgpu_decimal(cpu), mem=mem)
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a listing, newest first."""
+
+    items: list[T]
+    total: int = Field(description="Number of items matching the filters, all pages together.")
+    limit: int
+    offset: int

@@ -1,0 +1,163 @@
+"""Compute sessions: what a client asks for and what the manager answers."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, Field, field_validator
+
+from gpuslice.common.schemas.common import Number, ResourcesIn, ResourcesPublic
+
+_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+MAX_COUNT = 100
+PRIORITY_BOUND = 100
+
+
+class SessionStatus(StrEnum):
+    PENDING = "PENDING"
+    SCHEDULED = "SCHEDULED"
+    PREPARING = "PREPARING"
+    RUNNING = "RUNNING"
+    TERMINATING = "TERMINATING"
+    TERMINATED = "TERMINATED"
+    ERROR = "ERROR"
+    CANCELLED = "CANCELLED"
+
+
+# Sessions in these states hold their allocation (device slices, node CPU and memory).
+HOLDING = frozenset(
+    {
+        SessionStatus.SCHEDULED,
+        SessionStatus.PREPARING,
+        SessionStatus.RUNNING,
+        SessionStatus.TERMINATING,
+    }
+)
+FINAL = frozenset({SessionStatus.TERMINATED, SessionStatus.ERROR, SessionStatus.CANCELLED})
+
+
+class SessionType(StrEnum):
+    INTERACTIVE = "interactive"
+    BATCH = "batch"
+
+
+class SessionResult(StrEnum):
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+
+
+class SessionCreate(BaseModel):
+    """Launch ``count`` sessions of one shape; they start PENDING and the scheduler places them."""
+
+    image: str = Field(min_length=1, max_length=255, description="Image name, e.g. `torch:2.3`.")
+    resources: ResourcesIn = Field(default_factory=ResourcesIn)
+    gpu_model: str | None = Field(
+        default=None, max_length=128, description="Only place on GPUs of this model."
+    )
+    count: int = Field(default=1, ge=1, le=MAX_COUNT, description="How many identical sessions.")
+    name: str | None = Field(
+        default=None,
+        description="Lowercase letters, digits and dashes; `-<n>` is appended when count > 1.",
+    )
+    type: SessionType = SessionType.INTERACTIVE
+    command: list[str] | None = Field(
+        default=None, max_length=256, description="Batch sessions: the command to run (argv)."
+    )
+    env: dict[str, Annotated[str, Field(max_length=32768)]] = Field(
+        default_factory=dict, max_length=256
+    )
+    priority: int = Field(
+        default=0,
+        ge=-PRIORITY_BOUND,
+        le=PRIORITY_BOUND,
+        description="Higher runs first; bounded by the user's resource policy.",
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, value: str | None) -> str | None:
+        if value is not None and not _NAME_RE.match(value):
+            raise ValueError(
+                "name: use 1-63 lowercase letters, digits and dashes, starting and ending "
+                "with a letter or digit"
+            )
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _check_env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not _ENV_KEY_RE.match(key):
+                raise ValueError(f"env: {key!r} is not a valid variable name")
+        return value
+
+
+class SessionDestroy(BaseModel):
+    """Destroy several sessions at once."""
+
+    ids: list[str] = Field(min_length=1, max_length=1000)
+
+
+class AllocationPublic(BaseModel):
+    """One device slice a session holds."""
+
+    device_index: int
+    device_uuid: str
+    device_model: str
+    gpu: Number = Field(description="fGPU on this device.")
+    fraction: Number = Field(description="Share of the device, 0 < fraction <= 1.")
+    mem: int = Field(description="Bytes of device memory of the slice.")
+    sms: int = Field(description="Streaming multiprocessors of the slice.")
+
+
+class PlacementPublic(BaseModel):
+    node_id: str
+    node_name: str
+    devices: list[AllocationPublic]
+
+
+class StatusChange(BaseModel):
+    """One transition of a session's status."""
+
+    id: int = Field(description="Increasing event id (use it to resume a stream).")
+    session_id: str
+    from_status: SessionStatus | None
+    status: SessionStatus
+    reason: str
+    at: datetime
+
+
+class SessionPublic(BaseModel):
+    id: str
+    name: str
+    owner_id: str
+    owner: str
+    image: str
+    type: SessionType
+    command: list[str] | None
+    env: dict[str, str]
+    priority: int
+    resources: ResourcesPublic
+    gpu_model: str | None
+    status: SessionStatus
+    status_reason: str = Field(description="Why it is in this status (e.g. why it waits).")
+    wait_code: str | None = Field(description="PENDING only: a stable code for the reason.")
+    queue_position: int | None = Field(description="PENDING only: 1-based place in the queue.")
+    result: SessionResult | None
+    exit_code: int | None
+    placement: PlacementPublic | None
+    created_at: datetime
+    updated_at: datetime
+    history: list[StatusChange] | None = Field(
+        default=None, description="Every status change (in single-session answers)."
+    )
+
+
+class SessionLogs(BaseModel):
+    session_id: str
+    logs: str
+    truncated: bool = False

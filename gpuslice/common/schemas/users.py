@@ -1,0 +1,105 @@
+"""Users, login and API tokens, resource policies (quotas)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from gpuslice.common.schemas.common import CpuIn, FgpuIn, MemIn, Number
+
+_USERNAME = r"^[a-z_][a-z0-9_.-]{0,63}$"
+
+
+class Role(StrEnum):
+    ADMIN = "admin"
+    USER = "user"
+
+
+class LoginRequest(BaseModel):
+    username: str = Field(min_length=1, max_length=64)
+    password: str = Field(min_length=1, max_length=1024)
+
+
+class TokenPublic(BaseModel):
+    """A bearer token, shown once: send it as `Authorization: Bearer <token>`."""
+
+    access_token: str
+    token_type: str = "bearer"
+    expires_at: datetime | None
+
+
+class ApiTokenCreate(BaseModel):
+    name: str = Field(min_length=1, max_length=64)
+    expires_in_days: int | None = Field(
+        default=None, ge=1, le=3650, description="Omit for a token that lasts until revoked."
+    )
+
+
+class ApiTokenPublic(BaseModel):
+    id: str
+    name: str
+    created_at: datetime
+    expires_at: datetime | None
+    last_used_at: datetime | None
+
+
+class ApiTokenCreated(ApiTokenPublic):
+    token: str = Field(description="The secret; it is shown only in this answer.")
+
+
+class UserCreate(BaseModel):
+    username: str = Field(pattern=_USERNAME)
+    password: str = Field(min_length=8, max_length=1024)
+    role: Role = Role.USER
+    policy_id: str | None = None
+
+
+class UserUpdate(BaseModel):
+    password: str | None = Field(default=None, min_length=8, max_length=1024)
+    role: Role | None = None
+    is_active: bool | None = None
+    policy_id: str | None = Field(default=None, description="Set to attach a policy.")
+    clear_policy: bool = Field(default=False, description="Detach the policy (unlimited).")
+
+
+class UserPublic(BaseModel):
+    id: str
+    username: str
+    role: Role
+    is_active: bool
+    policy_id: str | None
+    created_at: datetime
+
+
+class PolicyCreate(BaseModel):
+    """Limits on what one user's allocated sessions may hold together; omit a field = no limit."""
+
+    name: str = Field(min_length=1, max_length=64)
+    max_sessions: int | None = Field(default=None, ge=0, le=100_000)
+    max_gpu: FgpuIn | None = None
+    max_cpu: CpuIn | None = None
+    max_mem: MemIn | None = None
+    max_priority: int = Field(default=0, ge=-100, le=100, description="Highest priority allowed.")
+
+
+class PolicyUpdate(BaseModel):
+    """Replace a policy's limits (all of them)."""
+
+    max_sessions: int | None = Field(default=None, ge=0, le=100_000)
+    max_gpu: FgpuIn | None = None
+    max_cpu: CpuIn | None = None
+    max_mem: MemIn | None = None
+    max_priority: int = Field(default=0, ge=-100, le=100)
+
+
+class PolicyPublic(BaseModel):
+    id: str
+    name: str
+    max_sessions: int | None
+    max_gpu: Number | None
+    max_cpu: Number | None
+    max_mem: int | None
+    max_priority: int
+    created_at: datetime

@@ -1,0 +1,1 @@
+"""HTTP layer: routers (HTTP only), dependencies, and the one place errors become answers."""

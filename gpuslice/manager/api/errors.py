@@ -1,0 +1,71 @@
+"""The one place errors become HTTP answers, always ``{code, message, field}``."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from gpuslice.common.schemas.errors import ErrorBody
+from gpuslice.manager import errors
+
+log = logging.getLogger(__name__)
+
+STATUS: list[tuple[type[errors.DomainError], int]] = [
+    (errors.NotFound, 404),
+    (errors.Unauthorized, 401),
+    (errors.Forbidden, 403),
+    (errors.Conflict, 409),
+    (errors.AgentTimeout, 504),
+    (errors.InvalidRequest, 422),
+    (errors.DomainError, 400),
+]
+_HTTP_CODES = {
+    400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+    405: "method_not_allowed", 406: "not_acceptable", 413: "too_large",
+    415: "unsupported_media_type",
+}
+ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 422)
+}
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(errors.DomainError, _domain)  # type: ignore[arg-type]
+    app.add_exception_handler(RequestValidationError, _validation)  # type: ignore[arg-type]
+    app.add_exception_handler(StarletteHTTPException, _http)  # type: ignore[arg-type]
+    app.add_exception_handler(Exception, _unexpected)
+
+
+def _answer(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    body = ErrorBody(code=code, message=message, field=field).model_dump()
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+async def _domain(_request: Request, exc: errors.DomainError) -> JSONResponse:
+    status = next(s for cls, s in STATUS if isinstance(exc, cls))
+    return _answer(status, exc.code, exc.message, exc.field)
+
+
+async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    first = exc.errors()[0] if exc.errors() else {}
+    loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
+    field = ".".join(loc) or None
+    message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
+    if field and not message.startswith(loc[-1]):
+        message = f"{field}: {message}"
+    return _answer(422, "validation_error", message, field)
+
+
+async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    return _answer(exc.status_code, code, str(exc.detail))
+
+
+async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return _answer(500, "internal_error", "internal error; the manager log has the details")

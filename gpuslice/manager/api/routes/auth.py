@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+
+from gpuslice.common.schemas.users import (
+    ApiTokenCreate,
+    ApiTokenCreated,
+    ApiTokenPublic,
+    LoginRequest,
+    TokenPublic,
+    UserPublic,
+)
+from gpuslice.manager.api.deps import CurrentToken, CurrentUser, DbDep, SettingsDep
+from gpuslice.manager.services import auth, users
+
+router = APIRouter(prefix="/auth", tags=["auth"])
+
+
+@router.post("/login")
+async def login(body: LoginRequest, db: DbDep, settings: SettingsDep) -> TokenPublic:
+    """Exchange a username and password for a bearer token that expires."""
+    token, row = await auth.login(db, body.username, body.password, settings.auth.login_token_ttl)
+    return TokenPublic(access_token=token, expires_at=row.expires_at)
+
+
+@router.post("/logout", status_code=status.HTTP_204_NO_CONTENT)
+async def logout(db: DbDep, user: CurrentUser, token: CurrentToken) -> None:
+    """Revoke the token this request was made with."""
+    await auth.revoke_token(db, user, token.id)
+
+
+@router.get("/me")
+async def me(user: CurrentUser) -> UserPublic:
+    """The caller."""
+    return users.public(user)
+
+
+@router.post("/tokens", status_code=status.HTTP_201_CREATED)
+async def create_token(body: ApiTokenCreate, db: DbDep, user: CurrentUser) -> ApiTokenCreated:
+    """Create an API token; its secret is shown only in this answer."""
+    return await auth.create_api_token(db, user, body)
+
+
+@router.get("/tokens")
+async def list_tokens(db: DbDep, user: CurrentUser) -> list[ApiTokenPublic]:
+    """The caller's active API tokens (never their secrets)."""
+    return await auth.list_api_tokens(db, user)
+
+
+@router.delete("/tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def revoke_token(token_id: str, db: DbDep, user: CurrentUser) -> None:
+    """Revoke one of the caller's tokens."""
+    await auth.revoke_token(db, user, token_id)

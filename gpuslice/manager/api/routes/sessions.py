@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Query, status
+from sse_starlette import EventSourceResponse, ServerSentEvent
+
+from gpuslice.common.schemas.common import Page
+from gpuslice.common.schemas.sessions import (
+    SessionCreate,
+    SessionDestroy,
+    SessionLogs,
+    SessionPublic,
+    SessionStatus,
+)
+from gpuslice.manager.api.deps import (
+    CurrentUser,
+    DbDep,
+    HubDep,
+    SessionmakerDep,
+    SettingsDep,
+    VisibleSession,
+)
+from gpuslice.manager.services import logs, sessions, stream
+from gpuslice.manager.services.session_views import describe, list_sessions
+
+router = APIRouter(prefix="/sessions", tags=["sessions"])
+
+
+@router.post("", status_code=status.HTTP_201_CREATED)
+async def create_sessions(
+    body: SessionCreate, db: DbDep, user: CurrentUser, settings: SettingsDep
+) -> list[SessionPublic]:
+    """Create `count` sessions; they are PENDING at once and the scheduling loop places them."""
+    return await sessions.create_sessions(db, user, body, settings)
+
+
+@router.get("")
+async def list_all(
+    db: DbDep,
+    user: CurrentUser,
+    status_: Annotated[list[SessionStatus] | None, Query(alias="status")] = None,
+    owner: Annotated[str | None, Query(description="Admins: a username or user id.")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> Page[SessionPublic]:
+    """Sessions the caller may see, newest first."""
+    return await list_sessions(
+        db, user, statuses=status_ or (), owner=owner, limit=limit, offset=offset
+    )
+
+
+@router.get("/events", response_class=EventSourceResponse)
+async def events(
+    user: CurrentUser,
+    sessionmaker: SessionmakerDep,
+    hub: HubDep,
+    settings: SettingsDep,
+    since: Annotated[int | None, Query(description="Resume after this event id.")] = None,
+    session_id: Annotated[str | None, Query()] = None,
+    last_event_id: Annotated[int | None, Header()] = None,
+) -> EventSourceResponse:
+    """Server-sent events: one `status` event (a StatusChange) per transition one may see."""
+    changes = stream.status_changes(
+        sessionmaker, hub, user, since=since if since is not None else last_event_id,
+        session_id=session_id, poll=settings.nodes.assignment_poll,
+    )
+
+    async def encoded() -> AsyncIterator[ServerSentEvent]:
+        async for change in changes:
+            yield ServerSentEvent(change.model_dump_json(), event="status", id=str(change.id))
+
+    return EventSourceResponse(encoded())
+
+
+@router.post("/destroy")
+async def destroy_many(body: SessionDestroy, db: DbDep, user: CurrentUser) -> list[SessionPublic]:
+    """Destroy several sessions: PENDING ones are CANCELLED, placed ones TERMINATING."""
+    return await sessions.destroy_sessions(db, user, body.ids)
+
+
+@router.get("/{session_id}")
+async def get_session(row: VisibleSession, db: DbDep) -> SessionPublic:
+    """One session: status, why it waits and its queue position, placement, status history."""
+    return await describe(db, row.id)
+
+
+@router.delete("/{session_id}")
+async def destroy(row: VisibleSession, db: DbDep, user: CurrentUser) -> SessionPublic:
+    """Destroy a session: a PENDING one is CANCELLED at once, a placed one is stopped."""
+    return (await sessions.destroy_sessions(db, user, [row.id]))[0]
+
+
+@router.get("/{session_id}/logs")
+async def get_logs(
+    row: VisibleSession,
+    sessionmaker: SessionmakerDep,
+    hub: HubDep,
+    settings: SettingsDep,
+    tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
+) -> SessionLogs:
+    """The last `tail` lines of the session's output, fetched from its node's agent."""
+    cfg = settings.sessions
+    return await logs.fetch_logs(
+        sessionmaker, hub, row, tail or cfg.log_tail, cfg.log_timeout,
+        settings.nodes.assignment_poll,
+    )

@@ -1,0 +1,106 @@
+"""The manager application: ``create_app(settings)`` wires it all; nothing happens at import."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import timedelta
+
+from fastapi import APIRouter, FastAPI
+
+from gpuslice.manager.api import errors
+from gpuslice.manager.api.routes import (
+    agents,
+    auth,
+    health,
+    images,
+    nodes,
+    policies,
+    sessions,
+    users,
+)
+from gpuslice.manager.db import migrate
+from gpuslice.manager.db.engine import make_engine, make_sessionmaker
+from gpuslice.manager.events import Hub
+from gpuslice.manager.loops import supervise
+from gpuslice.manager.services import logs
+from gpuslice.manager.services import nodes as node_service
+from gpuslice.manager.services.scheduling import run_pass
+from gpuslice.manager.services.users import ensure_admin
+from gpuslice.manager.settings import ManagerSettings
+
+log = logging.getLogger(__name__)
+API_PREFIX = "/api/v1"
+_STALE_LOG_REQUESTS = timedelta(minutes=10)
+
+
+def create_app(settings: ManagerSettings) -> FastAPI:
+    """The FastAPI app; its lifespan opens the database, migrates, and runs the loops."""
+    app = FastAPI(
+        title="gpuslice manager",
+        version="0.1.0",
+        summary="Fractional-GPU compute sessions: users, quotas, sessions, nodes, scheduling.",
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+        lifespan=_lifespan,
+        responses=errors.ERROR_RESPONSES,
+    )
+    app.state.settings = settings
+    errors.install(app)
+    api = APIRouter(prefix=API_PREFIX)
+    for module in (health, auth, users, policies, sessions, images, nodes, agents):
+        api.include_router(module.router)
+    app.include_router(api)
+    return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: ManagerSettings = app.state.settings
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    hub = Hub()
+    engine = make_engine(
+        settings.database_url, pool_size=settings.database.pool_size, echo=settings.database.echo
+    )
+    sessionmaker = make_sessionmaker(engine, hub)
+    app.state.hub, app.state.engine, app.state.sessionmaker = hub, engine, sessionmaker
+    try:
+        if settings.database.migrate_on_start:
+            await migrate.upgrade(engine)
+        await ensure_admin(sessionmaker, settings.auth.admin_username, settings.data_dir)
+        loops = _start_loops(app)
+        try:
+            yield
+        finally:
+            for task in loops:
+                task.cancel()
+            await asyncio.gather(*loops, return_exceptions=True)
+    finally:
+        await engine.dispose()
+
+
+def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
+    settings: ManagerSettings = app.state.settings
+    hub: Hub = app.state.hub
+    sessionmaker = app.state.sessionmaker
+    config = settings.scheduler.core_config()
+
+    async def schedule() -> None:
+        await run_pass(sessionmaker, config, hub)
+
+    async def sweep() -> None:
+        await node_service.sweep_lost(sessionmaker, settings.nodes.node_timeout)
+        async with sessionmaker() as db:
+            await logs.purge_stale(db, _STALE_LOG_REQUESTS)
+
+    scheduler = supervise(
+        "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler
+    )
+    sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval)
+    return [
+        asyncio.create_task(scheduler, name="gpuslice-scheduler"),
+        asyncio.create_task(sweeper, name="gpuslice-node-sweep"),
+    ]

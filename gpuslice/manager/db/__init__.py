@@ -1,0 +1,1 @@
+"""Persistence: ORM models, the engine factory and the Alembic migration tree."""

@@ -1,0 +1,52 @@
+"""Engine and session factory, built by the app at start (never at import time)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from gpuslice.manager.events import HUB_KEY, Hub, HubSession
+
+SQLITE_BUSY_TIMEOUT_S = 30
+
+
+def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> AsyncEngine:
+    """An async engine; on SQLite with WAL, foreign keys and a busy timeout on every connection."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = create_async_engine(
+            url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}
+        )
+        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        return engine
+    return create_async_engine(
+        url, echo=echo, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
+    )
+
+
+def make_sessionmaker(engine: AsyncEngine, hub: Hub) -> async_sessionmaker[AsyncSession]:
+    """Sessions that publish their queued wake-ups to ``hub`` after each commit."""
+    return async_sessionmaker(
+        engine, expire_on_commit=False, sync_session_class=HubSession, info={HUB_KEY: hub}
+    )
+
+
+def is_sqlite(engine: AsyncEngine) -> bool:
+    return engine.dialect.name == "sqlite"
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
+    cursor.close()

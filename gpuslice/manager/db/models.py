@@ -1,0 +1,235 @@
+"""ORM models. Amounts are exact integers: gpu/cpu in milli-units, memory in bytes (BigInteger).
+
+Capacity counters (``devices.used``, ``nodes.cpu_used``, ``nodes.mem_used``) always equal the sum
+over the allocations of sessions in a holding status; they are only changed by guarded UPDATEs
+in ``services/allocation.py`` (see README.md).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from gpuslice.manager.db.base import Base, UTCDateTime, new_id, utcnow
+
+ID = String(36)
+
+
+class ResourcePolicy(Base):
+    __tablename__ = "resource_policies"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    max_sessions: Mapped[int | None] = mapped_column(Integer)
+    max_gpu: Mapped[int | None] = mapped_column(BigInteger)
+    max_cpu: Mapped[int | None] = mapped_column(BigInteger)
+    max_mem: Mapped[int | None] = mapped_column(BigInteger)
+    max_priority: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class User(Base):
+    __tablename__ = "users"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    username: Mapped[str] = mapped_column(String(64), unique=True)
+    password_hash: Mapped[str] = mapped_column(String(255))
+    role: Mapped[str] = mapped_column(String(16))
+    is_active: Mapped[bool] = mapped_column(Boolean, default=True)
+    policy_id: Mapped[str | None] = mapped_column(
+        ForeignKey("resource_policies.id", ondelete="RESTRICT"), index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    policy: Mapped[ResourcePolicy | None] = relationship(lazy="raise")
+
+
+class ApiToken(Base):
+    """A user's bearer token (login or API), stored as the SHA-256 of the secret."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))  # login | api
+    name: Mapped[str] = mapped_column(String(64))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class JoinToken(Base):
+    """Lets an agent register a node; created by an admin, stored hashed."""
+
+    __tablename__ = "join_tokens"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    created_by: Mapped[str | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class Image(Base):
+    """An image admins allow explicitly (nodes report the images they have in heartbeats)."""
+
+    __tablename__ = "images"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class NodeRow(Base):
+    __tablename__ = "nodes"
+    __table_args__ = (
+        CheckConstraint("cpu_used >= 0 AND cpu_used <= cpu", name="cpu_within"),
+        CheckConstraint("mem_used >= 0 AND mem_used <= mem", name="mem_within"),
+    )
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    pool: Mapped[str] = mapped_column(String(64), default="default")
+    credential_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)  # ALIVE | LOST
+    device_capacity: Mapped[int] = mapped_column(Integer)  # one device, milli-fGPU
+    cpu: Mapped[int] = mapped_column(BigInteger, default=0)
+    mem: Mapped[int] = mapped_column(BigInteger, default=0)
+    cpu_used: Mapped[int] = mapped_column(BigInteger, default=0)
+    mem_used: Mapped[int] = mapped_column(BigInteger, default=0)
+    images: Mapped[list[str]] = mapped_column(JSON, default=list)
+    usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Bumped in the same transaction as any change to what the node must run.
+    assignment_version: Mapped[int] = mapped_column(BigInteger, default=0)
+    registered_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    devices: Mapped[list[DeviceRow]] = relationship(
+        lazy="raise", order_by="DeviceRow.index", passive_deletes=True
+    )
+
+
+class DeviceRow(Base):
+    __tablename__ = "devices"
+    __table_args__ = (
+        UniqueConstraint("node_id", "index", name="uq_devices_node_index"),
+        CheckConstraint("used >= 0 AND used <= capacity", name="used_within"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"))
+    index: Mapped[int] = mapped_column(Integer)
+    uuid: Mapped[str] = mapped_column(String(128))
+    model: Mapped[str] = mapped_column(String(128))
+    mem: Mapped[int] = mapped_column(BigInteger)
+    sms: Mapped[int] = mapped_column(Integer, default=0)
+    capacity: Mapped[int] = mapped_column(Integer)  # milli-fGPU
+    used: Mapped[int] = mapped_column(Integer, default=0)  # milli-fGPU allocated
+
+
+class SessionRow(Base):
+    __tablename__ = "sessions"
+    __table_args__ = (
+        Index("ix_sessions_owner_created", "owner_id", "created_at"),
+        Index("ix_sessions_status_created", "status", "created_at"),
+        Index("ix_sessions_created", "created_at"),
+        Index("ix_sessions_node_status", "node_id", "status"),
+    )
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(80))
+    owner_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="RESTRICT"))
+    image: Mapped[str] = mapped_column(String(255))
+    type: Mapped[str] = mapped_column(String(16))
+    command: Mapped[list[str] | None] = mapped_column(JSON)
+    env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    pool: Mapped[str] = mapped_column(String(64), default="default")
+    gpu: Mapped[int] = mapped_column(BigInteger)
+    cpu: Mapped[int] = mapped_column(BigInteger)
+    mem: Mapped[int] = mapped_column(BigInteger)
+    gpu_model: Mapped[str | None] = mapped_column(String(128))
+    status: Mapped[str] = mapped_column(String(16))
+    status_reason: Mapped[str] = mapped_column(Text, default="")
+    wait_code: Mapped[str | None] = mapped_column(String(32))
+    queue_position: Mapped[int | None] = mapped_column(Integer)
+    result: Mapped[str | None] = mapped_column(String(16))
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    node_id: Mapped[str | None] = mapped_column(ForeignKey("nodes.id", ondelete="SET NULL"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+    allocations: Mapped[list[Allocation]] = relationship(
+        lazy="raise", order_by="Allocation.device_index", passive_deletes=True
+    )
+
+
+class Allocation(Base):
+    """One device slice held by a session (CPU and memory are on the session row)."""
+
+    __tablename__ = "allocations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), index=True
+    )
+    device_id: Mapped[int | None] = mapped_column(
+        ForeignKey("devices.id", ondelete="SET NULL"), index=True
+    )
+    device_index: Mapped[int] = mapped_column(Integer)
+    device_uuid: Mapped[str] = mapped_column(String(128))
+    device_model: Mapped[str] = mapped_column(String(128))
+    device_capacity: Mapped[int] = mapped_column(Integer)  # milli-fGPU of the whole device
+    gpu: Mapped[int] = mapped_column(Integer)  # milli-fGPU
+    mem: Mapped[int] = mapped_column(BigInteger)  # bytes of device memory
+    sms: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class StatusHistory(Base):
+    """Every status change of every session; also the event log the status stream follows."""
+
+    __tablename__ = "status_history"
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), index=True
+    )
+    owner_id: Mapped[str] = mapped_column(ID, index=True)
+    from_status: Mapped[str | None] = mapped_column(String(16))
+    to_status: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class LogRequestRow(Base):
+    """The manager asked a node for a session's log tail; the agent fills ``content``."""
+
+    __tablename__ = "log_requests"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"), index=True)
+    tail: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    content: Mapped[str | None] = mapped_column(Text)
+    truncated: Mapped[bool] = mapped_column(Boolean, default=False)

@@ -1,0 +1,1 @@
+"""Business logic and queries. Routes call these; these raise ``gpuslice.manager.errors``."""

@@ -1,0 +1,134 @@
+"""The one door for session status changes: ``transition()``.
+
+It checks the move against ``LEGAL``, changes the status with a conditional UPDATE (``WHERE
+status = <the status we saw>``, so of two racing writers exactly one wins), appends the status
+history row, releases the capacity of a session leaving a holding status, and bumps its node's
+assignment version so the agent hears about it. All in the caller's transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm.attributes import set_committed_value
+
+from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import Allocation, DeviceRow, NodeRow, SessionRow, StatusHistory
+from gpuslice.manager.errors import IllegalTransition, StaleStatus
+from gpuslice.manager.events import wake_after_commit
+
+S = SessionStatus
+LEGAL: dict[SessionStatus, frozenset[SessionStatus]] = {
+    S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED, S.ERROR}),
+    S.SCHEDULED: frozenset({S.PREPARING, S.RUNNING, S.TERMINATING, S.TERMINATED, S.ERROR}),
+    S.PREPARING: frozenset({S.RUNNING, S.TERMINATING, S.TERMINATED, S.ERROR}),
+    S.RUNNING: frozenset({S.TERMINATING, S.TERMINATED, S.ERROR}),
+    S.TERMINATING: frozenset({S.TERMINATED, S.ERROR}),
+    S.TERMINATED: frozenset(),
+    S.ERROR: frozenset(),
+    S.CANCELLED: frozenset(),
+}
+
+
+async def transition(
+    db: AsyncSession, row: SessionRow, to: SessionStatus, reason: str, **values: Any
+) -> None:
+    """Move ``row`` from the status it holds now to ``to``; ``values`` are set in the same UPDATE.
+
+    Raises ``IllegalTransition`` for a move the lifecycle forbids and ``StaleStatus`` when the
+    row's status in the database is no longer ``row.status`` (someone else moved it first).
+    """
+    current = SessionStatus(row.status)
+    if to not in LEGAL[current]:
+        raise IllegalTransition(
+            f"session {row.name} is {current}; it cannot become {to}", field="status"
+        )
+    now = utcnow()
+    fields: dict[str, Any] = {"status": to, "status_reason": reason, "updated_at": now, **values}
+    if to is not S.PENDING:
+        fields.setdefault("wait_code", None)
+        fields.setdefault("queue_position", None)
+    result = await db.execute(
+        update(SessionRow)
+        .where(SessionRow.id == row.id, SessionRow.status == current)
+        .values(**fields)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise StaleStatus(f"session {row.name} changed status meanwhile; try again")
+    await _append_history(db, [row], current, to, reason, now)
+    node_id = fields.get("node_id", row.node_id)
+    releases = current in HOLDING and to not in HOLDING
+    if node_id is not None:
+        await _touch_node(db, row, node_id, releases)
+        wake_after_commit(db, "node", node_id)
+    if releases:
+        wake_after_commit(db, "scheduler")
+    for key, value in fields.items():
+        set_committed_value(row, key, value)
+
+
+async def record_created(db: AsyncSession, rows: Sequence[SessionRow], reason: str) -> None:
+    """History for new PENDING sessions (their first status is set on insert, not moved to)."""
+    await _append_history(db, rows, None, S.PENDING, reason, utcnow())
+    wake_after_commit(db, "scheduler")
+
+
+async def _append_history(
+    db: AsyncSession,
+    rows: Sequence[SessionRow],
+    from_status: SessionStatus | None,
+    to: SessionStatus,
+    reason: str,
+    at: Any,
+) -> None:
+    await db.execute(
+        insert(StatusHistory),
+        [
+            {
+                "session_id": r.id, "owner_id": r.owner_id, "from_status": from_status,
+                "to_status": to, "reason": reason, "at": at,
+            }
+            for r in rows
+        ],
+    )
+    wake_after_commit(db, "history")
+
+
+async def _touch_node(db: AsyncSession, row: SessionRow, node_id: str, release: bool) -> None:
+    # Lock order everywhere: session, then node, then devices (placements: node, devices, then
+    # a PENDING session no one else holds), so two writers never wait on each other in a cycle.
+    values: dict[str, Any] = {"assignment_version": NodeRow.assignment_version + 1}
+    if release:
+        values["cpu_used"] = NodeRow.cpu_used - row.cpu
+        values["mem_used"] = NodeRow.mem_used - row.mem
+    await db.execute(update(NodeRow).where(NodeRow.id == node_id).values(**values))
+    if release:
+        await _release_devices(db, row.id)
+
+
+async def _release_devices(db: AsyncSession, session_id: str) -> None:
+    held = (
+        await db.execute(
+            select(Allocation.id, Allocation.device_id, Allocation.gpu)
+            .where(Allocation.session_id == session_id, Allocation.released_at.is_(None))
+            .order_by(Allocation.device_id)
+        )
+    ).all()
+    for _alloc_id, device_id, gpu in held:
+        if device_id is not None:
+            await db.execute(
+                update(DeviceRow)
+                .where(DeviceRow.id == device_id)
+                .values(used=DeviceRow.used - gpu)
+            )
+    if held:
+        await db.execute(
+            update(Allocation)
+            .where(Allocation.id.in_([a for a, _, _ in held]))
+            .values(released_at=utcnow())
+        )

@@ -1,0 +1,82 @@
+"""Nodes as admins see them, and the sweep that marks silent nodes LOST."""
+
+from __future__ import annotations
+
+import logging
+from datetime import timedelta
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import selectinload
+
+from gpuslice.common.resources import fgpu_decimal
+from gpuslice.common.schemas.agents import DevicePublic, NodePublic, NodeStatus
+from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import NodeRow, SessionRow
+from gpuslice.manager.errors import StaleStatus
+from gpuslice.manager.services.lifecycle import transition
+
+log = logging.getLogger(__name__)
+NODE_LOST = "node lost"
+
+
+async def list_nodes(db: AsyncSession) -> list[NodePublic]:
+    rows = await db.scalars(
+        select(NodeRow).options(selectinload(NodeRow.devices)).order_by(NodeRow.name)
+    )
+    return [_public(n) for n in rows]
+
+
+async def sweep_lost(sessionmaker: async_sessionmaker[AsyncSession], timeout: float) -> int:
+    """Mark nodes silent for ``timeout`` seconds LOST (one UPDATE), then end their sessions.
+
+    Returns how many nodes were lost now. Sessions still holding capacity on any LOST node go to
+    ERROR "node lost" (which releases it), so a crash between the two steps heals next time.
+    """
+    cutoff = utcnow() - timedelta(seconds=timeout)
+    async with sessionmaker() as db:
+        lost = (
+            await db.execute(
+                update(NodeRow)
+                .where(NodeRow.status == NodeStatus.ALIVE, NodeRow.last_heartbeat_at < cutoff)
+                .values(status=NodeStatus.LOST)
+                .returning(NodeRow.name)
+            )
+        ).scalars().all()
+        await db.commit()
+        for name in lost:
+            log.warning("node %s missed its heartbeats for %.0f s: LOST", name, timeout)
+        stranded = (
+            await db.scalars(
+                select(SessionRow)
+                .join(NodeRow, NodeRow.id == SessionRow.node_id)
+                .where(NodeRow.status == NodeStatus.LOST, SessionRow.status.in_(list(HOLDING)))
+            )
+        ).all()
+        await db.commit()
+        db.expunge_all()
+        for row in stranded:
+            try:
+                await transition(db, row, SessionStatus.ERROR, NODE_LOST)
+                await db.commit()
+            except StaleStatus:  # it ended meanwhile: nothing left to release
+                await db.rollback()
+    return len(lost)
+
+
+def _public(row: NodeRow) -> NodePublic:
+    return NodePublic(
+        id=row.id, name=row.name, pool=row.pool, status=NodeStatus(row.status),
+        cpu=fgpu_decimal(row.cpu), mem=row.mem, cpu_used=fgpu_decimal(row.cpu_used),
+        mem_used=row.mem_used, fgpu_per_gpu=fgpu_decimal(row.device_capacity),
+        devices=[
+            DevicePublic(
+                index=d.index, uuid=d.uuid, model=d.model, mem=d.mem, sms=d.sms,
+                capacity=fgpu_decimal(d.capacity), used=fgpu_decimal(d.used),
+            )
+            for d in row.devices
+        ],
+        images=row.images, last_heartbeat_at=row.last_heartbeat_at,
+        registered_at=row.registered_at,
+    )

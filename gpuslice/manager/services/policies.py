@@ -1,0 +1,68 @@
+"""Resource policies: per-user limits on what allocated sessions hold together."""
+
+from __future__ import annotations
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpuslice.common.resources import fgpu_decimal
+from gpuslice.common.schemas.users import PolicyCreate, PolicyPublic, PolicyUpdate
+from gpuslice.manager.db.models import ResourcePolicy, User
+from gpuslice.manager.errors import Conflict, NotFound
+from gpuslice.manager.scheduler import Quota
+
+
+async def create_policy(db: AsyncSession, body: PolicyCreate) -> PolicyPublic:
+    row = ResourcePolicy(**body.model_dump())
+    db.add(row)
+    try:
+        await db.commit()
+    except IntegrityError:
+        await db.rollback()
+        raise Conflict(f"policy {body.name!r} already exists", field="name") from None
+    return public(row)
+
+
+async def list_policies(db: AsyncSession) -> list[PolicyPublic]:
+    rows = await db.scalars(select(ResourcePolicy).order_by(ResourcePolicy.name))
+    return [public(p) for p in rows]
+
+
+async def update_policy(db: AsyncSession, policy_id: str, body: PolicyUpdate) -> PolicyPublic:
+    row = await _get(db, policy_id)
+    for key, value in body.model_dump().items():
+        setattr(row, key, value)
+    await db.commit()
+    return public(row)
+
+
+async def delete_policy(db: AsyncSession, policy_id: str) -> None:
+    row = await _get(db, policy_id)
+    users = await db.scalar(select(func.count()).where(User.policy_id == policy_id))
+    if users:
+        raise Conflict(f"policy {row.name!r} is attached to {users} user(s); detach it first")
+    await db.delete(row)
+    await db.commit()
+
+
+def quota_of(policy: ResourcePolicy | None) -> Quota:
+    if policy is None:
+        return Quota()
+    return Quota(policy.max_sessions, policy.max_gpu, policy.max_cpu, policy.max_mem)
+
+
+def public(row: ResourcePolicy) -> PolicyPublic:
+    return PolicyPublic(
+        id=row.id, name=row.name, max_sessions=row.max_sessions,
+        max_gpu=None if row.max_gpu is None else fgpu_decimal(row.max_gpu),
+        max_cpu=None if row.max_cpu is None else fgpu_decimal(row.max_cpu),
+        max_mem=row.max_mem, max_priority=row.max_priority, created_at=row.created_at,
+    )
+
+
+async def _get(db: AsyncSession, policy_id: str) -> ResourcePolicy:
+    row = await db.get(ResourcePolicy, policy_id)
+    if row is None:
+        raise NotFound(f"no resource policy {policy_id}")
+    return row

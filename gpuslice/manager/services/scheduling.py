@@ -1,0 +1,172 @@
+"""The scheduling loop's pass: load the cluster, decide with the pure core, apply guarded.
+
+load (one short read) → ``schedule()`` (pure, no transaction open) → each placement in its own
+transaction through ``apply_placement`` (guarded; a lost race rolls back only that placement and
+asks for another pass) → pending reasons and queue positions written only where they changed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import bindparam, func, select, update
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.orm import selectinload
+
+from gpuslice.common.resources import Resources
+from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
+from gpuslice.manager.db.models import NodeRow, ResourcePolicy, SessionRow, User
+from gpuslice.manager.errors import StaleStatus
+from gpuslice.manager.events import Hub
+from gpuslice.manager.scheduler import (
+    Device,
+    Node,
+    PassResult,
+    Request,
+    SchedulerConfig,
+    UserState,
+    schedule,
+)
+from gpuslice.manager.services.allocation import PlacementLost, apply_placement
+from gpuslice.manager.services.policies import quota_of
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class PassStats:
+    placed: int = 0
+    conflicts: int = 0
+    waiting: int = 0
+
+
+@dataclass(slots=True)
+class Snapshot:
+    nodes: list[Node]
+    pending: dict[str, SessionRow]  # detached rows
+    users: dict[str, UserState]
+
+
+async def run_pass(
+    sessionmaker: async_sessionmaker[AsyncSession], config: SchedulerConfig, hub: Hub
+) -> PassStats:
+    """One scheduling pass. Asks for another pass at once (``hub.scheduler``) after a lost race."""
+    async with sessionmaker() as db:
+        snap = await load_snapshot(db)
+        if not snap.pending:
+            return PassStats()
+        requests = [_request(row) for row in snap.pending.values()]
+        result = schedule(requests, snap.nodes, snap.users, config, time.time())
+        stats = await _apply(db, snap, result)
+        await _write_waiting(db, snap, result)
+    if stats.conflicts:
+        hub.scheduler.set()
+    return stats
+
+
+async def load_snapshot(db: AsyncSession) -> Snapshot:
+    """Alive nodes with their used capacity, PENDING sessions, and users' quotas and usage."""
+    nodes = await alive_nodes(db)
+    pending = (
+        await db.scalars(select(SessionRow).where(SessionRow.status == SessionStatus.PENDING))
+    ).all()
+    users = await _user_states(db, {row.owner_id for row in pending}) if pending else {}
+    await db.commit()
+    db.expunge_all()  # detached: a rollback later in the pass must not expire them
+    return Snapshot(nodes, {row.id: row for row in pending}, users)
+
+
+async def _user_states(db: AsyncSession, owners: set[str]) -> dict[str, UserState]:
+    policies = (
+        await db.execute(
+            select(User.id, ResourcePolicy)
+            .join(ResourcePolicy, User.policy_id == ResourcePolicy.id)
+            .where(User.id.in_(owners))
+        )
+    ).all()
+    if not policies:
+        return {}
+    usage = (
+        await db.execute(
+            select(
+                SessionRow.owner_id, func.count(), func.sum(SessionRow.gpu),
+                func.sum(SessionRow.cpu), func.sum(SessionRow.mem),
+            )
+            .where(SessionRow.status.in_(list(HOLDING)), SessionRow.owner_id.in_(owners))
+            .group_by(SessionRow.owner_id)
+        )
+    ).all()
+    used = {o: (n, Resources(int(g), int(c), int(m))) for o, n, g, c, m in usage}
+    states: dict[str, UserState] = {}
+    for user_id, p in policies:
+        count, res = used.get(user_id, (0, Resources()))
+        states[user_id] = UserState(quota_of(p), count, res)
+    return states
+
+
+async def alive_nodes(db: AsyncSession) -> list[Node]:
+    """The schedulable nodes as the core sees them, with what is allocated on each."""
+    rows = await db.scalars(
+        select(NodeRow).where(NodeRow.status == "ALIVE").options(selectinload(NodeRow.devices))
+    )
+    return [_node(n) for n in rows]
+
+
+def _node(row: NodeRow) -> Node:
+    devices = [Device(d.index, d.uuid, d.model, d.mem, d.sms, d.used) for d in row.devices]
+    return Node(
+        row.id, row.name, row.cpu, row.mem, devices, row.device_capacity, row.cpu_used,
+        row.mem_used, row.pool,
+    )
+
+
+def _request(row: SessionRow) -> Request:
+    return Request(
+        row.id, row.owner_id, Resources(row.gpu, row.cpu, row.mem), row.created_at.timestamp(),
+        row.priority, row.gpu_model, row.pool,
+    )
+
+
+async def _apply(db: AsyncSession, snap: Snapshot, result: PassResult) -> PassStats:
+    stats = PassStats(waiting=len(result.waiting))
+    names = {n.id: n.name for n in snap.nodes}
+    for placement in result.placements:
+        row = snap.pending[placement.request_id]
+        try:
+            await apply_placement(db, placement, row, names[placement.node_id])
+            await db.commit()
+            stats.placed += 1
+        except (PlacementLost, StaleStatus, DBAPIError) as exc:
+            # DBAPIError: a deadlock or check-constraint refusal on PostgreSQL; same meaning.
+            await db.rollback()
+            stats.conflicts += 1
+            log.info("placement of %s lost a race: %s", row.id, exc)
+    return stats
+
+
+async def _write_waiting(db: AsyncSession, snap: Snapshot, result: PassResult) -> None:
+    changes = [
+        {"sid": w.request_id, "reason": w.reason, "code": str(w.code), "pos": w.position}
+        for w in result.waiting.values()
+        if _changed(snap.pending[w.request_id], w.reason, str(w.code), w.position)
+    ]
+    if not changes:
+        return
+    await db.execute(
+        update(SessionRow.__table__)
+        .where(SessionRow.id == bindparam("sid"), SessionRow.status == SessionStatus.PENDING)
+        .values(
+            status_reason=bindparam("reason"), wait_code=bindparam("code"),
+            queue_position=bindparam("pos"),
+        ),
+        changes,
+    )
+    await db.commit()
+
+
+def _changed(row: SessionRow, reason: str, code: str, position: int) -> bool:
+    return (row.status_reason, row.wait_code, row.queue_position) != (reason, code, position)
+

@@ -1,0 +1,158 @@
+"""Reading sessions: who may see which, listing, and the public shape of one session."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from decimal import ROUND_FLOOR, Decimal
+
+from sqlalchemy import Select, func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import selectinload
+
+from gpuslice.common.resources import fgpu_decimal
+from gpuslice.common.schemas.common import Page, ResourcesPublic
+from gpuslice.common.schemas.sessions import (
+    AllocationPublic,
+    PlacementPublic,
+    SessionPublic,
+    SessionResult,
+    SessionStatus,
+    SessionType,
+    StatusChange,
+)
+from gpuslice.common.schemas.users import Role
+from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, StatusHistory, User
+from gpuslice.manager.errors import Forbidden, NotFound
+
+
+def visible(stmt: Select, viewer: User) -> Select:  # type: ignore[type-arg]
+    """Restrict a query on sessions to those ``viewer`` may see: admins all, users their own."""
+    if viewer.role == Role.ADMIN:
+        return stmt
+    return stmt.where(SessionRow.owner_id == viewer.id)
+
+
+def visible_history(stmt: Select, viewer: User) -> Select:  # type: ignore[type-arg]
+    """The same rule for status-history rows (they carry their session's owner)."""
+    if viewer.role == Role.ADMIN:
+        return stmt
+    return stmt.where(StatusHistory.owner_id == viewer.id)
+
+
+async def get_visible(db: AsyncSession, viewer: User, session_id: str) -> SessionRow:
+    """The session if ``viewer`` may see it; otherwise ``NotFound`` (never "forbidden", so a user
+    cannot probe other users' session ids)."""
+    row = await db.scalar(visible(select(SessionRow).where(SessionRow.id == session_id), viewer))
+    if row is None:
+        raise NotFound(f"no session {session_id}", field="session_id")
+    return row
+
+
+async def list_sessions(
+    db: AsyncSession,
+    viewer: User,
+    *,
+    statuses: Sequence[SessionStatus] = (),
+    owner: str | None = None,
+    limit: int = 100,
+    offset: int = 0,
+) -> Page[SessionPublic]:
+    """Newest first; ``owner`` (an admin's filter) is a username or a user id."""
+    where = []
+    if statuses:
+        where.append(SessionRow.status.in_(list(statuses)))
+    if owner is not None:
+        if viewer.role != Role.ADMIN:
+            raise Forbidden("only admins filter by owner", field="owner")
+        owner_id = await db.scalar(
+            select(User.id).where((User.username == owner) | (User.id == owner))
+        )
+        where.append(SessionRow.owner_id == (owner_id or owner))
+    counted = visible(select(func.count()).select_from(SessionRow), viewer).where(*where)
+    total = await db.scalar(counted)
+    page = visible(_described(), viewer).where(*where)
+    page = page.order_by(SessionRow.created_at.desc(), SessionRow.id.desc())
+    rows = (await db.execute(page.limit(limit).offset(offset))).all()
+    items = [to_public(row, owner_name, node_name) for row, owner_name, node_name in rows]
+    await db.commit()
+    return Page(items=items, total=total or 0, limit=limit, offset=offset)
+
+
+async def describe(db: AsyncSession, session_id: str, *, history: bool = True) -> SessionPublic:
+    """One session with its placement and (by default) its whole status history."""
+    found = (await db.execute(_described().where(SessionRow.id == session_id))).one()
+    changes = None
+    if history:
+        rows = await db.scalars(
+            select(StatusHistory)
+            .where(StatusHistory.session_id == session_id)
+            .order_by(StatusHistory.id)
+        )
+        changes = [change_of(h) for h in rows]
+    await db.commit()
+    return to_public(*found, history=changes)
+
+
+async def describe_many(db: AsyncSession, ids: Sequence[str]) -> list[SessionPublic]:
+    rows = (await db.execute(_described().where(SessionRow.id.in_(list(ids))))).all()
+    await db.commit()
+    by_id = {r[0].id: to_public(*r) for r in rows}
+    return [by_id[i] for i in ids if i in by_id]
+
+
+def change_of(row: StatusHistory) -> StatusChange:
+    return StatusChange(
+        id=row.id, session_id=row.session_id,
+        from_status=SessionStatus(row.from_status) if row.from_status else None,
+        status=SessionStatus(row.to_status), reason=row.reason, at=row.at,
+    )
+
+
+def to_public(
+    row: SessionRow,
+    owner_name: str,
+    node_name: str | None,
+    history: list[StatusChange] | None = None,
+) -> SessionPublic:
+    status = SessionStatus(row.status)
+    placement = None
+    if row.node_id is not None and node_name is not None:
+        placement = PlacementPublic(
+            node_id=row.node_id, node_name=node_name,
+            devices=[_slice(a) for a in row.allocations if a.released_at is None],
+        )
+    return SessionPublic(
+        id=row.id, name=row.name, owner_id=row.owner_id, owner=owner_name, image=row.image,
+        type=SessionType(row.type), command=row.command, env=row.env, priority=row.priority,
+        resources=ResourcesPublic.of(row.gpu, row.cpu, row.mem), gpu_model=row.gpu_model,
+        status=status, status_reason=row.status_reason,
+        wait_code=row.wait_code if status is SessionStatus.PENDING else None,
+        queue_position=row.queue_position if status is SessionStatus.PENDING else None,
+        result=SessionResult(row.result) if row.result else None, exit_code=row.exit_code,
+        placement=placement, created_at=row.created_at, updated_at=row.updated_at,
+        history=history,
+    )
+
+
+def _described() -> Select:  # type: ignore[type-arg]
+    return (
+        select(SessionRow, User.username, NodeRow.name)
+        .join(User, User.id == SessionRow.owner_id)
+        .outerjoin(NodeRow, NodeRow.id == SessionRow.node_id)
+        .options(selectinload(SessionRow.allocations))
+    )
+
+
+def _slice(a: Allocation) -> AllocationPublic:
+    return AllocationPublic(
+        device_index=a.device_index, device_uuid=a.device_uuid, device_model=a.device_model,
+        gpu=fgpu_decimal(a.gpu),
+        fraction=fraction_of(a.gpu, a.device_capacity),
+        mem=a.mem, sms=a.sms,
+    )
+
+
+def fraction_of(gpu: int, device_capacity: int) -> Decimal:
+    """The share of a device a slice is (4 decimals, rounded down)."""
+    share = (Decimal(gpu) / device_capacity).quantize(Decimal("0.0001"), ROUND_FLOOR)
+    return share.normalize()

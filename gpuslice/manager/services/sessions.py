@@ -1,0 +1,132 @@
+"""Creating and destroying sessions. Scheduling happens in the loop, never in the request."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpuslice.common.schemas.sessions import (
+    FINAL,
+    PRIORITY_BOUND,
+    SessionCreate,
+    SessionPublic,
+    SessionStatus,
+)
+from gpuslice.common.schemas.users import Role
+from gpuslice.manager.db.base import new_id, utcnow
+from gpuslice.manager.db.models import ResourcePolicy, SessionRow, User
+from gpuslice.manager.errors import InvalidRequest, StaleStatus
+from gpuslice.manager.scheduler import Quota, Request, check_request
+from gpuslice.manager.services import images
+from gpuslice.manager.services.lifecycle import record_created, transition
+from gpuslice.manager.services.policies import quota_of
+from gpuslice.manager.services.scheduling import alive_nodes
+from gpuslice.manager.services.session_views import describe_many, visible
+from gpuslice.manager.settings import ManagerSettings
+
+QUEUED = "waiting for the scheduler"
+
+
+async def create_sessions(
+    db: AsyncSession, user: User, body: SessionCreate, settings: ManagerSettings
+) -> list[SessionPublic]:
+    """Validate against images, priority bound, cluster shape and quota; insert PENDING rows."""
+    policy = await db.get(ResourcePolicy, user.policy_id) if user.policy_id else None
+    _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
+    if not await images.is_known(db, body.image, settings.sessions.allowed_images):
+        raise InvalidRequest(
+            f"unknown image {body.image!r}: no node has it and it is not on the allow list "
+            "(GET /api/v1/images lists the known ones)",
+            field="image", code="unknown_image",
+        )
+    await _check_feasible(db, body, quota_of(policy), settings.nodes.device_capacity)
+    now = utcnow()
+    rows = [
+        SessionRow(
+            id=new_id(), name=_name(body, i), owner_id=user.id, image=body.image,
+            type=body.type, command=body.command, env=body.env, priority=body.priority,
+            gpu=body.resources.gpu, cpu=body.resources.cpu, mem=body.resources.mem,
+            gpu_model=body.gpu_model, status=SessionStatus.PENDING, status_reason=QUEUED,
+            created_at=now, updated_at=now,
+        )
+        for i in range(body.count)
+    ]
+    db.add_all(rows)
+    await db.flush()
+    await record_created(db, rows, "created")
+    await db.commit()
+    return await describe_many(db, [r.id for r in rows])
+
+
+async def destroy_sessions(
+    db: AsyncSession, viewer: User, ids: Sequence[str]
+) -> list[SessionPublic]:
+    """PENDING → CANCELLED at once; placed sessions → TERMINATING (their agent stops them).
+
+    Final or already terminating sessions are left as they are, so destroying is idempotent.
+    Ids the viewer may not see are ignored (and absent from the answer).
+    """
+    wanted = list(dict.fromkeys(ids))
+    reason = f"destroyed by {viewer.username}"
+    for _attempt in range(3):
+        rows = (
+            await db.scalars(visible(select(SessionRow).where(SessionRow.id.in_(wanted)), viewer))
+        ).all()
+        try:
+            for row in rows:
+                await _destroy_one(db, row, reason)
+            await db.commit()
+            break
+        except StaleStatus:  # the scheduler or the agent moved one meanwhile; look again
+            await db.rollback()
+            db.expunge_all()
+    return await describe_many(db, wanted)
+
+
+async def _destroy_one(db: AsyncSession, row: SessionRow, reason: str) -> None:
+    status = SessionStatus(row.status)
+    if status is SessionStatus.PENDING:
+        await transition(db, row, SessionStatus.CANCELLED, reason)
+    elif status not in FINAL and status is not SessionStatus.TERMINATING:
+        await transition(db, row, SessionStatus.TERMINATING, reason)
+
+
+def _check_priority(
+    user: User, policy: ResourcePolicy | None, priority: int, default_bound: int
+) -> None:
+    if user.role == Role.ADMIN:
+        bound = PRIORITY_BOUND
+    else:
+        bound = policy.max_priority if policy is not None else default_bound
+    if priority > bound:
+        raise InvalidRequest(
+            f"priority {priority} is above the highest your policy allows ({bound})",
+            field="priority", code="priority_not_allowed",
+        )
+
+
+async def _check_feasible(
+    db: AsyncSession, body: SessionCreate, quota: Quota, default_capacity: int
+) -> None:
+    nodes = await alive_nodes(db)
+    req = Request("new", "user", body.resources.to_resources(), 0.0, body.priority, body.gpu_model)
+    impossible = check_request(req, nodes, Quota(), default_capacity)
+    if impossible:
+        raise InvalidRequest(impossible, field="resources", code="impossible_request")
+    over_quota = check_request(req, nodes, quota, default_capacity)
+    if over_quota:
+        raise InvalidRequest(over_quota, field="resources", code="quota_exceeded")
+
+
+def _name(body: SessionCreate, i: int) -> str:
+    if body.name is None:
+        return f"{_image_stem(body.image)}-{new_id()[:8]}"
+    return body.name if body.count == 1 else f"{body.name}-{i + 1}"
+
+
+def _image_stem(image: str) -> str:
+    stem = image.rsplit("/", 1)[-1].split(":", 1)[0].split("@", 1)[0].lower()
+    cleaned = "".join(c if c.isalnum() else "-" for c in stem).strip("-")[:40]
+    return cleaned or "session"

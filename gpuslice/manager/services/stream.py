@@ -1,0 +1,48 @@
+"""The status stream: status-history rows as they are appended, for the sessions one may see.
+
+It reads the history table (not process memory), so it works against any manager replica and
+resumes from an event id. Caveat on PostgreSQL: ids come from a sequence, so a transaction that
+took a lower id but commits later than a higher one can be passed over; clients that need every
+change re-read the session (``GET /api/v1/sessions/{id}`` has the full history).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gpuslice.common.schemas.sessions import StatusChange
+from gpuslice.manager.db.models import StatusHistory, User
+from gpuslice.manager.events import Hub, wait_for
+from gpuslice.manager.services.session_views import change_of, visible_history
+
+BATCH = 500
+
+
+async def status_changes(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    hub: Hub,
+    viewer: User,
+    *,
+    since: int | None,
+    session_id: str | None,
+    poll: float,
+) -> AsyncIterator[StatusChange]:
+    """Changes after event ``since`` (default: from now on), forever; the caller stops it."""
+    if since is None:
+        async with sessionmaker() as db:
+            since = await db.scalar(select(func.max(StatusHistory.id))) or 0
+    while True:
+        appended = hub.history.listen()
+        async with sessionmaker() as db:
+            stmt = visible_history(select(StatusHistory), viewer).where(StatusHistory.id > since)
+            if session_id is not None:
+                stmt = stmt.where(StatusHistory.session_id == session_id)
+            rows = (await db.scalars(stmt.order_by(StatusHistory.id).limit(BATCH))).all()
+        for row in rows:
+            since = row.id
+            yield change_of(row)
+        if len(rows) < BATCH:
+            await wait_for(appended, poll)

@@ -1,0 +1,112 @@
+"""Users (admins manage them) and the first admin created at first start."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gpuslice.common.schemas.users import Role, UserCreate, UserPublic, UserUpdate
+from gpuslice.manager.db.models import ResourcePolicy, User
+from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
+from gpuslice.manager.security import hash_password, new_password
+
+log = logging.getLogger(__name__)
+CREDENTIALS_FILE = "admin-credentials"
+
+
+async def create_user(db: AsyncSession, body: UserCreate) -> UserPublic:
+    if body.policy_id is not None:
+        await _require_policy(db, body.policy_id)
+    row = User(
+        username=body.username, password_hash=await hash_password(body.password),
+        role=body.role, is_active=True, policy_id=body.policy_id,
+    )
+    db.add(row)
+    try:
+        await db.commit()
+    except IntegrityError:
+        await db.rollback()
+        raise Conflict(f"user {body.username!r} already exists", field="username") from None
+    return public(row)
+
+
+async def list_users(db: AsyncSession) -> list[UserPublic]:
+    return [public(u) for u in await db.scalars(select(User).order_by(User.username))]
+
+
+async def get_user(db: AsyncSession, user_id: str) -> User:
+    row = await db.get(User, user_id)
+    if row is None:
+        raise NotFound(f"no user {user_id}")
+    return row
+
+
+async def update_user(db: AsyncSession, user_id: str, body: UserUpdate) -> UserPublic:
+    row = await get_user(db, user_id)
+    if body.password is not None:
+        row.password_hash = await hash_password(body.password)
+    if body.role is not None:
+        row.role = body.role
+    if body.is_active is not None:
+        row.is_active = body.is_active
+    if body.clear_policy:
+        row.policy_id = None
+    elif body.policy_id is not None:
+        await _require_policy(db, body.policy_id)
+        row.policy_id = body.policy_id
+    await db.commit()
+    return public(row)
+
+
+def public(row: User) -> UserPublic:
+    return UserPublic(
+        id=row.id, username=row.username, role=Role(row.role), is_active=row.is_active,
+        policy_id=row.policy_id, created_at=row.created_at,
+    )
+
+
+async def ensure_admin(
+    sessionmaker: async_sessionmaker[AsyncSession], username: str, data_dir: Path
+) -> Path | None:
+    """On first start (no users), create an admin; its password goes to a 0600 file, not the log.
+
+    Returns the credentials file when an admin was created now.
+    """
+    async with sessionmaker() as db:
+        if await db.scalar(select(func.count()).select_from(User)):
+            return None
+        password = new_password()
+        db.add(
+            User(
+                username=username, password_hash=await hash_password(password),
+                role=Role.ADMIN, is_active=True,
+            )
+        )
+        try:
+            await db.commit()
+        except IntegrityError:  # another manager created it first
+            return None
+    path = data_dir / CREDENTIALS_FILE
+    _write_private(path, f"username: {username}\npassword: {password}\n")
+    log.warning("created admin user %r; its password is in %s (mode 0600)", username, path)
+    return path
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # the file may have existed with wider permissions
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+async def _require_policy(db: AsyncSession, policy_id: str) -> None:
+    if await db.get(ResourcePolicy, policy_id) is None:
+        raise InvalidRequest(f"no resource policy {policy_id}", field="policy_id")

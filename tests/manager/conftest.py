@@ -1,0 +1,122 @@
+"""Manager fixtures: the app with its lifespan, clients logged in as admin or as new users."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from gpuslice.manager.app import create_app
+from gpuslice.manager.services.users import CREDENTIALS_FILE
+from gpuslice.manager.settings import ManagerSettings, load_settings
+from tests.manager.fake_agent import FakeAgent
+
+IMAGE = "python:3.11"
+Client = httpx.AsyncClient
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> ManagerSettings:
+    return load_settings(
+        data_dir=tmp_path / "data",
+        database={"url": database_url},
+        scheduler={"interval": 1.0},
+        nodes={"node_timeout": 30, "sweep_interval": 0.2, "assignment_poll": 0.5},
+        sessions={"allowed_images": [IMAGE], "log_timeout": 3},
+    )
+
+
+@pytest.fixture
+async def app(settings: ManagerSettings) -> AsyncIterator[FastAPI]:
+    application = create_app(settings)
+    async with application.router.lifespan_context(application):
+        yield application
+
+
+def client_for(app: FastAPI, token: str | None = None) -> Client:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://manager", headers=headers
+    )
+
+
+@pytest.fixture
+async def anon(app: FastAPI) -> AsyncIterator[Client]:
+    async with client_for(app) as client:
+        yield client
+
+
+@pytest.fixture
+async def admin(app: FastAPI, settings: ManagerSettings, anon: Client) -> AsyncIterator[Client]:
+    lines = (settings.data_dir / CREDENTIALS_FILE).read_text().splitlines()
+    creds = dict(line.split(": ", 1) for line in lines)
+    token = await login(anon, creds["username"], creds["password"])
+    async with client_for(app, token) as client:
+        yield client
+
+
+async def login(anon: Client, username: str, password: str) -> str:
+    r = await anon.post("/api/v1/auth/login", json={"username": username, "password": password})
+    assert r.status_code == 200, r.text
+    return r.json()["access_token"]
+
+
+UserFactory = Callable[..., Awaitable[Client]]
+
+
+@pytest.fixture
+async def make_user(app: FastAPI, admin: Client, anon: Client) -> AsyncIterator[UserFactory]:
+    """Create a user (optionally with a policy) and return a client logged in as them."""
+    clients: list[Client] = []
+    counter = iter(range(1, 1000))
+
+    async def make(
+        username: str | None = None, *, role: str = "user", policy: dict[str, Any] | None = None
+    ) -> Client:
+        name = username or f"user{next(counter)}"
+        body: dict[str, Any] = {"username": name, "password": "password-" + name, "role": role}
+        if policy is not None:
+            r = await admin.post("/api/v1/policies", json={"name": f"p-{name}", **policy})
+            assert r.status_code == 201, r.text
+            body["policy_id"] = r.json()["id"]
+        r = await admin.post("/api/v1/users", json=body)
+        assert r.status_code == 201, r.text
+        client = client_for(app, await login(anon, name, "password-" + name))
+        clients.append(client)
+        return client
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+AgentFactory = Callable[..., Awaitable[FakeAgent]]
+
+
+@pytest.fixture
+async def make_agent(app: FastAPI, admin: Client) -> AsyncIterator[AgentFactory]:
+    """Start an in-process fake agent: registers, heartbeats and follows its assignments."""
+    agents: list[FakeAgent] = []
+
+    async def make(name: str = "node-1", **kwargs: Any) -> FakeAgent:
+        r = await admin.post("/api/v1/join-tokens", json={"name": f"join-{name}"})
+        assert r.status_code == 201, r.text
+        agent = FakeAgent(client_for(app), r.json()["token"], name, **kwargs)
+        await agent.start()
+        agents.append(agent)
+        return agent
+
+    yield make
+    for agent in agents:
+        await agent.stop()
+
+
+async def create(client: Client, expect: int = 201, **body: Any) -> Any:
+    body.setdefault("image", IMAGE)
+    r = await client.post("/api/v1/sessions", json=body)
+    assert r.status_code == expect, r.text
+    return r.json()

@@ -1,0 +1,112 @@
+"""An in-process node agent for tests: speaks the agent API, runs nothing.
+
+It registers with a join token, sends heartbeats, follows its assignments by long-poll, reports
+PREPARING then RUNNING for new sessions and TERMINATED for sessions to stop, and answers log
+requests. The only fake in the manager's tests (there is no container runtime here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import httpx
+
+GiB = 1024**3
+
+
+def gpu(index: int, model: str = "Mock A100", mem: int = 40 * GiB) -> dict[str, Any]:
+    return {"index": index, "uuid": f"GPU-mock-{index}", "model": model, "mem": mem, "sms": 108}
+
+
+class FakeAgent:
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        join_token: str,
+        name: str,
+        *,
+        devices: list[dict[str, Any]] | None = None,
+        cpu: int = 64_000,
+        mem: int = 256 * GiB,
+        images: list[str] | None = None,
+        fgpu_per_gpu: float | None = None,
+        auto_run: bool = True,
+    ) -> None:
+        self.client = client
+        self.join_token = join_token
+        self.name = name
+        self.devices = devices if devices is not None else [gpu(0)]
+        self.cpu, self.mem = cpu, mem
+        self.images = images or ["python:3.11"]
+        self.fgpu_per_gpu = fgpu_per_gpu
+        self.auto_run = auto_run
+        self.node_id = ""
+        self.running: set[str] = set()
+        self.seen: list[dict[str, Any]] = []  # every assignments answer
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        body: dict[str, Any] = {"join_token": self.join_token, "name": self.name}
+        if self.fgpu_per_gpu is not None:
+            body["fgpu_per_gpu"] = self.fgpu_per_gpu
+        r = await self.client.post("/api/v1/agents/register", json=body)
+        r.raise_for_status()
+        self.node_id = r.json()["node_id"]
+        self.client.headers["Authorization"] = f"Bearer {r.json()['credential']}"
+        await self.heartbeat()
+        self._task = asyncio.create_task(self._follow())
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await self.client.aclose()
+
+    async def heartbeat(self) -> dict[str, Any]:
+        r = await self.client.post(
+            "/api/v1/agents/me/heartbeat",
+            json={
+                "cpu": self.cpu, "mem": self.mem, "devices": self.devices,
+                "images": self.images, "running": sorted(self.running),
+            },
+        )
+        r.raise_for_status()
+        return r.json()
+
+    async def report(self, session_id: str, status: str, **extra: Any) -> httpx.Response:
+        return await self.client.post(
+            f"/api/v1/agents/me/sessions/{session_id}/state", json={"status": status, **extra}
+        )
+
+    async def _follow(self) -> None:
+        version: int | None = None
+        while True:
+            params: dict[str, Any] = {"wait": 5}
+            if version is not None:
+                params["since"] = version
+            r = await self.client.get("/api/v1/agents/me/assignments", params=params)
+            r.raise_for_status()
+            answer = r.json()
+            self.seen.append(answer)
+            version = answer["version"]
+            if self.auto_run:
+                await self._reconcile(answer)
+
+    async def _reconcile(self, answer: dict[str, Any]) -> None:
+        for item in answer["sessions"]:
+            sid = item["session_id"]
+            if item["desired"] == "stopped":
+                self.running.discard(sid)
+                await self.report(sid, "TERMINATED", reason="stopped")
+            elif item["status"] == "SCHEDULED":
+                await self.report(sid, "PREPARING")
+                self.running.add(sid)
+                await self.report(sid, "RUNNING")
+        for req in answer["log_requests"]:
+            await self.client.put(
+                f"/api/v1/agents/me/logs/{req['id']}",
+                json={"logs": f"hello from {req['session_id']} (tail {req['tail']})\n"},
+            )
