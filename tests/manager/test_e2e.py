@@ -1,0 +1,94 @@
+"""The users' scenario through the HTTP API, with an in-process fake agent reporting RUNNING."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from tests.manager.conftest import AgentFactory, Client, create
+from tests.manager.fake_agent import gpu
+
+
+async def wait_status(
+    client: Client, session_id: str, statuses: set[str], timeout: float = 5.0
+) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = (await client.get(f"/api/v1/sessions/{session_id}")).json()
+        if body["status"] in statuses or time.monotonic() > deadline:
+            return body
+        await asyncio.sleep(0.02)
+
+
+async def wait_until(
+    client: Client, ids: list[str], done: Any, timeout: float = 5.0
+) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + timeout
+    while True:
+        states = [(await client.get(f"/api/v1/sessions/{i}")).json() for i in ids]
+        if done(states) or time.monotonic() > deadline:
+            return states
+        await asyncio.sleep(0.02)
+
+
+def _count(states: list[dict[str, Any]], status: str) -> int:
+    return sum(s["status"] == status for s in states)
+
+
+async def test_two_fgpu_three_sessions_then_destroy_one(
+    admin: Client, make_agent: AgentFactory, make_user: Any
+) -> None:
+    await make_agent("node-1", devices=[gpu(0)], fgpu_per_gpu=2)  # 2 fGPU of capacity
+    alice = await make_user("alice")
+
+    created = await create(alice, count=3, resources={"gpu": 1, "cpu": 1, "mem": "1g"})
+    assert [s["status"] for s in created] == ["PENDING"] * 3
+    ids = [s["id"] for s in created]
+
+    states = await wait_until(alice, ids, lambda s: _count(s, "RUNNING") == 2 and all(
+        x["status"] != "PENDING" or x["queue_position"] for x in s
+    ))
+    running = [s for s in states if s["status"] == "RUNNING"]
+    pending = [s for s in states if s["status"] == "PENDING"]
+    assert len(running) == 2 and len(pending) == 1
+    waiting = pending[0]
+    assert waiting["wait_code"] == "capacity"
+    assert "fGPU" in waiting["status_reason"], waiting["status_reason"]
+    assert waiting["queue_position"] == 1
+    placed = running[0]["placement"]
+    assert placed["node_name"] == "node-1"
+    assert placed["devices"][0]["fraction"] == 0.5
+    assert placed["devices"][0]["mem"] == 20 * 1024**3
+    history = [h["status"] for h in running[0]["history"]]
+    assert history == ["PENDING", "SCHEDULED", "PREPARING", "RUNNING"]
+
+    started = time.monotonic()
+    r = await alice.delete(f"/api/v1/sessions/{running[0]['id']}")
+    assert r.status_code == 200 and r.json()["status"] == "TERMINATING"
+    last = await wait_status(alice, pending[0]["id"], {"SCHEDULED", "RUNNING"}, timeout=1.0)
+    elapsed = time.monotonic() - started
+    assert last["status"] in {"SCHEDULED", "RUNNING"}, last
+    assert elapsed < 1.0
+    gone = await wait_status(alice, running[0]["id"], {"TERMINATED"})
+    assert gone["status"] == "TERMINATED"
+    assert gone["placement"]["devices"] == []  # released
+
+    nodes = (await admin.get("/api/v1/nodes")).json()
+    assert nodes[0]["devices"][0]["used"] == 2.0  # two sessions of 1 fGPU
+
+
+async def test_logs_come_from_the_agent(make_agent: AgentFactory, admin: Client) -> None:
+    await make_agent("node-1")
+    [session] = await create(admin, resources={"gpu": 0.5})
+    await wait_status(admin, session["id"], {"RUNNING"})
+    r = await admin.get(f"/api/v1/sessions/{session['id']}/logs", params={"tail": 50})
+    assert r.status_code == 200, r.text
+    assert r.json()["logs"] == f"hello from {session['id']} (tail 50)\n"
+
+
+async def test_logs_of_a_pending_session_are_a_clear_conflict(admin: Client) -> None:
+    [session] = await create(admin, resources={"gpu": 0.5})
+    r = await admin.get(f"/api/v1/sessions/{session['id']}/logs")
+    assert r.status_code == 409
+    assert r.json()["code"] == "no_logs"

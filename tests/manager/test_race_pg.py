@@ -1,0 +1,139 @@
+"""Two managers' schedulers race on one PostgreSQL: no device is ever over-allocated."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from sqlalchemy import func, insert, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gpuslice.common.schemas.sessions import HOLDING
+from gpuslice.manager.db import migrate
+from gpuslice.manager.db.engine import make_engine, make_sessionmaker
+from gpuslice.manager.db.models import Allocation, DeviceRow, NodeRow, SessionRow, User
+from gpuslice.manager.events import Hub
+from gpuslice.manager.scheduler import Policy, SchedulerConfig, Strategy
+from gpuslice.manager.services.scheduling import PassStats, run_pass
+from tests.conftest import pg_url
+
+pytestmark = pytest.mark.pg
+GiB = 1024**3
+NODES, DEVICES, REQUESTS = 8, 4, 200
+
+
+@pytest.mark.skipif(pg_url() is None, reason="needs PostgreSQL: set GPUSLICE_TEST_PG")
+async def test_two_schedulers_never_over_allocate(database_url: str) -> None:
+    managers = [make_engine(database_url, pool_size=5) for _ in range(2)]
+    try:
+        await migrate.upgrade(managers[0])
+        makers = [make_sessionmaker(engine, Hub()) for engine in managers]
+        await _seed(makers[0])
+        over: list[str] = []
+        done = asyncio.Event()
+        watcher = asyncio.create_task(_watch(makers[0], over, done))
+        configs = [
+            SchedulerConfig(Policy.FIFO, Strategy.BINPACK),
+            SchedulerConfig(Policy.BACKFILL, Strategy.SPREAD),
+        ]
+        stats = await asyncio.gather(
+            *(_until_idle(m, c) for m, c in zip(makers, configs, strict=True))
+        )
+        done.set()
+        await watcher
+        assert over == []
+        await _check_final(makers[0])
+        placed = sum(s.placed for run in stats for s in run)
+        conflicts = sum(s.conflicts for run in stats for s in run)
+        assert placed > 0 and all(any(s.placed for s in run) for run in stats)
+        print(f"placed={placed} lost_races={conflicts}")
+    finally:
+        for engine in managers:
+            await engine.dispose()
+
+
+async def _until_idle(
+    maker: async_sessionmaker[AsyncSession], config: SchedulerConfig
+) -> list[PassStats]:
+    hub = Hub()
+    runs = []
+    while True:
+        stats = await run_pass(maker, config, hub)
+        runs.append(stats)
+        if not stats.placed and not stats.conflicts:
+            return runs
+
+
+async def _seed(maker: async_sessionmaker[AsyncSession]) -> None:
+    rng = random.Random(7)
+    now = datetime.now(UTC)
+    async with maker() as db:
+        user = User(username="racer", password_hash="-", role="user", is_active=True)
+        db.add(user)
+        await db.flush()
+        for n in range(NODES):
+            node = NodeRow(
+                name=f"n{n}", credential_hash=f"{n:064d}", status="ALIVE", device_capacity=1000,
+                cpu=64_000, mem=512 * GiB, images=[], usage={}, last_heartbeat_at=now,
+            )
+            db.add(node)
+            await db.flush()
+            for i in range(DEVICES):
+                db.add(DeviceRow(
+                    node_id=node.id, index=i, uuid=f"GPU-{n}-{i}", model="Mock", mem=40 * GiB,
+                    sms=100, capacity=1000, used=0,
+                ))
+        await db.execute(insert(SessionRow), [
+            {
+                "name": f"s{i}", "owner_id": user.id, "image": "python:3.11", "type": "batch",
+                "env": {}, "priority": 0, "pool": "default",
+                "gpu": rng.choice([250, 500, 1000, 2000]), "cpu": 1000, "mem": GiB,
+                "status": "PENDING", "status_reason": "",
+                "created_at": now + timedelta(milliseconds=i), "updated_at": now,
+            }
+            for i in range(REQUESTS)
+        ])
+        await db.commit()
+
+
+async def _watch(
+    maker: async_sessionmaker[AsyncSession], over: list[str], done: asyncio.Event
+) -> None:
+    """Sample the allocations during the race: no device may ever hold more than its capacity."""
+    while not done.is_set():
+        async with maker() as db:
+            rows = await db.execute(
+                select(DeviceRow.uuid, DeviceRow.capacity, func.sum(Allocation.gpu))
+                .join(Allocation, Allocation.device_id == DeviceRow.id)
+                .where(Allocation.released_at.is_(None))
+                .group_by(DeviceRow.id)
+            )
+            over.extend(f"{uuid}: {held}/{cap}" for uuid, cap, held in rows if held > cap)
+        await asyncio.sleep(0.005)
+
+
+async def _check_final(maker: async_sessionmaker[AsyncSession]) -> None:
+    async with maker() as db:
+        for device in await db.scalars(select(DeviceRow)):
+            held = await db.scalar(
+                select(func.coalesce(func.sum(Allocation.gpu), 0)).where(
+                    Allocation.device_id == device.id, Allocation.released_at.is_(None)
+                )
+            )
+            assert held == device.used <= device.capacity, device.uuid
+        for node in await db.scalars(select(NodeRow)):
+            cpu = await db.scalar(
+                select(func.coalesce(func.sum(SessionRow.cpu), 0)).where(
+                    SessionRow.node_id == node.id, SessionRow.status.in_(list(HOLDING))
+                )
+            )
+            assert cpu == node.cpu_used <= node.cpu, node.name
+        # Each placed session holds exactly the fGPU it asked for, once.
+        placed = await db.execute(
+            select(SessionRow.gpu, func.sum(Allocation.gpu))
+            .join(Allocation, Allocation.session_id == SessionRow.id)
+            .group_by(SessionRow.id)
+        )
+        assert all(asked == held for asked, held in placed)
