@@ -70,10 +70,12 @@ async def destroy_sessions(
     """
     wanted = list(dict.fromkeys(ids))
     reason = f"destroyed by {viewer.username}"
+    mine: list[str] = []
     for _attempt in range(3):
         rows = (
             await db.scalars(visible(select(SessionRow).where(SessionRow.id.in_(wanted)), viewer))
         ).all()
+        mine = [row.id for row in rows]
         try:
             for row in rows:
                 await _destroy_one(db, row, reason)
@@ -82,7 +84,7 @@ async def destroy_sessions(
         except StaleStatus:  # the scheduler or the agent moved one meanwhile; look again
             await db.rollback()
             db.expunge_all()
-    return await describe_many(db, wanted)
+    return await describe_many(db, [i for i in wanted if i in mine])
 
 
 async def _destroy_one(db: AsyncSession, row: SessionRow, reason: str) -> None:
