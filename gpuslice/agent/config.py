@@ -37,8 +37,10 @@ ENV_PREFIX = "GPUSLICE_AGENT_"
 
 
 def _mem(value: object) -> int:
+    if value in (0, "0"):
+        return 0
     try:
-        return parse_mem(value, field="memory", minimum=0 if value in (0, "0") else 1)
+        return parse_mem(value, field="memory")
     except ResourceError as exc:
         raise ValueError(exc.message) from None
 
@@ -123,6 +125,12 @@ class AgentSettings(BaseSettings):
     reserved_mem: int = Field(
         default=1024**3, ge=0, description="Memory kept for the host, bytes (config: size, 1g)."
     )
+    watchdog_tolerance: int = Field(
+        default=0,
+        ge=0,
+        description="GPU memory a session may hold beyond its slice before the watchdog stops "
+        "it (config: a size, e.g. 256m), e.g. for CUDA context overhead outside framework caps.",
+    )
     pids_limit: int = Field(default=4096, ge=64, le=4_194_304, description="Per-session pids.")
     stop_grace_s: int = Field(
         default=10, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL on stop."
@@ -153,7 +161,7 @@ class AgentSettings(BaseSettings):
         except ResourceError as exc:
             raise ValueError(exc.message) from None
 
-    @field_validator("reserved_mem", mode="before")
+    @field_validator("reserved_mem", "watchdog_tolerance", mode="before")
     @classmethod
     def _parse_reserved_mem(cls, value: object) -> int:
         return _mem(value)

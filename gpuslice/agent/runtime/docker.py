@@ -1,0 +1,394 @@
+"""Session containers through the Docker Engine API (aiodocker), keyed by session id.
+
+Every operation is idempotent and looks the container up by its labels first, so the runtime
+keeps nothing in memory that matters: a fresh object on a restarted agent sees exactly what
+the old one did. A session's container is named ``gpuslice-<session id>``, so even two agents
+racing cannot create a second one: Docker refuses the name (409) and the loser adopts.
+
+When dockerd goes away, calls raise :class:`DockerUnavailable` (after one quick retry for a
+stale pooled connection); :meth:`DockerRuntime.events` reconnects by itself with backoff and
+announces each (re)connection, and :meth:`DockerRuntime.wait_ready` waits for the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import aiodocker
+import aiohttp
+
+from gpuslice.agent.runtime.engine import (
+    CONNECTION_FAILED,
+    event_lines,
+    files_archive,
+    one_shot_stats,
+    parse_stats,
+)
+from gpuslice.agent.runtime.models import (
+    ContainerRuntimeError,
+    ContainerState,
+    ContainerStats,
+    DockerUnavailable,
+    ExecResult,
+    ImageNotFound,
+    RuntimeEvent,
+    SessionNotFound,
+)
+from gpuslice.agent.runtime.spec import (
+    LABEL_NODE,
+    LABEL_SESSION,
+    ContainerSpec,
+    container_name,
+)
+
+T = TypeVar("T")
+_EVENTS = ("start", "die", "oom", "destroy")
+_CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError)
+
+
+class Backoff:
+    """Exponential delays with jitter: 0.2 s, 0.4 s, ... up to ``maximum``."""
+
+    def __init__(self, initial: float = 0.2, maximum: float = 5.0) -> None:
+        self.initial = initial
+        self.maximum = maximum
+        self._next = initial
+
+    def reset(self) -> None:
+        self._next = self.initial
+
+    async def sleep(self) -> None:
+        delay = self._next * random.uniform(0.8, 1.2)
+        self._next = min(self.maximum, self._next * 2)
+        await asyncio.sleep(delay)
+
+
+class DockerRuntime:
+    """Runs a node's session containers. Use as ``async with DockerRuntime(node_name=...)``."""
+
+    def __init__(
+        self, *, node_name: str, docker_url: str | None = None, request_timeout: float = 60.0
+    ) -> None:
+        self.node_name = node_name
+        self._url = docker_url
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=10, sock_read=request_timeout
+        )
+        self._docker: aiodocker.Docker | None = None
+
+    async def __aenter__(self) -> DockerRuntime:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._docker is not None:
+            docker, self._docker = self._docker, None
+            await docker.close()
+
+    # ------------------------------------------------------------------ engine
+
+    async def ping(self) -> bool:
+        """Whether the engine answers now."""
+        try:
+            await self._call(lambda d: d.version())
+        except DockerUnavailable:
+            return False
+        return True
+
+    async def wait_ready(self, timeout: float) -> None:
+        """Wait (with backoff) until the engine answers; DockerUnavailable after ``timeout``."""
+        backoff = Backoff()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not await self.ping():
+            if loop.time() >= deadline:
+                raise DockerUnavailable(f"Docker Engine did not answer within {timeout:.0f}s")
+            await backoff.sleep()
+
+    async def image_env(self, image: str) -> list[str]:
+        """The image's ``Env``; :class:`ImageNotFound` if it is not on this node."""
+        try:
+            info = await self._call(lambda d: d.images.inspect(image))
+        except aiodocker.DockerError as exc:
+            if exc.status == 404:
+                raise ImageNotFound(image) from None
+            raise
+        return list((info.get("Config") or {}).get("Env") or [])
+
+    async def has_image(self, image: str) -> bool:
+        try:
+            await self.image_env(image)
+        except ImageNotFound:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ sessions
+
+    async def ensure_running(self, spec: ContainerSpec) -> ContainerState:
+        """Make the session's container exist and run; adopt one that already does.
+
+        A finished batch container is left as it is (its exit code is the result: a batch
+        never runs twice). A stopped interactive one is started again.
+        """
+        state = await self.find(spec.session_id)
+        if state is None:
+            state = await self._create(spec)
+        if state.status == "created":
+            await self._put_files(state.container_id, spec)  # again: a crash may have cut it
+            return await self._start(state)
+        if state.finished and spec.session_type == "interactive":
+            return await self._start(state)
+        return state
+
+    async def find(self, session_id: str) -> ContainerState | None:
+        """The session's container on this node, or ``None``."""
+        found = await self._list({"label": [f"{LABEL_SESSION}={session_id}", self._node_label]})
+        if not found:
+            return None
+        name = container_name(session_id)
+        found.sort(key=lambda s: s.name != name)  # the named one first: it is the real one
+        return found[0]
+
+    async def list_managed(self) -> list[ContainerState]:
+        """Every session container of this node, running or not, from Docker's labels."""
+        return await self._list({"label": [LABEL_SESSION, self._node_label]})
+
+    async def stop(self, session_id: str, grace_s: int = 10) -> ContainerState | None:
+        """SIGTERM, then SIGKILL after ``grace_s``. ``None`` when there is no container."""
+        state = await self.find(session_id)
+        if state is None:
+            return None
+        if state.running:
+            try:
+                await self._call(
+                    lambda d: d.containers.container(state.container_id).stop(t=grace_s)
+                )
+            except aiodocker.DockerError as exc:
+                if exc.status not in (304, 404):  # already stopped / gone meanwhile
+                    raise
+        return await self.find(session_id)
+
+    async def remove(self, session_id: str) -> bool:
+        """Remove the container (killing it if needed). ``False`` when there was none."""
+        state = await self.find(session_id)
+        if state is None:
+            return False
+        await self.remove_container(state.container_id)
+        return True
+
+    async def remove_container(self, container_id: str) -> None:
+        """Remove one container by id (e.g. a stray duplicate), killing it if needed."""
+        try:
+            await self._call(
+                lambda d: d.containers.container(container_id).delete(force=True, v=True)
+            )
+        except aiodocker.DockerError as exc:
+            if exc.status not in (404, 409):  # gone, or removal already in progress
+                raise
+
+    async def logs(self, session_id: str, *, tail: int | None = None) -> str:
+        """stdout and stderr so far (the last ``tail`` lines), interleaved as written."""
+        container = await self._container(session_id)
+        chunks = await self._call(
+            lambda d: container.log(stdout=True, stderr=True, tail=tail if tail else "all")
+        )
+        return "".join(chunks)
+
+    async def follow_logs(self, session_id: str, *, tail: int | None = None) -> AsyncIterator[str]:
+        """stdout and stderr as they are written; ends when the container stops."""
+        container = await self._container(session_id)
+        stream = container.log(stdout=True, stderr=True, follow=True, tail=tail if tail else "all")
+        try:
+            async for chunk in stream:
+                yield chunk
+        except _CONNECTION_ERRORS as exc:
+            raise DockerUnavailable(f"log stream of {session_id} broke: {exc}") from exc
+
+    async def exec(
+        self,
+        session_id: str,
+        cmd: Sequence[str],
+        *,
+        user: str | None = None,
+        timeout: float = 60.0,
+    ) -> ExecResult:
+        """Run ``cmd`` in the running session (as the session's user unless ``user``)."""
+        container = await self._container(session_id)
+        execution = await self._call(
+            lambda d: container.exec(list(cmd), stdout=True, stderr=True, user=user or "")
+        )
+        out: list[bytes] = []
+        err: list[bytes] = []
+        async with asyncio.timeout(timeout):
+            async with execution.start(detach=False) as stream:
+                while (message := await stream.read_out()) is not None:
+                    (err if message.stream == 2 else out).append(message.data)
+            info = await self._call(lambda d: execution.inspect())
+        return ExecResult(
+            exit_code=int(info.get("ExitCode") or 0),
+            stdout=b"".join(out).decode(errors="replace"),
+            stderr=b"".join(err).decode(errors="replace"),
+        )
+
+    async def stats(self, session_id: str) -> ContainerStats | None:
+        """One usage reading of a running session; ``None`` if it does not run."""
+        state = await self.find(session_id)
+        if state is None or state.status != "running":
+            return None
+        raw = await self._call(lambda d: one_shot_stats(d, state.container_id))
+        return parse_stats(session_id, raw)
+
+    async def stats_all(self) -> dict[str, ContainerStats]:
+        """A reading of every running session container, taken concurrently."""
+        running = [s for s in await self.list_managed() if s.status == "running"]
+
+        async def read(state: ContainerState) -> ContainerStats | None:
+            try:
+                raw = await self._call(lambda d: one_shot_stats(d, state.container_id))
+            except aiodocker.DockerError:
+                return None  # it stopped between the listing and the reading
+            return parse_stats(state.session_id, raw)
+
+        readings = await asyncio.gather(*(read(s) for s in running))
+        return {r.session_id: r for r in readings if r is not None}
+
+    async def events(self) -> AsyncIterator[RuntimeEvent]:
+        """Container start/die/oom/destroy events of this node's sessions, forever.
+
+        Reconnects with backoff when dockerd goes away; every successful (re)connection yields
+        a ``connected`` event, every loss a ``disconnected`` one.
+        """
+        filters = {"type": ["container"], "event": list(_EVENTS), "label": [self._node_label]}
+        backoff = Backoff()
+        while True:
+            connected = False
+            try:
+                async for raw in event_lines(self._client(), filters):
+                    if raw is None:
+                        connected = True
+                        backoff.reset()
+                        yield RuntimeEvent(kind="connected")
+                    elif (event := _to_event(raw)) is not None:
+                        yield event
+                detail = "event stream ended"
+            except (aiodocker.DockerError, *_CONNECTION_ERRORS, OSError) as exc:
+                detail = str(exc)
+            if connected:
+                yield RuntimeEvent(kind="disconnected", detail=detail)
+            await backoff.sleep()
+
+    # ------------------------------------------------------------------ internals
+
+    @property
+    def _node_label(self) -> str:
+        return f"{LABEL_NODE}={self.node_name}"
+
+    def _client(self) -> aiodocker.Docker:
+        if self._docker is None:
+            self._docker = aiodocker.Docker(url=self._url, timeout=self._timeout)
+        return self._docker
+
+    async def _call(self, op: Callable[[aiodocker.Docker], Awaitable[T]]) -> T:
+        """Run ``op``; a lost connection is retried once (stale keep-alive after a dockerd
+        restart), then reported as :class:`DockerUnavailable`."""
+        for attempt in (1, 2):
+            try:
+                return await op(self._client())
+            except aiodocker.DockerError as exc:
+                if exc.status != CONNECTION_FAILED:
+                    raise
+                failure: Exception = exc
+            except _CONNECTION_ERRORS as exc:
+                failure = exc
+            if attempt == 1:
+                await asyncio.sleep(0.05)
+        raise DockerUnavailable(f"Docker Engine unreachable: {failure}") from failure
+
+    async def _list(self, filters: dict[str, list[str]]) -> list[ContainerState]:
+        listed = await self._call(
+            lambda d: d.containers.list(all=True, filters=json.dumps(filters))
+        )
+
+        async def inspect(
+            container: aiodocker.containers.DockerContainer,
+        ) -> ContainerState | None:
+            try:
+                return ContainerState.from_inspect(await self._call(lambda d: container.show()))
+            except aiodocker.DockerError as exc:
+                if exc.status == 404:
+                    return None  # removed between the listing and the inspection
+                raise
+
+        states = await asyncio.gather(*(inspect(c) for c in listed))
+        return [s for s in states if s is not None]
+
+    async def _container(self, session_id: str) -> aiodocker.containers.DockerContainer:
+        state = await self.find(session_id)
+        if state is None:
+            raise SessionNotFound(session_id)
+        return self._client().containers.container(state.container_id)
+
+    async def _create(self, spec: ContainerSpec) -> ContainerState:
+        config = spec.create_config(await self.image_env(spec.image))
+        for host_dir in spec.host_dirs:
+            await asyncio.to_thread(_make_host_dir, host_dir.path, host_dir.uid, host_dir.gid)
+        try:
+            container = await self._call(
+                lambda d: d.containers.create(config=config, name=spec.name)
+            )
+        except aiodocker.DockerError as exc:
+            if exc.status != 409:
+                raise ContainerRuntimeError(f"creating {spec.name} failed: {exc.message}") from exc
+            # Another agent (or a retried request) created it first: adopt that one.
+            existing = await self.find(spec.session_id)
+            if existing is None:
+                raise ContainerRuntimeError(
+                    f"{spec.name} exists but carries no session label of node {self.node_name}"
+                ) from exc
+            return existing
+        await self._put_files(container.id, spec)
+        return ContainerState.from_inspect(await self._call(lambda d: container.show()))
+
+    async def _put_files(self, container_id: str, spec: ContainerSpec) -> None:
+        archive = files_archive(spec.files())
+        await self._call(lambda d: d.containers.container(container_id).put_archive("/", archive))
+
+    async def _start(self, state: ContainerState) -> ContainerState:
+        container = self._client().containers.container(state.container_id)
+        try:
+            await self._call(lambda d: container.start())
+        except aiodocker.DockerError as exc:
+            if exc.status != 304:  # 304: already started
+                raise ContainerRuntimeError(
+                    f"starting {state.name} failed: {exc.message}"
+                ) from exc
+        return ContainerState.from_inspect(await self._call(lambda d: container.show()))
+
+
+def _to_event(raw: dict[str, Any]) -> RuntimeEvent | None:
+    action = str(raw.get("Action") or raw.get("status") or "")
+    kind = action.split(":", 1)[0]
+    if kind not in _EVENTS:
+        return None
+    actor = raw.get("Actor") or {}
+    attributes = actor.get("Attributes") or {}
+    code = attributes.get("exitCode")
+    return RuntimeEvent(
+        kind=kind,  # type: ignore[arg-type]  # checked against _EVENTS above
+        session_id=str(attributes.get(LABEL_SESSION, "")),
+        container_id=str(actor.get("ID") or raw.get("id") or ""),
+        exit_code=int(code) if code is not None and str(code).lstrip("-").isdigit() else None,
+    )
+
+
+def _make_host_dir(path: str, uid: int, gid: int) -> None:
+    os.makedirs(path, mode=0o700, exist_ok=True)
+    os.chown(path, uid, gid)
+    os.chmod(path, 0o700)

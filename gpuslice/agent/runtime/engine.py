@@ -1,0 +1,104 @@
+"""The few Engine API calls aiodocker has no public method for, and parsing their answers.
+
+Kept in one module so an aiodocker upgrade has one place to check: the event stream (with
+filters, read line by line so a reconnect can follow), one-shot stats, and file upload.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import tarfile
+from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
+from pathlib import PurePosixPath
+from typing import Any
+
+import aiodocker
+import aiohttp
+
+from gpuslice.agent.runtime.models import ContainerStats
+
+#: aiodocker's status for "could not connect" (no HTTP answer at all).
+CONNECTION_FAILED = 900
+_NO_TIMEOUT = aiohttp.ClientTimeout(total=None, sock_read=None, sock_connect=10)
+_RFC3339 = re.compile(r"^(?P<head>[^.Z+]+?)(?:\.(?P<frac>\d+))?(?P<tz>Z|[+-]\d\d:\d\d)?$")
+
+
+async def event_lines(
+    docker: aiodocker.Docker, filters: Mapping[str, list[str]]
+) -> AsyncIterator[dict[str, Any] | None]:
+    """Docker's event stream as dicts. Yields ``None`` first, once the stream is open."""
+    params = {"filters": json.dumps(filters)}
+    async with docker._query("events", "GET", params=params, timeout=_NO_TIMEOUT) as response:
+        yield None
+        async for line in response.content:
+            if line.strip():
+                yield json.loads(line)
+
+
+async def one_shot_stats(docker: aiodocker.Docker, container_id: str) -> dict[str, Any]:
+    """One stats reading without the one-second wait for a second sample (API 1.41+)."""
+    result = await docker._query_json(
+        f"containers/{container_id}/stats", params={"stream": "false", "one-shot": "true"}
+    )
+    return dict(result)
+
+
+def parse_stats(session_id: str, raw: Mapping[str, Any]) -> ContainerStats:
+    """Docker stats → usage, memory as `docker stats` counts it (minus inactive page cache)."""
+    memory = raw.get("memory_stats") or {}
+    details = memory.get("stats") or {}
+    inactive = details.get("total_inactive_file", details.get("inactive_file", 0))
+    used = max(0, int(memory.get("usage", 0)) - int(inactive))
+    cpu = ((raw.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage", 0)
+    return ContainerStats(
+        session_id=session_id,
+        read_at=_timestamp(str(raw.get("read", ""))),
+        cpu_ns=int(cpu),
+        memory_used=used,
+        memory_limit=int(memory.get("limit", 0)),
+        pids=int((raw.get("pids_stats") or {}).get("current", 0)),
+    )
+
+
+def files_archive(files: Mapping[str, bytes]) -> bytes:
+    """A tar of ``files`` (absolute paths) to unpack at ``/``: root-owned, read-only to users.
+
+    Directories are created for gpuslice's own parents only (``/etc/gpuslice``, ...), never
+    for system ones like ``/etc``, whose modes the image decides.
+    """
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        made: set[str] = set()
+        for path, content in sorted(files.items()):
+            relative = PurePosixPath(path).relative_to("/")
+            for parent in reversed(relative.parents[:-1]):
+                name = str(parent)
+                if "gpuslice" in name and name not in made:
+                    made.add(name)
+                    tar.addfile(_entry(name, tarfile.DIRTYPE, 0o755))
+            info = _entry(str(relative), tarfile.REGTYPE, 0o644)
+            info.size = len(content)
+            tar.addfile(info, io.BytesIO(content))
+    return buffer.getvalue()
+
+
+def _entry(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mode = mode
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def _timestamp(text: str) -> float:
+    # RFC 3339 with nanoseconds ("2024-05-01T10:00:00.123456789Z"): keep microseconds.
+    match = _RFC3339.match(text)
+    if not match or text.startswith("0001"):
+        return 0.0
+    fraction = (match["frac"] or "0")[:6]
+    zone = match["tz"] if match["tz"] not in (None, "Z") else "+00:00"
+    return datetime.fromisoformat(f"{match['head']}.{fraction}{zone}").timestamp()

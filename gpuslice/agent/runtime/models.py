@@ -1,0 +1,136 @@
+"""What the runtime reports: containers' states, exec results, resource usage, events."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from gpuslice.agent.runtime.spec import (
+    LABEL_ALLOCATION,
+    LABEL_NODE,
+    LABEL_OWNER,
+    LABEL_SESSION,
+    LABEL_TYPE,
+)
+
+
+class ContainerRuntimeError(RuntimeError):
+    """Base of the runtime's errors."""
+
+
+class DockerUnavailable(ContainerRuntimeError):
+    """The Docker Engine cannot be reached now (stopped, restarting, socket missing)."""
+
+
+class ImageNotFound(ContainerRuntimeError):
+    """The session's image is not on this node (the runtime never pulls)."""
+
+    def __init__(self, image: str) -> None:
+        super().__init__(f"image {image} is not present on this node")
+        self.image = image
+
+
+class SessionNotFound(ContainerRuntimeError):
+    """No container exists for the session."""
+
+    def __init__(self, session_id: str) -> None:
+        super().__init__(f"no container for session {session_id}")
+        self.session_id = session_id
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerState:
+    """A session container as Docker reports it, rebuilt from its labels alone."""
+
+    session_id: str
+    container_id: str
+    name: str
+    status: str  # Docker's: created, running, paused, restarting, removing, exited, dead
+    exit_code: int | None  # set once the container has run and stopped
+    oom_killed: bool
+    error: str
+    started_at: str
+    finished_at: str
+    owner: str
+    session_type: str
+    node: str
+    allocation: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def running(self) -> bool:
+        return self.status in ("running", "paused", "restarting")
+
+    @property
+    def finished(self) -> bool:
+        return self.status in ("exited", "dead")
+
+    @classmethod
+    def from_inspect(cls, info: Mapping[str, Any]) -> ContainerState:
+        state = info.get("State") or {}
+        labels = (info.get("Config") or {}).get("Labels") or {}
+        status = str(state.get("Status", "unknown"))
+        ran = bool(state.get("StartedAt")) and not str(state["StartedAt"]).startswith("0001")
+        try:
+            allocation = json.loads(labels.get(LABEL_ALLOCATION, "{}"))
+        except ValueError:
+            allocation = {}
+        return cls(
+            session_id=labels.get(LABEL_SESSION, ""),
+            container_id=str(info["Id"]),
+            name=str(info.get("Name", "")).lstrip("/"),
+            status=status,
+            exit_code=int(state.get("ExitCode", 0))
+            if status in ("exited", "dead") and ran
+            else None,
+            oom_killed=bool(state.get("OOMKilled", False)),
+            error=str(state.get("Error", "")),
+            started_at=str(state.get("StartedAt", "")),
+            finished_at=str(state.get("FinishedAt", "")),
+            owner=labels.get(LABEL_OWNER, ""),
+            session_type=labels.get(LABEL_TYPE, ""),
+            node=labels.get(LABEL_NODE, ""),
+            allocation=allocation,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerStats:
+    """One reading of a container's usage. CPU time is cumulative: rates come from two readings."""
+
+    session_id: str
+    read_at: float  # seconds since the epoch (Docker's reading time)
+    cpu_ns: int  # total CPU time used so far
+    memory_used: int  # bytes, page cache that can be dropped excluded (as `docker stats`)
+    memory_limit: int
+    pids: int
+
+    def cpu_cores_since(self, earlier: ContainerStats) -> float:
+        """Average cores busy between ``earlier`` and this reading (1.0 = one core)."""
+        elapsed = self.read_at - earlier.read_at
+        if elapsed <= 0:
+            return 0.0
+        return max(0.0, (self.cpu_ns - earlier.cpu_ns) / 1e9 / elapsed)
+
+
+EventKind = Literal["connected", "disconnected", "start", "die", "oom", "destroy"]
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeEvent:
+    """A change worth reconciling. ``connected`` follows every (re)connection to Docker:
+    events may have been missed while it was away, so the consumer should re-list."""
+
+    kind: EventKind
+    session_id: str = ""
+    container_id: str = ""
+    exit_code: int | None = None
+    detail: str = ""

@@ -1,0 +1,356 @@
+"""From a session the node must run to the container that runs it (pure: no Docker calls).
+
+:func:`build_container_spec` is the only place that decides what a session container looks
+like: limits, labels, the unprivileged user, dropped capabilities, the ``GPUSLICE_*`` and
+pinned ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` environment, the allocation file
+and the framework hook. :mod:`gpuslice.agent.runtime.hardcaps` adds the optional driver caps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from pathlib import PurePosixPath
+from typing import Any, Literal
+
+from gpuslice.agent.hook import CONTAINER_HOOK_DIR, hook_files
+from gpuslice.common.resources import MiB, format_cpu, format_fgpu, slice_share
+
+LABEL_SESSION = "gpuslice.session-id"
+LABEL_OWNER = "gpuslice.owner"
+LABEL_ALLOCATION = "gpuslice.allocation"
+LABEL_TYPE = "gpuslice.session-type"
+LABEL_NODE = "gpuslice.node"
+
+ALLOCATION_PATH = "/etc/gpuslice/allocation.json"
+CONTAINER_PREFIX = "gpuslice-"
+INTERACTIVE_CMD = ("sleep", "infinity")
+SessionType = Literal["interactive", "batch"]
+
+_SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_DOCKER_SOCKETS = ("docker.sock", "containerd.sock", "podman.sock")
+
+
+class SpecError(ValueError):
+    """A session cannot be turned into a container as given; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSlice:
+    """The part of one device a session holds. ``gpu`` in milli-fGPU; ``mem`` in bytes."""
+
+    device_uuid: str
+    device_index: int
+    gpu: int
+    mem: int
+    sms: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionSpec:
+    """What the manager assigns to this node for one session (agent-side, exact integers)."""
+
+    session_id: str
+    owner: str
+    image: str
+    type: SessionType
+    cpu: int  # milli-cores
+    mem: int  # bytes
+    command: tuple[str, ...] | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    slices: tuple[GpuSlice, ...] = ()
+    device_capacity: int = 1000  # one whole device in milli-fGPU (fgpu_per_gpu × 1000)
+
+
+@dataclass(frozen=True, slots=True)
+class Mount:
+    source: str  # a path on the node
+    target: str  # the path in the container
+    read_only: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class HostDir:
+    """A directory the runtime creates on the node before the container (e.g. a cache)."""
+
+    path: str
+    uid: int
+    gid: int
+    mode: int = 0o700
+
+
+@dataclass(frozen=True, slots=True)
+class SpecOptions:
+    """Node-wide choices (from the agent settings) that shape every session container."""
+
+    node_name: str
+    accelerator: str = "mock"  # the plugin's name: nvidia | mock
+    device_requests: bool = False  # Docker GPU device requests (real GPUs only)
+    user: str = "1000:1000"
+    pids_limit: int = 4096
+    log_max_size: str = "50m"
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerSpec:
+    """A session's container, complete. Render it with :meth:`create_config` and :meth:`files`."""
+
+    session_id: str
+    session_type: SessionType
+    owner: str
+    node_name: str
+    image: str
+    cmd: tuple[str, ...]
+    env: Mapping[str, str]
+    user: str
+    nano_cpus: int
+    memory: int
+    pids_limit: int
+    allocation: Mapping[str, Any]
+    device_uuids: tuple[str, ...] = ()  # for Docker device requests; empty on mock nodes
+    mounts: tuple[Mount, ...] = ()
+    host_dirs: tuple[HostDir, ...] = ()
+    extra_files: Mapping[str, bytes] = field(default_factory=dict)
+    ipc_mode: str | None = None
+    log_max_size: str = "50m"
+
+    @property
+    def name(self) -> str:
+        """The container name: Docker itself refuses a second container for a session."""
+        return container_name(self.session_id)
+
+    @property
+    def uid_gid(self) -> tuple[int, int]:
+        uid, gid = self.user.split(":")
+        return int(uid), int(gid)
+
+    def labels(self) -> dict[str, str]:
+        return {
+            LABEL_SESSION: self.session_id,
+            LABEL_OWNER: self.owner,
+            LABEL_TYPE: self.session_type,
+            LABEL_NODE: self.node_name,
+            LABEL_ALLOCATION: allocation_json(self.allocation),
+        }
+
+    def create_config(self, image_env: Sequence[str] = ()) -> dict[str, Any]:
+        """The Engine API body of ``POST /containers/create``.
+
+        ``image_env`` is the image's own ``Env`` (``KEY=value``): its ``PYTHONPATH`` is kept
+        behind the hook directory rather than replaced.
+        """
+        for mount in self.mounts:
+            if PurePosixPath(mount.source).name in _DOCKER_SOCKETS:
+                raise SpecError(f"refusing to mount a container engine socket ({mount.source})")
+        env = dict(self.env)
+        image_pythonpath = _env_value(image_env, "PYTHONPATH")
+        env["PYTHONPATH"] = ":".join(p for p in (CONTAINER_HOOK_DIR, image_pythonpath) if p)
+        host_config: dict[str, Any] = {
+            "NanoCpus": self.nano_cpus,
+            "Memory": self.memory,
+            "MemorySwap": self.memory,  # no swap beyond the memory limit
+            "PidsLimit": self.pids_limit,
+            "Privileged": False,
+            "CapDrop": ["ALL"],
+            "SecurityOpt": ["no-new-privileges"],
+            "Init": True,  # tini as PID 1: signals reach the session, zombies are reaped
+            "RestartPolicy": {"Name": "no"},  # the agent alone (re)starts sessions
+            "LogConfig": {
+                "Type": "json-file",
+                "Config": {"max-size": self.log_max_size, "max-file": "2"},
+            },
+            "Mounts": [
+                {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
+                for m in self.mounts
+            ],
+        }
+        if self.device_uuids:
+            host_config["DeviceRequests"] = [
+                {
+                    "Driver": "nvidia",
+                    "DeviceIDs": list(self.device_uuids),
+                    "Capabilities": [["gpu"]],
+                }
+            ]
+        if self.ipc_mode:
+            host_config["IpcMode"] = self.ipc_mode
+        return {
+            "Image": self.image,
+            "Cmd": list(self.cmd),
+            "Env": [f"{k}={v}" for k, v in sorted(env.items())],
+            "User": self.user,
+            "Labels": self.labels(),
+            "Tty": False,
+            "OpenStdin": False,
+            "AttachStdout": False,
+            "AttachStderr": False,
+            "HostConfig": host_config,
+        }
+
+    def files(self) -> dict[str, bytes]:
+        """Files placed in the container before it starts: absolute path → content."""
+        files = {ALLOCATION_PATH: (allocation_json(self.allocation, indent=2) + "\n").encode()}
+        for name, content in hook_files().items():
+            files[f"{CONTAINER_HOOK_DIR}/{name}"] = content
+        files.update(self.extra_files)
+        return files
+
+
+def container_name(session_id: str) -> str:
+    return f"{CONTAINER_PREFIX}{session_id}"
+
+
+def allocation_json(allocation: Mapping[str, Any], *, indent: int | None = None) -> str:
+    separators = (",", ": ") if indent else (",", ":")
+    return json.dumps(allocation, indent=indent, separators=separators, sort_keys=True)
+
+
+def build_container_spec(session: SessionSpec, options: SpecOptions) -> ContainerSpec:
+    """The container for ``session`` on this node (before optional hard caps)."""
+    _validate(session)
+    cmd = _command(session)
+    slices = session.slices
+    uuids = tuple(s.device_uuid for s in slices)
+    allocation = _allocation(session, options)
+    env = dict(session.env)
+    env.update(_slice_env(session, options, allocation))
+    return ContainerSpec(
+        session_id=session.session_id,
+        session_type=session.type,
+        owner=session.owner,
+        node_name=options.node_name,
+        image=session.image,
+        cmd=cmd,
+        env=env,
+        user=options.user,
+        nano_cpus=session.cpu * 1_000_000,
+        memory=session.mem,
+        pids_limit=options.pids_limit,
+        allocation=allocation,
+        device_uuids=uuids if options.device_requests else (),
+        log_max_size=options.log_max_size,
+    )
+
+
+def with_enforcement(spec: ContainerSpec, layer: str, **details: Any) -> ContainerSpec:
+    """``spec`` with one more enforcement layer recorded in its allocation."""
+    allocation = dict(spec.allocation)
+    allocation["enforcement"] = [*allocation.get("enforcement", []), layer]
+    if details:
+        allocation[layer] = details
+    return replace(spec, allocation=allocation)
+
+
+def slice_fraction(gpu: int, device_capacity: int) -> Decimal:
+    """The share of a device a slice holds, exact (``250 / 2000`` → ``0.125``)."""
+    return Decimal(gpu) / Decimal(device_capacity)
+
+
+def sm_percent(gpu: int, device_capacity: int) -> int:
+    """Compute share in whole percent, rounded down but at least 1 for any slice."""
+    return max(1, slice_share(100, gpu, device_capacity)) if gpu > 0 else 0
+
+
+def decimal_text(value: Decimal) -> str:
+    """``Decimal("0.250")`` → ``"0.25"``; never exponent notation."""
+    return format(value.normalize(), "f")
+
+
+def _validate(session: SessionSpec) -> None:
+    if not _SESSION_ID.match(session.session_id):
+        raise SpecError(f"session id {session.session_id!r} is not usable in a container name")
+    if session.cpu <= 0 or session.mem <= 0:
+        raise SpecError("a session needs positive cpu and memory limits")
+    if session.device_capacity <= 0:
+        raise SpecError("device capacity must be positive")
+    if len(session.slices) > 1 and any(s.gpu != session.device_capacity for s in session.slices):
+        raise SpecError("a session on several devices must hold each device whole")
+    for s in session.slices:
+        if not 0 < s.gpu <= session.device_capacity:
+            raise SpecError(f"slice on {s.device_uuid}: {s.gpu} milli-fGPU is out of range")
+
+
+def _command(session: SessionSpec) -> tuple[str, ...]:
+    if session.type == "batch":
+        if not session.command:
+            raise SpecError("a batch session needs a command")
+        return tuple(session.command)
+    # An interactive session stays up for terminals and apps, whatever its command does.
+    return tuple(session.command) if session.command else INTERACTIVE_CMD
+
+
+def _allocation(session: SessionSpec, options: SpecOptions) -> dict[str, Any]:
+    devices = [
+        {
+            "uuid": s.device_uuid,
+            "index": s.device_index,
+            "fgpu": format_fgpu(s.gpu),
+            "fraction": decimal_text(slice_fraction(s.gpu, session.device_capacity)),
+            "memory_bytes": s.mem,
+            "sms": s.sms,
+            "sm_percent": sm_percent(s.gpu, session.device_capacity),
+        }
+        for s in session.slices
+    ]
+    enforcement = ["device-pinning", "framework-hook"] if devices else []
+    return {
+        "session_id": session.session_id,
+        "owner": session.owner,
+        "type": session.type,
+        "node": options.node_name,
+        "accelerator": options.accelerator,
+        "cpu": format_cpu(session.cpu),
+        "memory_bytes": session.mem,
+        "fgpu": format_fgpu(sum(s.gpu for s in session.slices)),
+        "fgpu_per_gpu": format_fgpu(session.device_capacity),
+        "devices": devices,
+        "enforcement": enforcement,
+    }
+
+
+def _slice_env(
+    session: SessionSpec, options: SpecOptions, allocation: Mapping[str, Any]
+) -> dict[str, str]:
+    """The environment the platform sets; it wins over the session's own ``env``."""
+    env = {
+        "GPUSLICE_SESSION_ID": session.session_id,
+        "GPUSLICE_OWNER": session.owner,
+        "GPUSLICE_SESSION_TYPE": session.type,
+        "GPUSLICE_NODE": options.node_name,
+        "GPUSLICE_ACCELERATOR": options.accelerator,
+        "GPUSLICE_CPU": str(allocation["cpu"]),
+        "GPUSLICE_MEMORY_BYTES": str(session.mem),
+        "GPUSLICE_FGPU": str(allocation["fgpu"]),
+        "GPUSLICE_GPU_COUNT": str(len(session.slices)),
+        "GPUSLICE_ALLOCATION_FILE": ALLOCATION_PATH,
+    }
+    if not session.slices:
+        # No device: nothing visible, on any runtime (the nvidia runtime reads "void").
+        env.update(CUDA_VISIBLE_DEVICES="", NVIDIA_VISIBLE_DEVICES="void")
+        return env
+    first = allocation["devices"][0]  # every device of a session holds the same share
+    uuids = ",".join(s.device_uuid for s in session.slices)
+    env.update(
+        GPUSLICE_GPU_UUIDS=uuids,
+        GPUSLICE_GPU_FRACTION=str(first["fraction"]),
+        GPUSLICE_GPU_MEMORY_BYTES=str(first["memory_bytes"]),
+        GPUSLICE_GPU_MEMORY_MIB=str(int(first["memory_bytes"]) // MiB),
+        GPUSLICE_GPU_SMS=str(first["sms"]),
+        GPUSLICE_GPU_SM_PERCENT=str(first["sm_percent"]),
+        CUDA_VISIBLE_DEVICES=uuids,
+        NVIDIA_VISIBLE_DEVICES=uuids,
+        NVIDIA_DRIVER_CAPABILITIES="compute,utility",
+        CUDA_DEVICE_ORDER="PCI_BUS_ID",
+    )
+    return env
+
+
+def _env_value(env: Sequence[str], key: str) -> str:
+    prefix = f"{key}="
+    for item in env:
+        if item.startswith(prefix):
+            return item[len(prefix) :]
+    return ""
