@@ -36,6 +36,7 @@ from gpuslice.manager.settings import NodeSettings
 
 log = logging.getLogger(__name__)
 S = SessionStatus
+_REPORTABLE = (S.PREPARING, S.RUNNING, S.TERMINATED, S.ERROR)
 
 
 async def create_join_token(
@@ -162,6 +163,11 @@ async def report_state(
 
 
 async def _apply_report(db: AsyncSession, row: SessionRow, body: StateReport) -> None:
+    if body.status not in _REPORTABLE:
+        raise InvalidRequest(
+            f"agents report PREPARING, RUNNING, TERMINATED or ERROR, not {body.status}",
+            field="status",
+        )
     current = SessionStatus(row.status)
     if current in FINAL:
         return
@@ -172,13 +178,8 @@ async def _apply_report(db: AsyncSession, row: SessionRow, body: StateReport) ->
     elif body.status is S.TERMINATED:
         result, reason = _ended(row, body)
         await transition(db, row, S.TERMINATED, reason, result=result, exit_code=body.exit_code)
-    elif body.status is S.ERROR:
-        await transition(db, row, S.ERROR, body.reason or "failed on the node")
     else:
-        raise InvalidRequest(
-            f"agents report PREPARING, RUNNING, TERMINATED or ERROR, not {body.status}",
-            field="status",
-        )
+        await transition(db, row, S.ERROR, body.reason or "failed on the node")
 
 
 def _started(status: SessionStatus) -> str:

@@ -1,0 +1,161 @@
+"""Agents: registration, assignment delivery, state reports, lost nodes and their return."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+from typing import Any
+
+from fastapi import FastAPI
+from sqlalchemy import update
+
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import NodeRow
+from gpuslice.manager.services.nodes import sweep_lost
+from tests.manager.conftest import AgentFactory, Client, client_for, create
+from tests.manager.test_e2e import wait_status
+
+
+async def test_register_needs_a_valid_join_token(anon: Client, admin: Client) -> None:
+    r = await anon.post("/api/v1/agents/register", json={"join_token": "gsj_x", "name": "n1"})
+    assert r.status_code == 401 and r.json()["code"] == "bad_join_token"
+    token = (await admin.post("/api/v1/join-tokens", json={"name": "j"})).json()
+    assert (await admin.delete(f"/api/v1/join-tokens/{token['id']}")).status_code == 204
+    r = await anon.post(
+        "/api/v1/agents/register", json={"join_token": token["token"], "name": "n1"}
+    )
+    assert r.status_code == 401
+
+
+async def test_users_tokens_are_not_node_credentials(admin: Client) -> None:
+    r = await admin.post("/api/v1/agents/me/heartbeat", json={"cpu": 1, "mem": 1})
+    assert r.status_code == 401
+
+
+async def test_a_new_session_reaches_its_agent_well_under_a_second(
+    admin: Client, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent(auto_run=False)
+    await asyncio.sleep(0.1)  # the agent's long-poll is now waiting
+    seen_before = len(agent.seen)
+    started = time.monotonic()
+    [s] = await create(admin, resources={"gpu": 0.5})
+    while not any(a["session_id"] == s["id"] for x in agent.seen[seen_before:]
+                  for a in x["sessions"]):
+        await asyncio.sleep(0.005)
+        assert time.monotonic() - started < 1.0
+    delivered = next(a for x in agent.seen for a in x["sessions"] if a["session_id"] == s["id"])
+    assert delivered["desired"] == "running" and delivered["status"] == "SCHEDULED"
+    assert delivered["slices"] == [{
+        "device_index": 0, "device_uuid": "GPU-mock-0", "gpu": 0.5, "fraction": 0.5,
+        "mem": 20 * 1024**3, "sms": 54,
+    }]
+    print(f"create -> delivered to agent: {(time.monotonic() - started) * 1000:.1f} ms")
+
+
+async def test_batch_exit_codes_give_results(admin: Client, make_agent: AgentFactory) -> None:
+    agent = await make_agent(auto_run=False)
+    ok, bad = await create(admin, count=2, type="batch", command=["python", "-c", "1"])
+    for s in (ok, bad):
+        await wait_status(admin, s["id"], {"SCHEDULED"})
+        assert (await agent.report(s["id"], "RUNNING")).json() == {"status": "RUNNING"}
+    await agent.report(ok["id"], "TERMINATED", exit_code=0)
+    await agent.report(bad["id"], "TERMINATED", exit_code=3)
+    done_ok = (await admin.get(f"/api/v1/sessions/{ok['id']}")).json()
+    done_bad = (await admin.get(f"/api/v1/sessions/{bad['id']}")).json()
+    assert (done_ok["status"], done_ok["result"]) == ("TERMINATED", "SUCCESS")
+    assert (done_bad["result"], done_bad["exit_code"]) == ("FAILED", 3)
+    assert done_bad["status_reason"] == "exited with code 3"
+    # A late or repeated report changes nothing; an illegal one is refused clearly.
+    assert (await agent.report(ok["id"], "RUNNING")).json() == {"status": "TERMINATED"}
+    r = await agent.report(ok["id"], "PENDING")
+    assert r.status_code == 422 and r.json()["field"] == "status"
+
+
+async def test_agent_failure_is_an_error_with_its_reason(
+    admin: Client, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent(auto_run=False)
+    [s] = await create(admin, resources={"gpu": 1})
+    await wait_status(admin, s["id"], {"SCHEDULED"})
+    r = await agent.report(s["id"], "ERROR", reason="image pull failed: no such image")
+    assert r.json() == {"status": "ERROR"}
+    body = (await admin.get(f"/api/v1/sessions/{s['id']}")).json()
+    assert body["status_reason"] == "image pull failed: no such image"
+    node = (await admin.get("/api/v1/nodes")).json()[0]
+    assert node["devices"][0]["used"] == 0  # released
+
+
+async def test_reports_for_another_nodes_session_are_404(
+    admin: Client, make_agent: AgentFactory
+) -> None:
+    one = await make_agent("node-1", auto_run=False)
+    two = await make_agent("node-2", auto_run=False, devices=[])
+    [s] = await create(admin, resources={"gpu": 1})
+    await wait_status(admin, s["id"], {"SCHEDULED"})
+    assert (await two.report(s["id"], "RUNNING")).status_code == 404
+    assert (await one.report(s["id"], "RUNNING")).status_code == 200
+
+
+async def test_lost_node_errors_its_sessions_and_comes_back(
+    app: FastAPI, admin: Client, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent()
+    [s] = await create(admin, resources={"gpu": 1})
+    await wait_status(admin, s["id"], {"RUNNING"})
+    async with app.state.sessionmaker() as db:  # its heartbeats stopped a minute ago
+        await db.execute(
+            update(NodeRow).values(last_heartbeat_at=utcnow() - timedelta(minutes=1))
+        )
+        await db.commit()
+    assert await sweep_lost(app.state.sessionmaker, timeout=30) == 1
+    body = (await admin.get(f"/api/v1/sessions/{s['id']}")).json()
+    assert (body["status"], body["status_reason"]) == ("ERROR", "node lost")
+    node = (await admin.get("/api/v1/nodes")).json()[0]
+    assert node["status"] == "LOST" and node["devices"][0]["used"] == 0
+    assert node["cpu_used"] == 0 and node["mem_used"] == 0
+
+    ack = await agent.heartbeat()  # it comes back, still running the old container
+    assert ack["status"] == "ALIVE"
+    answer = await _assignments(agent)
+    assert answer["sessions"] == []  # so the agent stops it
+    [again] = await create(admin, resources={"gpu": 1})
+    assert (await wait_status(admin, again["id"], {"RUNNING"}))["status"] == "RUNNING"
+
+
+async def test_destroying_a_running_session_goes_through_terminating(
+    admin: Client, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent(auto_run=False)
+    [s] = await create(admin, resources={"gpu": 1})
+    await wait_status(admin, s["id"], {"SCHEDULED"})
+    await agent.report(s["id"], "RUNNING")
+    assert (await admin.delete(f"/api/v1/sessions/{s['id']}")).json()["status"] == "TERMINATING"
+    answer = await _assignments(agent)
+    assert [(a["session_id"], a["desired"]) for a in answer["sessions"]] == [(s["id"], "stopped")]
+    await agent.report(s["id"], "RUNNING")  # late: must not undo the stop
+    assert (await admin.get(f"/api/v1/sessions/{s['id']}")).json()["status"] == "TERMINATING"
+    await agent.report(s["id"], "TERMINATED", reason="stopped")
+    assert (await _assignments(agent))["sessions"] == []
+
+
+async def _assignments(agent: Any) -> dict[str, Any]:
+    r = await agent.client.get("/api/v1/agents/me/assignments", params={"wait": 0})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def test_long_poll_waits_when_nothing_changed(
+    app: FastAPI, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent(auto_run=False)
+    first = await _assignments(agent)
+    started = time.monotonic()
+    r = await agent.client.get(
+        "/api/v1/agents/me/assignments", params={"since": first["version"], "wait": 0.3}
+    )
+    assert r.json()["version"] == first["version"]
+    assert time.monotonic() - started >= 0.3
+    async with client_for(app) as nobody:
+        assert (await nobody.get("/api/v1/agents/me/assignments")).status_code == 401

@@ -1,0 +1,42 @@
+"""transition(): the only door for status changes."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import select
+
+from gpuslice.common.schemas.sessions import SessionStatus
+from gpuslice.manager.db.models import SessionRow, StatusHistory
+from gpuslice.manager.errors import IllegalTransition, StaleStatus
+from gpuslice.manager.services.lifecycle import LEGAL, transition
+from tests.manager.conftest import Client, create
+
+S = SessionStatus
+
+
+def test_final_states_have_no_way_out() -> None:
+    for final in (S.TERMINATED, S.ERROR, S.CANCELLED):
+        assert LEGAL[final] == frozenset()
+    assert S.PENDING not in set().union(*LEGAL.values())  # nothing goes back to the queue
+
+
+async def test_illegal_and_stale_moves_are_refused(app: FastAPI, admin: Client) -> None:
+    [s] = await create(admin)
+    async with app.state.sessionmaker() as db:
+        row = await db.get(SessionRow, s["id"])
+        assert row is not None
+        with pytest.raises(IllegalTransition):
+            await transition(db, row, S.RUNNING, "skip the queue")
+        await transition(db, row, S.CANCELLED, "test")
+        await db.commit()
+        db.expunge_all()
+        stale = SessionRow(id=s["id"], name="x", owner_id=row.owner_id, status="PENDING",
+                           node_id=None, cpu=0, mem=0)
+        with pytest.raises(StaleStatus):  # someone else moved it first
+            await transition(db, stale, S.ERROR, "late")
+        await db.rollback()
+        history = (await db.scalars(
+            select(StatusHistory.to_status).where(StatusHistory.session_id == s["id"])
+        )).all()
+        assert history == ["PENDING", "CANCELLED"]

@@ -1,0 +1,70 @@
+"""The status stream (SSE) over a real HTTP server: one sees one's own changes, in order."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+from fastapi import FastAPI
+
+from tests.manager.conftest import AgentFactory, Client, UserFactory, create
+
+
+@pytest.fixture
+async def base_url(app: FastAPI) -> AsyncIterator[str]:
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    await task
+
+
+async def _events(
+    base_url: str, token: str, want: int, params: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    found: list[dict[str, Any]] = []
+    headers = {"Authorization": f"Bearer {token}"}
+    async with (
+        httpx.AsyncClient(base_url=base_url, headers=headers, timeout=10) as client,
+        client.stream("GET", "/api/v1/sessions/events", params=params or {}) as response,
+    ):
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        async for line in response.aiter_lines():
+            if line.startswith("data:"):
+                found.append(json.loads(line.removeprefix("data:").strip()))
+                if len(found) >= want:
+                    return found
+    return found
+
+
+async def test_stream_follows_status_changes(
+    base_url: str, admin: Client, make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    await make_agent()
+    alice, bob = await make_user("alice"), await make_user("bob")
+    token = alice.headers["Authorization"].split()[1]
+    reader = asyncio.create_task(_events(base_url, token, want=4))
+    await asyncio.sleep(0.3)  # the stream is open
+    await create(bob)  # not hers: never in her stream
+    [s] = await create(alice, resources={"gpu": 0.5})
+    events = await asyncio.wait_for(reader, 5)
+    assert {e["session_id"] for e in events} == {s["id"]}
+    assert [e["status"] for e in events] == ["PENDING", "SCHEDULED", "PREPARING", "RUNNING"]
+    assert [e["id"] for e in events] == sorted(e["id"] for e in events)
+
+    # Resuming after an event id replays what followed it.
+    replay = await asyncio.wait_for(
+        _events(base_url, token, want=2, params={"since": events[1]["id"]}), 5
+    )
+    assert [e["status"] for e in replay] == ["PREPARING", "RUNNING"]
