@@ -1,0 +1,187 @@
+"""Manager API latency: create → SCHEDULED, and listing a page of 100 among 10,000 sessions.
+
+    python bench/api.py                      # SQLite in a temporary directory
+    python bench/api.py --pg postgresql://user:pw@host/db   # a fresh database on that server
+
+The app runs in this process (its real lifespan: migrations, scheduling loop) and is called
+through httpx's ASGI transport, so the figures are the manager's own, without network hops.
+create → SCHEDULED is measured from just before the POST to the SCHEDULED row's timestamp in the
+status history. Last line: ``create_to_scheduled_ms_p50=<ms> list_page_ms_p99=<ms>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import insert, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from gpuslice.manager.app import create_app
+from gpuslice.manager.db.models import SessionRow, User
+from gpuslice.manager.services.users import CREDENTIALS_FILE
+from gpuslice.manager.settings import load_settings
+
+GiB = 1024**3
+IMAGE = "python:3.11"
+
+
+async def main() -> None:
+    args = _parse()
+    with tempfile.TemporaryDirectory() as tmp:
+        async with _database(args.pg, Path(tmp)) as url:
+            settings = load_settings(
+                data_dir=Path(tmp), database={"url": url},
+                sessions={"allowed_images": [IMAGE]},
+            )
+            app = create_app(settings)
+            async with app.router.lifespan_context(app):
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://m") as client:
+                    await _login(client, Path(tmp))
+                    await _add_node(client)
+                    create_ms = await _create_to_scheduled(client, args.creates)
+                    await _fill(app, args.sessions)
+                    list_ms = await _list_pages(client, args.lists)
+    backend = "postgresql" if args.pg else "sqlite"
+    print(f"backend={backend} creates={len(create_ms)} sessions_listed_from={args.sessions}")
+    _report("create_to_scheduled_ms", create_ms)
+    _report("list_page_ms", list_ms)
+    p50 = statistics.median(create_ms)
+    print(f"create_to_scheduled_ms_p50={p50:.2f} list_page_ms_p99={_pct(list_ms, 99):.2f}")
+
+
+def _parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pg", help="PostgreSQL server URL; a fresh database is made on it")
+    parser.add_argument("--creates", type=int, default=200, help="create samples")
+    parser.add_argument("--sessions", type=int, default=10_000, help="sessions in the database")
+    parser.add_argument("--lists", type=int, default=300, help="list samples")
+    return parser.parse_args()
+
+
+@asynccontextmanager
+async def _database(pg: str | None, tmp: Path) -> AsyncIterator[str]:
+    if pg is None:
+        yield f"sqlite+aiosqlite:///{tmp / 'bench.db'}"
+        return
+    server = make_url(pg).set(drivername="postgresql+asyncpg")
+    name = f"gpuslice_bench_{uuid.uuid4().hex[:12]}"
+    admin = create_async_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+        yield server.set(database=name).render_as_string(hide_password=False)
+        async with admin.connect() as conn:
+            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        await admin.dispose()
+
+
+async def _login(client: httpx.AsyncClient, data_dir: Path) -> None:
+    lines = (data_dir / CREDENTIALS_FILE).read_text().splitlines()
+    creds = dict(line.split(": ", 1) for line in lines)
+    r = await client.post("/api/v1/auth/login", json=creds)
+    r.raise_for_status()
+    client.headers["Authorization"] = f"Bearer {r.json()['access_token']}"
+
+
+async def _add_node(client: httpx.AsyncClient) -> None:
+    """A node with room for every create sample (one heartbeat; no agent needed to schedule)."""
+    join = (await client.post("/api/v1/join-tokens", json={"name": "bench"})).json()["token"]
+    r = await client.post("/api/v1/agents/register", json={"join_token": join, "name": "bench"})
+    node_auth = {"Authorization": f"Bearer {r.json()['credential']}"}
+    devices = [
+        {"index": i, "uuid": f"GPU-bench-{i}", "model": "Bench", "mem": 80 * GiB, "sms": 132}
+        for i in range(64)
+    ]
+    r = await client.post(
+        "/api/v1/agents/me/heartbeat", headers=node_auth,
+        json={"cpu": 10_000_000, "mem": 100_000 * GiB, "devices": devices, "images": [IMAGE]},
+    )
+    r.raise_for_status()
+
+
+async def _create_to_scheduled(client: httpx.AsyncClient, samples: int) -> list[float]:
+    latencies = []
+    for _ in range(samples):
+        started = datetime.now(UTC)
+        r = await client.post(
+            "/api/v1/sessions", json={"image": IMAGE, "resources": {"gpu": 0.1, "mem": "1g"}}
+        )
+        r.raise_for_status()
+        session_id = r.json()[0]["id"]
+        at = await _scheduled_at(client, session_id)
+        latencies.append((at - started).total_seconds() * 1000)
+    return latencies
+
+
+async def _scheduled_at(client: httpx.AsyncClient, session_id: str) -> datetime:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        body = (await client.get(f"/api/v1/sessions/{session_id}")).json()
+        for change in body["history"]:
+            if change["status"] == "SCHEDULED":
+                return datetime.fromisoformat(change["at"])
+        await asyncio.sleep(0.001)
+    raise RuntimeError(f"session {session_id} was not scheduled within 10 s")
+
+
+async def _fill(app: Any, total: int) -> None:
+    """Top the sessions table up to ``total`` rows (finished sessions, as after months of use)."""
+    async with app.state.sessionmaker() as db:
+        owner = await db.scalar(select(User.id))
+        have = len((await db.scalars(select(SessionRow.id))).all())
+        base = datetime.now(UTC) - timedelta(days=30)
+        rows = [
+            {
+                "name": f"old-{i}", "owner_id": owner, "image": IMAGE, "type": "batch",
+                "command": ["python", "train.py"], "env": {"SEED": str(i)}, "priority": 0,
+                "gpu": 500, "cpu": 1000, "mem": GiB, "status": "TERMINATED",
+                "status_reason": "exited with code 0", "result": "SUCCESS", "exit_code": 0,
+                "created_at": base + timedelta(seconds=i), "updated_at": base,
+            }
+            for i in range(max(total - have, 0))
+        ]
+        for start in range(0, len(rows), 1000):
+            await db.execute(insert(SessionRow), rows[start : start + 1000])
+        await db.commit()
+
+
+async def _list_pages(client: httpx.AsyncClient, samples: int) -> list[float]:
+    latencies = []
+    for i in range(samples):
+        offset = (i * 100) % 10_000
+        started = time.perf_counter()
+        r = await client.get("/api/v1/sessions", params={"limit": 100, "offset": offset})
+        latencies.append((time.perf_counter() - started) * 1000)
+        r.raise_for_status()
+        assert len(r.json()["items"]) == 100
+    return latencies
+
+
+def _pct(values: list[float], pct: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(pct / 100 * (len(ordered) - 1))))]
+
+
+def _report(name: str, values: list[float]) -> None:
+    print(
+        f"{name}: n={len(values)} p50={statistics.median(values):.2f} "
+        f"p90={_pct(values, 90):.2f} p99={_pct(values, 99):.2f} max={max(values):.2f}"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
