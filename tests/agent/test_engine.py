@@ -1,0 +1,95 @@
+"""Parsing what the Engine API answers, and the archive of files put into containers."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+from gpuslice.agent.runtime.docker import _to_event
+from gpuslice.agent.runtime.engine import files_archive, parse_stats
+from gpuslice.agent.runtime.models import ContainerState, ContainerStats
+from gpuslice.common.resources import MiB
+
+
+def test_archive_is_root_owned_and_creates_only_gpuslice_directories() -> None:
+    data = files_archive(
+        {"/etc/gpuslice/allocation.json": b"{}", "/etc/ld.so.preload": b"/lib.so\n"}
+    )
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert set(members) == {"etc/gpuslice", "etc/gpuslice/allocation.json", "etc/ld.so.preload"}
+    assert members["etc/gpuslice"].isdir() and members["etc/gpuslice"].mode == 0o755
+    assert all(m.uid == 0 and m.gid == 0 for m in members.values())
+    assert members["etc/ld.so.preload"].mode == 0o644
+
+
+def test_stats_count_memory_as_docker_stats_does() -> None:
+    raw = {
+        "read": "2026-01-01T00:00:01.500000000Z",
+        "cpu_stats": {"cpu_usage": {"total_usage": 3_000_000_000}},
+        "memory_stats": {
+            "usage": 300 * MiB,
+            "limit": 512 * MiB,
+            "stats": {"inactive_file": 100 * MiB},
+        },
+        "pids_stats": {"current": 7},
+    }
+    stats = parse_stats("s1", raw)
+    assert (stats.memory_used, stats.memory_limit, stats.pids) == (200 * MiB, 512 * MiB, 7)
+    v1 = parse_stats(
+        "s1", {**raw, "memory_stats": {"usage": 10, "stats": {"total_inactive_file": 4}}}
+    )
+    assert v1.memory_used == 6
+    earlier = ContainerStats("s1", stats.read_at - 2, 1_000_000_000, 0, 0, 0)
+    assert stats.cpu_cores_since(earlier) == 1.0  # 2 s of CPU time in 2 s of wall time
+
+
+def test_die_event_carries_session_and_exit_code() -> None:
+    event = _to_event(
+        {
+            "Type": "container",
+            "Action": "die",
+            "Actor": {"ID": "c1", "Attributes": {"gpuslice.session-id": "s1", "exitCode": "137"}},
+        }
+    )
+    assert event is not None
+    assert (event.kind, event.session_id, event.container_id, event.exit_code) == (
+        "die",
+        "s1",
+        "c1",
+        137,
+    )
+    assert _to_event({"Action": "exec_start: sh", "Actor": {}}) is None
+
+
+def test_state_from_inspect_reads_labels_and_exit_code() -> None:
+    info = {
+        "Id": "c1",
+        "Name": "/gpuslice-s1",
+        "State": {
+            "Status": "exited",
+            "ExitCode": 3,
+            "OOMKilled": False,
+            "StartedAt": "2026-01-01T00:00:00Z",
+            "FinishedAt": "2026-01-01T00:00:01Z",
+        },
+        "Config": {
+            "Labels": {
+                "gpuslice.session-id": "s1",
+                "gpuslice.owner": "bob",
+                "gpuslice.session-type": "batch",
+                "gpuslice.node": "n",
+                "gpuslice.allocation": '{"fgpu": "0.5"}',
+            }
+        },
+    }
+    state = ContainerState.from_inspect(info)
+    assert (state.session_id, state.name, state.exit_code, state.finished) == (
+        "s1",
+        "gpuslice-s1",
+        3,
+        True,
+    )
+    assert state.allocation == {"fgpu": "0.5"} and state.owner == "bob"
+    never_ran = {**info, "State": {"Status": "created", "StartedAt": "0001-01-01T00:00:00Z"}}
+    assert ContainerState.from_inspect(never_ran).exit_code is None

@@ -1,0 +1,241 @@
+"""Container specs and hard caps, checked on the Engine API body (no Docker needed)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from gpuslice.agent.config import HardCapsSettings
+from gpuslice.agent.runtime import (
+    ALLOCATION_PATH,
+    LABEL_ALLOCATION,
+    GpuSlice,
+    SessionSpec,
+    SpecError,
+    SpecOptions,
+    apply_hami,
+    apply_hard_caps,
+    apply_mps,
+    build_container_spec,
+)
+from gpuslice.agent.runtime.spec import Mount
+from gpuslice.common.resources import GiB, MiB
+
+UUID = "GPU-0b1c2d3e-aaaa-bbbb-cccc-111122223333"
+NVIDIA = SpecOptions(node_name="gpu-01", accelerator="nvidia", device_requests=True)
+MOCK = SpecOptions(node_name="laptop", accelerator="mock")
+
+
+def session(**changes: object) -> SessionSpec:
+    values: dict[str, object] = {
+        "session_id": "s-123",
+        "owner": "alice",
+        "image": "gpuslice/base:0.1.0",
+        "type": "interactive",
+        "cpu": 1500,
+        "mem": 2 * GiB,
+        "env": {"MY_VAR": "1", "CUDA_VISIBLE_DEVICES": "all"},
+        # 0.5 fGPU on a node where 1 GPU = 2 fGPU: a quarter of a 40 GiB, 108 SM device.
+        "slices": (GpuSlice(UUID, 3, 500, 10 * GiB, 27),),
+        "device_capacity": 2000,
+    }
+    values.update(changes)
+    return SessionSpec(**values)  # type: ignore[arg-type]
+
+
+def env_of(config: dict[str, object]) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in config["Env"])  # type: ignore[union-attr]
+
+
+def test_limits_user_and_security_options() -> None:
+    config = build_container_spec(session(), NVIDIA).create_config()
+    host = config["HostConfig"]
+    assert host["NanoCpus"] == 1_500_000_000
+    assert host["Memory"] == host["MemorySwap"] == 2 * GiB
+    assert host["PidsLimit"] == 4096
+    assert config["User"] == "1000:1000"
+    assert host["Privileged"] is False
+    assert host["CapDrop"] == ["ALL"]
+    assert host["SecurityOpt"] == ["no-new-privileges"]
+    assert host["Init"] is True
+    assert host["Mounts"] == []  # in particular, no Docker socket
+    assert config["Cmd"] == ["sleep", "infinity"]
+
+
+def test_labels_carry_session_owner_and_allocation() -> None:
+    spec = build_container_spec(session(), NVIDIA)
+    labels = spec.create_config()["Labels"]
+    assert labels["gpuslice.session-id"] == "s-123"
+    assert labels["gpuslice.owner"] == "alice"
+    assert labels["gpuslice.session-type"] == "interactive"
+    assert labels["gpuslice.node"] == "gpu-01"
+    allocation = json.loads(labels[LABEL_ALLOCATION])
+    assert allocation == json.loads(spec.files()[ALLOCATION_PATH])
+    assert allocation["devices"] == [
+        {
+            "uuid": UUID,
+            "index": 3,
+            "fgpu": "0.5",
+            "fraction": "0.25",
+            "memory_bytes": 10 * GiB,
+            "sms": 27,
+            "sm_percent": 25,
+        }
+    ]
+    assert allocation["fgpu"] == "0.5" and allocation["fgpu_per_gpu"] == "2.0"
+    assert allocation["cpu"] == "1.5" and allocation["memory_bytes"] == 2 * GiB
+    assert allocation["enforcement"] == ["device-pinning", "framework-hook"]
+
+
+def test_env_states_the_slice_and_pins_the_device_over_user_env() -> None:
+    env = env_of(build_container_spec(session(), NVIDIA).create_config())
+    assert env["MY_VAR"] == "1"
+    assert env["CUDA_VISIBLE_DEVICES"] == UUID  # the session's own "all" is overridden
+    assert env["NVIDIA_VISIBLE_DEVICES"] == UUID
+    assert env["GPUSLICE_GPU_FRACTION"] == "0.25"
+    assert env["GPUSLICE_GPU_MEMORY_BYTES"] == str(10 * GiB)
+    assert env["GPUSLICE_GPU_SMS"] == "27"
+    assert env["GPUSLICE_GPU_SM_PERCENT"] == "25"
+    assert env["GPUSLICE_FGPU"] == "0.5"
+    assert env["GPUSLICE_SESSION_ID"] == "s-123"
+    assert env["GPUSLICE_ALLOCATION_FILE"] == ALLOCATION_PATH
+    assert env["PYTHONPATH"] == "/opt/gpuslice/hook"
+
+
+def test_nvidia_gets_device_requests_mock_gets_the_same_env_without() -> None:
+    real = build_container_spec(session(), NVIDIA).create_config()
+    assert real["HostConfig"]["DeviceRequests"] == [
+        {"Driver": "nvidia", "DeviceIDs": [UUID], "Capabilities": [["gpu"]]}
+    ]
+    mock = build_container_spec(session(), MOCK).create_config()
+    assert "DeviceRequests" not in mock["HostConfig"]
+    differ = {k for k, v in env_of(real).items() if env_of(mock).get(k) != v}
+    assert differ == {"GPUSLICE_NODE", "GPUSLICE_ACCELERATOR"}
+
+
+def test_cpu_only_session_sees_no_device() -> None:
+    env = env_of(build_container_spec(session(slices=()), NVIDIA).create_config())
+    assert env["CUDA_VISIBLE_DEVICES"] == ""
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env["GPUSLICE_GPU_COUNT"] == "0"
+    assert "GPUSLICE_GPU_FRACTION" not in env
+
+
+def test_whole_gpus_session_pins_every_device() -> None:
+    slices = (GpuSlice("GPU-a", 0, 2000, 40 * GiB, 108), GpuSlice("GPU-b", 1, 2000, 40 * GiB, 108))
+    env = env_of(build_container_spec(session(slices=slices), NVIDIA).create_config())
+    assert env["CUDA_VISIBLE_DEVICES"] == "GPU-a,GPU-b"
+    assert env["GPUSLICE_GPU_FRACTION"] == "1"
+    assert env["GPUSLICE_FGPU"] == "4.0"
+
+
+def test_image_pythonpath_is_kept_behind_the_hook() -> None:
+    config = build_container_spec(session(), MOCK).create_config(["PYTHONPATH=/app:/lib", "A=1"])
+    assert env_of(config)["PYTHONPATH"] == "/opt/gpuslice/hook:/app:/lib"
+
+
+def test_batch_runs_its_command_interactive_keeps_running() -> None:
+    batch = build_container_spec(session(type="batch", command=("python3", "-c", "1")), MOCK)
+    assert batch.create_config()["Cmd"] == ["python3", "-c", "1"]
+    with pytest.raises(SpecError, match="needs a command"):
+        build_container_spec(session(type="batch"), MOCK)
+
+
+def test_files_hold_allocation_and_hook() -> None:
+    files = build_container_spec(session(), MOCK).files()
+    assert set(files) == {
+        ALLOCATION_PATH,
+        "/opt/gpuslice/hook/gpuslice_hook.py",
+        "/opt/gpuslice/hook/sitecustomize.py",
+    }
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"session_id": "../etc"}, "container name"),
+        ({"cpu": 0}, "positive"),
+        ({"slices": (GpuSlice("a", 0, 500, 1, 1), GpuSlice("b", 1, 2000, 1, 1))}, "whole"),
+        ({"slices": (GpuSlice("a", 0, 2500, 1, 1),)}, "out of range"),
+    ],
+)
+def test_impossible_sessions_are_refused(changes: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        build_container_spec(session(**changes), NVIDIA)
+
+
+def test_a_docker_socket_is_never_mounted() -> None:
+    spec = build_container_spec(session(), NVIDIA)
+    bad = replace(spec, mounts=(Mount("/var/run/docker.sock", "/var/run/docker.sock"),))
+    with pytest.raises(SpecError, match="engine socket"):
+        bad.create_config()
+
+
+# ---------------------------------------------------------------- hard caps
+
+
+def test_hami_preloads_libvgpu_with_memory_and_sm_limits() -> None:
+    spec = apply_hami(
+        build_container_spec(session(), NVIDIA),
+        library=Path("/usr/local/vgpu/libvgpu.so"),
+        cache_root=Path("/var/lib/gpuslice/vgpu"),
+    )
+    config = spec.create_config()
+    env = env_of(config)
+    assert env["CUDA_DEVICE_MEMORY_LIMIT_0"] == "10240m"
+    assert env["CUDA_DEVICE_SM_LIMIT"] == "25"
+    assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "/tmp/vgpu/s-123.cache"
+    assert config["HostConfig"]["Mounts"] == [
+        {
+            "Type": "bind",
+            "Source": "/usr/local/vgpu/libvgpu.so",
+            "Target": "/usr/local/vgpu/libvgpu.so",
+            "ReadOnly": True,
+        },
+        {
+            "Type": "bind",
+            "Source": "/var/lib/gpuslice/vgpu/s-123",
+            "Target": "/tmp/vgpu",
+            "ReadOnly": False,
+        },
+    ]
+    assert spec.files()["/etc/ld.so.preload"] == b"/usr/local/vgpu/libvgpu.so\n"
+    assert [(d.path, d.uid, d.gid) for d in spec.host_dirs] == [
+        ("/var/lib/gpuslice/vgpu/s-123", 1000, 1000)
+    ]
+    allocation = json.loads(spec.files()[ALLOCATION_PATH])
+    assert allocation["enforcement"] == ["device-pinning", "framework-hook", "hami-core"]
+
+
+def test_mps_sets_pinned_memory_and_thread_percentage() -> None:
+    spec = apply_mps(build_container_spec(session(), NVIDIA), pipe_directory=Path("/tmp/mps"))
+    config = spec.create_config()
+    env = env_of(config)
+    assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/mps"
+    assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
+    assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
+    assert config["HostConfig"]["IpcMode"] == "host"
+    assert {"Type": "bind", "Source": "/tmp/mps", "Target": "/tmp/mps", "ReadOnly": False} in (
+        config["HostConfig"]["Mounts"]
+    )
+    assert json.loads(config["Labels"][LABEL_ALLOCATION])["enforcement"][-1] == "mps"
+
+
+def test_hard_caps_leave_whole_gpu_and_cpu_sessions_alone() -> None:
+    whole = build_container_spec(session(slices=(GpuSlice("G", 0, 2000, 40 * GiB, 108),)), NVIDIA)
+    cpu_only = build_container_spec(session(slices=()), NVIDIA)
+    for spec in (whole, cpu_only):
+        for mode in ("hami", "mps"):
+            assert apply_hard_caps(spec, HardCapsSettings(mode=mode)) == spec
+
+
+def test_hard_caps_follow_the_configured_mode() -> None:
+    spec = build_container_spec(session(), NVIDIA)
+    assert apply_hard_caps(spec, HardCapsSettings()) == spec
+    hami = apply_hard_caps(spec, HardCapsSettings(mode="hami"))
+    assert "CUDA_DEVICE_MEMORY_LIMIT_0" in hami.env
+    mps = apply_hard_caps(spec, HardCapsSettings(mode="mps"))
+    assert mps.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={10 * GiB // MiB}M"
