@@ -112,6 +112,24 @@ class Assignment(BaseModel):
     slices: list[SliceAssignment]
 
 
+class ExecRequest(BaseModel):
+    """The manager wants a command run in a session: answer with `PUT …/exec/{id}`."""
+
+    id: str
+    session_id: str
+    command: list[str]
+    timeout: float
+
+
+class ExecUpload(BaseModel):
+    """What a command run in a session printed, and how it ended."""
+
+    exit_code: int
+    stdout: str = Field(default="", max_length=4 * 1024 * 1024)
+    stderr: str = Field(default="", max_length=4 * 1024 * 1024)
+    error: str = Field(default="", max_length=2000, description="Why it could not run at all.")
+
+
 class LogRequest(BaseModel):
     """The manager wants a session's log tail: upload it with `PUT …/logs/{id}`."""
 
@@ -127,6 +145,7 @@ class Assignments(BaseModel):
     version: int
     sessions: list[Assignment]
     log_requests: list[LogRequest]
+    exec_requests: list[ExecRequest] = Field(default_factory=list)
 
 
 class StateReport(BaseModel):
@@ -137,6 +156,11 @@ class StateReport(BaseModel):
     )
     exit_code: int | None = Field(default=None, description="TERMINATED: the process exit code.")
     reason: str = Field(default="", max_length=2000)
+    logs: str | None = Field(
+        default=None, max_length=1024 * 1024,
+        description="TERMINATED/ERROR: the session's last output, kept after its container "
+        "is removed.",
+    )
 
 
 class LogUpload(BaseModel):

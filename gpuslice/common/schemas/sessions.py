@@ -157,6 +157,20 @@ class SessionPublic(BaseModel):
     )
 
 
+class SessionExec(BaseModel):
+    """Run a command in a RUNNING session, as the session's user."""
+
+    command: list[str] = Field(min_length=1, max_length=256, description="argv, e.g. [\"ls\"].")
+    timeout: float = Field(default=60, gt=0, le=600, description="Seconds before it is killed.")
+
+
+class SessionExecResult(BaseModel):
+    session_id: str
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
 class SessionLogs(BaseModel):
     session_id: str
     logs: str
