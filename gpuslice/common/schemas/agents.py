@@ -94,6 +94,9 @@ class SliceAssignment(BaseModel):
     fraction: Number
     mem: int
     sms: int
+    capacity: Number | None = Field(
+        default=None, description="fGPU of the whole device (the node's fGPU per GPU)."
+    )
 
 
 class Assignment(BaseModel):

@@ -85,6 +85,7 @@ def _assignment(row: SessionRow, owner: str) -> Assignment:
             SliceAssignment(
                 device_index=a.device_index, device_uuid=a.device_uuid, gpu=fgpu_decimal(a.gpu),
                 fraction=fraction_of(a.gpu, a.device_capacity), mem=a.mem, sms=a.sms,
+                capacity=fgpu_decimal(a.device_capacity),
             )
             for a in row.allocations
             if a.released_at is None
