@@ -1,0 +1,45 @@
+# The two commands of the README: `make up` runs the platform, `make test` runs the whole suite.
+# Both install what they need (the virtual environment in .venv, Docker engine, PostgreSQL).
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PG_URL ?= postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice
+
+.PHONY: up test test-sqlite test-pg lint bench host host-test images venv
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	touch $@
+
+host:
+	bash tools/host-setup.sh
+
+host-test:
+	bash tools/host-setup.sh --postgres
+
+images: venv
+	$(PY) -m gpuslice.images
+
+up: host venv
+	$(VENV)/bin/gpuslice up
+
+# Everything: unit and property tests, the manager on SQLite, real Docker; then the database
+# tests again on PostgreSQL.
+test: host-test venv images lint test-sqlite test-pg
+
+test-sqlite:
+	$(PY) -m pytest -q -p no:cacheprovider
+
+test-pg:
+	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider -m "pg or db"
+
+lint: venv
+	$(VENV)/bin/ruff check .
+
+bench: venv
+	$(PY) bench/scheduler.py

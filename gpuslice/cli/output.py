@@ -1,0 +1,99 @@
+"""How the CLI speaks: Rich tables for people, ``--json`` for scripts, one line for errors."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any, ParamSpec, TypeVar
+
+import typer
+from pydantic import BaseModel
+from rich.console import Console
+from rich.table import Table
+
+from gpuslice.client import ApiError
+from gpuslice.common.resources import ResourceError, format_mem
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class CliError(Exception):
+    """A problem the user can fix; printed as one line, exit code 1 (2 for bad input)."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def friendly(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn every expected failure into one line on stderr and a non-zero exit code."""
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except ApiError as err:
+            fail(err.message, 2 if 400 <= err.status < 500 and err.status not in (401, 403, 404)
+                 else 1)
+        except ResourceError as err:
+            fail(err.message, 2)
+        except CliError as err:
+            fail(str(err), err.exit_code)
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        raise AssertionError("unreachable")
+
+    return wrapper
+
+
+def fail(message: str, code: int = 1) -> None:
+    err_console.print(f"error: {message}", markup=False)
+    raise typer.Exit(code)
+
+
+def print_json(data: Any) -> None:
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    elif isinstance(data, Sequence) and not isinstance(data, str):
+        data = [d.model_dump(mode="json") if isinstance(d, BaseModel) else d for d in data]
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+
+
+def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
+    out = Table(title=title, show_edge=False, header_style="bold")
+    for column in columns:
+        out.add_column(column, overflow="fold")
+    for row in rows:
+        out.add_row(*("" if v is None else str(v) for v in row))
+    console.print(out)
+
+
+def ago(when: datetime | None) -> str:
+    if when is None:
+        return "-"
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    seconds = int((datetime.now(UTC) - when).total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds // size}{unit} ago"
+    return f"{max(seconds, 0)}s ago"
+
+
+def mem(size: int | None) -> str:
+    return "-" if size is None else format_mem(size)
+
+
+def number(value: Any) -> str:
+    """A Decimal amount as people write it: 0.5, 2, 1.25."""
+    if value is None:
+        return "-"
+    text = format(value, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text

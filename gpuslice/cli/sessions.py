@@ -1,0 +1,229 @@
+"""`gpuslice session ...`: create, list, show, logs, destroy, exec."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from typing import Annotated
+
+import typer
+
+from gpuslice.cli.output import (
+    CliError,
+    ago,
+    console,
+    friendly,
+    mem,
+    number,
+    print_json,
+    table,
+)
+from gpuslice.client import Client
+from gpuslice.common.images import DEFAULT_SESSION_IMAGE
+from gpuslice.common.resources import MiB, parse_cpu, parse_fgpu, parse_mem
+from gpuslice.common.schemas.sessions import FINAL, SessionPublic, SessionStatus
+
+app = typer.Typer(help="Compute sessions: create, list, show, logs, destroy, exec.",
+                  no_args_is_help=True)
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+
+def _client() -> Client:
+    return Client.from_config()
+
+
+@app.command("create")
+@friendly
+def create(
+    image: Annotated[str, typer.Option(help="Image to run.")] = DEFAULT_SESSION_IMAGE,
+    gpu: Annotated[str, typer.Option(help="fGPU, e.g. 0.5 or 2 (0: no GPU).")] = "0",
+    cpu: Annotated[str, typer.Option(help="CPU cores, e.g. 0.5 or 4.")] = "1",
+    mem_: Annotated[str, typer.Option("--mem", help="Memory, e.g. 512m or 2g.")] = "1g",
+    count: Annotated[int, typer.Option(help="How many identical sessions (1-100).")] = 1,
+    name: Annotated[str | None, typer.Option(help="Session name.")] = None,
+    type_: Annotated[str, typer.Option("--type", help="interactive or batch.")] = "interactive",
+    command: Annotated[str | None, typer.Option(help="Batch: the command to run.")] = None,
+    env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable.")] = None,
+    priority: Annotated[int, typer.Option(help="Higher runs first (bounded by policy).")] = 0,
+    gpu_model: Annotated[str | None, typer.Option(help="Only GPUs of this model.")] = None,
+    wait: Annotated[bool, typer.Option(help="Wait until the sessions run (or wait).")] = False,
+    timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 300,
+    as_json: JsonOpt = False,
+) -> None:
+    """Launch sessions; they start PENDING and run as soon as the scheduler places them."""
+    parse_fgpu(gpu, field="--gpu")
+    parse_cpu(cpu, field="--cpu")
+    parse_mem(mem_, field="--mem", minimum=6 * MiB)
+    if not 1 <= count <= 100:
+        raise CliError(f"--count: must be between 1 and 100, got {count}", 2)
+    if type_ not in ("interactive", "batch"):
+        raise CliError(f"--type: must be interactive or batch, got {type_!r}", 2)
+    if type_ == "batch" and not command:
+        raise CliError("--command: a batch session needs a command to run", 2)
+    argv = shlex.split(command) if command else None
+    variables = dict(_env_pair(item) for item in env or [])
+    with _client() as client:
+        created = client.create_sessions(
+            image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
+            command=argv, env=variables, priority=priority, gpu_model=gpu_model,
+        )
+        if wait:
+            created = [_wait_started(client, s, timeout) for s in created]
+    if as_json:
+        print_json(created)
+        return
+    _session_table(created)
+
+
+@app.command("list")
+@friendly
+def list_(
+    all_users: Annotated[bool, typer.Option("--all", help="Every user's (admins).")] = False,
+    status: Annotated[list[str] | None, typer.Option(help="Only this status (repeat).")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
+    as_json: JsonOpt = False,
+) -> None:
+    """Your sessions, newest first."""
+    statuses = [_status(s) for s in status or []]
+    with _client() as client:
+        owner = None if all_users else client.me().username
+        page = client.list_sessions(status=statuses, owner=owner, limit=limit)
+    if as_json:
+        print_json(page.items)
+        return
+    _session_table(page.items, owner_column=all_users)
+    if page.total > len(page.items):
+        console.print(f"({len(page.items)} of {page.total}; use --limit for more)")
+
+
+@app.command("show")
+@friendly
+def show(ref: Annotated[str, typer.Argument(help="Session id or name.")],
+         as_json: JsonOpt = False) -> None:
+    """Status, why it waits and its queue position, allocation, and history."""
+    with _client() as client:
+        session = client.get_session(ref)
+    if as_json:
+        print_json(session)
+        return
+    res = session.resources
+    lines = [
+        ("id", session.id), ("name", session.name), ("owner", session.owner),
+        ("image", session.image), ("type", session.type.value),
+        ("status", session.status.value),
+    ]
+    if session.status_reason:
+        lines.append(("reason", session.status_reason))
+    if session.queue_position is not None:
+        lines.append(("queue position", str(session.queue_position)))
+    if session.result is not None:
+        lines.append(("result", f"{session.result.value} (exit code {session.exit_code})"))
+    lines.append(("resources",
+                  f"{number(res.gpu)} fGPU, {number(res.cpu)} CPU, {mem(res.mem)} memory"))
+    if session.placement:
+        lines.append(("node", session.placement.node_name))
+        for dev in session.placement.devices:
+            lines.append((
+                f"GPU {dev.device_index}",
+                f"{number(dev.gpu)} fGPU ({number(dev.fraction * 100)}% of {dev.device_model} "
+                f"{dev.device_uuid}), {mem(dev.mem)} GPU memory, {dev.sms} SMs",
+            ))
+    width = max(len(k) for k, _ in lines)
+    for key, value in lines:
+        console.print(f"{key:<{width}}  {value}", markup=False)
+    if session.history:
+        console.print()
+        table(["when", "status", "reason"],
+              [(ago(h.at), h.status.value, h.reason) for h in session.history])
+
+
+@app.command("logs")
+@friendly
+def logs(ref: Annotated[str, typer.Argument(help="Session id or name.")],
+         follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
+         tail: Annotated[int, typer.Option(help="Last lines.")] = 1000) -> None:
+    """The session's output (stdout and stderr)."""
+    with _client() as client:
+        session = client.get_session(ref)
+        seen = _print_new(client.session_logs(session.id, tail).logs, [])
+        while follow and session.status not in FINAL:
+            time.sleep(1.0)
+            session = client.get_session(session.id)
+            if session.status in (SessionStatus.RUNNING, SessionStatus.TERMINATING):
+                seen = _print_new(client.session_logs(session.id, tail).logs, seen)
+
+
+@app.command("destroy")
+@friendly
+def destroy(refs: Annotated[list[str], typer.Argument(help="Session ids or names.")],
+            as_json: JsonOpt = False) -> None:
+    """Stop sessions: a PENDING one is CANCELLED at once, a running one is stopped."""
+    with _client() as client:
+        done = client.destroy_sessions(refs)
+    if as_json:
+        print_json(done)
+        return
+    for session in done:
+        console.print(f"{session.name}: {session.status.value}", markup=False)
+
+
+def _wait_started(client: Client, session: SessionPublic, timeout: float) -> SessionPublic:
+    """Wait until the session runs, ends, or is queued with the scheduler's reason."""
+    deadline = time.monotonic() + timeout
+    while True:
+        session = client.get_session(session.id)
+        queued = session.status is SessionStatus.PENDING and session.wait_code is not None
+        if session.status is SessionStatus.RUNNING or session.status in FINAL or queued:
+            return session
+        if time.monotonic() > deadline:
+            return session
+        time.sleep(0.2)
+
+
+def _session_table(sessions: list[SessionPublic], owner_column: bool = False) -> None:
+    columns = ["id", "name"] + (["owner"] if owner_column else []) + [
+        "status", "fGPU", "cpu", "mem", "node", "image", "age", "reason"]
+    rows = []
+    for s in sessions:
+        node = s.placement.node_name if s.placement else ""
+        reason = s.status_reason
+        if s.queue_position is not None:
+            reason = f"#{s.queue_position}: {reason}"
+        rows.append(
+            [s.id[:12], s.name] + ([s.owner] if owner_column else []) + [
+                s.status.value, number(s.resources.gpu), number(s.resources.cpu),
+                mem(s.resources.mem), node, s.image, ago(s.created_at), reason]
+        )
+    table(columns, rows)
+
+
+def _print_new(text: str, printed: list[str]) -> list[str]:
+    """Print the lines of a log tail that follow the lines printed before."""
+    lines = text.splitlines(keepends=True)
+    start = 0
+    anchor = printed[-5:]
+    if anchor:
+        for i in range(len(lines) - len(anchor), -1, -1):
+            if lines[i:i + len(anchor)] == anchor:
+                start = i + len(anchor)
+                break
+    sys.stdout.write("".join(lines[start:]))
+    sys.stdout.flush()
+    return lines[-5:] if lines else printed
+
+
+def _env_pair(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise CliError(f"--env: expected KEY=VALUE, got {item!r}", 2)
+    return key, value
+
+
+def _status(value: str) -> str:
+    upper = value.upper()
+    if upper not in SessionStatus.__members__:
+        allowed = ", ".join(s.value for s in SessionStatus)
+        raise CliError(f"--status: {value!r} is not a status; use one of {allowed}", 2)
+    return upper

@@ -1,0 +1,273 @@
+"""The Python SDK: every operation of the CLI, typed with the shared schemas.
+
+    from gpuslice.client import Client
+    client = Client.from_config()            # GPUSLICE_URL / GPUSLICE_TOKEN, or `gpuslice login`
+    [s] = client.create_sessions(gpu=0.5, mem="2g")
+    client.wait(s.id, {"RUNNING"})
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import BaseModel, TypeAdapter
+
+from gpuslice.client.config import ClientConfig, load_config
+from gpuslice.common.schemas.agents import JoinTokenCreated, NodePublic
+from gpuslice.common.schemas.common import Page
+from gpuslice.common.schemas.sessions import (
+    FINAL,
+    SessionLogs,
+    SessionPublic,
+    SessionStatus,
+    StatusChange,
+)
+from gpuslice.common.schemas.users import (
+    ApiTokenCreated,
+    ApiTokenPublic,
+    PolicyPublic,
+    TokenPublic,
+    UserPublic,
+)
+
+API = "/api/v1"
+M = TypeVar("M")
+
+
+class ApiError(Exception):
+    """The manager refused a request, or could not be reached. ``str()`` is one clear line."""
+
+    def __init__(self, message: str, *, status: int = 0, code: str = "error",
+                 field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.field = field
+
+
+class Client:
+    """A connection to a gpuslice manager as one user (or as nobody, before `login`)."""
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.token = token
+        self._http = httpx.Client(base_url=self.url, timeout=timeout, transport=transport)
+
+    @classmethod
+    def from_config(cls, config: ClientConfig | None = None) -> Client:
+        """Connect with the stored login, overridden by ``GPUSLICE_URL`` / ``GPUSLICE_TOKEN``."""
+        config = config or load_config()
+        if not config.url:
+            raise ApiError("not logged in: run `gpuslice login URL` or set GPUSLICE_URL",
+                           code="not_logged_in")
+        return cls(config.url, config.token)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ auth
+
+    def login(self, username: str, password: str) -> TokenPublic:
+        token = self._call("POST", "/auth/login", TokenPublic,
+                           json={"username": username, "password": password})
+        self.token = token.access_token
+        return token
+
+    def me(self) -> UserPublic:
+        return self._call("GET", "/auth/me", UserPublic)
+
+    def create_token(self, name: str, expires_in_days: int | None = None) -> ApiTokenCreated:
+        body = {"name": name, "expires_in_days": expires_in_days}
+        return self._call("POST", "/auth/tokens", ApiTokenCreated, json=body)
+
+    def list_tokens(self) -> list[ApiTokenPublic]:
+        return self._call("GET", "/auth/tokens", list[ApiTokenPublic])
+
+    def revoke_token(self, token_id: str) -> None:
+        self._call("DELETE", f"/auth/tokens/{token_id}", None)
+
+    # ------------------------------------------------------------ sessions
+
+    def create_sessions(
+        self, *, image: str, gpu: float | str = 0, cpu: float | str = 1,
+        mem: int | str = "1g", count: int = 1, name: str | None = None,
+        type: str = "interactive", command: list[str] | None = None,
+        env: dict[str, str] | None = None, priority: int = 0, gpu_model: str | None = None,
+    ) -> list[SessionPublic]:
+        body = {
+            "image": image, "resources": {"gpu": gpu, "cpu": cpu, "mem": mem}, "count": count,
+            "name": name, "type": type, "command": command, "env": env or {},
+            "priority": priority, "gpu_model": gpu_model,
+        }
+        return self._call("POST", "/sessions", list[SessionPublic], json=body)
+
+    def list_sessions(
+        self, *, status: Iterable[str] = (), owner: str | None = None, name: str | None = None,
+        limit: int = 100, offset: int = 0,
+    ) -> Page[SessionPublic]:
+        params: dict[str, Any] = {"status": list(status), "limit": limit, "offset": offset}
+        if owner:
+            params["owner"] = owner
+        if name:
+            params["name"] = name
+        return self._call("GET", "/sessions", Page[SessionPublic], params=params)
+
+    def get_session(self, ref: str) -> SessionPublic:
+        """A session by id, or by name (the caller's newest session of that name)."""
+        try:
+            return self._call("GET", f"/sessions/{ref}", SessionPublic)
+        except ApiError as err:
+            if err.status != 404:
+                raise
+        page = self.list_sessions(name=ref, limit=1)
+        if page.items:
+            return self._call("GET", f"/sessions/{page.items[0].id}", SessionPublic)
+        raise ApiError(f"no session with id or name '{ref}'", status=404, code="not_found")
+
+    def destroy_sessions(self, refs: Iterable[str]) -> list[SessionPublic]:
+        ids = [self.get_session(ref).id for ref in refs]
+        return self._call("POST", "/sessions/destroy", list[SessionPublic], json={"ids": ids})
+
+    def session_logs(self, ref: str, tail: int | None = None) -> SessionLogs:
+        sid = self.get_session(ref).id
+        params = {"tail": tail} if tail else None
+        return self._call("GET", f"/sessions/{sid}/logs", SessionLogs, params=params)
+
+    def events(self, session_id: str | None = None, since: int | None = None,
+               timeout: float | None = None) -> Iterator[StatusChange]:
+        """Status changes one may see, as they happen (server-sent events)."""
+        params: dict[str, Any] = {}
+        if session_id:
+            params["session_id"] = session_id
+        if since is not None:
+            params["since"] = since
+        try:
+            with self._http.stream(
+                "GET", f"{API}/sessions/events", params=params, headers=self._headers(),
+                timeout=httpx.Timeout(timeout or 30.0, read=timeout),
+            ) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _error_of(response)
+                for data in _sse_data(response.iter_lines()):
+                    yield StatusChange.model_validate_json(data)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+
+    def wait(self, session_id: str, statuses: Iterable[str], timeout: float = 300.0,
+             poll: float = 0.5) -> SessionPublic:
+        """Wait until the session reaches one of ``statuses`` (or a final status)."""
+        wanted = {SessionStatus(s) for s in statuses} | FINAL
+        deadline = time.monotonic() + timeout
+        while True:
+            session = self.get_session(session_id)
+            if session.status in wanted:
+                return session
+            if time.monotonic() > deadline:
+                raise ApiError(
+                    f"session {session.name} is still {session.status.value} after {timeout:g}s"
+                    + (f": {session.status_reason}" if session.status_reason else ""),
+                    code="timeout",
+                )
+            time.sleep(poll)
+
+    # ------------------------------------------------------------ admin
+
+    def list_nodes(self) -> list[NodePublic]:
+        return self._call("GET", "/nodes", list[NodePublic])
+
+    def create_join_token(self, name: str, expires_in_hours: int | None = 24) -> JoinTokenCreated:
+        body = {"name": name, "expires_in_hours": expires_in_hours}
+        return self._call("POST", "/join-tokens", JoinTokenCreated, json=body)
+
+    def create_user(self, username: str, password: str, role: str = "user") -> UserPublic:
+        body = {"username": username, "password": password, "role": role}
+        return self._call("POST", "/users", UserPublic, json=body)
+
+    def list_users(self) -> list[UserPublic]:
+        return self._call("GET", "/users", list[UserPublic])
+
+    def find_user(self, username: str) -> UserPublic:
+        for user in self.list_users():
+            if username in (user.username, user.id):
+                return user
+        raise ApiError(f"no user named '{username}'", status=404, code="not_found")
+
+    def list_policies(self) -> list[PolicyPublic]:
+        return self._call("GET", "/policies", list[PolicyPublic])
+
+    def set_user_policy(self, username: str, **limits: Any) -> PolicyPublic:
+        """Give a user their own policy (``user-<name>``) with these limits, creating it once."""
+        user = self.find_user(username)
+        name = f"user-{user.username}"
+        existing = next((p for p in self.list_policies() if p.name == name), None)
+        if existing is None:
+            policy = self._call("POST", "/policies", PolicyPublic, json={"name": name, **limits})
+        else:
+            policy = self._call("PUT", f"/policies/{existing.id}", PolicyPublic, json=limits)
+        if user.policy_id != policy.id:
+            self._call("PATCH", f"/users/{user.id}", UserPublic, json={"policy_id": policy.id})
+        return policy
+
+    # ------------------------------------------------------------ plumbing
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
+
+    def _call(self, method: str, path: str, model: type[M] | Any, **kw: Any) -> M:
+        try:
+            response = self._http.request(method, API + path, headers=self._headers(), **kw)
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+        if response.status_code >= 400:
+            raise _error_of(response)
+        if model is None or response.status_code == 204:
+            return None  # type: ignore[return-value]
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            return model.model_validate_json(response.content)  # type: ignore[return-value]
+        return TypeAdapter(model).validate_json(response.content)
+
+    def _unreachable(self, exc: Exception) -> ApiError:
+        return ApiError(f"cannot reach the manager at {self.url}: {exc}", code="unreachable")
+
+
+def _error_of(response: httpx.Response) -> ApiError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    message = body.get("message") or f"HTTP {response.status_code}: {response.text[:200]}"
+    return ApiError(message, status=response.status_code, code=body.get("code", "error"),
+                    field=body.get("field"))
+
+
+def _sse_data(lines: Iterable[str]) -> Iterator[str]:
+    """The data of each `status` event of a server-sent event stream."""
+    event, data = "message", []
+    for line in lines:
+        if not line:
+            if data and event == "status":
+                yield "\n".join(data)
+            event, data = "message", []
+        elif line.startswith("event:"):
+            event = line[6:].strip()
+        elif line.startswith("data:"):
+            data.append(line[5:].lstrip())
+    if data and event == "status":
+        yield "\n".join(data)
+
+
+__all__ = ["ApiError", "Client"]
