@@ -82,4 +82,5 @@ async def reconcile(
             result.restarted.append(spec.session_id)
 
     await asyncio.gather(*(converge(spec) for spec in wanted))
+    await runtime.prune_files()  # node files of sessions whose container is gone
     return result

@@ -81,10 +81,10 @@ def base_image(docker_ready: None) -> str:
 
 
 @pytest.fixture
-async def runtime(base_image: str) -> AsyncIterator[DockerRuntime]:
+async def runtime(base_image: str, tmp_path: Path) -> AsyncIterator[DockerRuntime]:
     """A runtime for a node of its own: its containers are this test's only, removed after."""
     node = f"test-{uuid.uuid4().hex[:10]}"
-    async with DockerRuntime(node_name=node) as rt:
+    async with DockerRuntime(node_name=node, files_root=tmp_path / "node") as rt:
         try:
             yield rt
         finally:

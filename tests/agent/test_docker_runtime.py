@@ -95,8 +95,10 @@ async def test_session_runs_unprivileged_and_cannot_gain_privileges(
     )
     assert "CapEff:\t0000000000000000" in status.stdout
     assert "NoNewPrivs:\t1" in status.stdout
-    writable = await runtime.exec(spec.session_id, ["sh", "-c", f"echo x > {ALLOCATION_PATH}"])
-    assert writable.exit_code != 0  # the allocation file is the platform's, not the user's
+    for user in (None, "0"):  # read-only mounts: not even root in the session can change them
+        for path in (ALLOCATION_PATH, "/opt/gpuslice/hook/gpuslice_hook.py"):
+            write = await runtime.exec(spec.session_id, ["sh", "-c", f": > {path}"], user=user)
+            assert write.exit_code != 0 and "Read-only file system" in write.stderr
     async with aiodocker.Docker() as docker:
         host = (await docker.containers.container(state.container_id).show())["HostConfig"]
     assert host["Privileged"] is False
@@ -143,8 +145,11 @@ async def test_interactive_lifecycle_and_no_duplicates(
     restarted = await runtime.ensure_running(spec)  # an interactive session comes back
     assert restarted.container_id == first.container_id and restarted.status == "running"
 
+    files = runtime.files_root / "sessions" / spec.session_id
+    assert (files / "etc/gpuslice/allocation.json").is_file()
     assert await runtime.remove(spec.session_id) is True
     assert await runtime.find(spec.session_id) is None
+    assert not files.exists()  # nothing of the session is left on the node
     assert await runtime.remove(spec.session_id) is False
     assert await runtime.stop(spec.session_id) is None
 
@@ -197,7 +202,7 @@ async def test_a_fresh_runtime_adopts_what_runs(
 ) -> None:
     spec = make_spec()
     created = await runtime.ensure_running(spec)
-    async with DockerRuntime(node_name=runtime.node_name) as fresh:
+    async with DockerRuntime(node_name=runtime.node_name, files_root=runtime.files_root) as fresh:
         managed = await fresh.list_managed()
         assert [(s.session_id, s.status, s.container_id) for s in managed] == [
             (spec.session_id, "running", created.container_id)

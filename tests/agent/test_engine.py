@@ -2,25 +2,10 @@
 
 from __future__ import annotations
 
-import io
-import tarfile
-
 from gpuslice.agent.runtime.docker import _to_event
-from gpuslice.agent.runtime.engine import files_archive, parse_stats
+from gpuslice.agent.runtime.engine import parse_stats
 from gpuslice.agent.runtime.models import ContainerState, ContainerStats
 from gpuslice.common.resources import MiB
-
-
-def test_archive_is_root_owned_and_creates_only_gpuslice_directories() -> None:
-    data = files_archive(
-        {"/etc/gpuslice/allocation.json": b"{}", "/etc/ld.so.preload": b"/lib.so\n"}
-    )
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        members = {m.name: m for m in tar.getmembers()}
-    assert set(members) == {"etc/gpuslice", "etc/gpuslice/allocation.json", "etc/ld.so.preload"}
-    assert members["etc/gpuslice"].isdir() and members["etc/gpuslice"].mode == 0o755
-    assert all(m.uid == 0 and m.gid == 0 for m in members.values())
-    assert members["etc/ld.so.preload"].mode == 0o644
 
 
 def test_stats_count_memory_as_docker_stats_does() -> None:

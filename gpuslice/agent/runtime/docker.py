@@ -16,7 +16,9 @@ import asyncio
 import json
 import os
 import random
+import shutil
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from pathlib import Path
 from typing import Any, TypeVar
 
 import aiodocker
@@ -25,7 +27,6 @@ import aiohttp
 from gpuslice.agent.runtime.engine import (
     CONNECTION_FAILED,
     event_lines,
-    files_archive,
     one_shot_stats,
     parse_stats,
 )
@@ -72,9 +73,17 @@ class DockerRuntime:
     """Runs a node's session containers. Use as ``async with DockerRuntime(node_name=...)``."""
 
     def __init__(
-        self, *, node_name: str, docker_url: str | None = None, request_timeout: float = 60.0
+        self,
+        *,
+        node_name: str,
+        files_root: Path,
+        docker_url: str | None = None,
+        request_timeout: float = 60.0,
     ) -> None:
+        """``files_root``: a node directory (on dockerd's machine) for the files sessions see
+        read-only, one subdirectory per session; removed with the session's container."""
         self.node_name = node_name
+        self.files_root = files_root
         self._url = docker_url
         self._timeout = aiohttp.ClientTimeout(
             total=None, sock_connect=10, sock_read=request_timeout
@@ -140,10 +149,8 @@ class DockerRuntime:
         state = await self.find(spec.session_id)
         if state is None:
             state = await self._create(spec)
-        if state.status == "created":
-            await self._put_files(state.container_id, spec)  # again: a crash may have cut it
-            return await self._start(state)
-        if state.finished and spec.session_type == "interactive":
+        if state.status == "created" or (state.finished and spec.session_type == "interactive"):
+            await self._write_files(spec)  # again: the node's copy may be gone (wiped data dir)
             return await self._start(state)
         return state
 
@@ -181,6 +188,7 @@ class DockerRuntime:
         if state is None:
             return False
         await self.remove_container(state.container_id)
+        await asyncio.to_thread(shutil.rmtree, self._files_dir(session_id), True)
         return True
 
     async def remove_container(self, container_id: str) -> None:
@@ -192,6 +200,17 @@ class DockerRuntime:
         except aiodocker.DockerError as exc:
             if exc.status not in (404, 409):  # gone, or removal already in progress
                 raise
+
+    async def prune_files(self) -> list[str]:
+        """Remove the node files of sessions that have no container any more."""
+        sessions = self.files_root / "sessions"
+        if not sessions.is_dir():
+            return []
+        alive = {s.session_id for s in await self.list_managed()}
+        pruned = sorted(p.name for p in sessions.iterdir() if p.name not in alive)
+        for name in pruned:
+            await asyncio.to_thread(shutil.rmtree, sessions / name, True)
+        return pruned
 
     async def logs(self, session_id: str, *, tail: int | None = None) -> str:
         """stdout and stderr so far (the last ``tail`` lines), interleaved as written."""
@@ -335,8 +354,17 @@ class DockerRuntime:
             raise SessionNotFound(session_id)
         return self._client().containers.container(state.container_id)
 
+    def _files_dir(self, session_id: str) -> Path:
+        return self.files_root / "sessions" / session_id
+
+    async def _write_files(self, spec: ContainerSpec) -> None:
+        root = self._files_dir(spec.session_id)
+        await asyncio.to_thread(_write_files, root, spec.files())
+
     async def _create(self, spec: ContainerSpec) -> ContainerState:
-        config = spec.create_config(await self.image_env(spec.image))
+        image_env = await self.image_env(spec.image)
+        await self._write_files(spec)
+        config = spec.create_config(image_env, files_dir=str(self._files_dir(spec.session_id)))
         for host_dir in spec.host_dirs:
             await asyncio.to_thread(_make_host_dir, host_dir.path, host_dir.uid, host_dir.gid)
         try:
@@ -353,12 +381,7 @@ class DockerRuntime:
                     f"{spec.name} exists but carries no session label of node {self.node_name}"
                 ) from exc
             return existing
-        await self._put_files(container.id, spec)
         return ContainerState.from_inspect(await self._call(lambda d: container.show()))
-
-    async def _put_files(self, container_id: str, spec: ContainerSpec) -> None:
-        archive = files_archive(spec.files())
-        await self._call(lambda d: d.containers.container(container_id).put_archive("/", archive))
 
     async def _start(self, state: ContainerState) -> ContainerState:
         container = self._client().containers.container(state.container_id)
@@ -386,6 +409,21 @@ def _to_event(raw: dict[str, Any]) -> RuntimeEvent | None:
         container_id=str(actor.get("ID") or raw.get("id") or ""),
         exit_code=int(code) if code is not None and str(code).lstrip("-").isdigit() else None,
     )
+
+
+def _write_files(root: Path, files: dict[str, bytes]) -> None:
+    """Write ``files`` under ``root`` at their container paths, each replaced atomically:
+    a session reading its allocation never sees half a file."""
+    for path, content in files.items():
+        target = root / path.lstrip("/")
+        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+        if target.is_file() and target.read_bytes() == content:
+            continue
+        partial = target.with_name(f".{target.name}.partial")
+        partial.write_bytes(content)
+        partial.chmod(0o644)
+        os.replace(partial, target)
+    root.chmod(0o755)
 
 
 def _make_host_dir(path: str, uid: int, gid: int) -> None:

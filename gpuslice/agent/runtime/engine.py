@@ -1,18 +1,15 @@
 """The few Engine API calls aiodocker has no public method for, and parsing their answers.
 
 Kept in one module so an aiodocker upgrade has one place to check: the event stream (with
-filters, read line by line so a reconnect can follow), one-shot stats, and file upload.
+filters, read line by line so a reconnect can follow) and one-shot stats.
 """
 
 from __future__ import annotations
 
-import io
 import json
 import re
-import tarfile
 from collections.abc import AsyncIterator, Mapping
 from datetime import datetime
-from pathlib import PurePosixPath
 from typing import Any
 
 import aiodocker
@@ -61,37 +58,6 @@ def parse_stats(session_id: str, raw: Mapping[str, Any]) -> ContainerStats:
         memory_limit=int(memory.get("limit", 0)),
         pids=int((raw.get("pids_stats") or {}).get("current", 0)),
     )
-
-
-def files_archive(files: Mapping[str, bytes]) -> bytes:
-    """A tar of ``files`` (absolute paths) to unpack at ``/``: root-owned, read-only to users.
-
-    Directories are created for gpuslice's own parents only (``/etc/gpuslice``, ...), never
-    for system ones like ``/etc``, whose modes the image decides.
-    """
-    buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w") as tar:
-        made: set[str] = set()
-        for path, content in sorted(files.items()):
-            relative = PurePosixPath(path).relative_to("/")
-            for parent in reversed(relative.parents[:-1]):
-                name = str(parent)
-                if "gpuslice" in name and name not in made:
-                    made.add(name)
-                    tar.addfile(_entry(name, tarfile.DIRTYPE, 0o755))
-            info = _entry(str(relative), tarfile.REGTYPE, 0o644)
-            info.size = len(content)
-            tar.addfile(info, io.BytesIO(content))
-    return buffer.getvalue()
-
-
-def _entry(name: str, kind: bytes, mode: int) -> tarfile.TarInfo:
-    info = tarfile.TarInfo(name)
-    info.type = kind
-    info.mode = mode
-    info.uid = info.gid = 0
-    info.uname = info.gname = "root"
-    return info
 
 
 def _timestamp(text: str) -> float:

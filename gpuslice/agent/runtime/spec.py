@@ -136,13 +136,17 @@ class ContainerSpec:
             LABEL_ALLOCATION: allocation_json(self.allocation),
         }
 
-    def create_config(self, image_env: Sequence[str] = ()) -> dict[str, Any]:
+    def create_config(
+        self, image_env: Sequence[str] = (), files_dir: str | None = None
+    ) -> dict[str, Any]:
         """The Engine API body of ``POST /containers/create``.
 
         ``image_env`` is the image's own ``Env`` (``KEY=value``): its ``PYTHONPATH`` is kept
-        behind the hook directory rather than replaced.
+        behind the hook directory rather than replaced. ``files_dir`` is the node directory
+        holding :meth:`files` (see :meth:`file_mounts`).
         """
-        for mount in self.mounts:
+        mounts = [*self.mounts, *(self.file_mounts(files_dir) if files_dir else [])]
+        for mount in mounts:
             if PurePosixPath(mount.source).name in _DOCKER_SOCKETS:
                 raise SpecError(f"refusing to mount a container engine socket ({mount.source})")
         env = dict(self.env)
@@ -164,7 +168,7 @@ class ContainerSpec:
             },
             "Mounts": [
                 {"Type": "bind", "Source": m.source, "Target": m.target, "ReadOnly": m.read_only}
-                for m in self.mounts
+                for m in mounts
             ],
         }
         if self.device_uuids:
@@ -190,8 +194,17 @@ class ContainerSpec:
             "HostConfig": host_config,
         }
 
+    def file_mounts(self, files_dir: str) -> list[Mount]:
+        """Read-only bind mounts that show :meth:`files`, kept on the node under ``files_dir``
+        at their container paths: the hook as one directory, every other file on its own."""
+        mounts = [Mount(source=f"{files_dir}{CONTAINER_HOOK_DIR}", target=CONTAINER_HOOK_DIR)]
+        for path in sorted(self.files()):
+            if not path.startswith(f"{CONTAINER_HOOK_DIR}/"):
+                mounts.append(Mount(source=f"{files_dir}{path}", target=path))
+        return mounts
+
     def files(self) -> dict[str, bytes]:
-        """Files placed in the container before it starts: absolute path → content."""
+        """Files the session sees, read-only: absolute container path → content."""
         files = {ALLOCATION_PATH: (allocation_json(self.allocation, indent=2) + "\n").encode()}
         for name, content in hook_files().items():
             files[f"{CONTAINER_HOOK_DIR}/{name}"] = content
