@@ -34,6 +34,7 @@ from pydantic_settings import (
 from gpuslice.common.resources import ResourceError, parse_cpu, parse_fgpu_per_gpu, parse_mem
 
 ENV_PREFIX = "GPUSLICE_AGENT_"
+DEFAULT_DATA_DIR = Path("/var/lib/gpuslice/agent")
 
 
 def _mem(value: object) -> int:
@@ -99,9 +100,7 @@ class AgentSettings(BaseSettings):
     join_token: SecretStr | None = Field(
         default=None, description="Token from the manager to join the cluster (first start)."
     )
-    data_dir: Path = Field(
-        default=Path("/var/lib/gpuslice/agent"), description="The agent's files on this node."
-    )
+    data_dir: Path = Field(default=DEFAULT_DATA_DIR, description="The agent's files on this node.")
     docker_url: str | None = Field(
         default=None, description="Docker Engine address; default DOCKER_HOST or the local socket."
     )

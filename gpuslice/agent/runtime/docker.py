@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 import aiodocker
 import aiohttp
 
+from gpuslice.agent.config import DEFAULT_DATA_DIR
 from gpuslice.agent.runtime.engine import (
     CONNECTION_FAILED,
     event_lines,
@@ -76,12 +77,13 @@ class DockerRuntime:
         self,
         *,
         node_name: str,
-        files_root: Path,
+        files_root: Path = DEFAULT_DATA_DIR,
         docker_url: str | None = None,
         request_timeout: float = 60.0,
     ) -> None:
-        """``files_root``: a node directory (on dockerd's machine) for the files sessions see
-        read-only, one subdirectory per session; removed with the session's container."""
+        """``files_root``: a node directory (on dockerd's machine; the agent's ``data_dir``)
+        for the files sessions see read-only, one subdirectory per session, removed with the
+        session's container."""
         self.node_name = node_name
         self.files_root = files_root
         self._url = docker_url
