@@ -49,7 +49,7 @@ async def test_a_new_session_reaches_its_agent_well_under_a_second(
     assert delivered["desired"] == "running" and delivered["status"] == "SCHEDULED"
     assert delivered["slices"] == [{
         "device_index": 0, "device_uuid": "GPU-mock-0", "gpu": 0.5, "fraction": 0.5,
-        "mem": 20 * 1024**3, "sms": 54,
+        "mem": 20 * 1024**3, "sms": 54, "capacity": 1.0,
     }]
     print(f"create -> delivered to agent: {(time.monotonic() - started) * 1000:.1f} ms")
 

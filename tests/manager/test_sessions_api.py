@@ -117,6 +117,25 @@ async def test_list_filters_and_pages(admin: Client) -> None:
     assert (await admin.get("/api/v1/sessions", params={"status": "NOPE"})).status_code == 422
 
 
+async def test_list_by_exact_name_newest_first(admin: Client, make_user: UserFactory) -> None:
+    [old] = await create(admin, name="train")
+    await create(admin, name="train-x")  # a longer name is not a match
+    await create(admin, count=2, name="train")  # train-1, train-2
+    [new] = await create(admin, name="train")
+    page = (await admin.get("/api/v1/sessions", params={"name": "train"})).json()
+    assert page["total"] == 2
+    assert [s["id"] for s in page["items"]] == [new["id"], old["id"]]
+    first = (await admin.get("/api/v1/sessions", params={"name": "train", "limit": 1})).json()
+    assert [s["id"] for s in first["items"]] == [new["id"]] and first["total"] == 2
+    other = await make_user("carol")
+    assert (await other.get("/api/v1/sessions", params={"name": "train"})).json()["total"] == 0
+    [hers] = await create(other, name="train")
+    mine = (await other.get("/api/v1/sessions", params={"name": "train"})).json()
+    assert [s["id"] for s in mine["items"]] == [hers["id"]]
+    none = (await admin.get("/api/v1/sessions", params={"name": "nope"})).json()
+    assert none == {"items": [], "total": 0, "limit": 100, "offset": 0}
+
+
 async def test_destroying_a_pending_session_cancels_it_at_once(admin: Client) -> None:
     [s] = await create(admin)
     r = await admin.delete(f"/api/v1/sessions/{s['id']}")

@@ -151,6 +151,7 @@ class SessionRow(Base):
         Index("ix_sessions_status_created", "status", "created_at"),
         Index("ix_sessions_created", "created_at"),
         Index("ix_sessions_node_status", "node_id", "status"),
+        Index("ix_sessions_name_created", "name", "created_at"),  # ?name=, newest first
     )
 
     id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)

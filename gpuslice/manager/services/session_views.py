@@ -54,13 +54,16 @@ async def list_sessions(
     *,
     statuses: Sequence[SessionStatus] = (),
     owner: str | None = None,
+    name: str | None = None,
     limit: int = 100,
     offset: int = 0,
 ) -> Page[SessionPublic]:
-    """Newest first; ``owner`` (an admin's filter) is a username or a user id."""
+    """Newest first; ``owner`` (an admin's filter) is a username or a user id, ``name`` exact."""
     where = []
     if statuses:
         where.append(SessionRow.status.in_(list(statuses)))
+    if name is not None:  # names repeat (count > 1, reuse after destroy): newest first decides
+        where.append(SessionRow.name == name)
     if owner is not None:
         if viewer.role != Role.ADMIN:
             raise Forbidden("only admins filter by owner", field="owner")

@@ -42,12 +42,13 @@ async def list_all(
     user: CurrentUser,
     status_: Annotated[list[SessionStatus] | None, Query(alias="status")] = None,
     owner: Annotated[str | None, Query(description="Admins: a username or user id.")] = None,
+    name: Annotated[str | None, Query(max_length=80, description="Exactly this name.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> Page[SessionPublic]:
-    """Sessions the caller may see, newest first."""
+    """Sessions the caller may see, newest first; filter by status, owner (admins) or name."""
     return await list_sessions(
-        db, user, statuses=status_ or (), owner=owner, limit=limit, offset=offset
+        db, user, statuses=status_ or (), owner=owner, name=name, limit=limit, offset=offset
     )
 
 
