@@ -1,8 +1,9 @@
 """An in-process node agent for tests: speaks the agent API, runs nothing.
 
 It registers with a join token, sends heartbeats, follows its assignments by long-poll, reports
-PREPARING then RUNNING for new sessions and TERMINATED for sessions to stop, and answers log
-requests. The only fake in the manager's tests (there is no container runtime here).
+PREPARING then RUNNING for new sessions and TERMINATED (with its last output) for sessions to
+stop, and answers log requests. The only fake in the manager's tests (there is no container
+runtime here).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class FakeAgent:
             sid = item["session_id"]
             if item["desired"] == "stopped":
                 self.running.discard(sid)
-                await self.report(sid, "TERMINATED", reason="stopped")
+                await self.report(sid, "TERMINATED", reason="stopped", logs=f"bye from {sid}\n")
             elif item["status"] == "SCHEDULED":
                 await self.report(sid, "PREPARING")
                 self.running.add(sid)

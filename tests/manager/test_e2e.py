@@ -87,8 +87,11 @@ async def test_logs_come_from_the_agent(make_agent: AgentFactory, admin: Client)
     assert r.json()["logs"] == f"hello from {session['id']} (tail 50)\n"
 
 
-async def test_logs_of_a_pending_session_are_a_clear_conflict(admin: Client) -> None:
+async def test_logs_outlive_the_container(make_agent: AgentFactory, admin: Client) -> None:
+    await make_agent("node-1")
     [session] = await create(admin, resources={"gpu": 0.5})
+    await wait_status(admin, session["id"], {"RUNNING"})
+    await admin.delete(f"/api/v1/sessions/{session['id']}")
+    await wait_status(admin, session["id"], {"TERMINATED"})
     r = await admin.get(f"/api/v1/sessions/{session['id']}/logs")
-    assert r.status_code == 409
-    assert r.json()["code"] == "no_logs"
+    assert r.json()["logs"] == f"bye from {session['id']}\n"

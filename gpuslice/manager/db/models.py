@@ -176,6 +176,11 @@ class SessionRow(Base):
     node_id: Mapped[str | None] = mapped_column(ForeignKey("nodes.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The last output the agent sent with TERMINATED/ERROR (up to 1 MiB): never loaded with the
+    # row (listings would drag megabytes along); read it with select(SessionRow.final_logs).
+    final_logs: Mapped[str | None] = mapped_column(
+        Text, deferred=True, deferred_raiseload=True
+    )
 
     allocations: Mapped[list[Allocation]] = relationship(
         lazy="raise", order_by="Allocation.device_index", passive_deletes=True

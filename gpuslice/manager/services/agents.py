@@ -37,6 +37,7 @@ from gpuslice.manager.settings import NodeSettings
 log = logging.getLogger(__name__)
 S = SessionStatus
 _REPORTABLE = (S.PREPARING, S.RUNNING, S.TERMINATED, S.ERROR)
+_FINAL_REPORTS = (S.TERMINATED, S.ERROR)
 
 
 async def create_join_token(
@@ -170,16 +171,33 @@ async def _apply_report(db: AsyncSession, row: SessionRow, body: StateReport) ->
         )
     current = SessionStatus(row.status)
     if current in FINAL:
+        if body.status in _FINAL_REPORTS and body.logs is not None:
+            await _keep_late_logs(db, row.id, body.logs)
         return
     if body.status in (S.PREPARING, S.RUNNING):
         # Once stopping, a late "running" must not undo the stop; never go back to PREPARING.
         if current in (S.SCHEDULED, S.PREPARING) and current is not body.status:
             await transition(db, row, body.status, body.reason or _started(body.status))
-    elif body.status is S.TERMINATED:
+        return
+    logs = {"final_logs": body.logs} if body.logs is not None else {}
+    if body.status is S.TERMINATED:
         result, reason = _ended(row, body)
-        await transition(db, row, S.TERMINATED, reason, result=result, exit_code=body.exit_code)
+        await transition(
+            db, row, S.TERMINATED, reason, result=result, exit_code=body.exit_code, **logs
+        )
     else:
-        await transition(db, row, S.ERROR, body.reason or "failed on the node")
+        await transition(db, row, S.ERROR, body.reason or "failed on the node", **logs)
+
+
+async def _keep_late_logs(db: AsyncSession, session_id: str, logs: str) -> None:
+    # The session ended without the agent (node lost, then back): its report still brings the
+    # output the user would otherwise lose. Never overwrite logs already kept.
+    await db.execute(
+        update(SessionRow)
+        .where(SessionRow.id == session_id, SessionRow.final_logs.is_(None))
+        .values(final_logs=logs)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def _started(status: SessionStatus) -> str:

@@ -4,6 +4,10 @@ The agent dials the manager (nodes may sit behind NAT), so the manager cannot ca
 log request is a row: it rides to the agent on its next assignments answer (the node's version is
 bumped, so a waiting long-poll returns at once), the agent uploads the tail with
 ``PUT /api/v1/agents/me/logs/{request_id}``, and the waiting user request returns it.
+
+Only a session that may have a container asks its agent. One that has not started yet has no
+output; one that has ended answers the logs its agent sent with the final state report
+(``sessions.final_logs``), so they outlive the container and the node.
 """
 
 from __future__ import annotations
@@ -15,13 +19,13 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.schemas.agents import LogUpload, NodeStatus
-from gpuslice.common.schemas.sessions import SessionLogs, SessionStatus
+from gpuslice.common.schemas.sessions import FINAL, SessionLogs, SessionStatus
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import LogRequestRow, NodeRow, SessionRow
 from gpuslice.manager.errors import AgentTimeout, Conflict, NotFound
 from gpuslice.manager.events import Hub, wait_for, wake_after_commit
 
-_NO_CONTAINER = (SessionStatus.PENDING, SessionStatus.SCHEDULED, SessionStatus.CANCELLED)
+_NOT_STARTED = (SessionStatus.PENDING, SessionStatus.SCHEDULED)
 
 
 async def fetch_logs(
@@ -32,7 +36,19 @@ async def fetch_logs(
     timeout: float,
     poll: float,
 ) -> SessionLogs:
-    """Ask the session's agent for its last ``tail`` lines and wait up to ``timeout`` seconds."""
+    """The last ``tail`` lines of the session's output.
+
+    Ended sessions answer their kept logs and sessions not started yet empty logs, both at once;
+    otherwise the session's agent is asked and awaited up to ``timeout`` seconds.
+    """
+    status = SessionStatus(row.status)
+    if status in _NOT_STARTED:
+        return SessionLogs(session_id=row.id, logs="")
+    if status in FINAL:
+        async with sessionmaker() as db:
+            kept = await db.scalar(select(SessionRow.final_logs).where(SessionRow.id == row.id))
+            await db.commit()
+        return SessionLogs(session_id=row.id, logs=last_lines(kept or "", tail))
     async with sessionmaker() as db:
         request_id = await _ask(db, row, tail)
     deadline = time.monotonic() + timeout
@@ -78,12 +94,19 @@ async def purge_stale(db: AsyncSession, older_than: timedelta) -> None:
     await db.commit()
 
 
+def last_lines(text: str, count: int) -> str:
+    """The last ``count`` lines of ``text`` (a final newline does not start another line)."""
+    start = len(text) - 1 if text.endswith("\n") else len(text)
+    for _ in range(count):
+        start = text.rfind("\n", 0, start)
+        if start < 0:
+            return text
+    return text[start + 1 :]
+
+
 async def _ask(db: AsyncSession, row: SessionRow, tail: int) -> str:
-    if row.node_id is None or SessionStatus(row.status) in _NO_CONTAINER:
-        raise Conflict(
-            f"session {row.name} is {row.status}: it has no container yet, so no logs",
-            code="no_logs",
-        )
+    if row.node_id is None:
+        raise Conflict(f"session {row.name} has no node, so no logs", code="no_logs")
     node_status = await db.scalar(select(NodeRow.status).where(NodeRow.id == row.node_id))
     if node_status != NodeStatus.ALIVE:
         raise Conflict(

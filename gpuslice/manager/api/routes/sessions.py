@@ -101,7 +101,8 @@ async def get_logs(
     settings: SettingsDep,
     tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
 ) -> SessionLogs:
-    """The last `tail` lines of the session's output, fetched from its node's agent."""
+    """The last `tail` lines of the session's output: from its agent while it may run, kept
+    from its final report once it ended, empty before it started."""
     cfg = settings.sessions
     return await logs.fetch_logs(
         sessionmaker, hub, row, tail or cfg.log_tail, cfg.log_timeout,

@@ -1,0 +1,118 @@
+"""Session logs: kept from the final state report, empty before the start, else from the agent."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+from fastapi import FastAPI
+from sqlalchemy import func, select, update
+
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import LogRequestRow, NodeRow
+from gpuslice.manager.services.nodes import sweep_lost
+from tests.manager.conftest import AgentFactory, Client, UserFactory, create
+from tests.manager.test_e2e import wait_status
+
+OUTPUT = "".join(f"line {i}\n" for i in range(1, 6))
+
+
+async def _logs(client: Client, session_id: str, **params: int) -> tuple[str, float]:
+    started = time.monotonic()
+    r = await client.get(f"/api/v1/sessions/{session_id}/logs", params=params)
+    assert r.status_code == 200, r.text
+    assert r.json()["session_id"] == session_id
+    return r.json()["logs"], time.monotonic() - started
+
+
+async def _log_requests(app: FastAPI) -> int:
+    async with app.state.sessionmaker() as db:
+        return await db.scalar(select(func.count()).select_from(LogRequestRow)) or 0
+
+
+async def test_final_logs_are_kept_and_served_without_the_agent(
+    app: FastAPI, admin: Client, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent(auto_run=False)  # it would never answer a log request
+    ok, failed = await create(admin, count=2, resources={"gpu": 0.5})
+    for s in (ok, failed):
+        await wait_status(admin, s["id"], {"SCHEDULED"})
+        await agent.report(s["id"], "RUNNING")
+    r = await agent.report(ok["id"], "TERMINATED", exit_code=0, logs=OUTPUT)
+    assert r.json() == {"status": "TERMINATED"}
+    await agent.report(failed["id"], "ERROR", reason="OOM", logs="Killed\n")
+
+    logs, took = await _logs(admin, ok["id"])
+    assert logs == OUTPUT and took < 1.0  # the agent's log timeout is 3 s
+    assert (await _logs(admin, ok["id"], tail=2))[0] == "line 4\nline 5\n"
+    assert (await _logs(admin, failed["id"], tail=10))[0] == "Killed\n"
+    assert await _log_requests(app) == 0
+    assert not any(answer["log_requests"] for answer in agent.seen)
+
+    # A repeated report (its answer was lost) neither changes nor duplicates them.
+    await agent.report(ok["id"], "TERMINATED", exit_code=0, logs="other\n")
+    assert (await _logs(admin, ok["id"]))[0] == OUTPUT
+    body = (await admin.get(f"/api/v1/sessions/{ok['id']}")).json()
+    assert "final_logs" not in body and "logs" not in body
+
+
+async def test_ended_sessions_without_kept_logs_answer_empty_logs(
+    admin: Client, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent(auto_run=False)
+    [ended] = await create(admin, resources={"gpu": 0.5})
+    await wait_status(admin, ended["id"], {"SCHEDULED"})
+    await agent.report(ended["id"], "TERMINATED", exit_code=1)  # an older agent: no logs
+    logs, took = await _logs(admin, ended["id"], tail=5)
+    assert (logs, took < 1.0) == ("", True)
+
+
+async def test_not_started_sessions_answer_empty_logs_at_once(
+    app: FastAPI, admin: Client, make_agent: AgentFactory
+) -> None:
+    [pending] = await create(admin, resources={"gpu": 0.5})  # no node yet
+    logs, took = await _logs(admin, pending["id"])
+    assert (logs, took < 1.0) == ("", True)
+    await admin.delete(f"/api/v1/sessions/{pending['id']}")  # CANCELLED: empty as well
+    assert (await _logs(admin, pending["id"]))[0] == ""
+
+    await make_agent(auto_run=False)
+    [scheduled] = await create(admin, resources={"gpu": 0.5})
+    assert (await wait_status(admin, scheduled["id"], {"SCHEDULED"}))["status"] == "SCHEDULED"
+    logs, took = await _logs(admin, scheduled["id"])
+    assert (logs, took < 1.0) == ("", True)
+    assert await _log_requests(app) == 0
+
+
+async def test_logs_reported_after_a_lost_node_returns_are_kept(
+    app: FastAPI, admin: Client, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent(auto_run=False)
+    [s] = await create(admin, resources={"gpu": 0.5})
+    await wait_status(admin, s["id"], {"SCHEDULED"})
+    await agent.report(s["id"], "RUNNING")
+    async with app.state.sessionmaker() as db:
+        await db.execute(
+            update(NodeRow).values(last_heartbeat_at=utcnow() - timedelta(minutes=1))
+        )
+        await db.commit()
+    await sweep_lost(app.state.sessionmaker, timeout=30)  # ERROR "node lost", no logs
+    assert (await _logs(admin, s["id"]))[0] == ""
+    await agent.heartbeat()  # back: it stops the container and sends what it printed
+    r = await agent.report(s["id"], "TERMINATED", exit_code=137, logs=OUTPUT)
+    assert r.json() == {"status": "ERROR"}
+    assert (await _logs(admin, s["id"], tail=1))[0] == "line 5\n"
+
+
+async def test_other_users_cannot_read_kept_logs(
+    admin: Client, make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent(auto_run=False)
+    alice, bob = await make_user("alice"), await make_user("bob")
+    [s] = await create(alice, resources={"gpu": 0.5})
+    await wait_status(alice, s["id"], {"SCHEDULED"})
+    await agent.report(s["id"], "TERMINATED", exit_code=0, logs="secret\n")
+    r = await bob.get(f"/api/v1/sessions/{s['id']}/logs")
+    assert r.status_code == 404 and r.json()["code"] == "not_found"
+    assert (await _logs(alice, s["id"]))[0] == "secret\n"
+    assert (await _logs(admin, s["id"]))[0] == "secret\n"
