@@ -119,7 +119,9 @@ class AgentSettings(BaseSettings):
     )
     hard_caps: HardCapsSettings = Field(default_factory=HardCapsSettings)
     reserved_cpu: int = Field(
-        default=500, ge=0, description="CPU kept for the host, milli-cores (config: cores, 0.5)."
+        # in config units: pydantic-settings validates defaults too, so this is parsed as cores
+        default="0.5", ge=0, description="CPU kept for the host (config: cores, e.g. 0.5); "
+        "held in milli-cores.",
     )
     reserved_mem: int = Field(
         default=1024**3, ge=0, description="Memory kept for the host, bytes (config: size, 1g)."

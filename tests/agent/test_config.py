@@ -105,3 +105,9 @@ def test_invalid_values_are_refused(field: str, value: object) -> None:
 def test_mock_gpu_memory_must_be_a_size() -> None:
     with pytest.raises(ValidationError, match="not a memory size"):
         AgentSettings(gpu=[{"model": "X", "memory": "lots"}])
+
+
+def test_defaults_are_in_exact_units():
+    settings = AgentSettings(node_name="n")
+    assert settings.reserved_cpu == 500  # half a core, in milli-cores
+    assert settings.reserved_mem == 1024**3

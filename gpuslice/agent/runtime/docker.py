@@ -140,6 +140,14 @@ class DockerRuntime:
             return False
         return True
 
+    async def image_tags(self) -> list[str]:
+        """Every tagged image on this node (``repo:tag``), for the manager's catalog."""
+        images = await self._call(lambda d: d.images.list())
+        return sorted({
+            tag for image in images for tag in image.get("RepoTags") or ()
+            if tag and tag != "<none>:<none>"
+        })
+
     # ------------------------------------------------------------------ sessions
 
     async def ensure_running(self, spec: ContainerSpec) -> ContainerState:

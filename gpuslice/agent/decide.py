@@ -1,0 +1,92 @@
+"""What the agent does about one session: a pure decision from desired and actual state.
+
+Desired state is the manager's assignment (status and `desired`); actual state is the session's
+container as Docker reports it (``None``: there is none). The agent never restarts a container
+that stopped without being asked: the session ends, with the reason, and the user decides.
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from enum import StrEnum
+
+from gpuslice.agent.runtime.models import ContainerState
+from gpuslice.common.schemas.agents import Assignment
+from gpuslice.common.schemas.sessions import SessionStatus, SessionType
+
+
+class Act(StrEnum):
+    START = "start"  # create (if needed) and start the container; PREPARING then RUNNING
+    REPORT = "report"  # only tell the manager the session's actual state
+    FINISH = "finish"  # the container stopped by itself: report how, then remove it
+    STOP = "stop"  # the manager wants it stopped: stop, remove, report TERMINATED
+    REMOVE = "remove"  # a container of a session the manager no longer lists
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    act: Act
+    session_id: str
+    status: SessionStatus | None = None  # what to report
+    exit_code: int | None = None
+    reason: str = ""
+
+
+def decide(
+    assignment: Assignment | None, container: ContainerState | None, session_id: str
+) -> Action | None:
+    """The one next step for a session, or None when desired and actual agree."""
+    if assignment is None:
+        return Action(Act.REMOVE, session_id) if container is not None else None
+    if assignment.desired == "stopped":
+        return Action(Act.STOP, session_id, SessionStatus.TERMINATED, reason="stopped")
+    status = assignment.status
+    if container is None or container.status == "created":
+        if status in (SessionStatus.SCHEDULED, SessionStatus.PREPARING):
+            return Action(Act.START, session_id)
+        return Action(
+            Act.REPORT,
+            session_id,
+            SessionStatus.ERROR,
+            reason="its container is gone from the node",
+        )
+    if container.running:
+        if status is not SessionStatus.RUNNING:
+            return Action(Act.REPORT, session_id, SessionStatus.RUNNING, reason="running")
+        return None
+    return _finished(assignment, container)
+
+
+def _finished(assignment: Assignment, container: ContainerState) -> Action:
+    code = container.exit_code
+    sid = assignment.session_id
+    if container.oom_killed:
+        return Action(
+            Act.FINISH,
+            sid,
+            SessionStatus.ERROR,
+            code,
+            "killed: it used more than its memory limit (out of memory)",
+        )
+    if assignment.type is SessionType.BATCH and code is not None:
+        return Action(Act.FINISH, sid, SessionStatus.TERMINATED, code, f"exited with code {code}")
+    detail = f" with code {code}{_signal_note(code)}" if code is not None else ""
+    error = f": {container.error}" if container.error else ""
+    return Action(
+        Act.FINISH,
+        sid,
+        SessionStatus.ERROR,
+        code,
+        f"its container stopped unexpectedly{detail}{error}",
+    )
+
+
+def _signal_note(code: int) -> str:
+    """Exit codes above 128 mean "killed by signal code - 128" (137: SIGKILL)."""
+    if code <= 128:
+        return ""
+    try:
+        return f" (killed by {signal.Signals(code - 128).name})"
+    except ValueError:
+        return ""

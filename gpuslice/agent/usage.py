@@ -1,0 +1,79 @@
+"""What a heartbeat says: the node's allocatable capacity, devices, images and measured usage."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from gpuslice.agent.accelerators import Accelerator
+from gpuslice.agent.config import AgentSettings
+from gpuslice.agent.runtime.docker import DockerRuntime
+from gpuslice.agent.runtime.models import ContainerStats
+from gpuslice.common.schemas.agents import DeviceReport, Heartbeat
+
+
+class UsageCollector:
+    """Builds heartbeats. CPU rates need two readings, so the previous one is kept here
+    (a measurement cache only: losing it costs one heartbeat without CPU rates)."""
+
+    def __init__(
+        self, settings: AgentSettings, runtime: DockerRuntime, accelerator: Accelerator
+    ) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.accelerator = accelerator
+        self._previous: dict[str, ContainerStats] = {}
+
+    async def heartbeat(self) -> Heartbeat:
+        containers, stats, images, usage = await asyncio.gather(
+            self.runtime.list_managed(),
+            self.runtime.stats_all(),
+            self.runtime.image_tags(),
+            asyncio.to_thread(self.accelerator.usage),
+        )
+        by_uuid = {u.uuid: u for u in usage}
+        devices = []
+        for dev in self.accelerator.devices():
+            reading = by_uuid.get(dev.uuid)
+            devices.append(
+                DeviceReport(
+                    index=dev.index,
+                    uuid=dev.uuid,
+                    model=dev.model,
+                    mem=dev.memory,
+                    sms=dev.sms,
+                    mem_used=reading.memory_used if reading else 0,
+                    utilization=reading.utilization if reading else 0,
+                )
+            )
+        gauges: dict[str, float] = {}
+        for sid, reading in stats.items():
+            gauges[f"session.{sid}.mem_bytes"] = float(reading.memory_used)
+            before = self._previous.get(sid)
+            if before is not None:
+                gauges[f"session.{sid}.cpu_cores"] = round(reading.cpu_cores_since(before), 3)
+        self._previous = stats
+        cpu, mem = allocatable(self.settings)
+        return Heartbeat(
+            cpu=cpu,
+            mem=mem,
+            devices=devices,
+            images=sorted(images)[:10_000],
+            running=sorted(c.session_id for c in containers if c.running),
+            usage=gauges,
+        )
+
+
+def allocatable(settings: AgentSettings, meminfo: Path = Path("/proc/meminfo")) -> tuple[int, int]:
+    """CPU (milli-cores) and memory (bytes) sessions may use: the host's less what it keeps."""
+    cores = len(os.sched_getaffinity(0)) * 1000
+    total = _mem_total(meminfo)
+    return max(cores - settings.reserved_cpu, 100), max(total - settings.reserved_mem, 64 * 2**20)
+
+
+def _mem_total(meminfo: Path) -> int:
+    for line in meminfo.read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no MemTotal in {meminfo}")
