@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -49,7 +50,8 @@ async def create_sessions(
             type=body.type, command=body.command, env=body.env, priority=body.priority,
             gpu=body.resources.gpu, cpu=body.resources.cpu, mem=body.resources.mem,
             gpu_model=body.gpu_model, status=SessionStatus.PENDING, status_reason=QUEUED,
-            created_at=now, updated_at=now,
+            # one microsecond apart: the queue (and listings) keep the order they were asked in
+            created_at=now + timedelta(microseconds=i), updated_at=now,
         )
         for i in range(body.count)
     ]
