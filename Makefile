@@ -23,7 +23,7 @@ host-test:
 	bash tools/host-setup.sh --postgres
 
 images: venv
-	$(PY) -m gpuslice.images
+	bash scripts/build-images.sh
 
 up: host venv
 	$(VENV)/bin/gpuslice up

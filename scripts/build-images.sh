@@ -7,7 +7,7 @@
 #
 # An extra CA bundle for TLS inside the images defaults to the one this machine's tools are
 # told to use (SSL_CERT_FILE), e.g. a TLS-inspecting proxy's; set GPUSLICE_EXTRA_CA_BUNDLE=""
-# explicitly to add none.
+# explicitly to add none (gpuslice.images.base.default_extra_ca_bundle).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -15,5 +15,4 @@ python="${PYTHON:-}"
 if [ -z "$python" ]; then
     if [ -x .venv/bin/python ]; then python=.venv/bin/python; else python=python3; fi
 fi
-export GPUSLICE_EXTRA_CA_BUNDLE="${GPUSLICE_EXTRA_CA_BUNDLE-${SSL_CERT_FILE:-}}"
 exec "$python" -m gpuslice.images "$@"

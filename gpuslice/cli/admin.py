@@ -46,15 +46,15 @@ def node_list(as_json: JsonOpt = False) -> None:
         head = [n.name, n.status.value, n.pool, f"{number(n.cpu_used)}/{number(n.cpu)}",
                 f"{mem(n.mem_used)}/{mem(n.mem)}", ago(n.last_heartbeat_at)]
         if not n.devices:
-            rows.append(head + ["-", "", "", ""])
+            rows.append(head + ["-", "", ""])
         for i, d in enumerate(n.devices):
             rows.append((head if i == 0 else [""] * len(head)) + [
                 f"GPU {d.index} {d.model} ({mem(d.mem)})",
                 f"{number(d.used)}/{number(d.capacity)}",
-                ", ".join(holders.get(d.uuid, [])) or "-", d.uuid,
+                ", ".join(holders.get(d.uuid, [])) or "-",
             ])
     table(["node", "status", "pool", "cpu", "mem", "heartbeat", "device", "fGPU used",
-           "slices", "uuid"], rows)
+           "slices"], rows)
 
 
 @user_app.command("create")

@@ -17,7 +17,9 @@ from rich.table import Table
 from gpuslice.client import ApiError
 from gpuslice.common.resources import ResourceError, format_mem
 
-console = Console(highlight=False, soft_wrap=True)
+# Piped output (scripts, tests) gets wide lines rather than Rich's 80-column default.
+console = Console(highlight=False, soft_wrap=True,
+                  width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 P = ParamSpec("P")

@@ -24,7 +24,7 @@ from gpuslice.agent.service import Agent
 from gpuslice.cli.output import CliError
 from gpuslice.client import ApiError, Client, ClientConfig, load_config, save_config
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
-from gpuslice.images.base import BaseImageOptions, ensure_base_image
+from gpuslice.images.base import BaseImageOptions, default_extra_ca_bundle, ensure_base_image
 from gpuslice.images.rootfs import ImageBuildError
 from gpuslice.manager.app import create_app
 from gpuslice.manager.services.users import CREDENTIALS_FILE
@@ -100,8 +100,9 @@ async def _ensure_image(options: UpOptions, say: Callable[[str], None]) -> None:
                 f"the Docker Engine does not answer ({err}); start it first "
                 "(`make up` installs and starts it)"
             ) from None
-        image_options = BaseImageOptions(cache_dir=options.data_dir / "image-cache",
-                                         tag=DEFAULT_SESSION_IMAGE)
+        image_options = BaseImageOptions(
+            tag=DEFAULT_SESSION_IMAGE, extra_ca_bundle=default_extra_ca_bundle()
+        )
         try:
             result = await ensure_base_image(docker, image_options, progress=_progress(say))
         except ImageBuildError as err:

@@ -15,6 +15,7 @@ from gpuslice.images.base import (
     DEFAULT_CACHE_DIR,
     BaseImageOptions,
     BuildResult,
+    default_extra_ca_bundle,
     ensure_base_image,
 )
 from gpuslice.images.rootfs import ImageBuildError
@@ -31,8 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--extra-ca-bundle",
         type=Path,
-        default=os.environ.get("GPUSLICE_EXTRA_CA_BUNDLE") or None,
-        help="a PEM bundle the image trusts besides Debian's (env GPUSLICE_EXTRA_CA_BUNDLE)",
+        default=default_extra_ca_bundle(),
+        help="a PEM bundle the image trusts besides Debian's (env GPUSLICE_EXTRA_CA_BUNDLE, "
+        "else SSL_CERT_FILE)",
     )
     parser.add_argument(
         "--mirror",

@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tarfile
@@ -36,6 +37,14 @@ BASE_REPO = "gpuslice/base"
 ROOTFS_REPO = "gpuslice/rootfs"
 DIGEST_LABEL = "gpuslice.recipe-digest"
 DEFAULT_CACHE_DIR = Path("/var/cache/gpuslice/images")
+
+
+def default_extra_ca_bundle() -> Path | None:
+    """``GPUSLICE_EXTRA_CA_BUNDLE``, else the bundle this machine's tools use (``SSL_CERT_FILE``,
+    e.g. a TLS-inspecting proxy's); an explicitly empty ``GPUSLICE_EXTRA_CA_BUNDLE`` means none.
+    Every builder uses this one default, so that images built by different commands agree."""
+    value = os.environ.get("GPUSLICE_EXTRA_CA_BUNDLE", os.environ.get("SSL_CERT_FILE", ""))
+    return Path(value) if value else None
 
 
 @dataclass(frozen=True, slots=True)
