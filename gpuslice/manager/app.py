@@ -25,7 +25,7 @@ from gpuslice.manager.db import migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
-from gpuslice.manager.services import logs
+from gpuslice.manager.services import logs, session_exec
 from gpuslice.manager.services import nodes as node_service
 from gpuslice.manager.services.scheduling import run_pass
 from gpuslice.manager.services.users import ensure_admin
@@ -34,6 +34,7 @@ from gpuslice.manager.settings import ManagerSettings
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
 _STALE_LOG_REQUESTS = timedelta(minutes=10)
+_STALE_EXEC_REQUESTS = timedelta(minutes=1)  # after their expiry: the waiter has given up
 
 
 def create_app(settings: ManagerSettings) -> FastAPI:
@@ -95,6 +96,7 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         await node_service.sweep_lost(sessionmaker, settings.nodes.node_timeout)
         async with sessionmaker() as db:
             await logs.purge_stale(db, _STALE_LOG_REQUESTS)
+            await session_exec.purge_stale(db, _STALE_EXEC_REQUESTS)
 
     scheduler = supervise(
         "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler

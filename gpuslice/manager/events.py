@@ -1,8 +1,9 @@
 """In-process wake-ups, published only after the transaction that caused them commits.
 
 The database is the source of truth; these signals only make waiters (the scheduling loop,
-agents' long-polls, status streams, log requests) look again *now* instead of at their next poll.
-Waiters always also poll the database, so several manager replicas still work without them.
+agents' long-polls, status streams, log and exec requests) look again *now* instead of at their
+next poll. Waiters always also poll the database, so several manager replicas still work without
+them.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Hub:
     scheduler: asyncio.Event = field(default_factory=asyncio.Event)
     history: Signal = field(default_factory=Signal)
     logs: Signal = field(default_factory=Signal)
+    execs: Signal = field(default_factory=Signal)
     _nodes: dict[str, Signal] = field(default_factory=dict)
 
     def node(self, node_id: str) -> Signal:
@@ -67,10 +69,13 @@ class Hub:
                 self.history.notify()
             elif kind == "logs":
                 self.logs.notify()
+            elif kind == "exec":
+                self.execs.notify()
 
 
 def wake_after_commit(db: AsyncSession, kind: str, key: str = "") -> None:
-    """Queue a wake-up (``scheduler``, ``node``+id, ``history``, ``logs``) for the next commit."""
+    """Queue a wake-up (``scheduler``, ``node``+id, ``history``, ``logs``, ``exec``) for the
+    next commit."""
     db.info.setdefault(_KEY, set()).add((kind, key))
 
 

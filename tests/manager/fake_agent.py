@@ -2,19 +2,29 @@
 
 It registers with a join token, sends heartbeats, follows its assignments by long-poll, reports
 PREPARING then RUNNING for new sessions and TERMINATED (with its last output) for sessions to
-stop, and answers log requests. The only fake in the manager's tests (there is no container
-runtime here).
+stop, and answers log and exec requests (each exec request id once, as a real agent must). The
+only fake in the manager's tests (there is no container runtime here).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 
 GiB = 1024**3
+ExecAnswer = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def echo(request: dict[str, Any]) -> dict[str, Any]:
+    """The default exec answer: what ran where, and the exit code 0."""
+    return {
+        "exit_code": 0, "stdout": " ".join(request["command"]) + "\n",
+        "stderr": f"in {request['session_id']} within {request['timeout']:g}s\n",
+    }
 
 
 def gpu(index: int, model: str = "Mock A100", mem: int = 40 * GiB) -> dict[str, Any]:
@@ -34,6 +44,7 @@ class FakeAgent:
         images: list[str] | None = None,
         fgpu_per_gpu: float | None = None,
         auto_run: bool = True,
+        exec_answer: ExecAnswer = echo,
     ) -> None:
         self.client = client
         self.join_token = join_token
@@ -43,6 +54,8 @@ class FakeAgent:
         self.images = images or ["python:3.11"]
         self.fgpu_per_gpu = fgpu_per_gpu
         self.auto_run = auto_run
+        self.exec_answer = exec_answer
+        self.executed: list[str] = []  # exec request ids, in the order run
         self.node_id = ""
         self.running: set[str] = set()
         self.seen: list[dict[str, Any]] = []  # every assignments answer
@@ -82,6 +95,9 @@ class FakeAgent:
             f"/api/v1/agents/me/sessions/{session_id}/state", json={"status": status, **extra}
         )
 
+    async def answer_exec(self, request_id: str, body: dict[str, Any]) -> httpx.Response:
+        return await self.client.put(f"/api/v1/agents/me/exec/{request_id}", json=body)
+
     async def _follow(self) -> None:
         version: int | None = None
         while True:
@@ -111,3 +127,7 @@ class FakeAgent:
                 f"/api/v1/agents/me/logs/{req['id']}",
                 json={"logs": f"hello from {req['session_id']} (tail {req['tail']})\n"},
             )
+        for req in answer["exec_requests"]:
+            if req["id"] not in self.executed:
+                self.executed.append(req["id"])
+                await self.answer_exec(req["id"], self.exec_answer(req))

@@ -15,6 +15,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -239,3 +240,24 @@ class LogRequestRow(Base):
     completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     content: Mapped[str | None] = mapped_column(Text)
     truncated: Mapped[bool] = mapped_column(Boolean, default=False)
+
+
+class ExecRequestRow(Base):
+    """The manager asked a node to run a command in a session; the agent fills the result."""
+
+    __tablename__ = "exec_requests"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"), index=True)
+    command: Mapped[list[str]] = mapped_column(JSON)
+    timeout: Mapped[float] = mapped_column(Float)  # seconds the agent lets the command run
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # When the user stops waiting: never delivered after it (a command nobody awaits must not
+    # run), purged a little later. Timeouts differ per request, so a fixed age would not do.
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    exit_code: Mapped[int | None] = mapped_column(Integer)
+    stdout: Mapped[str | None] = mapped_column(Text)
+    stderr: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)

@@ -22,6 +22,7 @@ from gpuslice.common.schemas.sessions import HOLDING, SessionStatus, SessionType
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import LogRequestRow, NodeRow, SessionRow, User
 from gpuslice.manager.events import Hub, wait_for
+from gpuslice.manager.services.session_exec import pending_for
 from gpuslice.manager.services.session_views import fraction_of
 
 LOG_REQUEST_TTL = timedelta(minutes=5)
@@ -69,6 +70,7 @@ async def _build(db: AsyncSession, node_id: str, version: int) -> Assignments:
         node_id=node_id, version=version,
         sessions=[_assignment(row, owner) for row, owner in rows],
         log_requests=[LogRequest(id=r.id, session_id=r.session_id, tail=r.tail) for r in logs],
+        exec_requests=await pending_for(db, node_id),
     )
     await db.commit()
     return answer

@@ -1,9 +1,8 @@
-"""Session logs, fetched from the node's agent.
+"""Session logs: kept once a session ended, else fetched from the node's agent.
 
-The agent dials the manager (nodes may sit behind NAT), so the manager cannot call it. Instead a
-log request is a row: it rides to the agent on its next assignments answer (the node's version is
-bumped, so a waiting long-poll returns at once), the agent uploads the tail with
-``PUT /api/v1/agents/me/logs/{request_id}``, and the waiting user request returns it.
+A log request is a row that rides to the agent on its assignments (``agent_requests``); the agent
+uploads the tail with ``PUT /api/v1/agents/me/logs/{request_id}`` and the waiting user request
+returns it.
 
 Only a session that may have a container asks its agent. One that has not started yet has no
 output; one that has ended answers the logs its agent sent with the final state report
@@ -12,18 +11,18 @@ output; one that has ended answers the logs its agent sent with the final state 
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gpuslice.common.schemas.agents import LogUpload, NodeStatus
+from gpuslice.common.schemas.agents import LogUpload
 from gpuslice.common.schemas.sessions import FINAL, SessionLogs, SessionStatus
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import LogRequestRow, NodeRow, SessionRow
-from gpuslice.manager.errors import AgentTimeout, Conflict, NotFound
-from gpuslice.manager.events import Hub, wait_for, wake_after_commit
+from gpuslice.manager.db.models import LogRequestRow, SessionRow
+from gpuslice.manager.errors import AgentTimeout, Conflict
+from gpuslice.manager.events import Hub
+from gpuslice.manager.services import agent_requests
 
 _NOT_STARTED = (SessionStatus.PENDING, SessionStatus.SCHEDULED)
 
@@ -49,43 +48,24 @@ async def fetch_logs(
             kept = await db.scalar(select(SessionRow.final_logs).where(SessionRow.id == row.id))
             await db.commit()
         return SessionLogs(session_id=row.id, logs=last_lines(kept or "", tail))
+    if row.node_id is None:
+        raise Conflict(f"session {row.name} has no node, so no logs", code="no_logs")
     async with sessionmaker() as db:
-        request_id = await _ask(db, row, tail)
-    deadline = time.monotonic() + timeout
-    while True:
-        uploaded = hub.logs.listen()
-        async with sessionmaker() as db:
-            done = await db.get(LogRequestRow, request_id)
-            remaining = deadline - time.monotonic()
-            if done is not None and done.completed_at is not None:
-                await db.delete(done)
-                await db.commit()
-                return SessionLogs(
-                    session_id=row.id, logs=done.content or "", truncated=done.truncated
-                )
-            if remaining <= 0:
-                await db.execute(delete(LogRequestRow).where(LogRequestRow.id == request_id))
-                await db.commit()
-                raise AgentTimeout(
-                    f"the agent of session {row.name} did not send its logs in time"
-                )
-        await wait_for(uploaded, min(poll, remaining))
+        request = LogRequestRow(session_id=row.id, node_id=row.node_id, tail=tail)
+        request_id = await agent_requests.send(db, row, request)
+    done = await agent_requests.await_answer(
+        sessionmaker, hub.logs, LogRequestRow, request_id, timeout, poll
+    )
+    if done is None:
+        raise AgentTimeout(f"the agent of session {row.name} did not send its logs in time")
+    return SessionLogs(session_id=row.id, logs=done.content or "", truncated=done.truncated)
 
 
 async def upload_logs(db: AsyncSession, node_id: str, request_id: str, body: LogUpload) -> None:
-    result = await db.execute(
-        update(LogRequestRow)
-        .where(
-            LogRequestRow.id == request_id,
-            LogRequestRow.node_id == node_id,
-            LogRequestRow.completed_at.is_(None),
-        )
-        .values(content=body.logs, truncated=body.truncated, completed_at=utcnow())
+    await agent_requests.answer(
+        db, LogRequestRow, node_id, request_id, "logs", content=body.logs,
+        truncated=body.truncated,
     )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
-        raise NotFound(f"no open log request {request_id} for this node")
-    wake_after_commit(db, "logs")
-    await db.commit()
 
 
 async def purge_stale(db: AsyncSession, older_than: timedelta) -> None:
@@ -102,23 +82,3 @@ def last_lines(text: str, count: int) -> str:
         if start < 0:
             return text
     return text[start + 1 :]
-
-
-async def _ask(db: AsyncSession, row: SessionRow, tail: int) -> str:
-    if row.node_id is None:
-        raise Conflict(f"session {row.name} has no node, so no logs", code="no_logs")
-    node_status = await db.scalar(select(NodeRow.status).where(NodeRow.id == row.node_id))
-    if node_status != NodeStatus.ALIVE:
-        raise Conflict(
-            f"the node of session {row.name} is lost; its logs are unreachable", code="node_lost"
-        )
-    request = LogRequestRow(session_id=row.id, node_id=row.node_id, tail=tail)
-    db.add(request)
-    await db.execute(
-        update(NodeRow)
-        .where(NodeRow.id == row.node_id)
-        .values(assignment_version=NodeRow.assignment_version + 1)
-    )
-    wake_after_commit(db, "node", row.node_id)
-    await db.commit()
-    return request.id

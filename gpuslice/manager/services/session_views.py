@@ -43,6 +43,7 @@ async def get_visible(db: AsyncSession, viewer: User, session_id: str) -> Sessio
     """The session if ``viewer`` may see it; otherwise ``NotFound`` (never "forbidden", so a user
     cannot probe other users' session ids)."""
     row = await db.scalar(visible(select(SessionRow).where(SessionRow.id == session_id), viewer))
+    await db.commit()  # the gate of routes that wait (logs, exec): hold no transaction meanwhile
     if row is None:
         raise NotFound(f"no session {session_id}", field="session_id")
     return row

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, status
 
 from gpuslice.common.schemas.agents import (
     Assignments,
+    ExecUpload,
     Heartbeat,
     HeartbeatAck,
     LogUpload,
@@ -17,7 +18,7 @@ from gpuslice.common.schemas.agents import (
 )
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.manager.api.deps import CurrentNode, DbDep, HubDep, SessionmakerDep, SettingsDep
-from gpuslice.manager.services import agents, assignments, logs
+from gpuslice.manager.services import agents, assignments, logs, session_exec
 
 router = APIRouter(prefix="/agents", tags=["agents"])
 
@@ -61,3 +62,9 @@ async def report_state(
 async def upload_logs(request_id: str, body: LogUpload, db: DbDep, node: CurrentNode) -> None:
     """Answer a log request that came with the assignments."""
     await logs.upload_logs(db, node.id, request_id, body)
+
+
+@router.put("/me/exec/{request_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def upload_exec(request_id: str, body: ExecUpload, db: DbDep, node: CurrentNode) -> None:
+    """Answer an exec request that came with the assignments (only its node may; 404 else)."""
+    await session_exec.upload_result(db, node.id, request_id, body)

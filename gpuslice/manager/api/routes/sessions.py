@@ -10,6 +10,8 @@ from gpuslice.common.schemas.common import Page
 from gpuslice.common.schemas.sessions import (
     SessionCreate,
     SessionDestroy,
+    SessionExec,
+    SessionExecResult,
     SessionLogs,
     SessionPublic,
     SessionStatus,
@@ -22,7 +24,7 @@ from gpuslice.manager.api.deps import (
     SettingsDep,
     VisibleSession,
 )
-from gpuslice.manager.services import logs, sessions, stream
+from gpuslice.manager.services import logs, session_exec, sessions, stream
 from gpuslice.manager.services.session_views import describe, list_sessions
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
@@ -106,5 +108,22 @@ async def get_logs(
     cfg = settings.sessions
     return await logs.fetch_logs(
         sessionmaker, hub, row, tail or cfg.log_tail, cfg.log_timeout,
+        settings.nodes.assignment_poll,
+    )
+
+
+@router.post("/{session_id}/exec")
+async def exec_command(
+    row: VisibleSession,
+    body: SessionExec,
+    sessionmaker: SessionmakerDep,
+    hub: HubDep,
+    settings: SettingsDep,
+) -> SessionExecResult:
+    """Run a command in a RUNNING session (409 `not_running` otherwise) and answer its exit code
+    and output. Waits for the node's agent up to `timeout` plus `sessions.log_timeout` seconds
+    (504 `agent_timeout` after); 409 `exec_failed` when the agent could not run it."""
+    return await session_exec.run_command(
+        sessionmaker, hub, row, body, settings.sessions.log_timeout,
         settings.nodes.assignment_poll,
     )
