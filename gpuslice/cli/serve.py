@@ -30,15 +30,14 @@ def manager_serve(
     port: Annotated[int, typer.Option(help="API port.")] = 8080,
 ) -> None:
     """The manager (API, scheduler, web console) from a TOML file plus GPUSLICE_* variables."""
-    import uvicorn
-
     from gpuslice.manager.app import create_app
+    from gpuslice.manager.server import ManagerServer
 
     settings = _manager_settings(config)
     _logging()
     console.print(f"manager: http://{host}:{port} (API docs at /docs); data in "
                   f"{settings.data_dir}", markup=False)
-    uvicorn.run(create_app(settings), host=host, port=port, log_level="warning")
+    ManagerServer(create_app(settings), host, port).run()
 
 
 @agent_app.command("serve")

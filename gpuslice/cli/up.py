@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiodocker
-import uvicorn
 
 from gpuslice.agent.config import AgentSettings, MockGpu
 from gpuslice.agent.service import Agent
@@ -27,6 +26,7 @@ from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 from gpuslice.images.base import BaseImageOptions, default_extra_ca_bundle, ensure_base_image
 from gpuslice.images.rootfs import ImageBuildError
 from gpuslice.manager.app import create_app
+from gpuslice.manager.server import ManagerServer
 from gpuslice.manager.services.users import CREDENTIALS_FILE
 from gpuslice.manager.settings import load_settings
 
@@ -51,9 +51,7 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
         )
     except ValueError as err:
         raise CliError(f"settings: {err}", 2) from None
-    server = uvicorn.Server(uvicorn.Config(
-        create_app(settings), host=options.host, port=options.port, log_level="warning",
-    ))
+    server = ManagerServer(create_app(settings), options.host, options.port)
     serving = asyncio.create_task(server.serve())
     while not server.started:
         if serving.done():
@@ -85,7 +83,7 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
         if agent_task is not None:
             with contextlib.suppress(Exception):
                 await agent_task
-        server.should_exit = True
+        server.exit()
         with contextlib.suppress(Exception):
             await serving
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -92,8 +93,13 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
     async def schedule() -> None:
         await run_pass(sessionmaker, config, hub)
 
+    started = time.monotonic()
+
     async def sweep() -> None:
-        await node_service.sweep_lost(sessionmaker, settings.nodes.node_timeout)
+        # Just after a (re)start every node's last heartbeat is as old as the manager's own
+        # downtime: agents get one node_timeout to report before any is called lost.
+        if time.monotonic() - started >= settings.nodes.node_timeout:
+            await node_service.sweep_lost(sessionmaker, settings.nodes.node_timeout)
         async with sessionmaker() as db:
             await logs.purge_stale(db, _STALE_LOG_REQUESTS)
             await session_exec.purge_stale(db, _STALE_EXEC_REQUESTS)

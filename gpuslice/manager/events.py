@@ -54,7 +54,16 @@ class Hub:
     history: Signal = field(default_factory=Signal)
     logs: Signal = field(default_factory=Signal)
     execs: Signal = field(default_factory=Signal)
+    closing: asyncio.Event = field(default_factory=asyncio.Event)
     _nodes: dict[str, Signal] = field(default_factory=dict)
+
+    def close(self) -> None:
+        """The server is shutting down: long-polls answer now and event streams end, so that
+        no open request holds the shutdown for its whole wait."""
+        self.closing.set()
+        self.scheduler.set()
+        for signal in (self.history, self.logs, self.execs, *self._nodes.values()):
+            signal.notify()
 
     def node(self, node_id: str) -> Signal:
         return self._nodes.setdefault(node_id, Signal())

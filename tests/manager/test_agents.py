@@ -8,11 +8,13 @@ from datetime import timedelta
 from typing import Any
 
 from fastapi import FastAPI
-from sqlalchemy import update
+from sqlalchemy import select, update
 
+from gpuslice.manager.app import create_app
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import NodeRow
 from gpuslice.manager.services.nodes import sweep_lost
+from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import AgentFactory, Client, client_for, create
 from tests.manager.test_e2e import wait_status
 
@@ -159,3 +161,20 @@ async def test_long_poll_waits_when_nothing_changed(
     assert time.monotonic() - started >= 0.3
     async with client_for(app) as nobody:
         assert (await nobody.get("/api/v1/agents/me/assignments")).status_code == 401
+
+
+async def test_a_restarted_manager_gives_nodes_one_timeout_before_calling_them_lost(
+    settings: ManagerSettings, make_agent: AgentFactory, app: FastAPI, admin: Client
+) -> None:
+    """After downtime every heartbeat is old; the sweep must not fire before agents report."""
+    await make_agent()
+    async with app.state.sessionmaker() as db:  # as if the manager had been down a minute
+        await db.execute(
+            update(NodeRow).values(last_heartbeat_at=utcnow() - timedelta(minutes=1))
+        )
+        await db.commit()
+    restarted = create_app(settings)
+    async with restarted.router.lifespan_context(restarted):
+        await asyncio.sleep(1.0)  # five sweep intervals
+        async with restarted.state.sessionmaker() as db:
+            assert await db.scalar(select(NodeRow.status)) == "ALIVE"

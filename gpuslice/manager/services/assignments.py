@@ -44,7 +44,7 @@ async def long_poll(
                 select(NodeRow.assignment_version).where(NodeRow.id == node_id)
             )
             remaining = deadline - time.monotonic()
-            if since is None or version != since or remaining <= 0:
+            if since is None or version != since or remaining <= 0 or hub.closing.is_set():
                 return await _build(db, node_id, version or 0)
         await wait_for(changed, min(poll, remaining))
 

@@ -30,11 +30,12 @@ async def status_changes(
     session_id: str | None,
     poll: float,
 ) -> AsyncIterator[StatusChange]:
-    """Changes after event ``since`` (default: from now on), forever; the caller stops it."""
+    """Changes after event ``since`` (default: from now on), until the caller stops it or the
+    server shuts down."""
     if since is None:
         async with sessionmaker() as db:
             since = await db.scalar(select(func.max(StatusHistory.id))) or 0
-    while True:
+    while not hub.closing.is_set():
         appended = hub.history.listen()
         async with sessionmaker() as db:
             stmt = visible_history(select(StatusHistory), viewer).where(StatusHistory.id > since)
