@@ -169,6 +169,27 @@ def destroy(refs: Annotated[list[str], typer.Argument(help="Session ids or names
         console.print(f"{session.name}: {session.status.value}", markup=False)
 
 
+@app.command("exec", context_settings={"allow_interspersed_args": False})
+@friendly
+def exec_(
+    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    command: Annotated[list[str], typer.Argument(help="The command, after --.")],
+    timeout: Annotated[float, typer.Option(help="Seconds before it is stopped.")] = 60,
+) -> None:
+    """Run a command in a running session and print its output; exits with its exit code."""
+    if not 0 < timeout <= 600:
+        raise CliError(f"--timeout: must be more than 0 and at most 600, got {timeout:g}", 2)
+    if command[:1] == ["--"]:  # `exec ID -- CMD`: options end at the id, so "--" arrives here
+        command = command[1:]
+    if not command:
+        raise CliError("no command given: gpuslice session exec ID -- CMD [ARGS...]", 2)
+    with _client() as client:
+        result = client.exec(ref, command, timeout)
+    sys.stdout.write(result.stdout)
+    sys.stderr.write(result.stderr)
+    raise typer.Exit(result.exit_code)
+
+
 def _wait_started(client: Client, session: SessionPublic, timeout: float) -> SessionPublic:
     """Wait until the session runs, ends, or is queued with the scheduler's reason."""
     deadline = time.monotonic() + timeout

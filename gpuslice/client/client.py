@@ -20,6 +20,7 @@ from gpuslice.common.schemas.agents import JoinTokenCreated, NodePublic
 from gpuslice.common.schemas.common import Page
 from gpuslice.common.schemas.sessions import (
     FINAL,
+    SessionExecResult,
     SessionLogs,
     SessionPublic,
     SessionStatus,
@@ -143,6 +144,15 @@ class Client:
         sid = self.get_session(ref).id
         params = {"tail": tail} if tail else None
         return self._call("GET", f"/sessions/{sid}/logs", SessionLogs, params=params)
+
+    def exec(self, ref: str, command: list[str], timeout: float = 60.0) -> SessionExecResult:
+        """Run a command in a RUNNING session; its output and exit code."""
+        sid = self.get_session(ref).id
+        return self._call(
+            "POST", f"/sessions/{sid}/exec", SessionExecResult,
+            json={"command": command, "timeout": timeout},
+            timeout=httpx.Timeout(30.0, read=timeout + 30.0),
+        )
 
     def events(self, session_id: str | None = None, since: int | None = None,
                timeout: float | None = None) -> Iterator[StatusChange]:

@@ -1,0 +1,206 @@
+"""The whole platform as a user runs it: real processes, real Docker, mock GPUs.
+
+``platform`` is `gpuslice up` (manager + local agent in one process); ``split_platform`` is
+`gpuslice manager serve` and `gpuslice agent serve` as two processes, so that the agent can be
+killed alone. Each gets its own data directory, port, node name and CLI config; its session
+containers are removed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpuslice.client import Client
+from tests.agent.conftest import base_image, can_restart_dockerd, docker_ready, restart_dockerd
+
+__all__ = ["base_image", "can_restart_dockerd", "docker_ready", "restart_dockerd"]
+
+GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
+
+
+class Process:
+    """A child process whose output is collected as it comes (for waiting on a line)."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        self.argv = argv
+        self.popen = subprocess.Popen(
+            argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True,
+        )
+        self.lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float = 180.0, after: int = 0) -> None:
+        deadline = time.monotonic() + timeout
+        while not any(text in line for line in self.lines[after:]):
+            if self.popen.poll() is not None:
+                time.sleep(0.2)  # let the reader catch the last lines
+                raise AssertionError(f"{self.argv[1:3]} exited ({self.popen.returncode}) "
+                                     f"before {text!r}:\n{self.output}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {text!r} within {timeout:.0f}s:\n{self.output}")
+            time.sleep(0.1)
+
+    def stop(self, sig: int = signal.SIGINT, timeout: float = 30.0) -> None:
+        if self.popen.poll() is None:
+            self.popen.send_signal(sig)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+                self.popen.wait(10)
+
+
+@dataclass
+class Platform:
+    url: str
+    data_dir: Path
+    node: str
+    env: dict[str, str]
+    processes: list[Process] = field(default_factory=list)
+
+    def cli(self, *args: str, stdin: str | None = None,
+            timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+        """Run `gpuslice ARGS` as a user would, logged in as the admin."""
+        return subprocess.run([GPUSLICE, *args], env=self.env, input=stdin, text=True,
+                              capture_output=True, timeout=timeout)
+
+    def ok(self, *args: str, stdin: str | None = None) -> str:
+        done = self.cli(*args, stdin=stdin)
+        assert done.returncode == 0, f"gpuslice {' '.join(args)}: {done.stderr}{done.stdout}"
+        return done.stdout
+
+    def client(self) -> Client:
+        """The SDK, with the CLI's stored login."""
+        stored = json.loads(Path(self.env["GPUSLICE_CLIENT_CONFIG"]).read_text())
+        return Client(self.url, stored["token"])
+
+    def admin_password(self) -> str:
+        text = (self.data_dir / "admin-credentials").read_text()
+        return next(line.split(": ", 1)[1] for line in text.splitlines()
+                    if line.startswith("password: "))
+
+    def wait_status(self, ref: str, statuses: set[str], timeout: float = 30.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            session = json.loads(self.ok("session", "show", ref, "--json"))
+            if session["status"] in statuses:
+                return session
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{ref} is {session['status']} after {timeout}s "
+                                     f"(wanted {statuses}): {session['status_reason']}")
+            time.sleep(0.2)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _base_env(tmp: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
+    env["GPUSLICE_CLIENT_CONFIG"] = str(tmp / "client.json")
+    return env
+
+
+def _remove_node_containers(node: str) -> None:
+    listed = subprocess.run(
+        ["docker", "ps", "-aq", "--filter", f"label=gpuslice.node={node}"],
+        capture_output=True, text=True, check=False,
+    ).stdout.split()
+    if listed:
+        subprocess.run(["docker", "rm", "-f", *listed], capture_output=True, check=False)
+
+
+@pytest.fixture
+def platform(base_image: str, tmp_path: Path) -> Iterator[Platform]:
+    """`gpuslice up` with one mock 8 GiB GPU and 2 fGPU per GPU."""
+    port, node = free_port(), f"node-{uuid.uuid4().hex[:8]}"
+    env = _base_env(tmp_path)
+    up = Process([GPUSLICE, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port),
+                  "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", "2", "--node-name", node], env)
+    plat = Platform(f"http://127.0.0.1:{port}", tmp_path / "data", node, env, [up])
+    try:
+        up.wait_for("gpuslice is up")
+        up.wait_for(f"agent {node}: joined")
+        yield plat
+    finally:
+        up.stop()
+        _remove_node_containers(node)
+
+
+@pytest.fixture
+def split_platform(base_image: str, tmp_path: Path) -> Iterator[Platform]:
+    """`gpuslice manager serve` and `gpuslice agent serve` as two processes."""
+    port, node = free_port(), f"node-{uuid.uuid4().hex[:8]}"
+    env = _base_env(tmp_path)
+    manager_env = env | {"GPUSLICE_DATA_DIR": str(tmp_path / "data"),
+                         "GPUSLICE_NODES__FGPU_PER_GPU": "2",
+                         "GPUSLICE_NODES__HEARTBEAT_INTERVAL": "1"}
+    manager = Process([GPUSLICE, "manager", "serve", "--port", str(port)], manager_env)
+    plat = Platform(f"http://127.0.0.1:{port}", tmp_path / "data", node, env, [manager])
+    try:
+        _wait_http(plat.url, manager)
+        plat.ok("login", plat.url, "--username", "admin", "--password-stdin",
+                stdin=plat.admin_password() + "\n")
+        token = plat.ok("admin", "token", "create", "--name", node, "--json")
+        agent_env = env | {
+            "GPUSLICE_AGENT_MANAGER_URL": plat.url,
+            "GPUSLICE_AGENT_JOIN_TOKEN": json.loads(token)["token"],
+            "GPUSLICE_AGENT_NODE_NAME": node,
+            "GPUSLICE_AGENT_DATA_DIR": str(tmp_path / "agent"),
+            "GPUSLICE_AGENT_ACCELERATOR": "mock",
+            "GPUSLICE_AGENT_GPU": '[{"count": 1, "memory": "8GiB", "model": "Mock A100"}]',
+        }
+        plat.env["AGENT_ENV_JSON"] = json.dumps(agent_env)
+        plat.processes.append(start_agent(plat))
+        yield plat
+    finally:
+        for process in reversed(plat.processes):
+            process.stop()
+        _remove_node_containers(node)
+
+
+def start_agent(plat: Platform) -> Process:
+    agent_env = json.loads(plat.env["AGENT_ENV_JSON"])
+    agent = Process([GPUSLICE, "agent", "serve"], agent_env)
+    agent.wait_for(f"agent {plat.node}: joined", timeout=60)
+    return agent
+
+
+def _wait_http(url: str, process: Process, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if httpx.get(f"{url}/api/v1/health", timeout=2).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        if process.popen.poll() is not None or time.monotonic() > deadline:
+            raise AssertionError(f"manager did not answer at {url}:\n{process.output}")
+        time.sleep(0.2)
