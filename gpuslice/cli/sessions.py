@@ -88,7 +88,9 @@ def list_(
     """Your sessions, newest first."""
     statuses = [_status(s) for s in status or []]
     with _client() as client:
-        owner = None if all_users else client.me().username
+        me = client.me()
+        # users only ever see their own; admins see everyone's and narrow to their own here
+        owner = me.username if me.role.value == "admin" and not all_users else None
         page = client.list_sessions(status=statuses, owner=owner, limit=limit)
     if as_json:
         print_json(page.items)
