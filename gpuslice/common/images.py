@@ -1,8 +1,152 @@
-"""Names of the images gpuslice itself builds (shared by the CLI, manager and agent)."""
+"""Session images: the names gpuslice builds, and the labels images describe themselves with.
+
+An image describes itself with Docker labels (all optional; an image without them is a plain
+image that still works):
+
+- ``gpuslice.image.title``: display name, e.g. ``scikit-learn 1.5 (CPU)``
+- ``gpuslice.image.frameworks``: JSON object of framework -> version, e.g.
+  ``{"python": "3.11", "scikit-learn": "1.5.2"}``
+- ``gpuslice.image.min-gpu`` / ``.min-cpu`` / ``.min-mem``: minimum resources a session of the
+  image needs (``0.5``, ``1``, ``2g``)
+- ``gpuslice.image.gpu``: ``true`` if the image can use a GPU
+- ``gpuslice.image.apps``: JSON list of ``{"name", "protocol", "port"}`` the image serves
+- ``gpuslice.image.owner`` / ``.origin-session``: set on images committed from a session
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
 
 from gpuslice import __version__
+from gpuslice.common.resources import ResourceError, parse_cpu, parse_fgpu, parse_mem
 
 BASE_REPO = "gpuslice/base"
 # The standard session image: Python, pip and a shell. `gpuslice up` builds it when missing,
 # and `gpuslice session create` uses it when no --image is given.
 DEFAULT_SESSION_IMAGE = f"{BASE_REPO}:{__version__}"
+
+LABEL_PREFIX = "gpuslice.image."
+LABEL_TITLE = "gpuslice.image.title"
+LABEL_FRAMEWORKS = "gpuslice.image.frameworks"
+LABEL_MIN_GPU = "gpuslice.image.min-gpu"
+LABEL_MIN_CPU = "gpuslice.image.min-cpu"
+LABEL_MIN_MEM = "gpuslice.image.min-mem"
+LABEL_GPU = "gpuslice.image.gpu"
+LABEL_APPS = "gpuslice.image.apps"
+LABEL_OWNER = "gpuslice.image.owner"
+LABEL_ORIGIN_SESSION = "gpuslice.image.origin-session"
+
+_APP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+_PROTOCOLS = frozenset({"http", "tcp", "ws"})
+
+
+@dataclass(frozen=True, slots=True)
+class ImageApp:
+    name: str
+    protocol: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class ImageMeta:
+    """What an image says about itself. Exact units: milli-fGPU, milli-cores, bytes."""
+
+    title: str = ""
+    frameworks: dict[str, str] = field(default_factory=dict)
+    min_gpu: int = 0
+    min_cpu: int = 0
+    min_mem: int = 0
+    gpu: bool = False
+    apps: tuple[ImageApp, ...] = ()
+    owner: str | None = None
+    origin_session: str | None = None
+    problems: tuple[str, ...] = ()  # labels that were present but unusable (ignored)
+
+    @classmethod
+    def from_labels(cls, labels: dict[str, str] | None) -> ImageMeta:
+        """Read the labels; a malformed label is ignored and named in ``problems``."""
+        labels = labels or {}
+        problems: list[str] = []
+        values: dict[str, Any] = {
+            "title": labels.get(LABEL_TITLE, "")[:200],
+            "gpu": labels.get(LABEL_GPU, "").strip().lower() in ("1", "true", "yes"),
+            "owner": labels.get(LABEL_OWNER) or None,
+            "origin_session": labels.get(LABEL_ORIGIN_SESSION) or None,
+        }
+        for key, name, parse in (
+            (LABEL_MIN_GPU, "min_gpu", parse_fgpu),
+            (LABEL_MIN_CPU, "min_cpu", parse_cpu),
+            (LABEL_MIN_MEM, "min_mem", parse_mem),
+        ):
+            if labels.get(key):
+                try:
+                    values[name] = parse(labels[key], field=key)
+                except ResourceError as err:
+                    problems.append(err.message)
+        values["frameworks"] = _frameworks(labels.get(LABEL_FRAMEWORKS), problems)
+        values["apps"] = _apps(labels.get(LABEL_APPS), problems)
+        return cls(**values, problems=tuple(problems))
+
+    def to_labels(self) -> dict[str, str]:
+        """The labels that state this metadata (for recipes and commits)."""
+        labels = {LABEL_GPU: "true" if self.gpu else "false"}
+        if self.title:
+            labels[LABEL_TITLE] = self.title
+        if self.frameworks:
+            labels[LABEL_FRAMEWORKS] = json.dumps(self.frameworks, sort_keys=True)
+        if self.apps:
+            labels[LABEL_APPS] = json.dumps(
+                [{"name": a.name, "protocol": a.protocol, "port": a.port} for a in self.apps]
+            )
+        for key, value, unit in ((LABEL_MIN_GPU, self.min_gpu, 1000),
+                                 (LABEL_MIN_CPU, self.min_cpu, 1000)):
+            if value:
+                labels[key] = str(value / unit)
+        if self.min_mem:
+            labels[LABEL_MIN_MEM] = str(self.min_mem)
+        if self.owner:
+            labels[LABEL_OWNER] = self.owner
+        if self.origin_session:
+            labels[LABEL_ORIGIN_SESSION] = self.origin_session
+        return labels
+
+
+def _frameworks(raw: str | None, problems: list[str]) -> dict[str, str]:
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        problems.append(f"{LABEL_FRAMEWORKS}: not JSON")
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str | int | float) for k, v in value.items()
+    ):
+        problems.append(f"{LABEL_FRAMEWORKS}: expected an object of name -> version")
+        return {}
+    return {k[:64]: str(v)[:64] for k, v in list(value.items())[:32]}
+
+
+def _apps(raw: str | None, problems: list[str]) -> tuple[ImageApp, ...]:
+    if not raw:
+        return ()
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        problems.append(f"{LABEL_APPS}: not JSON")
+        return ()
+    apps = []
+    for item in value if isinstance(value, list) else [None]:
+        ok = (
+            isinstance(item, dict) and isinstance(item.get("name"), str)
+            and _APP_NAME.match(item["name"]) and item.get("protocol") in _PROTOCOLS
+            and isinstance(item.get("port"), int) and 1 <= item["port"] <= 65535
+        )
+        if not ok:
+            problems.append(f"{LABEL_APPS}: {item!r} is not {{name, protocol, port}}")
+            continue
+        apps.append(ImageApp(item["name"], item["protocol"], item["port"]))
+    return tuple(apps)
