@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from gpuslice import __version__
-from gpuslice.cli import admin, sessions
+from gpuslice.cli import admin, images, sessions
 from gpuslice.cli.output import CliError, console, friendly
 from gpuslice.cli.serve import agent_app, manager_app, up
 from gpuslice.client import Client, ClientConfig, save_config
@@ -23,6 +23,7 @@ app = typer.Typer(
     add_completion=False,
 )
 app.add_typer(sessions.app, name="session")
+app.add_typer(images.app, name="image")
 app.add_typer(admin.node_app, name="node")
 app.add_typer(admin.admin_app, name="admin")
 app.add_typer(admin.token_app, name="token")
