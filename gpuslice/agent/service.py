@@ -292,35 +292,31 @@ class Agent:
 
     async def _start(self, assignment: Assignment) -> None:
         sid = assignment.session_id
+        preparing = None
         if assignment.status is SessionStatus.SCHEDULED:
-            await self._report(
-                sid,
-                StateReport(
-                    status=SessionStatus.PREPARING,
-                    reason=f"creating its container on {self.settings.node_name}",
-                ),
-            )
+            # told while the container is being made: the report's round trip costs no start time
+            preparing = asyncio.create_task(self._report(sid, StateReport(
+                status=SessionStatus.PREPARING,
+                reason=f"creating its container on {self.settings.node_name}",
+            )))
+        failure = ""
         try:
             spec = build_container_spec(self._session_spec(assignment), self._spec_options())
             spec = apply_hard_caps(spec, self.settings.hard_caps)
-            state = await self.runtime.ensure_running(spec)
+            running = (await self.runtime.ensure_running(spec)).running
         except ImageNotFound:
-            await self._report(
-                sid,
-                StateReport(
-                    status=SessionStatus.ERROR,
-                    reason=f"image {assignment.image} is not on node {self.settings.node_name}",
-                ),
-            )
-            return
+            failure = f"image {assignment.image} is not on node {self.settings.node_name}"
+        except DockerUnavailable:
+            if preparing is not None:
+                await asyncio.gather(preparing, return_exceptions=True)
+            raise
         except (SpecError, ContainerRuntimeError) as err:
-            if isinstance(err, DockerUnavailable):
-                raise
-            await self._report(
-                sid, StateReport(status=SessionStatus.ERROR, reason=f"could not start: {err}")
-            )
-            return
-        if state.running:
+            failure = f"could not start: {err}"
+        if preparing is not None:
+            await preparing  # PREPARING is recorded before any later report
+        if failure:
+            await self._report(sid, StateReport(status=SessionStatus.ERROR, reason=failure))
+        elif running:
             await self._report(sid, StateReport(status=SessionStatus.RUNNING, reason="running"))
 
     async def _report(self, session_id: str, report: StateReport) -> None:

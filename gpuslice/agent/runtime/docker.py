@@ -157,10 +157,12 @@ class DockerRuntime:
         never runs twice). A stopped interactive one is started again.
         """
         state = await self.find(spec.session_id)
+        fresh = state is None
         if state is None:
-            state = await self._create(spec)
+            state = await self._create(spec)  # writes the session's files
         if state.status == "created" or (state.finished and spec.session_type == "interactive"):
-            await self._write_files(spec)  # again: the node's copy may be gone (wiped data dir)
+            if not fresh:
+                await self._write_files(spec)  # the node's copy may be gone (wiped data dir)
             return await self._start(state)
         return state
 
