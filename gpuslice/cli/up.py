@@ -98,7 +98,7 @@ async def _ensure_image(options: UpOptions, say: Callable[[str], None]) -> None:
                 f"the Docker Engine does not answer ({err}); start it first "
                 "(`make up` installs and starts it)"
             ) from None
-        image_options = BaseImageOptions(
+        image_options = BaseImageOptions.from_env(
             tag=DEFAULT_SESSION_IMAGE, extra_ca_bundle=default_extra_ca_bundle()
         )
         try:

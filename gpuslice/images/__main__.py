@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tag", default=None, help="the base image's tag")
     parser.add_argument("--force", action="store_true", help="rebuild even if up to date")
     args = parser.parse_args(argv)
-    options = BaseImageOptions(
+    options = BaseImageOptions.from_env(
         cache_dir=args.cache_dir,
         extra_ca_bundle=args.extra_ca_bundle,
         mirror=args.mirror,

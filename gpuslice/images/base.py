@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import aiodocker
 
@@ -31,6 +32,14 @@ from gpuslice.images.rootfs import (
     find_debian_mirror,
     import_rootfs,
     rootfs_tarball,
+)
+from gpuslice.images.source import (
+    DEFAULT_PULL_TIMEOUT,
+    DEFAULT_REGISTRY_IMAGE,
+    SOURCES,
+    choose_source,
+    docker_calls,
+    source_from_env,
 )
 
 BASE_REPO = "gpuslice/base"
@@ -74,6 +83,17 @@ class BaseImageOptions:
     tag: str = f"{BASE_REPO}:{__version__}"
     rootfs: RootfsRecipe = field(default_factory=RootfsRecipe)
     force: bool = False
+    # Registry-first: "auto" | "registry" | "debootstrap" (gpuslice.images.source).
+    source: str = "auto"
+    registry_image: str = DEFAULT_REGISTRY_IMAGE
+    pull_timeout: float = DEFAULT_PULL_TIMEOUT
+
+    @classmethod
+    def from_env(cls, **values: Any) -> BaseImageOptions:
+        """Options with the source settings of ``GPUSLICE_IMAGE_SOURCE`` and
+        ``GPUSLICE_REGISTRY_BASE_IMAGE`` (read when called, never at import)."""
+        source, image = source_from_env()
+        return cls(**{"source": source, "registry_image": image, **values})
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,26 +116,12 @@ async def ensure_base_image(
         progress(f"base: {options.tag} is up to date")
         return BuildResult(options.tag, False, time.monotonic() - started)
     progress(f"base: building {options.tag} from {rootfs_tag}")
-    build_args = {"BASE_IMAGE": rootfs_tag, **pip_index.build_args()}
-    stream = docker.images.build(
-        fileobj=io.BytesIO(_pack(context)),
-        encoding="gzip",
-        tag=options.tag,
-        buildargs=build_args,
+    await build_context_image(
+        docker, context, options.tag,
+        build_args={"BASE_IMAGE": rootfs_tag, **pip_index.build_args()},
         labels={DIGEST_LABEL: digest, "gpuslice.image": "base"},
-        rm=True,
-        forcerm=True,
-        stream=True,
+        progress=progress, prefix="base",
     )
-    try:
-        async for message in stream:
-            if "error" in message:
-                raise ImageBuildError(f"building {options.tag} failed: {message['error']}")
-            for text in str(message.get("stream", "")).splitlines():
-                if text.strip():
-                    progress(f"base: {_shorten(text.strip())}")
-    except aiodocker.DockerError as exc:
-        raise ImageBuildError(f"building {options.tag} failed: {exc}") from exc
     progress(f"base: built {options.tag}")
     return BuildResult(options.tag, True, time.monotonic() - started)
 
@@ -123,11 +129,39 @@ async def ensure_base_image(
 async def ensure_rootfs_image(
     docker: aiodocker.Docker, options: BaseImageOptions, progress: Progress = print
 ) -> str:
-    """Import the debootstrap root filesystem as ``gpuslice/rootfs:<suite>`` unless present."""
+    """``gpuslice/rootfs:<suite>`` unless present: from a registry Debian image when one can
+    be had (see :mod:`gpuslice.images.source`), else debootstrap's, imported."""
     recipe = options.rootfs
     tag = f"{ROOTFS_REPO}:{recipe.suite}"
-    if not options.force and await _has_digest(docker, tag, recipe.digest):
+    ca = _read_ca(options.extra_ca_bundle)
+    registry_digest = _registry_rootfs_digest(options, ca)
+    accepted = {
+        "auto": {recipe.digest, registry_digest},
+        "registry": {registry_digest},
+        "debootstrap": {recipe.digest},
+    }.get(options.source)
+    if accepted is None:
+        raise ImageBuildError(f"image source {options.source!r} is not one of "
+                              f"{', '.join(SOURCES)} (GPUSLICE_IMAGE_SOURCE)")
+    if not options.force and await _label(docker, tag, DIGEST_LABEL) in accepted:
         progress(f"rootfs: {tag} is up to date")
+        return tag
+    present, pull = docker_calls(docker)
+    choice = await choose_source(
+        options.source, options.registry_image, present=present, pull=pull,
+        timeout=options.pull_timeout, progress=progress,
+    )
+    if choice.kind == "registry":
+        progress(f"rootfs: building {tag} from {options.registry_image}")
+        await build_context_image(
+            docker, _rootfs_context(ca), tag,
+            build_args={"BASE_IMAGE": options.registry_image,
+                        "PACKAGES": " ".join(recipe.packages),
+                        "DEBIAN_MIRROR": options.mirror or ""},
+            labels={DIGEST_LABEL: registry_digest, "gpuslice.image": "rootfs"},
+            progress=progress, prefix="rootfs",
+        )
+        progress(f"rootfs: built {tag}")
         return tag
     mirror = options.mirror or find_debian_mirror(recipe.suite)
     tarball = await asyncio.to_thread(rootfs_tarball, recipe, options.cache_dir, mirror, progress)
@@ -135,6 +169,38 @@ async def ensure_rootfs_image(
         docker, tarball, ROOTFS_REPO, recipe.suite, progress, label=(DIGEST_LABEL, recipe.digest)
     )
     return tag
+
+
+async def build_context_image(
+    docker: aiodocker.Docker,
+    context: dict[str, bytes],
+    tag: str,
+    *,
+    build_args: dict[str, str],
+    labels: dict[str, str],
+    progress: Progress,
+    prefix: str,
+) -> None:
+    """Build ``tag`` from an in-memory context through the Engine API, relaying its output."""
+    stream = docker.images.build(
+        fileobj=io.BytesIO(_pack(context)),
+        encoding="gzip",
+        tag=tag,
+        buildargs=build_args,
+        labels=labels,
+        rm=True,
+        forcerm=True,
+        stream=True,
+    )
+    try:
+        async for message in stream:
+            if "error" in message:
+                raise ImageBuildError(f"building {tag} failed: {message['error'].strip()}")
+            for text in str(message.get("stream", "")).splitlines():
+                if text.strip():
+                    progress(f"{prefix}: {_shorten(text.strip())}")
+    except aiodocker.DockerError as exc:
+        raise ImageBuildError(f"building {tag} failed: {exc}") from exc
 
 
 def host_pip_index(python: str = sys.executable) -> PipIndex:
@@ -173,14 +239,32 @@ def _shorten(text: str, width: int = 160) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
+def _read_ca(extra_ca_bundle: Path | None) -> bytes:
+    if extra_ca_bundle is not None and not extra_ca_bundle.is_file():
+        raise ImageBuildError(f"extra CA bundle {extra_ca_bundle} does not exist")
+    return extra_ca_bundle.read_bytes() if extra_ca_bundle else b""
+
+
+def _rootfs_context(ca: bytes) -> dict[str, bytes]:
+    recipe = resources.files("gpuslice.images").joinpath("recipes/rootfs/Dockerfile")
+    return {"Dockerfile": recipe.read_bytes(), "extra-ca.crt": ca}
+
+
+def _registry_rootfs_digest(options: BaseImageOptions, ca: bytes) -> str:
+    """Identifies a registry-built rootfs: its recipe, source image, mirror and CA bundle."""
+    h = hashlib.sha256()
+    h.update(_rootfs_context(ca)["Dockerfile"])
+    h.update(json.dumps([options.rootfs.digest, options.registry_image, options.mirror or "",
+                         hashlib.sha256(ca).hexdigest()]).encode())
+    return "registry-" + h.hexdigest()[:16]
+
+
 def _base_context(extra_ca_bundle: Path | None) -> dict[str, bytes]:
     recipe = resources.files("gpuslice.images").joinpath("recipes/base/Dockerfile")
     files = {"Dockerfile": recipe.read_bytes()}
     for name in (*HOOK_FILES, PTH_FILE):
         files[f"hook/{name}"] = (HOOK_DIR / name).read_bytes()
-    if extra_ca_bundle is not None and not extra_ca_bundle.is_file():
-        raise ImageBuildError(f"extra CA bundle {extra_ca_bundle} does not exist")
-    files["extra-ca.crt"] = extra_ca_bundle.read_bytes() if extra_ca_bundle else b""
+    files["extra-ca.crt"] = _read_ca(extra_ca_bundle)
     return files
 
 
@@ -208,11 +292,16 @@ async def _image_id(docker: aiodocker.Docker, tag: str) -> str:
 
 
 async def _has_digest(docker: aiodocker.Docker, tag: str, digest: str) -> bool:
+    return await _label(docker, tag, DIGEST_LABEL) == digest
+
+
+async def _label(docker: aiodocker.Docker, tag: str, key: str) -> str | None:
+    """The image's label ``key``; None when the image or the label is missing."""
     try:
         info = await docker.images.inspect(tag)
     except aiodocker.DockerError as exc:
         if exc.status == 404:
-            return False
+            return None
         raise
     labels = (info.get("Config") or {}).get("Labels") or {}
-    return labels.get(DIGEST_LABEL) == digest
+    return labels.get(key)
