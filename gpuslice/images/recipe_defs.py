@@ -1,0 +1,245 @@
+"""The image recipes gpuslice knows: name → versions → build arguments, labels and tag.
+
+Pure data and pure functions (no Docker): :func:`plan` turns ``(recipe, version, options)``
+into everything a build needs, or an :class:`ImageBuildError` that says what is possible.
+The Dockerfiles under ``recipes/<name>/`` stay generic; versions arrive as build arguments
+and the image's metadata as labels (``gpuslice.image.*``) given at build time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+from gpuslice.common.images import DEFAULT_SESSION_IMAGE, ImageApp, ImageMeta
+from gpuslice.images.rootfs import ImageBuildError
+
+GIB = 1024**3
+PYTHON = "3.11"  # the Debian bookworm base's Python; wheels must exist for it
+RECIPE_LABEL = "gpuslice.image"  # which recipe built an image ("base", "scipy", ...)
+
+
+@dataclass(frozen=True, slots=True)
+class RecipeVersion:
+    """One buildable (or knowingly unbuildable) version of a recipe."""
+
+    version: str
+    build_args: dict[str, str]
+    frameworks: dict[str, str]
+    gpu: bool = False
+    min_gpu: int = 0  # milli-fGPU
+    min_cpu: int = 500  # milli-cores
+    min_mem: int = GIB
+    needs_base_image: str = ""  # non-empty: buildable only FROM a user-given base, and why
+
+
+@dataclass(frozen=True, slots=True)
+class Recipe:
+    name: str
+    description: str
+    title: str  # display name; "{version}" is filled in
+    versions: tuple[RecipeVersion, ...]
+    default: str
+    apps: tuple[ImageApp, ...] = ()
+    ci: bool = False  # small enough to build in CI
+    unavailable: dict[str, str] = field(default_factory=dict)  # version -> why not, what instead
+
+    def find(self, version: str | None) -> RecipeVersion:
+        wanted = version or self.default
+        for item in self.versions:
+            if item.version == wanted:
+                return item
+        if wanted in self.unavailable:
+            raise ImageBuildError(f"{self.name} {wanted}: {self.unavailable[wanted]}")
+        known = ", ".join(v.version for v in self.versions)
+        raise ImageBuildError(f"{self.name} has no version {wanted!r}; known: {known}")
+
+
+@dataclass(frozen=True, slots=True)
+class RecipeOptions:
+    """Build options shared by every recipe (CLI flags)."""
+
+    base_image: str | None = None  # default: the standard gpuslice base (built if missing)
+    extra_ca_bundle: Path | None = None
+    torch_index_url: str = ""
+    ttyd_binary: Path | None = None
+    force: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class BuildPlan:
+    recipe: str
+    version: str
+    tag: str
+    base_image: str
+    context: dict[str, bytes]
+    build_args: dict[str, str]
+    labels: dict[str, str]
+
+
+def _scipy(sklearn: str, numpy: str, scipy: str, pandas: str) -> RecipeVersion:
+    return RecipeVersion(
+        version=sklearn,
+        build_args={"SKLEARN_VERSION": sklearn, "NUMPY_VERSION": numpy,
+                    "SCIPY_VERSION": scipy, "PANDAS_VERSION": pandas},
+        frameworks={"python": PYTHON, "scikit-learn": sklearn, "numpy": numpy,
+                    "scipy": scipy, "pandas": pandas},
+    )
+
+
+def _torch(torch: str, vision: str, variant: str) -> RecipeVersion:
+    cuda = variant == "cuda"
+    return RecipeVersion(
+        version=f"{torch}-{variant}",
+        build_args={"TORCH_VERSION": torch, "TORCHVISION_VERSION": vision},
+        frameworks={"python": PYTHON, "torch": torch, "torchvision": vision},
+        gpu=cuda, min_gpu=500 if cuda else 0, min_cpu=1000, min_mem=4 * GIB if cuda else 2 * GIB,
+    )
+
+
+def _tf(version: str, package: str, *, python: str = PYTHON, needs: str = "") -> RecipeVersion:
+    return RecipeVersion(
+        version=version,
+        build_args={"TF_VERSION": version, "TF_PACKAGE": package},
+        frameworks={"python": python, "tensorflow": version},
+        gpu=True, min_cpu=1000, min_mem=4 * GIB, needs_base_image=needs,
+    )
+
+
+TF1_REASON = (
+    "TensorFlow 1.15 wheels exist only for Python 3.5-3.7, and the Debian bookworm base has "
+    f"Python {PYTHON}, which cannot install them. Possible: a TensorFlow 2.x version of this "
+    "recipe, or --base-image IMG naming a Python 3.7 image you provide (e.g. from your "
+    "registry) with --version 1.15.5"
+)
+
+RECIPES: dict[str, Recipe] = {
+    r.name: r
+    for r in (
+        Recipe(
+            name="scipy",
+            description="NumPy, SciPy, pandas and scikit-learn (CPU); --version is scikit-learn's",
+            title="scikit-learn {version} (CPU)",
+            versions=(
+                _scipy("1.3.2", numpy="1.26.4", scipy="1.11.4", pandas="2.1.4"),
+                _scipy("1.5.2", numpy="2.1.3", scipy="1.14.1", pandas="2.2.3"),
+                _scipy("1.6.1", numpy="2.2.6", scipy="1.15.3", pandas="2.2.3"),
+            ),
+            default="1.5.2",
+            ci=True,
+        ),
+        Recipe(
+            name="pytorch",
+            description="PyTorch and torchvision; VERSION-cuda (pip's CUDA wheels) or "
+            "VERSION-cpu (needs --torch-index: PyTorch's CPU wheel index)",
+            title="PyTorch {version}",
+            versions=(
+                _torch("2.5.1", "0.20.1", "cuda"),
+                _torch("2.5.1", "0.20.1", "cpu"),
+                _torch("2.4.1", "0.19.1", "cuda"),
+                _torch("2.4.1", "0.19.1", "cpu"),
+            ),
+            default="2.5.1-cuda",
+        ),
+        Recipe(
+            name="tensorflow",
+            description="TensorFlow 2.x with its CUDA libraries from pip; 1.15 only on a "
+            "Python 3.7 base image you give",
+            title="TensorFlow {version}",
+            versions=(
+                _tf("2.17.1", "tensorflow[and-cuda]"),
+                _tf("2.15.1", "tensorflow[and-cuda]"),
+                _tf("1.15.5", "tensorflow", python="3.7", needs=TF1_REASON),
+            ),
+            default="2.17.1",
+            unavailable=dict.fromkeys(("1.15", "1.15.0", "1.15.4"), TF1_REASON),
+        ),
+        Recipe(
+            name="notebook",
+            description="JupyterLab (port 8888, with its terminal); ttyd (port 7681) when "
+            "--ttyd-binary is given",
+            title="JupyterLab {version}",
+            versions=(
+                RecipeVersion(
+                    version="4.2.5",
+                    build_args={"JUPYTERLAB_VERSION": "4.2.5"},
+                    frameworks={"python": PYTHON, "jupyterlab": "4.2.5"},
+                ),
+            ),
+            default="4.2.5",
+            apps=(ImageApp("jupyter", "http", 8888),),
+        ),
+    )
+}
+TERMINAL_APP = ImageApp("terminal", "http", 7681)
+
+
+def get_recipe(name: str) -> Recipe:
+    if name == "base":
+        raise ImageBuildError(
+            "the base image is built by `gpuslice up` or scripts/build-images.sh"
+        )
+    try:
+        return RECIPES[name]
+    except KeyError:
+        raise ImageBuildError(
+            f"no recipe named {name!r}; known: {', '.join(sorted(RECIPES))}"
+        ) from None
+
+
+def plan(name: str, version: str | None, options: RecipeOptions) -> BuildPlan:
+    """Everything needed to build ``name`` at ``version``, or why it cannot be built."""
+    recipe = get_recipe(name)
+    item = recipe.find(version)
+    if item.needs_base_image and not options.base_image:
+        raise ImageBuildError(f"{name} {item.version}: {item.needs_base_image}")
+    build_args = dict(item.build_args)
+    apps = recipe.apps
+    if name == "pytorch":
+        if item.version.endswith("-cpu") and not options.torch_index_url:
+            raise ImageBuildError(
+                f"pytorch {item.version}: the CPU-only torch wheels are not on the pip index "
+                "(its Linux wheels are CUDA builds); pass --torch-index with PyTorch's CPU "
+                "wheel index URL, or build a -cuda version"
+            )
+        if item.version.endswith("-cpu"):
+            build_args["TORCH_INDEX_URL"] = options.torch_index_url
+    if name == "notebook" and options.ttyd_binary is not None:
+        apps = (TERMINAL_APP, *apps)
+    base_image = options.base_image or DEFAULT_SESSION_IMAGE
+    meta = ImageMeta(
+        title=recipe.title.format(version=item.version),
+        frameworks=item.frameworks,
+        min_gpu=item.min_gpu, min_cpu=item.min_cpu, min_mem=item.min_mem,
+        gpu=item.gpu, apps=apps,
+    )
+    return BuildPlan(
+        recipe=name,
+        version=item.version,
+        tag=f"gpuslice/{name}:{item.version}",
+        base_image=base_image,
+        context=_context(name, options),
+        build_args={"BASE_IMAGE": base_image, **build_args},
+        labels={**meta.to_labels(), RECIPE_LABEL: name},
+    )
+
+
+def _context(name: str, options: RecipeOptions) -> dict[str, bytes]:
+    root = resources.files("gpuslice.images").joinpath("recipes")
+    files = {
+        "Dockerfile": root.joinpath(name, "Dockerfile").read_bytes(),
+        "extra-ca.sh": root.joinpath("common", "extra-ca.sh").read_bytes(),
+        "extra-ca.crt": _read_optional(options.extra_ca_bundle, "extra CA bundle"),
+    }
+    if name == "notebook":
+        files["ttyd"] = _read_optional(options.ttyd_binary, "ttyd binary")
+    return files
+
+
+def _read_optional(path: Path | None, what: str) -> bytes:
+    if path is None:
+        return b""
+    if not path.is_file():
+        raise ImageBuildError(f"{what} {path} does not exist")
+    return path.read_bytes()
