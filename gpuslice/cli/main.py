@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+import gpuslice.cli.image_build  # noqa: F401
 from gpuslice import __version__
 from gpuslice.cli import admin, images, sessions
 from gpuslice.cli.output import CliError, console, friendly
