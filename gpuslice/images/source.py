@@ -22,7 +22,7 @@ from gpuslice.images.rootfs import ImageBuildError, Progress
 
 SOURCES = ("auto", "registry", "debootstrap")
 DEFAULT_REGISTRY_IMAGE = "debian:bookworm-slim"
-DEFAULT_PULL_TIMEOUT = 30.0
+DEFAULT_PULL_TIMEOUT = 20.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,4 +93,6 @@ def docker_calls(
 
 def _one_line(exc: BaseException) -> str:
     text = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+    if isinstance(text, dict):  # some aiodocker versions keep the Engine's JSON body
+        text = text.get("message", text)
     return " ".join(str(text).split())[:200]

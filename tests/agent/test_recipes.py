@@ -1,0 +1,137 @@
+"""Image recipes as pure functions: versions → build arguments, labels, tags, clear refusals.
+
+The big recipes (pytorch, tensorflow, notebook) are never built in CI; what they would be
+given is checked here, including that every build argument is one their Dockerfile declares.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuslice.cli.main import app
+from gpuslice.common.images import DEFAULT_SESSION_IMAGE, ImageApp, ImageMeta
+from gpuslice.images import ImageBuildError
+from gpuslice.images.build import recipe_digest
+from gpuslice.images.recipe_defs import RECIPES, RecipeOptions, plan
+
+GIB = 1024**3
+TORCH_INDEX = "https://wheels.example.internal/cpu"
+
+
+def declared_args(recipe: str) -> set[str]:
+    text = resources.files("gpuslice.images").joinpath("recipes", recipe, "Dockerfile")
+    return set(re.findall(r"^ARG (\w+)", text.read_text(), re.M))
+
+
+@pytest.mark.parametrize("name", sorted(RECIPES))
+def test_every_version_plans_with_declared_args_and_readable_labels(name: str) -> None:
+    recipe = RECIPES[name]
+    for item in recipe.versions:
+        options = RecipeOptions(torch_index_url=TORCH_INDEX,
+                                base_image="py37:local" if item.needs_base_image else None)
+        build = plan(name, item.version, options)
+        assert build.tag == f"gpuslice/{name}:{item.version}"
+        assert set(build.build_args) <= declared_args(name), "an argument the Dockerfile ignores"
+        meta = ImageMeta.from_labels(build.labels)
+        assert meta.problems == ()
+        assert meta.frameworks == item.frameworks and meta.gpu == item.gpu
+        assert build.labels["gpuslice.image"] == name
+        assert set(build.context) >= {"Dockerfile", "extra-ca.sh", "extra-ca.crt"}
+
+
+def test_scipy_versions_pin_a_known_good_set() -> None:
+    build = plan("scipy", "1.3.2", RecipeOptions())
+    assert build.build_args == {
+        "BASE_IMAGE": DEFAULT_SESSION_IMAGE, "SKLEARN_VERSION": "1.3.2",
+        "NUMPY_VERSION": "1.26.4", "SCIPY_VERSION": "1.11.4", "PANDAS_VERSION": "2.1.4",
+    }
+    assert plan("scipy", "1.5.2", RecipeOptions()).build_args["NUMPY_VERSION"].startswith("2.")
+    meta = ImageMeta.from_labels(plan("scipy", None, RecipeOptions()).labels)
+    assert meta.title == "scikit-learn 1.5.2 (CPU)"  # the default version
+    assert (meta.min_cpu, meta.min_mem, meta.gpu, meta.min_gpu) == (500, GIB, False, 0)
+
+
+def test_an_unknown_version_lists_the_known_ones() -> None:
+    with pytest.raises(ImageBuildError, match=r"scipy has no version '0.9'; known: 1.3.2, 1.5.2"):
+        plan("scipy", "0.9", RecipeOptions())
+    with pytest.raises(ImageBuildError, match="no recipe named 'jax'; known: notebook, pytorch"):
+        plan("jax", None, RecipeOptions())
+
+
+def test_tensorflow_1_15_says_why_not_and_what_is_possible() -> None:
+    for version in ("1.15", "1.15.5"):
+        with pytest.raises(ImageBuildError) as err:
+            plan("tensorflow", version, RecipeOptions())
+        text = str(err.value)
+        assert "only for Python 3.5-3.7" in text and "Python 3.11" in text
+        assert "2.x" in text and "--base-image" in text
+    legacy = plan("tensorflow", "1.15.5", RecipeOptions(base_image="registry.local/python:3.7"))
+    assert legacy.build_args["BASE_IMAGE"] == "registry.local/python:3.7"
+    assert legacy.build_args["TF_PACKAGE"] == "tensorflow"
+    assert plan("tensorflow", None, RecipeOptions()).build_args == {
+        "BASE_IMAGE": DEFAULT_SESSION_IMAGE, "TF_VERSION": "2.17.1",
+        "TF_PACKAGE": "tensorflow[and-cuda]",
+    }
+
+
+def test_pytorch_variants() -> None:
+    cuda = plan("pytorch", "2.5.1-cuda", RecipeOptions())
+    assert "TORCH_INDEX_URL" not in cuda.build_args  # the image's own pip index
+    meta = ImageMeta.from_labels(cuda.labels)
+    assert (meta.gpu, meta.min_gpu) == (True, 500)
+    with pytest.raises(ImageBuildError, match="pass --torch-index"):
+        plan("pytorch", "2.5.1-cpu", RecipeOptions())
+    cpu = plan("pytorch", "2.5.1-cpu", RecipeOptions(torch_index_url=TORCH_INDEX))
+    assert cpu.build_args["TORCH_INDEX_URL"] == TORCH_INDEX
+    assert cpu.build_args["TORCH_VERSION"] == "2.5.1"
+    assert ImageMeta.from_labels(cpu.labels).gpu is False
+
+
+def test_notebook_apps_and_ttyd(tmp_path: Path) -> None:
+    plain = plan("notebook", None, RecipeOptions())
+    assert ImageMeta.from_labels(plain.labels).apps == (ImageApp("jupyter", "http", 8888),)
+    assert plain.context["ttyd"] == b""
+    ttyd = tmp_path / "ttyd"
+    ttyd.write_bytes(b"\x7fELF")
+    with_ttyd = plan("notebook", None, RecipeOptions(ttyd_binary=ttyd))
+    assert ImageMeta.from_labels(with_ttyd.labels).apps == (
+        ImageApp("terminal", "http", 7681), ImageApp("jupyter", "http", 8888))
+    assert with_ttyd.context["ttyd"] == b"\x7fELF"
+    with pytest.raises(ImageBuildError, match="ttyd binary .* does not exist"):
+        plan("notebook", None, RecipeOptions(ttyd_binary=tmp_path / "nope"))
+
+
+def test_extra_ca_goes_into_the_context_and_the_digest(tmp_path: Path) -> None:
+    ca = tmp_path / "ca.pem"
+    ca.write_bytes(b"-----BEGIN CERTIFICATE-----\n")
+    without = plan("scipy", None, RecipeOptions())
+    with_ca = plan("scipy", None, RecipeOptions(extra_ca_bundle=ca))
+    assert with_ca.context["extra-ca.crt"] == ca.read_bytes()
+    assert without.context["extra-ca.crt"] == b""
+    again = plan("scipy", None, RecipeOptions())
+    assert recipe_digest(without, "sha256:a") == recipe_digest(again, "sha256:a")
+    assert recipe_digest(without, "sha256:a") != recipe_digest(with_ca, "sha256:a")
+    assert recipe_digest(without, "sha256:a") != recipe_digest(without, "sha256:b")  # new base
+    with pytest.raises(ImageBuildError, match="extra CA bundle .* does not exist"):
+        plan("scipy", None, RecipeOptions(extra_ca_bundle=tmp_path / "none.pem"))
+
+
+def test_cli_lists_recipes_and_refuses_impossible_builds_in_one_line() -> None:
+    runner = CliRunner()
+    listed = runner.invoke(app, ["image", "recipes", "--json"])
+    assert listed.exit_code == 0, listed.output
+    recipes = {r["name"]: r for r in json.loads(listed.stdout)}
+    assert recipes["scipy"]["default"] == "1.5.2" and recipes["scipy"]["ci"] is True
+    assert "1.15" in recipes["tensorflow"]["unavailable"]
+    refused = runner.invoke(app, ["image", "build", "tensorflow", "--version", "1.15"])
+    assert refused.exit_code == 2
+    assert refused.stderr.startswith("error: tensorflow 1.15: TensorFlow 1.15 wheels exist only")
+    assert refused.stderr.count("\n") == 1
+    unknown = runner.invoke(app, ["image", "build", "scipy", "--version", "9"])
+    assert unknown.exit_code == 2 and "known: 1.3.2, 1.5.2" in unknown.stderr
