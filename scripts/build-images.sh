@@ -2,8 +2,13 @@
 # Build the standard session images if they are missing or out of date:
 #   gpuslice/rootfs:bookworm  (debootstrap minbase + python3, imported through the Engine API)
 #   gpuslice/base:<version>   (FROM the rootfs: pip, venv, user "work", the framework hook)
-# Needs root, debootstrap and a running dockerd. Arguments go to `python -m gpuslice.images`
-# (--force, --cache-dir, --mirror, --extra-ca-bundle, --tag).
+#   gpuslice/scipy:1.3.2, gpuslice/scipy:1.5.2  (two versions of the light recipe: the platform
+#                             tests prove a session of each reports its own version)
+# Needs root, a running dockerd, and debootstrap unless a registry Debian image can be had
+# (GPUSLICE_IMAGE_SOURCE=auto|registry|debootstrap). Arguments go to `python -m gpuslice.images`
+# (--force, --cache-dir, --mirror, --extra-ca-bundle, --tag); the scipy builds take the same
+# CA default, so pass a CA bundle as GPUSLICE_EXTRA_CA_BUNDLE for both steps to agree.
+# GPUSLICE_SCIPY_VERSIONS (space separated; empty for none) overrides the scipy versions.
 #
 # An extra CA bundle for TLS inside the images defaults to the one this machine's tools are
 # told to use (SSL_CERT_FILE), e.g. a TLS-inspecting proxy's; set GPUSLICE_EXTRA_CA_BUNDLE=""
@@ -15,4 +20,7 @@ python="${PYTHON:-}"
 if [ -z "$python" ]; then
     if [ -x .venv/bin/python ]; then python=.venv/bin/python; else python=python3; fi
 fi
-exec "$python" -m gpuslice.images "$@"
+"$python" -m gpuslice.images "$@"
+for version in ${GPUSLICE_SCIPY_VERSIONS-1.3.2 1.5.2}; do
+    "$python" -m gpuslice.cli.main image build scipy --version "$version"
+done
