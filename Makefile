@@ -25,8 +25,10 @@ host-test:
 images: venv
 	bash scripts/build-images.sh
 
+UP_ARGS ?=
+
 up: host venv
-	$(VENV)/bin/gpuslice up
+	$(VENV)/bin/gpuslice up $(UP_ARGS)
 
 # Everything: unit and property tests, the manager on SQLite, real Docker; then the database
 # tests again on PostgreSQL.
@@ -35,8 +37,9 @@ test: host-test venv images lint test-sqlite test-pg
 test-sqlite:
 	$(PY) -m pytest -q -p no:cacheprovider
 
+# The manager's tests are the ones that talk to the database; each gets a database of its own.
 test-pg:
-	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider -m "pg or db"
+	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/manager
 
 lint: venv
 	$(VENV)/bin/ruff check .
