@@ -150,8 +150,19 @@ def platform(base_image: str, tmp_path: Path) -> Iterator[Platform]:
         up.wait_for(f"agent {node}: joined")
         yield plat
     finally:
-        up.stop()
+        for process in plat.processes:
+            process.stop()
         _remove_node_containers(node)
+
+
+def restart_up(plat: Platform, sig: int = signal.SIGINT) -> Process:
+    """Stop the platform's `gpuslice up` with ``sig`` and run it again on the same data."""
+    old = plat.processes.pop()
+    old.stop(sig)
+    again = Process(old.argv, plat.env)
+    plat.processes.append(again)
+    again.wait_for(f"agent {plat.node}: joined")
+    return again
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from .conftest import Platform
+from .conftest import Platform, restart_up
 
 pytestmark = pytest.mark.docker
 
@@ -102,3 +102,14 @@ def test_wrong_password_and_a_users_own_view(platform: Platform) -> None:
     assert "no session with id or name 'admins'" in as_bob.cli("session", "show", "admins").stderr
     too_much = as_bob.cli("session", "create", "--gpu", "1", *SMALL)
     assert too_much.returncode != 0 and "quota allows at most 0.5 fGPU" in too_much.stderr
+
+
+def test_sessions_survive_a_restart_of_up_and_are_readopted(platform: Platform) -> None:
+    platform.ok("session", "create", "--name", "long", "--gpu", "1", *SMALL, "--wait")
+    before = platform.wait_status("long", {"RUNNING"})
+    restart_up(platform)  # Ctrl-C, then `gpuslice up` again on the same data directory
+    time.sleep(2)  # a heartbeat and a reconcile pass
+    after = platform.wait_status("long", {"RUNNING"})
+    assert after["placement"] == before["placement"]
+    assert len(after["history"]) == len(before["history"])  # never left RUNNING
+    assert "hello" in platform.ok("session", "exec", "long", "--", "echo", "hello")
