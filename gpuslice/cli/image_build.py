@@ -105,6 +105,8 @@ def _progress_display() -> Iterator[Callable[[str], None]]:
     started = time.monotonic()
     if not sys.stdout.isatty():
         def plain(line: str) -> None:
+            if _is_noise(line):
+                return
             console.print(f"[{time.monotonic() - started:6.1f}s] {line}", markup=False)
 
         yield plain
@@ -117,6 +119,12 @@ def _progress_display() -> Iterator[Callable[[str], None]]:
             status.update(f"{elapsed:.0f}s  {_escape(line[:120])}")
 
         yield live
+
+
+def _is_noise(line: str) -> bool:
+    """Docker's per-step bookkeeping (intermediate container and layer ids)."""
+    text = line.split(": ", 1)[-1]
+    return text.startswith(("---> ", "Removing intermediate container"))
 
 
 def _is_step(line: str) -> bool:

@@ -12,6 +12,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import tarfile
@@ -46,6 +47,7 @@ BASE_REPO = "gpuslice/base"
 ROOTFS_REPO = "gpuslice/rootfs"
 DIGEST_LABEL = "gpuslice.recipe-digest"
 DEFAULT_CACHE_DIR = Path("/var/cache/gpuslice/images")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def default_extra_ca_bundle() -> Path | None:
@@ -196,9 +198,9 @@ async def build_context_image(
         async for message in stream:
             if "error" in message:
                 raise ImageBuildError(f"building {tag} failed: {message['error'].strip()}")
-            for text in str(message.get("stream", "")).splitlines():
-                if text.strip():
-                    progress(f"{prefix}: {_shorten(text.strip())}")
+            for raw in str(message.get("stream", "")).splitlines():
+                if text := _shorten(raw).strip():
+                    progress(f"{prefix}: {text}")
     except aiodocker.DockerError as exc:
         raise ImageBuildError(f"building {tag} failed: {exc}") from exc
 
@@ -236,6 +238,7 @@ def host_pip_index(python: str = sys.executable) -> PipIndex:
 
 
 def _shorten(text: str, width: int = 160) -> str:
+    text = _ANSI.sub("", text)  # pip colours its warnings even without a terminal
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
