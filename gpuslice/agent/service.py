@@ -78,6 +78,8 @@ class Agent:
         self._busy: dict[str, asyncio.Task[None]] = {}  # session id -> its running work
         self._answered: set[str] = set()  # log/exec requests already answered
         self._reported: dict[str, SessionStatus] = {}  # last report per session (saves calls)
+        self._heartbeat_now = asyncio.Event()  # the manager asked for images at once (rescan)
+        self._rescan: int | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         if self.accelerator is None:
@@ -171,7 +173,7 @@ class Agent:
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             body = await self.usage.heartbeat()
-            await self.runtime.prune_files()
+            await self.runtime.prune_files(keep=set(self._busy))
             try:
                 await self.link.heartbeat(body)
             except LinkError as err:
@@ -179,7 +181,9 @@ class Agent:
                     await self._reregister()
                 raise
             interval = self.link.credential.heartbeat_interval if self.link.credential else 5.0
-            await _sleep_or_stop(stop, interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._heartbeat_now.wait(), interval)
+            self._heartbeat_now.clear()
 
     async def _assignment_loop(self, stop: asyncio.Event) -> None:
         version = None
@@ -192,6 +196,11 @@ class Agent:
                 self._answer(request.id, self._upload_logs(request))
             for request in desired.exec_requests:
                 self._answer(request.id, self._run_exec(request))
+            if self._rescan is not None and desired.rescan != self._rescan:
+                self._heartbeat_now.set()
+            self._rescan = desired.rescan
+            if desired.remove_images:
+                await self._remove_images(desired.remove_images)
 
     async def _event_loop(self, stop: asyncio.Event) -> None:
         async for event in self.runtime.events():
@@ -367,6 +376,14 @@ class Agent:
             await self.link.upload_exec(request.id, body)
         except LinkError as err:
             log.warning("exec answer for %s failed: %s", request.session_id, err)
+
+    async def _remove_images(self, references: list[str]) -> None:
+        # Docker refuses to delete an image a container uses (409): it is tried again with
+        # the next assignments, which list it until a heartbeat no longer reports it.
+        removed = [ref for ref in references if await self.runtime.remove_image(ref)]
+        if removed:
+            self.say(f"agent: removed image(s) {', '.join(removed)} (gone from the catalog)")
+            self._heartbeat_now.set()
 
     # ------------------------------------------------------------ helpers
 

@@ -10,7 +10,7 @@ from gpuslice.agent.accelerators import Accelerator
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.runtime.docker import DockerRuntime
 from gpuslice.agent.runtime.models import ContainerStats
-from gpuslice.common.schemas.agents import DeviceReport, Heartbeat
+from gpuslice.common.schemas.agents import DeviceReport, Heartbeat, ImageReport
 
 
 class UsageCollector:
@@ -29,7 +29,7 @@ class UsageCollector:
         containers, stats, images, usage = await asyncio.gather(
             self.runtime.list_managed(),
             self.runtime.stats_all(),
-            self.runtime.image_tags(),
+            self.runtime.image_details(),
             asyncio.to_thread(self.accelerator.usage),
         )
         by_uuid = {u.uuid: u for u in usage}
@@ -59,7 +59,11 @@ class UsageCollector:
             cpu=cpu,
             mem=mem,
             devices=devices,
-            images=sorted(images)[:10_000],
+            images=sorted({i.tag for i in images})[:10_000],
+            image_details=[
+                ImageReport(tag=i.tag, image_id=i.image_id, size=i.size, labels=i.labels)
+                for i in images[:10_000]
+            ],
             running=sorted(c.session_id for c in containers if c.running),
             usage=gauges,
         )

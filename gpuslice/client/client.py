@@ -18,6 +18,11 @@ from pydantic import BaseModel, TypeAdapter
 from gpuslice.client.config import ClientConfig, load_config
 from gpuslice.common.schemas.agents import JoinTokenCreated, NodePublic
 from gpuslice.common.schemas.common import Page
+from gpuslice.common.schemas.images import (
+    ImageAliasPublic,
+    ImagePublic,
+    ImageRescan,
+)
 from gpuslice.common.schemas.sessions import (
     FINAL,
     SessionExecResult,
@@ -153,6 +158,31 @@ class Client:
             json={"command": command, "timeout": timeout},
             timeout=httpx.Timeout(30.0, read=timeout + 30.0),
         )
+
+    # ------------------------------------------------------------ images
+
+    def list_images(self) -> list[ImagePublic]:
+        """Images one may use: public ones and one's own private ones (admins: all)."""
+        return self._call("GET", "/images", list[ImagePublic])
+
+    def list_image_aliases(self) -> list[ImageAliasPublic]:
+        return self._call("GET", "/images/aliases", list[ImageAliasPublic])
+
+    def set_image_alias(self, name: str, reference: str) -> ImageAliasPublic:
+        body = {"name": name, "reference": reference}
+        return self._call("POST", "/images/aliases", ImageAliasPublic, json=body)
+
+    def delete_image_alias(self, name: str) -> None:
+        self._call("DELETE", f"/images/aliases/{name}", None)
+
+    def publish_image(self, reference: str, public: bool = True) -> ImagePublic:
+        return self._call("PATCH", f"/images/{reference}", ImagePublic, json={"public": public})
+
+    def remove_image(self, reference: str) -> None:
+        self._call("DELETE", f"/images/{reference}", None)
+
+    def rescan_images(self) -> ImageRescan:
+        return self._call("POST", "/images/rescan", ImageRescan)
 
     def events(self, session_id: str | None = None, since: int | None = None,
                timeout: float | None = None) -> Iterator[StatusChange]:

@@ -42,6 +42,7 @@ class FakeAgent:
         cpu: int = 64_000,
         mem: int = 256 * GiB,
         images: list[str] | None = None,
+        image_details: list[dict[str, Any]] | None = None,
         fgpu_per_gpu: float | None = None,
         auto_run: bool = True,
         exec_answer: ExecAnswer = echo,
@@ -52,6 +53,7 @@ class FakeAgent:
         self.devices = devices if devices is not None else [gpu(0)]
         self.cpu, self.mem = cpu, mem
         self.images = images or ["python:3.11"]
+        self.image_details = image_details  # [{tag, image_id, size, labels}]: sent when given
         self.fgpu_per_gpu = fgpu_per_gpu
         self.auto_run = auto_run
         self.exec_answer = exec_answer
@@ -80,13 +82,13 @@ class FakeAgent:
         await self.client.aclose()
 
     async def heartbeat(self) -> dict[str, Any]:
-        r = await self.client.post(
-            "/api/v1/agents/me/heartbeat",
-            json={
-                "cpu": self.cpu, "mem": self.mem, "devices": self.devices,
-                "images": self.images, "running": sorted(self.running),
-            },
-        )
+        body: dict[str, Any] = {
+            "cpu": self.cpu, "mem": self.mem, "devices": self.devices,
+            "images": self.images, "running": sorted(self.running),
+        }
+        if self.image_details is not None:
+            body["image_details"] = self.image_details
+        r = await self.client.post("/api/v1/agents/me/heartbeat", json=body)
         r.raise_for_status()
         return r.json()
 

@@ -17,7 +17,8 @@ import json
 import os
 import random
 import shutil
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,6 +38,7 @@ from gpuslice.agent.runtime.models import (
     ContainerStats,
     DockerUnavailable,
     ExecResult,
+    ImageInfo,
     ImageNotFound,
     RuntimeEvent,
     SessionNotFound,
@@ -148,6 +150,29 @@ class DockerRuntime:
             if tag and tag != "<none>:<none>"
         })
 
+    async def image_details(self) -> list[ImageInfo]:
+        """Every tagged image with its id, size and labels, for the manager's catalog."""
+        images = await self._call(lambda d: d.images.list())
+        return sorted(
+            (
+                ImageInfo(tag, image.get("Id", ""), int(image.get("Size") or 0),
+                          dict(image.get("Labels") or {}))
+                for image in images for tag in image.get("RepoTags") or ()
+                if tag and tag != "<none>:<none>"
+            ),
+            key=lambda info: info.tag,
+        )
+
+    async def remove_image(self, reference: str) -> bool:
+        """Untag/delete an image unless a container uses it; ``False`` if one does (or gone)."""
+        try:
+            await self._call(lambda d: d.images.delete(reference))
+        except aiodocker.DockerError as exc:
+            if exc.status in (404, 409):  # gone already, or in use: try again later
+                return False
+            raise
+        return True
+
     # ------------------------------------------------------------------ sessions
 
     async def ensure_running(self, spec: ContainerSpec) -> ContainerState:
@@ -213,13 +238,21 @@ class DockerRuntime:
             if exc.status not in (404, 409):  # gone, or removal already in progress
                 raise
 
-    async def prune_files(self) -> list[str]:
-        """Remove the node files of sessions that have no container any more."""
+    async def prune_files(self, keep: Collection[str] = (), min_age_s: float = 60.0) -> list[str]:
+        """Remove the node files of sessions that have no container any more.
+
+        ``keep``: sessions being started now (their files exist before their container);
+        files younger than ``min_age_s`` are kept too, so that a start racing the prune wins.
+        """
         sessions = self.files_root / "sessions"
         if not sessions.is_dir():
             return []
-        alive = {s.session_id for s in await self.list_managed()}
-        pruned = sorted(p.name for p in sessions.iterdir() if p.name not in alive)
+        alive = {s.session_id for s in await self.list_managed()} | set(keep)
+        young = time.time() - min_age_s
+        pruned = sorted(
+            p.name for p in sessions.iterdir()
+            if p.name not in alive and p.stat().st_mtime < young
+        )
         for name in pruned:
             await asyncio.to_thread(shutil.rmtree, sessions / name, True)
         return pruned

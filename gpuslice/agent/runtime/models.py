@@ -96,6 +96,16 @@ class ContainerState:
 
 
 @dataclass(frozen=True, slots=True)
+class ImageInfo:
+    """A tagged image on the node: ``repo:tag``, Docker's image id, bytes, its labels."""
+
+    tag: str
+    image_id: str
+    size: int
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class ExecResult:
     exit_code: int
     stdout: str

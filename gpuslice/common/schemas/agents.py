@@ -12,6 +12,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field, model_validator
 
 from gpuslice.common.schemas.common import Number, ResourcesPublic
+from gpuslice.common.schemas.images import ImageCreate, ImagePublic  # noqa: F401 (moved there)
 from gpuslice.common.schemas.sessions import SessionStatus, SessionType
 
 
@@ -61,6 +62,15 @@ class NodeRegistered(BaseModel):
     heartbeat_interval: float = Field(description="Seconds between heartbeats the manager wants.")
 
 
+class ImageReport(BaseModel):
+    """One tagged image on a node: its tag, Docker image id, size and its own labels."""
+
+    tag: str = Field(min_length=1, max_length=255)
+    image_id: str | None = Field(default=None, max_length=128)
+    size: int | None = Field(default=None, ge=0, description="Bytes.")
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
 class Heartbeat(BaseModel):
     """What a node has and runs now. Sent every `heartbeat_interval` seconds."""
 
@@ -68,6 +78,10 @@ class Heartbeat(BaseModel):
     mem: int = Field(gt=0, description="Allocatable memory in bytes.")
     devices: list[DeviceReport] = Field(default_factory=list, max_length=1024)
     images: list[str] = Field(default_factory=list, max_length=10_000)
+    image_details: list[ImageReport] | None = Field(
+        default=None, max_length=10_000,
+        description="The same images with id, size and labels (agents that know them send them).",
+    )
     running: list[str] = Field(
         default_factory=list, description="Session ids with a container on this node now."
     )
@@ -149,6 +163,13 @@ class Assignments(BaseModel):
     sessions: list[Assignment]
     log_requests: list[LogRequest]
     exec_requests: list[ExecRequest] = Field(default_factory=list)
+    remove_images: list[str] = Field(
+        default_factory=list,
+        description="Images removed from the catalog: delete them once no container uses them.",
+    )
+    rescan: int = Field(
+        default=0, description="When it changes, report images (send a heartbeat) at once."
+    )
 
 
 class StateReport(BaseModel):
@@ -198,12 +219,3 @@ class DevicePublic(BaseModel):
 
 
 NodePublic.model_rebuild()
-
-
-class ImageCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=255, pattern=r"^[^\s]+$")
-
-
-class ImagePublic(BaseModel):
-    name: str
-    sources: list[str] = Field(description="`allowed` (admin list) and/or node names having it.")

@@ -90,11 +90,52 @@ class JoinToken(Base):
 
 
 class Image(Base):
-    """An image admins allow explicitly (nodes report the images they have in heartbeats)."""
+    """The image catalog: one row per reference, from node reports, admins and commits.
+
+    Visibility: ``public`` images are for everyone; a private one for its owner and admins
+    only (an owner deleted later leaves it to admins). ``removed_at`` is a tombstone: a removed
+    image stays out of the catalog although nodes still report it, until its agents delete it
+    (a rebuild with another image id brings it back). ``labels`` are the image's own.
+    """
 
     __tablename__ = "images"
 
     name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    allowed: Mapped[bool] = mapped_column(Boolean, default=False)  # on the admin allow list
+    image_id: Mapped[str | None] = mapped_column(String(128))
+    size: Mapped[int | None] = mapped_column(BigInteger)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    public: Mapped[bool] = mapped_column(Boolean, default=True)
+    owner_id: Mapped[str | None] = mapped_column(
+        ForeignKey("users.id", ondelete="SET NULL"), index=True
+    )
+    origin_session_id: Mapped[str | None] = mapped_column(String(36))
+    removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class ImageNode(Base):
+    """An image a node reported in its last heartbeat (its image id there, and size)."""
+
+    __tablename__ = "image_nodes"
+
+    image_name: Mapped[str] = mapped_column(
+        ForeignKey("images.name", ondelete="CASCADE"), primary_key=True
+    )
+    node_id: Mapped[str] = mapped_column(
+        ForeignKey("nodes.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    image_id: Mapped[str | None] = mapped_column(String(128))
+    size: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class ImageAlias(Base):
+    """A short name for a reference (``tf2`` → ``gpuslice/tensorflow:2.16``)."""
+
+    __tablename__ = "image_aliases"
+
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    reference: Mapped[str] = mapped_column(String(255))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -119,6 +160,8 @@ class NodeRow(Base):
     usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # Bumped in the same transaction as any change to what the node must run.
     assignment_version: Mapped[int] = mapped_column(BigInteger, default=0)
+    # Bumped (with assignment_version) to ask the agent for a heartbeat at once (image rescan).
+    rescan: Mapped[int] = mapped_column(BigInteger, default=0)
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
@@ -261,3 +304,4 @@ class ExecRequestRow(Base):
     stdout: Mapped[str | None] = mapped_column(Text)
     stderr: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
+

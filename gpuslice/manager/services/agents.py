@@ -31,6 +31,7 @@ from gpuslice.manager.security import (
     new_token,
     token_digest,
 )
+from gpuslice.manager.services import image_reports
 from gpuslice.manager.services.lifecycle import transition
 from gpuslice.manager.settings import NodeSettings
 
@@ -130,6 +131,7 @@ async def heartbeat(db: AsyncSession, node: NodeRow, body: Heartbeat) -> Heartbe
         )
     )
     changed = await _sync_devices(db, node, body) or changed
+    await image_reports.sync_node(db, node.id, body)
     if changed:
         wake_after_commit(db, "scheduler")
     await db.commit()

@@ -1,54 +1,268 @@
-"""Images the manager accepts: the settings' allow list, admin-added names, and what nodes have.
+"""The image catalog: what sessions may run, who may see it, and the admins' hand on it.
 
-Small on purpose: a full image catalog (versions, metadata) is a later issue.
+Rows come from node reports (``image_reports``), the admin allow list and commits. An image is
+*usable* when it is on the allow list (the settings' or the table's) or an alive node has it.
+Visibility: public images for everyone, a private one for its owner and admins; another user's
+private image is answered exactly like an unknown one, so its existence never leaks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
-from sqlalchemy import delete, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Select, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpuslice.common.schemas.agents import ImagePublic
-from gpuslice.manager.db.models import Image, NodeRow
-from gpuslice.manager.errors import Conflict, NotFound
+from gpuslice.common.image_refs import InvalidReference, normalize
+from gpuslice.common.images import ImageMeta
+from gpuslice.common.resources import (
+    Resources,
+    fgpu_decimal,
+    format_cpu,
+    format_fgpu,
+    format_mem,
+)
+from gpuslice.common.schemas.agents import NodeStatus
+from gpuslice.common.schemas.images import (
+    ImageAppPublic,
+    ImageCreate,
+    ImagePublic,
+    ImageRescan,
+    ImageUpdate,
+)
+from gpuslice.common.schemas.users import Role
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import Image, ImageAlias, ImageNode, NodeRow, User
+from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
+from gpuslice.manager.events import wake_after_commit
 
 ALLOWED = "allowed"
 
 
-async def list_images(db: AsyncSession, configured: Sequence[str]) -> list[ImagePublic]:
-    sources: dict[str, list[str]] = {name: [ALLOWED] for name in configured}
-    for name in await db.scalars(select(Image.name)):
-        sources.setdefault(name, [ALLOWED])
-    for node, images in (
-        await db.execute(select(NodeRow.name, NodeRow.images).where(NodeRow.status == "ALIVE"))
-    ).all():
-        for name in images:
-            sources.setdefault(name, []).append(node)
-    return [ImagePublic(name=n, sources=s) for n, s in sorted(sources.items())]
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """The image a session asked for: its catalog reference and what it says about itself."""
+
+    reference: str
+    meta: ImageMeta
 
 
-async def is_known(db: AsyncSession, name: str, configured: Sequence[str]) -> bool:
-    if name in configured or await db.get(Image, name) is not None:
-        return True
-    node_images = await db.scalars(select(NodeRow.images).where(NodeRow.status == "ALIVE"))
-    return any(name in images for images in node_images)
+async def list_images(
+    db: AsyncSession, viewer: User, configured: Sequence[str]
+) -> list[ImagePublic]:
+    """Usable images the viewer may see, by name."""
+    settings_list = _configured(configured)
+    rows = (await db.scalars(_visible(select(Image), viewer))).all()
+    nodes = await _alive_nodes_by_image(db, [r.name for r in rows])
+    aliases = await _aliases_by_reference(db)
+    owners = await _usernames(db, {r.owner_id for r in rows if r.owner_id})
+    answer = {
+        row.name: _public(row, nodes.get(row.name, []), aliases, owners, row.name in settings_list)
+        for row in rows
+        if row.allowed or nodes.get(row.name) or row.name in settings_list
+    }
+    stored = set(await db.scalars(select(Image.name).where(Image.name.in_(settings_list))))
+    for name in settings_list - stored:
+        answer[name] = ImagePublic(name=name, sources=[ALLOWED], aliases=aliases.get(name, []))
+    return [answer[name] for name in sorted(answer)]
 
 
-async def allow_image(db: AsyncSession, name: str) -> ImagePublic:
-    db.add(Image(name=name))
-    try:
-        await db.commit()
-    except IntegrityError:
-        await db.rollback()
-        raise Conflict(f"image {name!r} is already allowed", field="name") from None
-    return ImagePublic(name=name, sources=[ALLOWED])
+async def resolve(
+    db: AsyncSession, viewer: User, wanted: str, resources: Resources, configured: Sequence[str]
+) -> Resolved:
+    """The usable image ``wanted`` names (an alias or a reference) for a session of ``resources``.
+
+    Raises ``InvalidRequest`` ``invalid_image`` (malformed), ``unknown_image`` (unknown, or
+    another user's private image) or ``below_image_minimum`` (naming the minimum).
+    """
+    alias = await db.get(ImageAlias, wanted)
+    target = alias.reference if alias is not None else wanted
+    reference = _reference(target, field="image", code="invalid_image")
+    row = await db.scalar(_visible(select(Image).where(Image.name == reference), viewer))
+    configured_here = reference in _configured(configured)
+    if row is not None:
+        usable = row.allowed or configured_here or bool(
+            await _alive_nodes_by_image(db, [reference])
+        )
+    else:  # unknown, removed, or another user's private image: all answered alike
+        usable = configured_here and await db.get(Image, reference) is None
+    if not usable:
+        via = f" (alias of {reference!r})" if alias is not None else ""
+        raise InvalidRequest(
+            f"unknown image {wanted!r}{via}: no node has it and it is not on the allow list "
+            "(GET /api/v1/images lists the known ones)",
+            field="image", code="unknown_image",
+        )
+    meta = ImageMeta.from_labels(row.labels if row is not None else None)
+    _check_minimum(reference, meta, resources)
+    return Resolved(reference, meta)
 
 
-async def disallow_image(db: AsyncSession, name: str) -> None:
-    result = await db.execute(delete(Image).where(Image.name == name))
-    if result.rowcount != 1:  # type: ignore[attr-defined]
-        raise NotFound(f"image {name!r} is not on the admin allow list")
+async def allow_image(db: AsyncSession, body: ImageCreate) -> ImagePublic:
+    """Put an image on the allow list: public and always accepted (a removed one comes back)."""
+    name = _reference(body.name, field="name", code="invalid_image")
+    row = await db.get(Image, name)
+    if row is not None and row.allowed and row.removed_at is None:
+        raise Conflict(f"image {name!r} is already allowed", field="name")
+    if row is None:
+        row = Image(name=name, labels={})
+        db.add(row)
+    row.allowed, row.public, row.removed_at = True, True, None
     await db.commit()
+    return ImagePublic(name=name, sources=[ALLOWED], public=True)
+
+
+async def remove_image(db: AsyncSession, name: str, configured: Sequence[str]) -> None:
+    """Take an image out of the catalog and ask the nodes that have it to delete it."""
+    if _reference(name, field="name", code="invalid_image") in _configured(configured):
+        raise Conflict(
+            f"image {name!r} is on the manager's settings allow list "
+            "(sessions.allowed_images); remove it there", code="image_configured",
+        )
+    row = await _get(db, name)
+    row.removed_at, row.allowed = utcnow(), False
+    nodes = (await db.scalars(select(ImageNode.node_id).where(ImageNode.image_name == row.name)))
+    await _bump_nodes(db, list(nodes), rescan=False)
+    await db.commit()
+
+
+async def update_image(db: AsyncSession, name: str, body: ImageUpdate) -> ImagePublic:
+    """Make an image public (or private again: then only its owner and admins see it)."""
+    row = await _get(db, name)
+    row.public = body.public
+    await db.commit()
+    nodes = await _alive_nodes_by_image(db, [row.name])
+    owners = await _usernames(db, {row.owner_id} if row.owner_id else set())
+    return _public(row, nodes.get(row.name, []), await _aliases_by_reference(db), owners)
+
+
+async def rescan(db: AsyncSession) -> ImageRescan:
+    """Ask every alive node to report its images now (their assignments long-poll wakes)."""
+    nodes = list(await db.scalars(select(NodeRow.id).where(NodeRow.status == NodeStatus.ALIVE)))
+    await _bump_nodes(db, nodes, rescan=True)
+    await db.commit()
+    return ImageRescan(nodes=len(nodes))
+
+
+async def get_visible(db: AsyncSession, viewer: User, name: str) -> Image:
+    """One catalog row the viewer may see; else ``NotFound`` (never revealing a private one)."""
+    reference = _reference(name, field="name", code="invalid_image")
+    row = await db.scalar(_visible(select(Image).where(Image.name == reference), viewer))
+    if row is None:
+        raise NotFound(f"no image {name!r} in the catalog", field="name", code="unknown_image")
+    return row
+
+
+def reference_or_error(value: str, field: str) -> str:
+    """``value`` in the catalog's spelling; ``InvalidRequest`` ``invalid_image`` if malformed."""
+    return _reference(value, field=field, code="invalid_image")
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _visible(query: Select[tuple[Image]], viewer: User) -> Select[tuple[Image]]:
+    query = query.where(Image.removed_at.is_(None))
+    if viewer.role == Role.ADMIN:
+        return query
+    return query.where(or_(Image.public.is_(True), Image.owner_id == viewer.id))
+
+
+async def _get(db: AsyncSession, name: str) -> Image:
+    reference = _reference(name, field="name", code="invalid_image")
+    row = await db.get(Image, reference)
+    if row is None or row.removed_at is not None:
+        raise NotFound(f"no image {name!r} in the catalog", field="name", code="unknown_image")
+    return row
+
+
+def _reference(value: str, *, field: str, code: str) -> str:
+    try:
+        return normalize(value)
+    except InvalidReference as err:
+        raise InvalidRequest(str(err), field=field, code=code) from None
+
+
+def _configured(configured: Sequence[str]) -> set[str]:
+    names = set()
+    for name in configured:
+        try:
+            names.add(normalize(name))
+        except InvalidReference:
+            continue  # settings validate their own list; a bad entry simply matches nothing
+    return names
+
+
+def _check_minimum(reference: str, meta: ImageMeta, asked: Resources) -> None:
+    for need, have, what, fmt in (
+        (meta.min_gpu, asked.gpu, "fGPU", format_fgpu),
+        (meta.min_cpu, asked.cpu, "CPU cores", format_cpu),
+        (meta.min_mem, asked.mem, "of memory", format_mem),
+    ):
+        if need and have < need:
+            raise InvalidRequest(
+                f"image {reference} needs at least {fmt(need)} {what}; you asked for {fmt(have)}",
+                field="resources", code="below_image_minimum",
+            )
+
+
+async def _bump_nodes(db: AsyncSession, node_ids: list[str], *, rescan: bool) -> None:
+    if not node_ids:
+        return
+    values = {"assignment_version": NodeRow.assignment_version + 1}
+    if rescan:
+        values["rescan"] = NodeRow.rescan + 1
+    await db.execute(update(NodeRow).where(NodeRow.id.in_(node_ids)).values(**values))
+    for node_id in node_ids:
+        wake_after_commit(db, "node", node_id)
+
+
+async def _alive_nodes_by_image(db: AsyncSession, names: list[str]) -> dict[str, list[str]]:
+    if not names:
+        return {}
+    rows = await db.execute(
+        select(ImageNode.image_name, NodeRow.name)
+        .join(NodeRow, NodeRow.id == ImageNode.node_id)
+        .where(ImageNode.image_name.in_(names), NodeRow.status == NodeStatus.ALIVE)
+        .order_by(NodeRow.name)
+    )
+    found: dict[str, list[str]] = {}
+    for image, node in rows.all():
+        found.setdefault(image, []).append(node)
+    return found
+
+
+async def _aliases_by_reference(db: AsyncSession) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for alias in await db.scalars(select(ImageAlias).order_by(ImageAlias.name)):
+        found.setdefault(alias.reference, []).append(alias.name)
+    return found
+
+
+async def _usernames(db: AsyncSession, ids: set[str]) -> dict[str, str]:
+    if not ids:
+        return {}
+    rows = await db.execute(select(User.id, User.username).where(User.id.in_(ids)))
+    return dict(rows.tuples().all())
+
+
+def _public(
+    row: Image,
+    nodes: list[str],
+    aliases: dict[str, list[str]],
+    owners: dict[str, str],
+    configured: bool = False,
+) -> ImagePublic:
+    meta = ImageMeta.from_labels(row.labels)
+    owner = owners.get(row.owner_id) if row.owner_id else None
+    allowed = [ALLOWED] if row.allowed or configured else []
+    return ImagePublic(
+        name=row.name, sources=allowed + nodes, title=meta.title,
+        frameworks=meta.frameworks, image_id=row.image_id, size=row.size,
+        apps=[ImageAppPublic(name=a.name, protocol=a.protocol, port=a.port) for a in meta.apps],
+        gpu=meta.gpu, min_gpu=fgpu_decimal(meta.min_gpu), min_cpu=fgpu_decimal(meta.min_cpu),
+        min_mem=meta.min_mem, public=row.public, owner=owner or meta.owner,
+        origin_session=row.origin_session_id or meta.origin_session, nodes=nodes,
+        aliases=aliases.get(row.name, []), created_at=row.created_at,
+    )

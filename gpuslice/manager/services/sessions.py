@@ -33,20 +33,18 @@ QUEUED = "waiting for the scheduler"
 async def create_sessions(
     db: AsyncSession, user: User, body: SessionCreate, settings: ManagerSettings
 ) -> list[SessionPublic]:
-    """Validate against images, priority bound, cluster shape and quota; insert PENDING rows."""
+    """Validate against the image (alias, visibility, minimums), priority bound, cluster shape
+    and quota; insert PENDING rows."""
     policy = await db.get(ResourcePolicy, user.policy_id) if user.policy_id else None
     _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
-    if not await images.is_known(db, body.image, settings.sessions.allowed_images):
-        raise InvalidRequest(
-            f"unknown image {body.image!r}: no node has it and it is not on the allow list "
-            "(GET /api/v1/images lists the known ones)",
-            field="image", code="unknown_image",
-        )
+    image = await images.resolve(
+        db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
+    )
     await _check_feasible(db, body, quota_of(policy), settings.nodes.device_capacity)
     now = utcnow()
     rows = [
         SessionRow(
-            id=new_id(), name=_name(body, i), owner_id=user.id, image=body.image,
+            id=new_id(), name=_name(body, i), owner_id=user.id, image=image.reference,
             type=body.type, command=body.command, env=body.env, priority=body.priority,
             gpu=body.resources.gpu, cpu=body.resources.cpu, mem=body.resources.mem,
             gpu_model=body.gpu_model, status=SessionStatus.PENDING, status_reason=QUEUED,

@@ -1,27 +1,67 @@
+"""The image catalog: listing for everyone, aliases and curation for admins."""
+
 from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from gpuslice.common.schemas.agents import ImageCreate, ImagePublic
+from gpuslice.common.schemas.images import (
+    ImageAliasCreate,
+    ImageAliasPublic,
+    ImageCreate,
+    ImagePublic,
+    ImageRescan,
+    ImageUpdate,
+)
 from gpuslice.manager.api.deps import AdminUser, CurrentUser, DbDep, SettingsDep
-from gpuslice.manager.services import images
+from gpuslice.manager.services import image_aliases, images
 
 router = APIRouter(prefix="/images", tags=["images"])
 
 
 @router.get("")
-async def list_images(db: DbDep, settings: SettingsDep, _user: CurrentUser) -> list[ImagePublic]:
-    """Images sessions may use: the allow list and what alive nodes have."""
-    return await images.list_images(db, settings.sessions.allowed_images)
+async def list_images(db: DbDep, settings: SettingsDep, user: CurrentUser) -> list[ImagePublic]:
+    """Images the caller may use: public ones and their own private ones (admins: all), with
+    title, frameworks, size, apps, minimum resources, visibility and the nodes having them."""
+    return await images.list_images(db, user, settings.sessions.allowed_images)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
 async def allow_image(body: ImageCreate, db: DbDep, _admin: AdminUser) -> ImagePublic:
-    """Add an image name to the allow list (admins only)."""
-    return await images.allow_image(db, body.name)
+    """Add an image to the allow list: public and accepted even before a node has it."""
+    return await images.allow_image(db, body)
+
+
+@router.post("/rescan")
+async def rescan(db: DbDep, _admin: AdminUser) -> ImageRescan:
+    """Ask every alive node to report its images now (admins only)."""
+    return await images.rescan(db)
+
+
+@router.get("/aliases")
+async def list_aliases(db: DbDep, _user: CurrentUser) -> list[ImageAliasPublic]:
+    """Short names for image references."""
+    return await image_aliases.list_aliases(db)
+
+
+@router.post("/aliases", status_code=status.HTTP_201_CREATED)
+async def set_alias(body: ImageAliasCreate, db: DbDep, _admin: AdminUser) -> ImageAliasPublic:
+    """Create an alias, or point an existing one elsewhere (admins only)."""
+    return await image_aliases.set_alias(db, body)
+
+
+@router.delete("/aliases/{name}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_alias(name: str, db: DbDep, _admin: AdminUser) -> None:
+    """Delete an alias (admins only)."""
+    await image_aliases.delete_alias(db, name)
+
+
+@router.patch("/{name:path}")
+async def update_image(name: str, body: ImageUpdate, db: DbDep, _admin: AdminUser) -> ImagePublic:
+    """Make an image public, e.g. one committed from a session (admins only)."""
+    return await images.update_image(db, name, body)
 
 
 @router.delete("/{name:path}", status_code=status.HTTP_204_NO_CONTENT)
-async def disallow_image(name: str, db: DbDep, _admin: AdminUser) -> None:
-    """Remove an image name from the allow list (admins only)."""
-    await images.disallow_image(db, name)
+async def remove_image(name: str, db: DbDep, settings: SettingsDep, _admin: AdminUser) -> None:
+    """Remove an image from the catalog; nodes delete it once no container uses it (admins)."""
+    await images.remove_image(db, name, settings.sessions.allowed_images)

@@ -1,0 +1,66 @@
+"""Docker image references: the grammar Docker accepts, and the one spelling the catalog keeps.
+
+The grammar is Docker's (``distribution/reference``): ``[domain[:port]/]path[:tag][@digest]``
+where each path component is lower case ``[a-z0-9]`` runs joined by ``.``, ``_``, ``__`` or
+dashes, a tag is ``[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}`` and a digest ``algorithm:hex``. The
+catalog keeps references as nodes report them (``RepoTags``: ``python:3.11``, not
+``docker.io/library/python:3.11``), with ``:latest`` added when neither tag nor digest is given,
+so ``busybox`` and ``busybox:latest`` name one image.
+"""
+
+from __future__ import annotations
+
+import re
+
+ALLOWED = (
+    "[registry[:port]/]name[:tag][@digest], lower-case name components of letters, digits and "
+    "separators (. _ __ -), a tag of up to 128 letters, digits, _ . - (e.g. python:3.11, "
+    "registry.example.com:5000/team/torch:2.3)"
+)
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_DOMAIN_PART}(?:\.{_DOMAIN_PART})*(?::[0-9]+)?)"
+_TAG = r"[\w][\w.-]{0,127}"
+_DIGEST = r"[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}"
+_REFERENCE = re.compile(
+    rf"^(?P<name>(?:(?P<domain>{_DOMAIN})/)?{_COMPONENT}(?:/{_COMPONENT})*)"
+    rf"(?::(?P<tag>{_TAG}))?(?:@(?P<digest>{_DIGEST}))?$",
+    re.ASCII,
+)
+MAX_NAME = 255
+
+
+class InvalidReference(ValueError):
+    """Not an image reference Docker would accept; the message says what is allowed."""
+
+
+def normalize(reference: str) -> str:
+    """The catalog's spelling of ``reference``: as given, with ``:latest`` when untagged.
+
+    Raises :class:`InvalidReference` for anything Docker would refuse.
+    """
+    ref = reference.strip()
+    match = _REFERENCE.match(ref)
+    if match is None or len(match["name"]) > MAX_NAME or _bad_domain(match["name"]):
+        raise InvalidReference(f"{reference!r} is not a valid image reference: use {ALLOWED}")
+    if match["tag"] is None and match["digest"] is None:
+        return f"{ref}:latest"
+    return ref
+
+
+def repository_and_tag(reference: str) -> tuple[str, str]:
+    """``repo:tag`` split in two (``latest`` when untagged); a digest stays on the repository."""
+    ref = normalize(reference)
+    match = _REFERENCE.match(ref)
+    assert match is not None  # normalize() accepted it
+    return match["name"], match["tag"] or "latest"
+
+
+def _bad_domain(name: str) -> bool:
+    # Docker reads the first component as a registry only when it looks like a host; a first
+    # component with upper case that is not a host is refused (`Foo/bar`).
+    first, sep, _rest = name.partition("/")
+    if not sep:
+        return False
+    is_host = "." in first or ":" in first or first == "localhost"
+    return not is_host and first != first.lower()

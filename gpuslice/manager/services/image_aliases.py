@@ -1,0 +1,43 @@
+"""Image aliases: short names admins give references (``tf2`` → ``gpuslice/tensorflow:2.16``).
+
+An alias resolves when a session is created (``images.resolve``); it never hides an image's
+visibility: an alias to another user's private image resolves to an unknown image.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpuslice.common.schemas.images import ImageAliasCreate, ImageAliasPublic
+from gpuslice.manager.db.models import ImageAlias
+from gpuslice.manager.errors import NotFound
+from gpuslice.manager.services.images import reference_or_error
+
+
+async def list_aliases(db: AsyncSession) -> list[ImageAliasPublic]:
+    rows = await db.scalars(select(ImageAlias).order_by(ImageAlias.name))
+    return [_public(r) for r in rows]
+
+
+async def set_alias(db: AsyncSession, body: ImageAliasCreate) -> ImageAliasPublic:
+    """Create the alias, or point an existing one at another reference."""
+    reference = reference_or_error(body.reference, "reference")
+    row = await db.get(ImageAlias, body.name)
+    if row is None:
+        row = ImageAlias(name=body.name, reference=reference)
+        db.add(row)
+    row.reference = reference
+    await db.commit()
+    return _public(row)
+
+
+async def delete_alias(db: AsyncSession, name: str) -> None:
+    result = await db.execute(delete(ImageAlias).where(ImageAlias.name == name))
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise NotFound(f"no image alias {name!r}", field="name")
+    await db.commit()
+
+
+def _public(row: ImageAlias) -> ImageAliasPublic:
+    return ImageAliasPublic(name=row.name, reference=row.reference, created_at=row.created_at)

@@ -1,0 +1,102 @@
+"""What nodes report about their images, into the catalog; what they must delete.
+
+Each heartbeat replaces the node's presence rows (``image_nodes``). A reference new to the
+catalog gets a row: public, unless its labels name an owner (a committed image found on a node
+before, or without, the manager recording it): then it is private to that user, or to admins
+when no such user exists. Visibility of a known row never changes on a report. A removed row
+(tombstone) stays removed while nodes report the same image id; another id (a rebuild) brings
+it back.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpuslice.common.image_refs import InvalidReference, normalize
+from gpuslice.common.images import ImageMeta
+from gpuslice.common.schemas.agents import Heartbeat, ImageReport
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import Image, ImageNode, User
+
+
+async def sync_node(db: AsyncSession, node_id: str, body: Heartbeat) -> None:
+    """Record the node's images (flushes; the caller commits)."""
+    reports = _reports(body)
+    await _ensure_rows(db, reports)
+    rows = {
+        r.name: r
+        for r in await db.scalars(select(Image).where(Image.name.in_(list(reports))))
+    }
+    for name, report in reports.items():
+        row = rows[name]
+        if row.removed_at is not None and report.image_id and row.image_id != report.image_id:
+            row.removed_at = None  # rebuilt under the same name: a new image
+        if report.image_id and (row.image_id, row.size, row.labels) != (
+            report.image_id, report.size, report.labels
+        ) and row.removed_at is None:
+            row.image_id, row.size, row.labels = report.image_id, report.size, report.labels
+    await db.execute(delete(ImageNode).where(ImageNode.node_id == node_id))
+    db.add_all(
+        ImageNode(image_name=name, node_id=node_id, image_id=r.image_id, size=r.size)
+        for name, r in reports.items()
+    )
+    await db.flush()
+
+
+async def removals_for(db: AsyncSession, node_id: str) -> list[str]:
+    """Removed images the node still has: it deletes them once no container uses them."""
+    rows = await db.scalars(
+        select(ImageNode.image_name)
+        .join(Image, Image.name == ImageNode.image_name)
+        .where(ImageNode.node_id == node_id, Image.removed_at.is_not(None))
+        .order_by(ImageNode.image_name)
+    )
+    return list(rows)
+
+
+async def record(db: AsyncSession, node_id: str, row: Image) -> None:
+    """A commit's new image, known before the node's next heartbeat reports it (flushes)."""
+    db.add(row)
+    db.add(ImageNode(image_name=row.name, node_id=node_id, image_id=row.image_id, size=row.size))
+    await db.flush()
+
+
+def _reports(body: Heartbeat) -> dict[str, ImageReport]:
+    if body.image_details is not None:
+        given = body.image_details
+    else:  # an agent that sends tags only
+        given = [ImageReport(tag=tag) for tag in body.images]
+    reports: dict[str, ImageReport] = {}
+    for report in given:
+        try:
+            reports[normalize(report.tag)] = report
+        except InvalidReference:
+            continue  # Docker never reports one; a tag the catalog cannot name is skipped
+    return reports
+
+
+async def _ensure_rows(db: AsyncSession, reports: dict[str, ImageReport]) -> None:
+    known = set(await db.scalars(select(Image.name).where(Image.name.in_(list(reports)))))
+    new = [(name, r) for name, r in reports.items() if name not in known]
+    if not new:
+        return
+    owners = {ImageMeta.from_labels(r.labels).owner for _n, r in new} - {None}
+    user_ids = dict(
+        (await db.execute(select(User.username, User.id).where(User.username.in_(owners))))
+        .tuples().all()
+    ) if owners else {}
+    values = []
+    for name, report in new:
+        meta = ImageMeta.from_labels(report.labels)
+        values.append({
+            "name": name, "created_at": utcnow(), "allowed": False,
+            "image_id": report.image_id, "size": report.size, "labels": report.labels,
+            "public": meta.owner is None,
+            "owner_id": user_ids.get(meta.owner) if meta.owner else None,
+            "origin_session_id": meta.origin_session,
+        })
+    # Two nodes may report a new image at once: the second insert must not fail.
+    dialect = postgresql if db.bind.dialect.name == "postgresql" else sqlite
+    await db.execute(dialect.insert(Image).values(values).on_conflict_do_nothing())
