@@ -50,12 +50,21 @@ DEFAULT_CACHE_DIR = Path("/var/cache/gpuslice/images")
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
+HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+
+
 def default_extra_ca_bundle() -> Path | None:
-    """``GPUSLICE_EXTRA_CA_BUNDLE``, else the bundle this machine's tools use (``SSL_CERT_FILE``,
-    e.g. a TLS-inspecting proxy's); an explicitly empty ``GPUSLICE_EXTRA_CA_BUNDLE`` means none.
+    """The CA bundle images trust besides Debian's own: ``GPUSLICE_EXTRA_CA_BUNDLE`` (empty:
+    none), else ``SSL_CERT_FILE``, else this host's system bundle, so that an image trusts what
+    its host trusts (a TLS-inspecting proxy's CA included) without anyone having to say so.
     Every builder uses this one default, so that images built by different commands agree."""
-    value = os.environ.get("GPUSLICE_EXTRA_CA_BUNDLE", os.environ.get("SSL_CERT_FILE", ""))
-    return Path(value) if value else None
+    explicit = os.environ.get("GPUSLICE_EXTRA_CA_BUNDLE")
+    if explicit is not None:
+        return Path(explicit) if explicit else None
+    for candidate in (os.environ.get("SSL_CERT_FILE", ""), HOST_CA_BUNDLE):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,3 +92,19 @@ def test_build_context_holds_recipe_hook_and_ca(tmp_path: Path) -> None:
 def test_rootfs_recipe_digest_changes_with_packages() -> None:
     assert RootfsRecipe().digest == RootfsRecipe().digest
     assert RootfsRecipe().digest != RootfsRecipe(packages=("python3",)).digest
+
+
+def test_extra_ca_bundle_defaults_to_what_the_host_trusts(monkeypatch, tmp_path):
+    from gpuslice.images.base import default_extra_ca_bundle
+
+    bundle = tmp_path / "proxy.pem"
+    bundle.write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.delenv("GPUSLICE_EXTRA_CA_BUNDLE", raising=False)
+    monkeypatch.setenv("SSL_CERT_FILE", str(bundle))
+    assert default_extra_ca_bundle() == bundle
+    monkeypatch.setenv("GPUSLICE_EXTRA_CA_BUNDLE", "")
+    assert default_extra_ca_bundle() is None  # explicitly none
+    monkeypatch.delenv("GPUSLICE_EXTRA_CA_BUNDLE")
+    monkeypatch.delenv("SSL_CERT_FILE")
+    monkeypatch.setattr("gpuslice.images.base.HOST_CA_BUNDLE", str(bundle))
+    assert default_extra_ca_bundle() == bundle  # the host's system bundle
