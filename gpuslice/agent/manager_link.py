@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from gpuslice.common.schemas.agents import (
     Assignments,
+    CommitUpload,
     ExecUpload,
     Heartbeat,
     HeartbeatAck,
@@ -128,6 +129,11 @@ class ManagerLink:
     async def upload_logs(self, request_id: str, body: LogUpload) -> None:
         await self._request(
             "PUT", f"{API}/me/logs/{request_id}", None, content=body.model_dump_json()
+        )
+
+    async def upload_commit(self, request_id: str, body: CommitUpload) -> None:
+        await self._request(
+            "PUT", f"{API}/me/commits/{request_id}", None, content=body.model_dump_json()
         )
 
     async def upload_exec(self, request_id: str, body: ExecUpload) -> None:

@@ -18,6 +18,8 @@ import time
 from collections.abc import Awaitable, Callable
 from decimal import Decimal
 
+import aiodocker
+
 from gpuslice.agent.accelerators import Accelerator, detect
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import Act, Action, decide
@@ -42,6 +44,8 @@ from gpuslice.agent.watchdog import check as watchdog_check
 from gpuslice.common.schemas.agents import (
     Assignment,
     Assignments,
+    CommitRequest,
+    CommitUpload,
     ExecRequest,
     ExecUpload,
     LogRequest,
@@ -196,6 +200,8 @@ class Agent:
                 self._answer(request.id, self._upload_logs(request))
             for request in desired.exec_requests:
                 self._answer(request.id, self._run_exec(request))
+            for commit in desired.commit_requests:
+                self._answer(commit.id, self._commit(commit))
             if self._rescan is not None and desired.rescan != self._rescan:
                 self._heartbeat_now.set()
             self._rescan = desired.rescan
@@ -376,6 +382,23 @@ class Agent:
             await self.link.upload_exec(request.id, body)
         except LinkError as err:
             log.warning("exec answer for %s failed: %s", request.session_id, err)
+
+    async def _commit(self, request: CommitRequest) -> None:
+        try:
+            info = await self.runtime.commit(
+                request.session_id, request.reference, request.labels
+            )
+            body = CommitUpload(image_id=info.image_id, size=info.size, labels=info.labels)
+            self.say(f"agent: session {request.session_id} committed as {info.tag}")
+            self._heartbeat_now.set()  # the catalog learns the image's presence at once
+        except ContainerRuntimeError as err:
+            body = CommitUpload(error=f"could not commit: {err}")
+        except aiodocker.DockerError as err:
+            body = CommitUpload(error=f"could not commit: {err.message}")
+        try:
+            await self.link.upload_commit(request.id, body)
+        except LinkError as err:
+            log.warning("commit answer for %s failed: %s", request.session_id, err)
 
     async def _remove_images(self, references: list[str]) -> None:
         # Docker refuses to delete an image a container uses (409): it is tried again with

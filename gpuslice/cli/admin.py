@@ -106,6 +106,9 @@ def policy_set(
     max_mem: Annotated[str | None, typer.Option(help="Memory in total, e.g. 64g.")] = None,
     max_sessions: Annotated[int | None, typer.Option(help="Sessions at once.")] = None,
     max_priority: Annotated[int, typer.Option(help="Highest priority allowed.")] = 0,
+    max_private_images: Annotated[
+        int | None, typer.Option(help="Private images (session commits) at once.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Set a user's quota (limits left out are unlimited)."""
@@ -117,8 +120,11 @@ def policy_set(
         parse_mem(max_mem, field="--max-mem")
     if max_sessions is not None and max_sessions < 0:
         raise CliError("--max-sessions: must be zero or more", 2)
+    if max_private_images is not None and max_private_images < 0:
+        raise CliError("--max-private-images: must be zero or more", 2)
     limits = {"max_gpu": max_gpu, "max_cpu": max_cpu, "max_mem": max_mem,
-              "max_sessions": max_sessions, "max_priority": max_priority}
+              "max_sessions": max_sessions, "max_priority": max_priority,
+              "max_private_images": max_private_images}
     with Client.from_config() as client:
         policy = client.set_user_policy(username, **limits)
     if as_json:
@@ -127,7 +133,8 @@ def policy_set(
     console.print(
         f"{username}: at most {_limit(policy.max_sessions)} sessions, "
         f"{_limit(policy.max_gpu)} fGPU, {_limit(policy.max_cpu)} CPU, "
-        f"{mem(policy.max_mem) if policy.max_mem is not None else 'unlimited'} memory",
+        f"{mem(policy.max_mem) if policy.max_mem is not None else 'unlimited'} memory, "
+        f"{_limit(policy.max_private_images)} private images",
         markup=False,
     )
 

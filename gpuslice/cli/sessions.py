@@ -1,4 +1,4 @@
-"""`gpuslice session ...`: create, list, show, logs, destroy, exec."""
+"""`gpuslice session ...`: create, list, show, logs, destroy, exec, commit."""
 
 from __future__ import annotations
 
@@ -190,6 +190,27 @@ def exec_(
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     raise typer.Exit(result.exit_code)
+
+
+@app.command("commit")
+@friendly
+def commit(
+    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    name: Annotated[str, typer.Option("--name", help="The new image: repository[:tag].")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Snapshot a running session into a new image that only you (and admins) can use."""
+    with _client() as client:
+        with console.status(f"committing {ref} as {name}..."):
+            done = client.commit(ref, name)
+    if as_json:
+        print_json(done)
+        return
+    image = done.image
+    console.print(f"committed {ref} as {image.name} ({mem(image.size)}), private to "
+                  f"{image.owner or 'its owner'}", markup=False)
+    console.print(f"note: {done.note}", markup=False)
+    console.print(f"launch it: gpuslice session create --image {image.name}", markup=False)
 
 
 def _wait_started(client: Client, session: SessionPublic, timeout: float) -> SessionPublic:

@@ -22,6 +22,7 @@ from gpuslice.common.schemas.images import (
     ImageAliasPublic,
     ImagePublic,
     ImageRescan,
+    SessionCommitResult,
 )
 from gpuslice.common.schemas.sessions import (
     FINAL,
@@ -157,6 +158,14 @@ class Client:
             "POST", f"/sessions/{sid}/exec", SessionExecResult,
             json={"command": command, "timeout": timeout},
             timeout=httpx.Timeout(30.0, read=timeout + 30.0),
+        )
+
+    def commit(self, ref: str, name: str, timeout: float = 600.0) -> SessionCommitResult:
+        """Snapshot a RUNNING session into a new private image named ``name``."""
+        sid = self.get_session(ref).id
+        return self._call(
+            "POST", f"/sessions/{sid}/commit", SessionCommitResult, json={"name": name},
+            timeout=httpx.Timeout(30.0, read=timeout),
         )
 
     # ------------------------------------------------------------ images

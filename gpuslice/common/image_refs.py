@@ -56,6 +56,12 @@ def repository_and_tag(reference: str) -> tuple[str, str]:
     return match["name"], match["tag"] or "latest"
 
 
+def tag_of(reference: str) -> str | None:
+    """The tag written in ``reference`` (``None`` when untagged or malformed)."""
+    match = _REFERENCE.match(reference.strip())
+    return match["tag"] if match is not None else None
+
+
 def _bad_domain(name: str) -> bool:
     # Docker reads the first component as a registry only when it looks like a host; a first
     # component with upper case that is not a host is refused (`Foo/bar`).

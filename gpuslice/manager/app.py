@@ -26,7 +26,7 @@ from gpuslice.manager.db import migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
-from gpuslice.manager.services import logs, session_exec
+from gpuslice.manager.services import logs, session_commit, session_exec
 from gpuslice.manager.services import nodes as node_service
 from gpuslice.manager.services.scheduling import run_pass
 from gpuslice.manager.services.users import ensure_admin
@@ -103,6 +103,7 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         async with sessionmaker() as db:
             await logs.purge_stale(db, _STALE_LOG_REQUESTS)
             await session_exec.purge_stale(db, _STALE_EXEC_REQUESTS)
+            await session_commit.purge_stale(db, _STALE_EXEC_REQUESTS)
 
     scheduler = supervise(
         "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler

@@ -54,6 +54,7 @@ class Hub:
     history: Signal = field(default_factory=Signal)
     logs: Signal = field(default_factory=Signal)
     execs: Signal = field(default_factory=Signal)
+    commits: Signal = field(default_factory=Signal)
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     _nodes: dict[str, Signal] = field(default_factory=dict)
 
@@ -62,7 +63,8 @@ class Hub:
         no open request holds the shutdown for its whole wait."""
         self.closing.set()
         self.scheduler.set()
-        for signal in (self.history, self.logs, self.execs, *self._nodes.values()):
+        for signal in (self.history, self.logs, self.execs, self.commits,
+                       *self._nodes.values()):
             signal.notify()
 
     def node(self, node_id: str) -> Signal:
@@ -80,11 +82,13 @@ class Hub:
                 self.logs.notify()
             elif kind == "exec":
                 self.execs.notify()
+            elif kind == "commit":
+                self.commits.notify()
 
 
 def wake_after_commit(db: AsyncSession, kind: str, key: str = "") -> None:
-    """Queue a wake-up (``scheduler``, ``node``+id, ``history``, ``logs``, ``exec``) for the
-    next commit."""
+    """Queue a wake-up (``scheduler``, ``node``+id, ``history``, ``logs``, ``exec``,
+    ``commit``) for the next commit."""
     db.info.setdefault(_KEY, set()).add((kind, key))
 
 

@@ -101,6 +101,10 @@ class SessionSettings(BaseModel):
         default=10.0, ge=0.1, le=300, description="Seconds to wait for an agent's log upload."
     )
     log_tail: int = Field(default=1000, ge=1, le=100_000, description="Default log lines.")
+    commit_timeout: float = Field(
+        default=600.0, ge=1, le=3600,
+        description="Seconds a commit request waits for the agent to snapshot the container.",
+    )
 
 
 class ManagerSettings(BaseSettings):

@@ -58,6 +58,8 @@ class FakeAgent:
         self.auto_run = auto_run
         self.exec_answer = exec_answer
         self.executed: list[str] = []  # exec request ids, in the order run
+        self.committed: list[dict[str, Any]] = []  # commit requests, in the order done
+        self.commit_error = ""  # answer commit requests with this error when set
         self.node_id = ""
         self.running: set[str] = set()
         self.seen: list[dict[str, Any]] = []  # every assignments answer
@@ -129,7 +131,25 @@ class FakeAgent:
                 f"/api/v1/agents/me/logs/{req['id']}",
                 json={"logs": f"hello from {req['session_id']} (tail {req['tail']})\n"},
             )
+        for req in answer.get("commit_requests", []):
+            if all(req["id"] != done["id"] for done in self.committed):
+                self.committed.append(req)
+                await self._commit(req)
         for req in answer["exec_requests"]:
             if req["id"] not in self.executed:
                 self.executed.append(req["id"])
                 await self.answer_exec(req["id"], self.exec_answer(req))
+
+    async def _commit(self, req: dict[str, Any]) -> None:
+        if self.commit_error:
+            body: dict[str, Any] = {"error": self.commit_error}
+        else:  # the new image is on this node from now on, with the labels asked for
+            image_id = f"sha256:{len(self.committed):064x}"
+            body = {"image_id": image_id, "size": 5 * 1024**2, "labels": req["labels"]}
+            self.images = [*self.images, req["reference"]]
+            if self.image_details is not None:
+                self.image_details = [
+                    *self.image_details, {"tag": req["reference"], **body}
+                ]
+        r = await self.client.put(f"/api/v1/agents/me/commits/{req['id']}", json=body)
+        r.raise_for_status()

@@ -32,13 +32,13 @@ from gpuslice.agent.runtime.engine import (
     one_shot_stats,
     parse_stats,
 )
+from gpuslice.agent.runtime.image_ops import ImageOps
 from gpuslice.agent.runtime.models import (
     ContainerRuntimeError,
     ContainerState,
     ContainerStats,
     DockerUnavailable,
     ExecResult,
-    ImageInfo,
     ImageNotFound,
     RuntimeEvent,
     SessionNotFound,
@@ -72,7 +72,7 @@ class Backoff:
         await asyncio.sleep(delay)
 
 
-class DockerRuntime:
+class DockerRuntime(ImageOps):
     """Runs a node's session containers. Use as ``async with DockerRuntime(node_name=...)``."""
 
     def __init__(
@@ -149,29 +149,6 @@ class DockerRuntime:
             tag for image in images for tag in image.get("RepoTags") or ()
             if tag and tag != "<none>:<none>"
         })
-
-    async def image_details(self) -> list[ImageInfo]:
-        """Every tagged image with its id, size and labels, for the manager's catalog."""
-        images = await self._call(lambda d: d.images.list())
-        return sorted(
-            (
-                ImageInfo(tag, image.get("Id", ""), int(image.get("Size") or 0),
-                          dict(image.get("Labels") or {}))
-                for image in images for tag in image.get("RepoTags") or ()
-                if tag and tag != "<none>:<none>"
-            ),
-            key=lambda info: info.tag,
-        )
-
-    async def remove_image(self, reference: str) -> bool:
-        """Untag/delete an image unless a container uses it; ``False`` if one does (or gone)."""
-        try:
-            await self._call(lambda d: d.images.delete(reference))
-        except aiodocker.DockerError as exc:
-            if exc.status in (404, 409):  # gone already, or in use: try again later
-                return False
-            raise
-        return True
 
     # ------------------------------------------------------------------ sessions
 

@@ -147,6 +147,25 @@ class ExecUpload(BaseModel):
     error: str = Field(default="", max_length=2000, description="Why it could not run at all.")
 
 
+class CommitRequest(BaseModel):
+    """The manager wants a session's container committed as ``reference`` (``repo:tag``), with
+    ``labels`` added to its image's own: answer with ``PUT …/commits/{id}``."""
+
+    id: str
+    session_id: str
+    reference: str
+    labels: dict[str, str]
+
+
+class CommitUpload(BaseModel):
+    """The committed image (its id, size and labels), or why the commit failed."""
+
+    image_id: str | None = Field(default=None, max_length=128)
+    size: int | None = Field(default=None, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    error: str = Field(default="", max_length=2000, description="Why it could not commit.")
+
+
 class LogRequest(BaseModel):
     """The manager wants a session's log tail: upload it with `PUT …/logs/{id}`."""
 
@@ -163,6 +182,7 @@ class Assignments(BaseModel):
     sessions: list[Assignment]
     log_requests: list[LogRequest]
     exec_requests: list[ExecRequest] = Field(default_factory=list)
+    commit_requests: list[CommitRequest] = Field(default_factory=list)
     remove_images: list[str] = Field(
         default_factory=list,
         description="Images removed from the catalog: delete them once no container uses them.",

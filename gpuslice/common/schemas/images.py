@@ -62,3 +62,18 @@ class ImageAliasPublic(BaseModel):
 
 class ImageRescan(BaseModel):
     nodes: int = Field(description="Alive nodes asked to report their images at once.")
+
+
+class SessionCommit(BaseModel):
+    """Snapshot a RUNNING session's container into a new private image."""
+
+    name: str = Field(
+        min_length=1, max_length=255,
+        description="`repository[:tag]` of the new image; the tag defaults to the session's name.",
+    )
+
+
+class SessionCommitResult(BaseModel):
+    session_id: str
+    image: ImagePublic
+    note: str = Field(description="What the image does not hold (storage folders).")

@@ -82,6 +82,9 @@ class PolicyCreate(BaseModel):
     max_cpu: CpuIn | None = None
     max_mem: MemIn | None = None
     max_priority: int = Field(default=0, ge=-100, le=100, description="Highest priority allowed.")
+    max_private_images: int | None = Field(
+        default=None, ge=0, le=100_000, description="Private images (session commits) at once."
+    )
 
 
 class PolicyUpdate(BaseModel):
@@ -92,6 +95,7 @@ class PolicyUpdate(BaseModel):
     max_cpu: CpuIn | None = None
     max_mem: MemIn | None = None
     max_priority: int = Field(default=0, ge=-100, le=100)
+    max_private_images: int | None = Field(default=None, ge=0, le=100_000)
 
 
 class PolicyPublic(BaseModel):
@@ -102,4 +106,5 @@ class PolicyPublic(BaseModel):
     max_cpu: Number | None
     max_mem: int | None
     max_priority: int
+    max_private_images: int | None = None
     created_at: datetime

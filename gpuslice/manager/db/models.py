@@ -40,6 +40,7 @@ class ResourcePolicy(Base):
     max_cpu: Mapped[int | None] = mapped_column(BigInteger)
     max_mem: Mapped[int | None] = mapped_column(BigInteger)
     max_priority: Mapped[int] = mapped_column(Integer, default=0)
+    max_private_images: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -305,3 +306,21 @@ class ExecRequestRow(Base):
     stderr: Mapped[str | None] = mapped_column(Text)
     error: Mapped[str | None] = mapped_column(Text)
 
+
+
+class CommitRequestRow(Base):
+    """The manager asked a node to commit a session's container into ``reference``."""
+
+    __tablename__ = "commit_requests"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"), index=True)
+    reference: Mapped[str] = mapped_column(String(255))
+    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    image_id: Mapped[str | None] = mapped_column(String(128))
+    size: Mapped[int | None] = mapped_column(BigInteger)
+    error: Mapped[str | None] = mapped_column(Text)

@@ -1,4 +1,4 @@
-"""Requests to a node's agent (log tails, commands): stored rows that ride on its assignments.
+"""Requests to a node's agent (log tails, commands, commits): rows that ride on its assignments.
 
 The agent dials the manager (nodes may sit behind NAT), so the manager cannot call it. A request
 is a row addressed to one node: storing it bumps the node's assignment version (its waiting
@@ -17,11 +17,17 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.schemas.agents import NodeStatus
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import ExecRequestRow, LogRequestRow, NodeRow, SessionRow
+from gpuslice.manager.db.models import (
+    CommitRequestRow,
+    ExecRequestRow,
+    LogRequestRow,
+    NodeRow,
+    SessionRow,
+)
 from gpuslice.manager.errors import Conflict, NotFound
 from gpuslice.manager.events import Signal, wait_for, wake_after_commit
 
-R = TypeVar("R", LogRequestRow, ExecRequestRow)
+R = TypeVar("R", LogRequestRow, ExecRequestRow, CommitRequestRow)
 
 
 async def send(db: AsyncSession, session: SessionRow, request: R) -> str:

@@ -22,6 +22,7 @@ from gpuslice.common.schemas.sessions import HOLDING, SessionStatus, SessionType
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import LogRequestRow, NodeRow, SessionRow, User
 from gpuslice.manager.events import Hub, wait_for
+from gpuslice.manager.services import session_commit
 from gpuslice.manager.services.image_reports import removals_for
 from gpuslice.manager.services.session_exec import pending_for
 from gpuslice.manager.services.session_views import fraction_of
@@ -73,6 +74,7 @@ async def _build(db: AsyncSession, node_id: str, version: int) -> Assignments:
         sessions=[_assignment(row, owner) for row, owner in rows],
         log_requests=[LogRequest(id=r.id, session_id=r.session_id, tail=r.tail) for r in logs],
         exec_requests=await pending_for(db, node_id),
+        commit_requests=await session_commit.pending_for(db, node_id),
         remove_images=await removals_for(db, node_id),
         rescan=rescan or 0,
     )

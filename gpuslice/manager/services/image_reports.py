@@ -10,6 +10,8 @@ it back.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import delete, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -38,11 +40,11 @@ async def sync_node(db: AsyncSession, node_id: str, body: Heartbeat) -> None:
         ) and row.removed_at is None:
             row.image_id, row.size, row.labels = report.image_id, report.size, report.labels
     await db.execute(delete(ImageNode).where(ImageNode.node_id == node_id))
-    db.add_all(
-        ImageNode(image_name=name, node_id=node_id, image_id=r.image_id, size=r.size)
-        for name, r in reports.items()
-    )
-    await db.flush()
+    if reports:  # a commit may be recording one of them at the same instant
+        await _insert_ignoring_conflicts(db, ImageNode, [
+            {"image_name": name, "node_id": node_id, "image_id": r.image_id, "size": r.size}
+            for name, r in reports.items()
+        ])
 
 
 async def removals_for(db: AsyncSession, node_id: str) -> list[str]:
@@ -56,11 +58,21 @@ async def removals_for(db: AsyncSession, node_id: str) -> list[str]:
     return list(rows)
 
 
-async def record(db: AsyncSession, node_id: str, row: Image) -> None:
-    """A commit's new image, known before the node's next heartbeat reports it (flushes)."""
-    db.add(row)
-    db.add(ImageNode(image_name=row.name, node_id=node_id, image_id=row.image_id, size=row.size))
-    await db.flush()
+async def ensure_present(
+    db: AsyncSession, name: str, node_id: str, image_id: str | None, size: int | None
+) -> Image:
+    """The catalog row of ``name`` with the node's presence, created when missing (a commit's
+    new image, which the node's heartbeat may be recording at the same instant)."""
+    await _insert_ignoring_conflicts(db, Image, [{
+        "name": name, "created_at": utcnow(), "allowed": False, "image_id": image_id,
+        "size": size, "labels": {}, "public": False,
+    }])
+    await _insert_ignoring_conflicts(db, ImageNode, [{
+        "image_name": name, "node_id": node_id, "image_id": image_id, "size": size,
+    }])
+    row = await db.get(Image, name, populate_existing=True)
+    assert row is not None  # just inserted, or there already
+    return row
 
 
 def _reports(body: Heartbeat) -> dict[str, ImageReport]:
@@ -98,5 +110,11 @@ async def _ensure_rows(db: AsyncSession, reports: dict[str, ImageReport]) -> Non
             "origin_session_id": meta.origin_session,
         })
     # Two nodes may report a new image at once: the second insert must not fail.
+    await _insert_ignoring_conflicts(db, Image, values)
+
+
+async def _insert_ignoring_conflicts(
+    db: AsyncSession, model: type[Image] | type[ImageNode], values: list[dict[str, Any]]
+) -> None:
     dialect = postgresql if db.bind.dialect.name == "postgresql" else sqlite
-    await db.execute(dialect.insert(Image).values(values).on_conflict_do_nothing())
+    await db.execute(dialect.insert(model).values(values).on_conflict_do_nothing())

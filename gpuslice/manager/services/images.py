@@ -52,7 +52,7 @@ async def list_images(
     db: AsyncSession, viewer: User, configured: Sequence[str]
 ) -> list[ImagePublic]:
     """Usable images the viewer may see, by name."""
-    settings_list = _configured(configured)
+    settings_list = configured_set(configured)
     rows = (await db.scalars(_visible(select(Image), viewer))).all()
     nodes = await _alive_nodes_by_image(db, [r.name for r in rows])
     aliases = await _aliases_by_reference(db)
@@ -80,7 +80,7 @@ async def resolve(
     target = alias.reference if alias is not None else wanted
     reference = _reference(target, field="image", code="invalid_image")
     row = await db.scalar(_visible(select(Image).where(Image.name == reference), viewer))
-    configured_here = reference in _configured(configured)
+    configured_here = reference in configured_set(configured)
     if row is not None:
         usable = row.allowed or configured_here or bool(
             await _alive_nodes_by_image(db, [reference])
@@ -115,7 +115,7 @@ async def allow_image(db: AsyncSession, body: ImageCreate) -> ImagePublic:
 
 async def remove_image(db: AsyncSession, name: str, configured: Sequence[str]) -> None:
     """Take an image out of the catalog and ask the nodes that have it to delete it."""
-    if _reference(name, field="name", code="invalid_image") in _configured(configured):
+    if _reference(name, field="name", code="invalid_image") in configured_set(configured):
         raise Conflict(
             f"image {name!r} is on the manager's settings allow list "
             "(sessions.allowed_images); remove it there", code="image_configured",
@@ -184,7 +184,7 @@ def _reference(value: str, *, field: str, code: str) -> str:
         raise InvalidRequest(str(err), field=field, code=code) from None
 
 
-def _configured(configured: Sequence[str]) -> set[str]:
+def configured_set(configured: Sequence[str]) -> set[str]:
     names = set()
     for name in configured:
         try:

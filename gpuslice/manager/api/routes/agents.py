@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query, status
 
 from gpuslice.common.schemas.agents import (
     Assignments,
+    CommitUpload,
     ExecUpload,
     Heartbeat,
     HeartbeatAck,
@@ -18,7 +19,7 @@ from gpuslice.common.schemas.agents import (
 )
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.manager.api.deps import CurrentNode, DbDep, HubDep, SessionmakerDep, SettingsDep
-from gpuslice.manager.services import agents, assignments, logs, session_exec
+from gpuslice.manager.services import agents, assignments, logs, session_commit, session_exec
 
 router = APIRouter(prefix="/agents", tags=["agents"])
 
@@ -68,3 +69,11 @@ async def upload_logs(request_id: str, body: LogUpload, db: DbDep, node: Current
 async def upload_exec(request_id: str, body: ExecUpload, db: DbDep, node: CurrentNode) -> None:
     """Answer an exec request that came with the assignments (only its node may; 404 else)."""
     await session_exec.upload_result(db, node.id, request_id, body)
+
+
+@router.put("/me/commits/{request_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def upload_commit(
+    request_id: str, body: CommitUpload, db: DbDep, node: CurrentNode
+) -> None:
+    """Answer a commit request that came with the assignments (only its node may; 404 else)."""
+    await session_commit.upload_result(db, node.id, request_id, body)

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Header, Query, status
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
 from gpuslice.common.schemas.common import Page
+from gpuslice.common.schemas.images import SessionCommit, SessionCommitResult
 from gpuslice.common.schemas.sessions import (
     SessionCreate,
     SessionDestroy,
@@ -24,7 +25,7 @@ from gpuslice.manager.api.deps import (
     SettingsDep,
     VisibleSession,
 )
-from gpuslice.manager.services import logs, session_exec, sessions, stream
+from gpuslice.manager.services import logs, session_commit, session_exec, sessions, stream
 from gpuslice.manager.services.session_views import describe, list_sessions
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
@@ -127,3 +128,19 @@ async def exec_command(
         sessionmaker, hub, row, body, settings.sessions.log_timeout,
         settings.nodes.assignment_poll,
     )
+
+
+@router.post("/{session_id}/commit")
+async def commit(
+    row: VisibleSession,
+    body: SessionCommit,
+    sessionmaker: SessionmakerDep,
+    hub: HubDep,
+    settings: SettingsDep,
+) -> SessionCommitResult:
+    """Snapshot a RUNNING session's container into a new image private to its owner (`name` is
+    `repository[:tag]`, the tag defaulting to the session's name). Waits for the node's agent up
+    to `sessions.commit_timeout` (504 `agent_timeout` after). Storage folders are not part of
+    the image. 409 `not_running`, `image_exists`, `commit_failed`; 422 `quota_exceeded` at the
+    owner's `max_private_images`."""
+    return await session_commit.commit_session(sessionmaker, hub, row, body, settings)

@@ -1,0 +1,76 @@
+"""Image calls of :class:`DockerRuntime`: details for the catalog, removal, session commits.
+
+A mixin, so the runtime keeps one surface (``runtime.commit(...)``) while its module stays
+small; ``DockerRuntime`` supplies ``_call`` (one retry on a stale connection, then
+``DockerUnavailable``) and ``_container`` (a session's container, or ``SessionNotFound``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import aiodocker
+
+from gpuslice.agent.runtime.models import ImageInfo
+from gpuslice.common.image_refs import repository_and_tag
+
+
+class ImageOps:
+    _call: Callable[[Callable[[aiodocker.Docker], Awaitable[Any]]], Awaitable[Any]]
+    _container: Callable[[str], Awaitable[aiodocker.containers.DockerContainer]]
+
+    async def image_details(self) -> list[ImageInfo]:
+        """Every tagged image with its id, size and labels, for the manager's catalog."""
+        images = await self._call(lambda d: d.images.list())
+        return sorted(
+            (
+                ImageInfo(tag, image.get("Id", ""), int(image.get("Size") or 0),
+                          dict(image.get("Labels") or {}))
+                for image in images for tag in image.get("RepoTags") or ()
+                if tag and tag != "<none>:<none>"
+            ),
+            key=lambda info: info.tag,
+        )
+
+    async def remove_image(self, reference: str) -> bool:
+        """Untag/delete an image unless a container uses it; ``False`` if one does (or gone)."""
+        try:
+            await self._call(lambda d: d.images.delete(reference))
+        except aiodocker.DockerError as exc:
+            if exc.status in (404, 409):  # gone already, or in use: try again later
+                return False
+            raise
+        return True
+
+    async def commit(
+        self, session_id: str, reference: str, labels: dict[str, str]
+    ) -> ImageInfo:
+        """Snapshot the session's container as ``reference`` (``repo:tag``).
+
+        The new image keeps its origin image's config and labels, plus ``labels``. Docker merges
+        the container's own env and labels into a commit; the session's (slice env, session
+        labels) are blanked so a container of the new image starts clean.
+        """
+        container = await self._container(session_id)
+        info = await self._call(lambda _d: container.show())
+        origin = await self._call(lambda d: d.images.inspect(info["Image"]))
+        image_cfg, own_cfg = origin.get("Config") or {}, info.get("Config") or {}
+        env = list(image_cfg.get("Env") or [])
+        keys = {e.split("=", 1)[0] for e in env}
+        env += [f"{k}=" for k in (e.split("=", 1)[0] for e in own_cfg.get("Env") or ())
+                if k not in keys]
+        image_labels = dict(image_cfg.get("Labels") or {})
+        blank = {k: "" for k in own_cfg.get("Labels") or {} if k not in image_labels}
+        config = {
+            "Env": env, "Labels": {**blank, **image_labels, **labels},
+            "Cmd": image_cfg.get("Cmd"), "Entrypoint": image_cfg.get("Entrypoint"),
+            "User": image_cfg.get("User") or "", "WorkingDir": image_cfg.get("WorkingDir") or "",
+        }
+        repository, tag = repository_and_tag(reference)
+        done = await self._call(lambda _d: container.commit(
+            repository=repository, tag=tag, config=config, message=f"gpuslice {session_id}"
+        ))
+        new = await self._call(lambda d: d.images.inspect(done["Id"]))
+        return ImageInfo(f"{repository}:{tag}", new["Id"], int(new.get("Size") or 0),
+                         dict((new.get("Config") or {}).get("Labels") or {}))

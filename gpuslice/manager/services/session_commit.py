@@ -1,0 +1,175 @@
+"""Commit a RUNNING session's container into a new private image, through its node's agent.
+
+Like exec (``agent_requests``): a ``commit_requests`` row rides to the agent on its
+assignments, the agent commits through the Engine API and answers with
+``PUT /api/v1/agents/me/commits/{id}``; the user's POST waits for the answer, up to
+``sessions.commit_timeout``. Synchronous on purpose: the caller wants the image to launch next,
+and a commit of a session image takes seconds to tens of seconds. Should the wait end first,
+the image still reaches the catalog: its labels name its owner and origin, so the node's next
+heartbeat records it as the owner's private image.
+
+The new image is private to the session's owner (admins see all) until an admin publishes it,
+and counts against the owner's policy ``max_private_images``.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import delete, func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gpuslice.common.image_refs import tag_of
+from gpuslice.common.images import LABEL_ORIGIN_SESSION, LABEL_OWNER
+from gpuslice.common.schemas.agents import CommitRequest, CommitUpload
+from gpuslice.common.schemas.images import SessionCommit, SessionCommitResult
+from gpuslice.common.schemas.sessions import SessionStatus
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import (
+    CommitRequestRow,
+    Image,
+    ResourcePolicy,
+    SessionRow,
+    User,
+)
+from gpuslice.manager.errors import AgentTimeout, Conflict, InvalidRequest
+from gpuslice.manager.events import Hub
+from gpuslice.manager.services import agent_requests, image_reports, images
+from gpuslice.manager.settings import ManagerSettings
+
+NOTE = (
+    "files in storage folders are not part of the image: only the container's own filesystem "
+    "(e.g. packages installed in the home directory) is"
+)
+
+
+async def commit_session(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    hub: Hub,
+    row: SessionRow,
+    body: SessionCommit,
+    settings: ManagerSettings,
+) -> SessionCommitResult:
+    """Snapshot the session as ``body.name`` (tag: the session's name when none is given).
+
+    Raises ``Conflict`` ``not_running``, ``image_exists``, ``node_lost`` or ``commit_failed``
+    (the agent's message), ``InvalidRequest`` ``quota_exceeded`` at the owner's private image
+    limit, and ``AgentTimeout`` when no answer came within ``sessions.commit_timeout``.
+    """
+    if row.status != SessionStatus.RUNNING or row.node_id is None:
+        raise Conflict(
+            f"session {row.name} is {row.status}: only a RUNNING session can be committed",
+            code="not_running",
+        )
+    if "@" in body.name:
+        raise InvalidRequest(
+            f"{body.name!r}: a commit is named by repository[:tag], not by digest",
+            field="name", code="invalid_image",
+        )
+    reference = images.reference_or_error(
+        body.name if tag_of(body.name) else f"{body.name}:{row.name}", "name"
+    )
+    wait = settings.sessions.commit_timeout
+    async with sessionmaker() as db:
+        owner = await db.get(User, row.owner_id)
+        assert owner is not None  # sessions.owner_id is a RESTRICT foreign key
+        await _check_name(db, reference, settings.sessions.allowed_images)
+        await _check_limit(db, owner)
+        request = CommitRequestRow(
+            session_id=row.id, node_id=row.node_id, reference=reference,
+            labels={LABEL_OWNER: owner.username, LABEL_ORIGIN_SESSION: row.id},
+            expires_at=utcnow() + timedelta(seconds=wait),
+        )
+        request_id = await agent_requests.send(db, row, request)
+    done = await agent_requests.await_answer(
+        sessionmaker, hub.commits, CommitRequestRow, request_id, wait,
+        settings.nodes.assignment_poll,
+    )
+    if done is None:
+        raise AgentTimeout(
+            f"the agent of session {row.name} did not finish the commit within {wait:g} s; "
+            "the image appears in `gpuslice image list` if it completes later"
+        )
+    if done.error:
+        raise Conflict(done.error, code="commit_failed")
+    async with sessionmaker() as db:
+        await _record(db, done, owner_id=owner.id)
+        listed = await images.list_images(db, owner, settings.sessions.allowed_images)
+    image = next(i for i in listed if i.name == reference)
+    return SessionCommitResult(session_id=row.id, image=image, note=NOTE)
+
+
+async def upload_result(
+    db: AsyncSession, node_id: str, request_id: str, body: CommitUpload
+) -> None:
+    """The agent's answer to a commit request addressed to ``node_id``."""
+    await agent_requests.answer(
+        db, CommitRequestRow, node_id, request_id, "commit", image_id=body.image_id,
+        size=body.size, labels=body.labels, error=body.error,
+    )
+
+
+async def pending_for(db: AsyncSession, node_id: str) -> list[CommitRequest]:
+    """Open commit requests for the node whose user still waits, oldest first."""
+    rows = await db.scalars(
+        select(CommitRequestRow)
+        .where(
+            CommitRequestRow.node_id == node_id,
+            CommitRequestRow.completed_at.is_(None),
+            CommitRequestRow.expires_at > utcnow(),
+        )
+        .order_by(CommitRequestRow.created_at, CommitRequestRow.id)
+    )
+    return [
+        CommitRequest(id=r.id, session_id=r.session_id, reference=r.reference, labels=r.labels)
+        for r in rows
+    ]
+
+
+async def purge_stale(db: AsyncSession, grace: timedelta) -> None:
+    """Drop commit requests expired more than ``grace`` ago (their waiter is gone)."""
+    await db.execute(
+        delete(CommitRequestRow).where(CommitRequestRow.expires_at < utcnow() - grace)
+    )
+    await db.commit()
+
+
+async def _check_name(db: AsyncSession, reference: str, configured: list[str]) -> None:
+    # Committing under a name the catalog knows would re-tag the node's image under everyone
+    # using it (or take over someone's private image): a new image needs a new name.
+    existing = await db.get(Image, reference)
+    taken = existing is not None and existing.removed_at is None
+    if taken or reference in images.configured_set(configured):
+        raise Conflict(
+            f"image {reference} already exists; choose another name or tag",
+            field="name", code="image_exists",
+        )
+
+
+async def _check_limit(db: AsyncSession, owner: User) -> None:
+    policy = await db.get(ResourcePolicy, owner.policy_id) if owner.policy_id else None
+    limit = policy.max_private_images if policy is not None else None
+    if limit is None:
+        return
+    count = await db.scalar(
+        select(func.count()).select_from(Image).where(
+            Image.owner_id == owner.id, Image.public.is_(False), Image.removed_at.is_(None)
+        )
+    ) or 0
+    if count >= limit:
+        raise InvalidRequest(
+            f"{owner.username} has {count} private image(s), the most their policy allows "
+            f"({limit}); remove one or ask an admin to publish one",
+            field="name", code="quota_exceeded",
+        )
+
+
+async def _record(db: AsyncSession, done: CommitRequestRow, owner_id: str) -> None:
+    # The node's heartbeat may be recording the new image too (from its labels): same row.
+    row = await image_reports.ensure_present(
+        db, done.reference, done.node_id, done.image_id, done.size
+    )
+    row.image_id, row.size, row.labels = done.image_id, done.size, done.labels or {}
+    row.public, row.owner_id, row.origin_session_id = False, owner_id, done.session_id
+    row.removed_at = None
+    await db.commit()

@@ -1,0 +1,99 @@
+"""Commit a running session into a private image: through the agent, with limits and publish."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.manager.conftest import AgentFactory, Client, UserFactory, create
+from tests.manager.fake_agent import FakeAgent
+from tests.manager.test_e2e import wait_status
+
+
+async def _running(client: Client, **body: Any) -> dict[str, Any]:
+    [s] = await create(client, **body)
+    assert (await wait_status(client, s["id"], {"RUNNING"}))["status"] == "RUNNING"
+    return s
+
+
+async def _commit(client: Client, session_id: str, name: str) -> Any:
+    return await client.post(f"/api/v1/sessions/{session_id}/commit", json={"name": name})
+
+
+async def _names(client: Client) -> set[str]:
+    return {i["name"] for i in (await client.get("/api/v1/images")).json()}
+
+
+async def test_commit_makes_a_private_image_of_the_owner(
+    admin: Client, make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    agent: FakeAgent = await make_agent()
+    alice, bob = await make_user("alice"), await make_user("bob")
+    s = await _running(alice, name="work")
+    r = await _commit(alice, s["id"], "alice/env")
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert "storage folders are not part of the image" in answer["note"]
+    image = answer["image"]
+    assert image["name"] == "alice/env:work"  # the tag defaults to the session's name
+    assert not image["public"] and image["owner"] == "alice"
+    assert image["origin_session"] == s["id"] and image["nodes"] == ["node-1"]
+    [request] = agent.committed
+    assert request["labels"] == {
+        "gpuslice.image.owner": "alice", "gpuslice.image.origin-session": s["id"]
+    }
+    assert "alice/env:work" in await _names(alice)
+    assert "alice/env:work" in await _names(admin)
+    assert "alice/env:work" not in await _names(bob)
+    refused = await create(bob, expect=422, image="alice/env:work")
+    assert refused["code"] == "unknown_image"
+    await agent.heartbeat()  # the node now reports it too: still private
+    assert "alice/env:work" not in await _names(bob)
+    await _running(alice, image="alice/env:work")
+    r = await admin.patch("/api/v1/images/alice/env:work", json={"public": True})
+    assert r.status_code == 200 and r.json()["public"]
+    await _running(bob, image="alice/env:work")
+
+
+async def test_only_owner_or_admin_may_commit_and_only_running(
+    admin: Client, make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent(auto_run=False)
+    alice, bob = await make_user("alice"), await make_user("bob")
+    [s] = await create(alice)
+    await wait_status(alice, s["id"], {"SCHEDULED"})
+    r = await _commit(alice, s["id"], "alice/env:1")
+    assert r.status_code == 409 and r.json()["code"] == "not_running"
+    await agent.report(s["id"], "RUNNING")
+    assert (await _commit(bob, s["id"], "bob/env:1")).status_code == 404
+    r = await _commit(alice, s["id"], "Not Valid")
+    assert r.status_code == 422 and r.json()["code"] == "invalid_image"
+    r = await _commit(alice, s["id"], "python:3.11")
+    assert r.status_code == 409 and r.json()["code"] == "image_exists"
+
+
+async def test_private_image_limit(
+    admin: Client, make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    await make_agent()
+    alice = await make_user("alice", policy={"max_private_images": 1})
+    s = await _running(alice)
+    assert (await _commit(alice, s["id"], "alice/one:1")).status_code == 200
+    r = await _commit(alice, s["id"], "alice/two:1")
+    assert r.status_code == 422 and r.json()["code"] == "quota_exceeded"
+    assert "(1)" in r.json()["message"]
+    assert (await admin.patch("/api/v1/images/alice/one:1", json={"public": True})).is_success
+    assert (await _commit(alice, s["id"], "alice/two:1")).status_code == 200
+    policies = (await admin.get("/api/v1/policies")).json()
+    assert [p["max_private_images"] for p in policies] == [1]
+
+
+async def test_agent_failure_is_a_409_with_its_message(
+    admin: Client, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent()
+    agent.commit_error = "no space left on device"
+    s = await _running(admin)
+    r = await _commit(admin, s["id"], "team/env:1")
+    assert r.status_code == 409 and r.json()["code"] == "commit_failed"
+    assert r.json()["message"] == "no space left on device"
+    assert "team/env:1" not in await _names(admin)
