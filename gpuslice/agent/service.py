@@ -30,6 +30,7 @@ from gpuslice.agent.runtime.models import (
     ContainerRuntimeError,
     DockerUnavailable,
     ImageNotFound,
+    ImagePullError,
 )
 from gpuslice.agent.runtime.spec import (
     GpuSlice,
@@ -316,11 +317,18 @@ class Agent:
             )))
         failure = ""
         try:
+            if assignment.pull and not await self.runtime.has_image(assignment.image):
+                if preparing is not None:  # PREPARING first, then the pull's progress
+                    await preparing
+                    preparing = None
+                await self._pull(assignment)
             spec = build_container_spec(self._session_spec(assignment), self._spec_options())
             spec = apply_hard_caps(spec, self.settings.hard_caps)
             running = (await self.runtime.ensure_running(spec)).running
         except ImageNotFound:
             failure = f"image {assignment.image} is not on node {self.settings.node_name}"
+        except ImagePullError as err:
+            failure = f"could not pull {assignment.image}: {err}"
         except DockerUnavailable:
             if preparing is not None:
                 await asyncio.gather(preparing, return_exceptions=True)
@@ -333,6 +341,20 @@ class Agent:
             await self._report(sid, StateReport(status=SessionStatus.ERROR, reason=failure))
         elif running:
             await self._report(sid, StateReport(status=SessionStatus.RUNNING, reason="running"))
+
+    async def _pull(self, assignment: Assignment) -> None:
+        """Pull the session's image (in the registry, not on this node yet), its progress
+        shown as the PREPARING reason."""
+        sid, image = assignment.session_id, assignment.image
+
+        async def progress(percent: int) -> None:
+            with contextlib.suppress(LinkError):  # a lost report must not stop the pull
+                await self._report(sid, StateReport(
+                    status=SessionStatus.PREPARING, reason=f"pulling {image}: {percent}%"
+                ))
+
+        self.say(f"agent: pulling {image} for session {sid}")
+        await self.runtime.pull(image, progress)
 
     async def _report(self, session_id: str, report: StateReport) -> None:
         await self.link.report(session_id, report)

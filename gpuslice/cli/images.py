@@ -80,10 +80,12 @@ def image_remove(reference: Annotated[str, typer.Argument(help="The image.")]) -
 @app.command("rescan")
 @friendly
 def image_rescan() -> None:
-    """Ask every node to report its images now (admins)."""
+    """Read the configured registry and ask every node to report its images now (admins)."""
     with Client.from_config() as client:
         done = client.rescan_images()
     console.print(f"asked {done.nodes} node(s) to report their images", markup=False)
+    if done.registry is not None:
+        console.print(f"the registry has {done.registry} image(s)", markup=False)
 
 
 def _minimum(image: ImagePublic) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 from pathlib import Path
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -107,6 +107,20 @@ class SessionSettings(BaseModel):
     )
 
 
+class RegistrySettings(BaseModel):
+    url: str | None = Field(
+        default=None, pattern=r"^https?://[^/\s]+/?$",
+        description="A Docker registry (HTTP API v2) whose images the catalog lists on rescan, "
+        "e.g. https://registry.example.com:5000; nodes pull them on demand.",
+    )
+    username: str | None = Field(default=None, description="Basic auth user for the registry.")
+    password: SecretStr | None = Field(default=None, description="Basic auth password.")
+    timeout: float = Field(default=10.0, ge=0.5, le=120, description="Seconds per request.")
+    max_tags: int = Field(
+        default=2000, ge=1, le=100_000, description="Most image tags one rescan records."
+    )
+
+
 class ManagerSettings(BaseSettings):
     """Everything the manager needs; see the field descriptions."""
 
@@ -123,6 +137,7 @@ class ManagerSettings(BaseSettings):
     nodes: NodeSettings = Field(default_factory=NodeSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     sessions: SessionSettings = Field(default_factory=SessionSettings)
+    registry: RegistrySettings = Field(default_factory=RegistrySettings)
 
     @field_validator("data_dir")
     @classmethod

@@ -161,7 +161,7 @@ async def test_rescan_asks_nodes_to_report_at_once(
     user = await make_user()
     assert (await user.post("/api/v1/images/rescan")).status_code == 403
     r = await admin.post("/api/v1/images/rescan")
-    assert r.status_code == 200 and r.json() == {"nodes": 1}
+    assert r.status_code == 200 and r.json() == {"nodes": 1, "registry": None}
     await _until(lambda: agent.seen[-1]["rescan"] == before + 1)
 
 

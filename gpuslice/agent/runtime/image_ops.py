@@ -7,12 +7,13 @@ small; ``DockerRuntime`` supplies ``_call`` (one retry on a stale connection, th
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiodocker
+import aiohttp
 
-from gpuslice.agent.runtime.models import ImageInfo
+from gpuslice.agent.runtime.models import DockerUnavailable, ImageInfo, ImagePullError
 from gpuslice.common.image_refs import repository_and_tag
 
 
@@ -74,3 +75,43 @@ class ImageOps:
         new = await self._call(lambda d: d.images.inspect(done["Id"]))
         return ImageInfo(f"{repository}:{tag}", new["Id"], int(new.get("Size") or 0),
                          dict((new.get("Config") or {}).get("Labels") or {}))
+
+    async def pull(
+        self, reference: str, progress: Callable[[int], Awaitable[None]] | None = None
+    ) -> None:
+        """Pull ``reference``, calling ``progress(percent)`` as its layers download.
+
+        Raises :class:`ImagePullError` with Docker's message when it cannot be pulled.
+        """
+        repository, tag = repository_and_tag(reference)
+        layers: dict[str, tuple[int, int]] = {}  # layer id -> (bytes done, bytes in all)
+        shown = -5  # so that 0 % is shown as soon as the first layer is known
+        try:
+            async for event in self._pull_stream(repository, tag):
+                if event.get("error"):
+                    raise ImagePullError(str(event["error"]))
+                detail = event.get("progressDetail") or {}
+                if event.get("id") and detail.get("total"):
+                    layers[event["id"]] = (int(detail.get("current") or 0), int(detail["total"]))
+                done = sum(c for c, _t in layers.values())
+                total = sum(t for _c, t in layers.values())
+                percent = min(99, done * 100 // total) if total else 0
+                if progress is not None and percent >= shown + 5:
+                    shown = percent
+                    await progress(percent)
+        except aiodocker.DockerError as exc:
+            raise ImagePullError(str(exc.message)) from None
+        except (aiohttp.ClientError, OSError) as exc:  # the stream opens lazily, outside _call
+            raise DockerUnavailable(f"Docker Engine unreachable: {exc}") from exc
+
+    async def _pull_stream(self, repository: str, tag: str) -> AsyncIterator[dict[str, Any]]:
+        stream = await self._call(
+            lambda d: _started(d.images.pull(repository, tag=tag, stream=True))
+        )
+        async for event in stream:
+            yield event
+
+
+async def _started(stream: Any) -> Any:
+    # images.pull(stream=True) answers an async iterator at once; _call wants an awaitable
+    return stream

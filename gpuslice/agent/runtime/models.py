@@ -32,6 +32,10 @@ class ImageNotFound(ContainerRuntimeError):
         self.image = image
 
 
+class ImagePullError(ContainerRuntimeError):
+    """An image could not be pulled (Docker's message)."""
+
+
 class SessionNotFound(ContainerRuntimeError):
     """No container exists for the session."""
 

@@ -127,6 +127,11 @@ class Assignment(BaseModel):
     desired: str = Field(description="`running` or `stopped`.")
     resources: ResourcesPublic
     slices: list[SliceAssignment]
+    pull: bool = Field(
+        default=False,
+        description="The image is in the registry and this node lacks it: pull it, reporting "
+        "progress as PREPARING reasons.",
+    )
 
 
 class ExecRequest(BaseModel):

@@ -31,7 +31,9 @@ class ImagePublic(BaseModel):
     """One catalog image as the caller may see it."""
 
     name: str = Field(description="The reference, e.g. `python:3.11`.")
-    sources: list[str] = Field(description="`allowed` (admin list) and/or node names having it.")
+    sources: list[str] = Field(
+        description="`allowed` (admin list), `registry` and/or node names having it."
+    )
     title: str = ""
     frameworks: dict[str, str] = Field(default_factory=dict)
     image_id: str | None = None
@@ -62,6 +64,10 @@ class ImageAliasPublic(BaseModel):
 
 class ImageRescan(BaseModel):
     nodes: int = Field(description="Alive nodes asked to report their images at once.")
+    registry: int | None = Field(
+        default=None, description="Images found in the configured registry (none configured: "
+        "null).",
+    )
 
 
 class SessionCommit(BaseModel):

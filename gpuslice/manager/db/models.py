@@ -104,6 +104,7 @@ class Image(Base):
     name: Mapped[str] = mapped_column(String(255), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     allowed: Mapped[bool] = mapped_column(Boolean, default=False)  # on the admin allow list
+    registry: Mapped[bool] = mapped_column(Boolean, default=False)  # in the configured registry
     image_id: Mapped[str | None] = mapped_column(String(128))
     size: Mapped[int | None] = mapped_column(BigInteger)
     labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)

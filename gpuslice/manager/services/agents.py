@@ -180,6 +180,8 @@ async def _apply_report(db: AsyncSession, row: SessionRow, body: StateReport) ->
         # Once stopping, a late "running" must not undo the stop; never go back to PREPARING.
         if current in (S.SCHEDULED, S.PREPARING) and current is not body.status:
             await transition(db, row, body.status, body.reason or _started(body.status))
+        elif current is S.PREPARING and body.status is S.PREPARING and body.reason:
+            await _progress(db, row.id, body.reason)
         return
     logs = {"final_logs": body.logs} if body.logs is not None else {}
     if body.status is S.TERMINATED:
@@ -189,6 +191,17 @@ async def _apply_report(db: AsyncSession, row: SessionRow, body: StateReport) ->
         )
     else:
         await transition(db, row, S.ERROR, body.reason or "failed on the node", **logs)
+
+
+async def _progress(db: AsyncSession, session_id: str, reason: str) -> None:
+    # What PREPARING is doing now ("pulling IMAGE: 45%"): the reason, not a status change, so
+    # no history row; only while the session is still PREPARING.
+    await db.execute(
+        update(SessionRow)
+        .where(SessionRow.id == session_id, SessionRow.status == S.PREPARING)
+        .values(status_reason=reason)
+        .execution_options(synchronize_session=False)
+    )
 
 
 async def _keep_late_logs(db: AsyncSession, session_id: str, logs: str) -> None:

@@ -23,7 +23,7 @@ from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import LogRequestRow, NodeRow, SessionRow, User
 from gpuslice.manager.events import Hub, wait_for
 from gpuslice.manager.services import session_commit
-from gpuslice.manager.services.image_reports import removals_for
+from gpuslice.manager.services.image_reports import pulls_for, removals_for
 from gpuslice.manager.services.session_exec import pending_for
 from gpuslice.manager.services.session_views import fraction_of
 
@@ -69,9 +69,10 @@ async def _build(db: AsyncSession, node_id: str, version: int) -> Assignments:
             LogRequestRow.created_at > utcnow() - LOG_REQUEST_TTL,
         )
     )
+    pulls = await pulls_for(db, node_id, {row.image for row, _owner in rows})
     answer = Assignments(
         node_id=node_id, version=version,
-        sessions=[_assignment(row, owner) for row, owner in rows],
+        sessions=[_assignment(row, owner, row.image in pulls) for row, owner in rows],
         log_requests=[LogRequest(id=r.id, session_id=r.session_id, tail=r.tail) for r in logs],
         exec_requests=await pending_for(db, node_id),
         commit_requests=await session_commit.pending_for(db, node_id),
@@ -82,7 +83,7 @@ async def _build(db: AsyncSession, node_id: str, version: int) -> Assignments:
     return answer
 
 
-def _assignment(row: SessionRow, owner: str) -> Assignment:
+def _assignment(row: SessionRow, owner: str, pull: bool) -> Assignment:
     status = SessionStatus(row.status)
     return Assignment(
         session_id=row.id, name=row.name, owner=owner, image=row.image,
@@ -98,4 +99,5 @@ def _assignment(row: SessionRow, owner: str) -> Assignment:
             for a in row.allocations
             if a.released_at is None
         ],
+        pull=pull,
     )

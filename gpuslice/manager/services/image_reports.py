@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -21,30 +21,46 @@ from gpuslice.common.images import ImageMeta
 from gpuslice.common.schemas.agents import Heartbeat, ImageReport
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import Image, ImageNode, User
+from gpuslice.manager.registry import RegistryImage
 
 
 async def sync_node(db: AsyncSession, node_id: str, body: Heartbeat) -> None:
     """Record the node's images (flushes; the caller commits)."""
     reports = _reports(body)
     await _ensure_rows(db, reports)
-    rows = {
-        r.name: r
-        for r in await db.scalars(select(Image).where(Image.name.in_(list(reports))))
-    }
-    for name, report in reports.items():
-        row = rows[name]
-        if row.removed_at is not None and report.image_id and row.image_id != report.image_id:
-            row.removed_at = None  # rebuilt under the same name: a new image
-        if report.image_id and (row.image_id, row.size, row.labels) != (
-            report.image_id, report.size, report.labels
-        ) and row.removed_at is None:
-            row.image_id, row.size, row.labels = report.image_id, report.size, report.labels
+    await _refresh(db, reports)
     await db.execute(delete(ImageNode).where(ImageNode.node_id == node_id))
     if reports:  # a commit may be recording one of them at the same instant
         await _insert_ignoring_conflicts(db, ImageNode, [
             {"image_name": name, "node_id": node_id, "image_id": r.image_id, "size": r.size}
             for name, r in reports.items()
         ])
+
+
+async def sync_registry(db: AsyncSession, found: list[RegistryImage]) -> int:
+    """Record the registry's images (public unless their labels name an owner); images no
+    longer there lose the registry mark. Commits; returns how many the registry has."""
+    reports: dict[str, ImageReport] = {}
+    for image in found:
+        try:
+            reports[normalize(image.reference)] = ImageReport(
+                tag=image.reference, image_id=image.image_id, size=image.size,
+                labels=image.labels,
+            )
+        except InvalidReference:
+            continue
+    await _ensure_rows(db, reports)
+    await _refresh(db, reports)
+    await db.execute(
+        update(Image).where(Image.registry.is_(True), Image.name.not_in(list(reports)))
+        .values(registry=False)
+    )
+    if reports:
+        await db.execute(
+            update(Image).where(Image.name.in_(list(reports))).values(registry=True)
+        )
+    await db.commit()
+    return len(reports)
 
 
 async def removals_for(db: AsyncSession, node_id: str) -> list[str]:
@@ -56,6 +72,19 @@ async def removals_for(db: AsyncSession, node_id: str) -> list[str]:
         .order_by(ImageNode.image_name)
     )
     return list(rows)
+
+
+async def pulls_for(db: AsyncSession, node_id: str, images: set[str]) -> set[str]:
+    """Of ``images``, those the node must pull: in the registry and not reported by it."""
+    if not images:
+        return set()
+    present = select(ImageNode.image_name).where(ImageNode.node_id == node_id)
+    rows = await db.scalars(
+        select(Image.name).where(
+            Image.name.in_(images), Image.registry.is_(True), Image.name.not_in(present)
+        )
+    )
+    return set(rows)
 
 
 async def ensure_present(
@@ -73,6 +102,23 @@ async def ensure_present(
     row = await db.get(Image, name, populate_existing=True)
     assert row is not None  # just inserted, or there already
     return row
+
+
+async def _refresh(db: AsyncSession, reports: dict[str, ImageReport]) -> None:
+    """Known rows take the reported id, size and labels; a rebuilt removed image comes back."""
+    rows = {
+        r.name: r
+        for r in await db.scalars(select(Image).where(Image.name.in_(list(reports))))
+    }
+    for name, report in reports.items():
+        row = rows[name]
+        if row.removed_at is not None and report.image_id and row.image_id != report.image_id:
+            row.removed_at = None  # rebuilt under the same name: a new image
+        if report.image_id and (row.image_id, row.size, row.labels) != (
+            report.image_id, report.size, report.labels
+        ) and row.removed_at is None:
+            row.image_id, row.size, row.labels = report.image_id, report.size, report.labels
+    await db.flush()
 
 
 def _reports(body: Heartbeat) -> dict[str, ImageReport]:

@@ -1,7 +1,8 @@
 """The image catalog: what sessions may run, who may see it, and the admins' hand on it.
 
-Rows come from node reports (``image_reports``), the admin allow list and commits. An image is
-*usable* when it is on the allow list (the settings' or the table's) or an alive node has it.
+Rows come from node reports (``image_reports``), the configured registry, the admin allow list
+and commits. An image is *usable* when it is on the allow list (the settings' or the table's),
+in the registry (nodes pull it on demand) or an alive node has it.
 Visibility: public images for everyone, a private one for its owner and admins; another user's
 private image is answered exactly like an unknown one, so its existence never leaks.
 """
@@ -32,12 +33,16 @@ from gpuslice.common.schemas.images import (
     ImageUpdate,
 )
 from gpuslice.common.schemas.users import Role
+from gpuslice.manager import registry
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import Image, ImageAlias, ImageNode, NodeRow, User
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.events import wake_after_commit
+from gpuslice.manager.services import image_reports
+from gpuslice.manager.settings import RegistrySettings
 
 ALLOWED = "allowed"
+REGISTRY = "registry"
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +65,7 @@ async def list_images(
     answer = {
         row.name: _public(row, nodes.get(row.name, []), aliases, owners, row.name in settings_list)
         for row in rows
-        if row.allowed or nodes.get(row.name) or row.name in settings_list
+        if row.allowed or row.registry or nodes.get(row.name) or row.name in settings_list
     }
     stored = set(await db.scalars(select(Image.name).where(Image.name.in_(settings_list))))
     for name in settings_list - stored:
@@ -82,7 +87,7 @@ async def resolve(
     row = await db.scalar(_visible(select(Image).where(Image.name == reference), viewer))
     configured_here = reference in configured_set(configured)
     if row is not None:
-        usable = row.allowed or configured_here or bool(
+        usable = row.allowed or row.registry or configured_here or bool(
             await _alive_nodes_by_image(db, [reference])
         )
     else:  # unknown, removed, or another user's private image: all answered alike
@@ -137,12 +142,20 @@ async def update_image(db: AsyncSession, name: str, body: ImageUpdate) -> ImageP
     return _public(row, nodes.get(row.name, []), await _aliases_by_reference(db), owners)
 
 
-async def rescan(db: AsyncSession) -> ImageRescan:
-    """Ask every alive node to report its images now (their assignments long-poll wakes)."""
+async def rescan(db: AsyncSession, settings: RegistrySettings) -> ImageRescan:
+    """Read the configured registry's images (first: no transaction is open across it), then
+    ask every alive node to report its images now (their assignments long-poll wakes)."""
+    found = None
+    if settings.url is not None:
+        try:
+            found = await registry.list_images(settings)
+        except registry.RegistryError as err:
+            raise Conflict(str(err), code="registry_unreachable") from None
     nodes = list(await db.scalars(select(NodeRow.id).where(NodeRow.status == NodeStatus.ALIVE)))
     await _bump_nodes(db, nodes, rescan=True)
     await db.commit()
-    return ImageRescan(nodes=len(nodes))
+    in_registry = None if found is None else await image_reports.sync_registry(db, found)
+    return ImageRescan(nodes=len(nodes), registry=in_registry)
 
 
 async def get_visible(db: AsyncSession, viewer: User, name: str) -> Image:
@@ -256,7 +269,9 @@ def _public(
 ) -> ImagePublic:
     meta = ImageMeta.from_labels(row.labels)
     owner = owners.get(row.owner_id) if row.owner_id else None
-    allowed = [ALLOWED] if row.allowed or configured else []
+    allowed = ([ALLOWED] if row.allowed or configured else []) + (
+        [REGISTRY] if row.registry else []
+    )
     return ImagePublic(
         name=row.name, sources=allowed + nodes, title=meta.title,
         frameworks=meta.frameworks, image_id=row.image_id, size=row.size,

@@ -32,9 +32,10 @@ async def allow_image(body: ImageCreate, db: DbDep, _admin: AdminUser) -> ImageP
 
 
 @router.post("/rescan")
-async def rescan(db: DbDep, _admin: AdminUser) -> ImageRescan:
-    """Ask every alive node to report its images now (admins only)."""
-    return await images.rescan(db)
+async def rescan(db: DbDep, settings: SettingsDep, _admin: AdminUser) -> ImageRescan:
+    """Read the configured registry's images and ask every alive node to report its images now
+    (admins only); 409 `registry_unreachable` when the registry cannot be read."""
+    return await images.rescan(db, settings.registry)
 
 
 @router.get("/aliases")
