@@ -27,7 +27,7 @@ def image_list(as_json: JsonOpt = False) -> None:
         print_json(images)
         return
     table(
-        ["name", "title", "frameworks", "size", "apps", "minimum", "visibility", "nodes"],
+        ["name", "title", "frameworks", "size", "apps", "minimum", "visibility", "sources"],
         [(i.name + "".join(f"\n  ({a})" for a in i.aliases), i.title or "-",
           ", ".join(f"{k} {v}" for k, v in i.frameworks.items()) or "-", mem(i.size),
           ", ".join(f"{a.name}:{a.port}" for a in i.apps) or "-", _minimum(i),

@@ -60,6 +60,8 @@ def test_commit_install_launch_and_privacy(image_name: str, platform: Platform,
     reference = f"{image_name}:src"
     listed = {i["name"]: i for i in json.loads(platform.ok("image", "list", "--json"))}
     assert listed[reference]["public"] is False and listed[reference]["owner"] == "admin"
+    table = platform.ok("image", "list")
+    assert reference in table and "private (admin)" in table
     labels = json.loads(subprocess.run(
         ["docker", "image", "inspect", reference, "--format", "{{json .Config.Labels}}"],
         capture_output=True, text=True, check=True,
@@ -74,7 +76,7 @@ def test_commit_install_launch_and_privacy(image_name: str, platform: Platform,
     assert got.strip() == module
 
     other = _other_user(platform, tmp_path)
-    assert reference not in other("image", "list")
+    assert reference not in other("image", "list", "--json")
     refused = other("session", "create", "--image", reference, *SMALL, expect=2)
     assert "unknown image" in refused
     publish = platform.cli("image", "publish", reference)
