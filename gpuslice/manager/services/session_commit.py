@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gpuslice.common.image_refs import tag_of
 from gpuslice.common.images import LABEL_ORIGIN_SESSION, LABEL_OWNER
 from gpuslice.common.schemas.agents import CommitRequest, CommitUpload
-from gpuslice.common.schemas.images import SessionCommit, SessionCommitResult
+from gpuslice.common.schemas.images import ImagePublic, SessionCommit, SessionCommitResult
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import (
@@ -95,7 +95,10 @@ async def commit_session(
     async with sessionmaker() as db:
         await _record(db, done, owner_id=owner.id)
         listed = await images.list_images(db, owner, settings.sessions.allowed_images)
-    image = next(i for i in listed if i.name == reference)
+    image = next((i for i in listed if i.name == reference), None)
+    if image is None:  # its node was lost meanwhile: the image exists, just nowhere usable now
+        image = ImagePublic(name=reference, sources=[], image_id=done.image_id, size=done.size,
+                            public=False, owner=owner.username, origin_session=row.id)
     return SessionCommitResult(session_id=row.id, image=image, note=NOTE)
 
 
