@@ -7,6 +7,7 @@ import logging
 import re
 import signal
 import socket
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Annotated
 
@@ -54,7 +55,7 @@ def agent_serve(
     except (FileNotFoundError, ValueError) as err:
         raise CliError(f"agent settings: {err}", 2) from None
     _logging()
-    asyncio.run(_until_signal(lambda stop: Agent(settings, say=_say).run(stop)))
+    _run(_until_signal(lambda stop: Agent(settings, say=_say).run(stop)))
 
 
 @friendly
@@ -79,7 +80,7 @@ def up(
         node_name=node_name or _default_node_name(),
     )
     _logging(quiet=True)
-    asyncio.run(_until_signal(lambda stop: run_up(options, stop, _say)))
+    _run(_until_signal(lambda stop: run_up(options, stop, _say)))
 
 
 def parse_mock_gpus(text: str) -> list[dict[str, object]]:
@@ -115,6 +116,18 @@ async def _until_signal(main) -> None:  # noqa: ANN001
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await main(stop)
+
+
+def _run(main: Coroutine[None, None, None]) -> None:
+    """Run on uvloop when it is installed (it comes with uvicorn[standard]): the manager and
+    agent are I/O bound, and uvloop's sockets shave latency off every request."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+        return
+    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+        runner.run(main)
 
 
 def _say(text: str) -> None:
