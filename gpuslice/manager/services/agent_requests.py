@@ -10,6 +10,7 @@ each look opens a short session.
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, select, update
@@ -96,4 +97,24 @@ async def answer(
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise NotFound(f"no open request {request_id} for this node")
     wake_after_commit(db, kind)
+    await db.commit()
+
+
+async def open_for(db: AsyncSession, model: type[R], node_id: str) -> list[R]:
+    """Requests addressed to ``node_id`` that are unanswered and still awaited, oldest first.
+
+    For the kinds with an expiry (exec, commit); log requests have none.
+    """
+    rows = await db.scalars(
+        select(model)
+        .where(model.node_id == node_id, model.completed_at.is_(None),
+               model.expires_at > utcnow())
+        .order_by(model.created_at, model.id)
+    )
+    return list(rows)
+
+
+async def purge_expired(db: AsyncSession, model: type[R], grace: timedelta) -> None:
+    """Drop requests expired more than ``grace`` ago (their waiter is gone)."""
+    await db.execute(delete(model).where(model.expires_at < utcnow() - grace))
     await db.commit()

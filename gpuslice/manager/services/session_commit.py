@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.image_refs import tag_of
@@ -114,27 +114,15 @@ async def upload_result(
 
 async def pending_for(db: AsyncSession, node_id: str) -> list[CommitRequest]:
     """Open commit requests for the node whose user still waits, oldest first."""
-    rows = await db.scalars(
-        select(CommitRequestRow)
-        .where(
-            CommitRequestRow.node_id == node_id,
-            CommitRequestRow.completed_at.is_(None),
-            CommitRequestRow.expires_at > utcnow(),
-        )
-        .order_by(CommitRequestRow.created_at, CommitRequestRow.id)
-    )
     return [
         CommitRequest(id=r.id, session_id=r.session_id, reference=r.reference, labels=r.labels)
-        for r in rows
+        for r in await agent_requests.open_for(db, CommitRequestRow, node_id)
     ]
 
 
 async def purge_stale(db: AsyncSession, grace: timedelta) -> None:
     """Drop commit requests expired more than ``grace`` ago (their waiter is gone)."""
-    await db.execute(
-        delete(CommitRequestRow).where(CommitRequestRow.expires_at < utcnow() - grace)
-    )
-    await db.commit()
+    await agent_requests.purge_expired(db, CommitRequestRow, grace)
 
 
 async def _check_name(db: AsyncSession, reference: str, configured: list[str]) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.schemas.agents import ExecRequest, ExecUpload
@@ -79,22 +78,12 @@ async def upload_result(
 
 async def pending_for(db: AsyncSession, node_id: str) -> list[ExecRequest]:
     """Open exec requests for the node whose user still waits, oldest first."""
-    rows = await db.scalars(
-        select(ExecRequestRow)
-        .where(
-            ExecRequestRow.node_id == node_id,
-            ExecRequestRow.completed_at.is_(None),
-            ExecRequestRow.expires_at > utcnow(),
-        )
-        .order_by(ExecRequestRow.created_at, ExecRequestRow.id)
-    )
     return [
         ExecRequest(id=r.id, session_id=r.session_id, command=r.command, timeout=r.timeout)
-        for r in rows
+        for r in await agent_requests.open_for(db, ExecRequestRow, node_id)
     ]
 
 
 async def purge_stale(db: AsyncSession, grace: timedelta) -> None:
     """Drop exec requests expired more than ``grace`` ago (their waiter died with its manager)."""
-    await db.execute(delete(ExecRequestRow).where(ExecRequestRow.expires_at < utcnow() - grace))
-    await db.commit()
+    await agent_requests.purge_expired(db, ExecRequestRow, grace)
