@@ -44,7 +44,7 @@ async def test_commit_makes_a_private_image_of_the_owner(
     assert "alice/env:work" in await _names(alice)
     assert "alice/env:work" in await _names(admin)
     assert "alice/env:work" not in await _names(bob)
-    refused = await create(bob, expect=422, image="alice/env:work")
+    refused = await create(bob, expect=404, image="alice/env:work")
     assert refused["code"] == "unknown_image"
     await agent.heartbeat()  # the node now reports it too: still private
     assert "alice/env:work" not in await _names(bob)

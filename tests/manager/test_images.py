@@ -72,7 +72,7 @@ async def test_malformed_references_are_refused_saying_what_is_allowed(admin: Cl
         answer = await create(admin, expect=422, image=bad)
         assert answer["code"] == "invalid_image" and answer["field"] == "image", bad
         assert "[registry[:port]/]name[:tag][@digest]" in answer["message"]
-    answer = await create(admin, expect=422, image="registry.example.com:5000/team/nosuch:2")
+    answer = await create(admin, expect=404, image="registry.example.com:5000/team/nosuch:2")
     assert answer["code"] == "unknown_image"
 
 
@@ -97,7 +97,7 @@ async def test_aliases_resolve_and_only_admins_set_them(
     bad = await admin.post("/api/v1/images/aliases", json={"name": "x", "reference": "No Way"})
     assert bad.status_code == 422 and bad.json()["code"] == "invalid_image"
     assert (await admin.delete("/api/v1/images/aliases/sk")).status_code == 204
-    assert (await create(user, expect=422, image="sk"))["code"] == "unknown_image"
+    assert (await create(user, expect=404, image="sk"))["code"] == "unknown_image"
 
 
 async def test_private_image_is_its_owners_alone_until_published(
@@ -111,8 +111,8 @@ async def test_private_image_is_its_owners_alone_until_published(
     assert image["origin_session"] == "s-1"
     assert "alice/env:1" not in await _names(bob)
     assert "alice/env:1" in await _names(admin)
-    refused = await create(bob, expect=422, image="alice/env:1", resources={"mem": "2g"})
-    unknown = await create(bob, expect=422, image="alice/nothing:1")
+    refused = await create(bob, expect=404, image="alice/env:1", resources={"mem": "2g"})
+    unknown = await create(bob, expect=404, image="alice/nothing:1")
     assert refused["code"] == unknown["code"] == "unknown_image"
     assert refused["message"].replace("env", "nothing") == unknown["message"]
     await create(alice, image="alice/env:1", resources={"mem": "2g"})
@@ -130,7 +130,7 @@ async def test_removed_image_leaves_the_catalog_and_its_nodes(
     user = await make_user()
     assert (await admin.delete("/api/v1/images/old:1")).status_code == 204
     assert "old:1" not in await _names(user)
-    assert (await create(user, expect=422, image="old:1"))["code"] == "unknown_image"
+    assert (await create(user, expect=404, image="old:1"))["code"] == "unknown_image"
     assert (await admin.delete("/api/v1/images/old:1")).status_code == 404
     await _until(lambda: any(a["remove_images"] == ["old:1"] for a in agent.seen))
     await agent.heartbeat()  # still there (in use, say): stays removed

@@ -84,4 +84,4 @@ async def test_an_image_gone_from_the_registry_is_no_longer_offered(
         assert (await admin.post("/api/v1/images/rescan")).json()["registry"] == 1
     finally:
         ROUTES["/v2/team/env/tags/list"] = saved
-    assert (await create(admin, expect=422, image=env))["code"] == "unknown_image"
+    assert (await create(admin, expect=404, image=env))["code"] == "unknown_image"

@@ -44,7 +44,7 @@ async def test_broken_json_is_a_422_not_a_500(admin: Client) -> None:
 
 
 async def test_unknown_image_is_refused(admin: Client) -> None:
-    answer = await create(admin, expect=422, image="nosuch:1")
+    answer = await create(admin, expect=404, image="nosuch:1")
     assert answer["code"] == "unknown_image" and answer["field"] == "image"
     assert "nosuch:1" in answer["message"]
 

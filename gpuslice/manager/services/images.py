@@ -78,8 +78,9 @@ async def resolve(
 ) -> Resolved:
     """The usable image ``wanted`` names (an alias or a reference) for a session of ``resources``.
 
-    Raises ``InvalidRequest`` ``invalid_image`` (malformed), ``unknown_image`` (unknown, or
-    another user's private image) or ``below_image_minimum`` (naming the minimum).
+    Raises ``InvalidRequest`` ``invalid_image`` (malformed) or ``below_image_minimum`` (naming
+    the minimum), or ``NotFound`` ``unknown_image`` (unknown, or another user's private image:
+    answered alike, so a private image's existence is never revealed).
     """
     alias = await db.get(ImageAlias, wanted)
     target = alias.reference if alias is not None else wanted
@@ -94,7 +95,7 @@ async def resolve(
         usable = configured_here and await db.get(Image, reference) is None
     if not usable:
         via = f" (alias of {reference!r})" if alias is not None else ""
-        raise InvalidRequest(
+        raise NotFound(
             f"unknown image {wanted!r}{via}: no node has it and it is not on the allow list "
             "(GET /api/v1/images lists the known ones)",
             field="image", code="unknown_image",
