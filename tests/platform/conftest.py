@@ -165,14 +165,14 @@ def restart_up(plat: Platform, sig: int = signal.SIGINT) -> Process:
     return again
 
 
-@pytest.fixture
-def split_platform(base_image: str, tmp_path: Path) -> Iterator[Platform]:
-    """`gpuslice manager serve` and `gpuslice agent serve` as two processes."""
+def run_split(tmp_path: Path, manager_settings: dict[str, str]) -> Iterator[Platform]:
+    """`gpuslice manager serve` (with these ``GPUSLICE_*`` settings) and `gpuslice agent serve`
+    as two processes, logged in as the admin; both stopped and the node's containers removed
+    afterwards. The body of the split fixtures."""
     port, node = free_port(), f"node-{uuid.uuid4().hex[:8]}"
     env = _base_env(tmp_path)
     manager_env = env | {"GPUSLICE_DATA_DIR": str(tmp_path / "data"),
-                         "GPUSLICE_NODES__FGPU_PER_GPU": "2",
-                         "GPUSLICE_NODES__HEARTBEAT_INTERVAL": "1"}
+                         "GPUSLICE_NODES__HEARTBEAT_INTERVAL": "1"} | manager_settings
     manager = Process([GPUSLICE, "manager", "serve", "--port", str(port)], manager_env)
     plat = Platform(f"http://127.0.0.1:{port}", tmp_path / "data", node, env, [manager])
     try:
@@ -195,6 +195,12 @@ def split_platform(base_image: str, tmp_path: Path) -> Iterator[Platform]:
         for process in reversed(plat.processes):
             process.stop()
         _remove_node_containers(node)
+
+
+@pytest.fixture
+def split_platform(base_image: str, tmp_path: Path) -> Iterator[Platform]:
+    """`gpuslice manager serve` and `gpuslice agent serve` as two processes, 2 fGPU per GPU."""
+    yield from run_split(tmp_path, {"GPUSLICE_NODES__FGPU_PER_GPU": "2"})
 
 
 def start_agent(plat: Platform) -> Process:

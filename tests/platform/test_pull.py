@@ -5,7 +5,6 @@ so the session ends ERROR with Docker's reason."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,16 +12,7 @@ import pytest
 
 from tests.manager import fake_registry
 
-from .conftest import (
-    GPUSLICE,
-    Platform,
-    Process,
-    _base_env,
-    _remove_node_containers,
-    _wait_http,
-    free_port,
-    start_agent,
-)
+from .conftest import Platform, run_split
 
 pytestmark = pytest.mark.docker
 
@@ -35,31 +25,7 @@ def registry_platform(
     base_image: str, tmp_path: Path, registry_url: str
 ) -> Iterator[Platform]:
     """`gpuslice manager serve` with a registry configured, and `gpuslice agent serve`."""
-    port, node = free_port(), f"node-{uuid.uuid4().hex[:8]}"
-    env = _base_env(tmp_path)
-    manager_env = env | {"GPUSLICE_DATA_DIR": str(tmp_path / "data"),
-                         "GPUSLICE_REGISTRY__URL": registry_url,
-                         "GPUSLICE_NODES__HEARTBEAT_INTERVAL": "1"}
-    manager = Process([GPUSLICE, "manager", "serve", "--port", str(port)], manager_env)
-    plat = Platform(f"http://127.0.0.1:{port}", tmp_path / "data", node, env, [manager])
-    try:
-        _wait_http(plat.url, manager)
-        plat.ok("login", plat.url, "--username", "admin", "--password-stdin",
-                stdin=plat.admin_password() + "\n")
-        token = plat.ok("admin", "token", "create", "--name", node, "--json")
-        plat.env["AGENT_ENV_JSON"] = json.dumps(env | {
-            "GPUSLICE_AGENT_MANAGER_URL": plat.url,
-            "GPUSLICE_AGENT_JOIN_TOKEN": json.loads(token)["token"],
-            "GPUSLICE_AGENT_NODE_NAME": node,
-            "GPUSLICE_AGENT_DATA_DIR": str(tmp_path / "agent"),
-            "GPUSLICE_AGENT_ACCELERATOR": "mock",
-        })
-        plat.processes.append(start_agent(plat))
-        yield plat
-    finally:
-        for process in reversed(plat.processes):
-            process.stop()
-        _remove_node_containers(node)
+    yield from run_split(tmp_path, {"GPUSLICE_REGISTRY__URL": registry_url})
 
 
 def test_a_registry_image_the_node_cannot_pull_is_a_clear_error(

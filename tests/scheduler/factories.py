@@ -36,25 +36,22 @@ def queue(n: int, gpu: float | str = 1, **kw) -> list[Request]:
 
 def apply(nodes: list[Node], placements: list[Placement]) -> None:
     """Commit placements into the nodes, as the manager does with allocations."""
-    by_id = {n.id: n for n in nodes}
-    for p in placements:
-        n = by_id[p.node_id]
-        for s in p.slices:
-            dev = next(d for d in n.devices if d.index == s.index)
-            dev.used += s.gpu
-        n.cpu_used += p.resources.cpu
-        n.mem_used += p.resources.mem
+    _shift(nodes, placements, +1)
 
 
 def release(nodes: list[Node], placements: list[Placement]) -> None:
+    _shift(nodes, placements, -1)
+
+
+def _shift(nodes: list[Node], placements: list[Placement], sign: int) -> None:
     by_id = {n.id: n for n in nodes}
     for p in placements:
         n = by_id[p.node_id]
         for s in p.slices:
             dev = next(d for d in n.devices if d.index == s.index)
-            dev.used -= s.gpu
-        n.cpu_used -= p.resources.cpu
-        n.mem_used -= p.resources.mem
+            dev.used += sign * s.gpu
+        n.cpu_used += sign * p.resources.cpu
+        n.mem_used += sign * p.resources.mem
 
 
 __all__ = ["GiB", "apply", "node", "queue", "release", "req"]
