@@ -81,7 +81,7 @@ class Agent:
         self.desired: Assignments | None = None
         self._kick = asyncio.Event()
         self._busy: dict[str, asyncio.Task[None]] = {}  # session id -> its running work
-        self._answered: set[str] = set()  # log/exec requests already answered
+        self._answered: set[str] = set()  # log/exec/commit requests taken on, still listed
         self._reported: dict[str, SessionStatus] = {}  # last report per session (saves calls)
         self._heartbeat_now = asyncio.Event()  # the manager asked for images at once (rescan)
         self._rescan: int | None = None
@@ -197,6 +197,9 @@ class Agent:
             version = desired.version
             self.desired = desired
             self._kick.set()
+            # the manager lists a request until it is answered: forget the ones it no longer does
+            self._answered &= {r.id for r in (*desired.log_requests, *desired.exec_requests,
+                                              *desired.commit_requests)}
             for request in desired.log_requests:
                 self._answer(request.id, self._upload_logs(request))
             for request in desired.exec_requests:
@@ -252,7 +255,10 @@ class Agent:
                 actual[container.session_id] = container
             else:  # a second container claiming a session: only the named one may exist
                 await self.runtime.remove_container(container.container_id)
-        for session_id in sorted(wanted.keys() | actual.keys()):
+        known = wanted.keys() | actual.keys()
+        for gone in self._reported.keys() - known:  # ended and removed: nothing left to say
+            del self._reported[gone]
+        for session_id in sorted(known):
             if session_id in self._busy:
                 continue
             action = decide(wanted.get(session_id), actual.get(session_id), session_id)
