@@ -29,6 +29,7 @@ MAX_MEM = 64 * TiB
 MAX_FGPU_PER_GPU = Decimal(100)
 FGPU_DECIMALS = 2
 CPU_DECIMALS = 3
+FRACTION_STEP = Decimal("0.0001")
 
 _MEM_UNITS = {"": 1, "b": 1, "k": KiB, "m": MiB, "g": GiB, "t": TiB, "p": PiB}
 _MEM_RE = re.compile(r"^\s*(?P<num>\d+(?:\.\d+)?|\.\d+)\s*(?P<unit>[kmgtp]?)(?:i?b)?\s*$", re.I)
@@ -208,6 +209,26 @@ def format_mem(size: int) -> str:
 
 
 # ---------------------------------------------------------------- slice math
+
+
+def slice_fraction(gpu_milli: int, device_capacity_milli: int) -> Decimal:
+    """The share of a device a slice is: ``250 / 2000`` -> ``0.125``, ``1000 / 3000`` -> ``0.3333``.
+
+    Four decimals rounded down (fGPU has two decimals and fGPU per GPU is at most 100, so every
+    share that can be written exactly in four decimals is), never more than the slice holds.
+    The one definition: the API, the agent wire, ``allocation.json`` and the hook all show it.
+    """
+    if device_capacity_milli <= 0:
+        raise ValueError("device capacity must be positive")
+    share = (Decimal(gpu_milli) / device_capacity_milli).quantize(FRACTION_STEP, ROUND_FLOOR)
+    return share.normalize() if share else Decimal(0)
+
+
+def sm_percent(gpu_milli: int, device_capacity_milli: int) -> int:
+    """A slice's compute share in whole percent: rounded down, but at least 1 for any slice."""
+    if gpu_milli <= 0:
+        return 0
+    return max(1, slice_share(100, gpu_milli, device_capacity_milli))
 
 
 def slice_share(amount: int, gpu_milli: int, device_capacity_milli: int) -> int:

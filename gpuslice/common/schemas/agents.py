@@ -1,18 +1,20 @@
 """Node agents: joining, heartbeats, assignments (desired state down) and state reports (up).
 
 An agent authenticates every call after registration with `Authorization: Bearer <credential>`.
+On this wire amounts are exact integers (milli-fGPU, milli-cores, bytes) and durations are
+milliseconds: no floats, so nothing is rounded between the manager and a container.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from gpuslice.common.schemas.common import Number, ResourcesPublic
-from gpuslice.common.schemas.images import ImageCreate, ImagePublic  # noqa: F401 (moved there)
+from gpuslice.common.schemas.common import ExactResources, Number
 from gpuslice.common.schemas.sessions import SessionStatus, SessionType
 
 
@@ -44,22 +46,24 @@ class DeviceReport(BaseModel):
     mem: int = Field(ge=0, description="Device memory in bytes.")
     sms: int = Field(default=0, ge=0)
     mem_used: int = Field(default=0, ge=0, description="Bytes in use (as measured).")
-    utilization: float = Field(default=0, ge=0, le=100, description="Percent busy (measured).")
+    utilization: int = Field(default=0, ge=0, le=100, description="Percent busy (measured).")
 
 
 class NodeRegister(BaseModel):
     join_token: str = Field(min_length=1, max_length=256)
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
     pool: str = Field(default="default", min_length=1, max_length=64)
-    fgpu_per_gpu: Annotated[float, Field(gt=0, le=100)] | None = Field(
-        default=None, description="Override the manager's default fGPU per GPU for this node."
+    device_capacity: int | None = Field(
+        default=None, ge=10, le=100_000, multiple_of=10,
+        description="This node's fGPU per GPU in milli-fGPU (2 fGPU per GPU = 2000), "
+        "overriding the manager's default.",
     )
 
 
 class NodeRegistered(BaseModel):
     node_id: str
     credential: str = Field(description="The agent's secret for every later call; shown once.")
-    heartbeat_interval: float = Field(description="Seconds between heartbeats the manager wants.")
+    heartbeat_interval_ms: int = Field(description="Milliseconds between heartbeats.")
 
 
 class ImageReport(BaseModel):
@@ -71,8 +75,19 @@ class ImageReport(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class SessionUsage(BaseModel):
+    """What one session's container uses now, measured by the agent from its cgroup."""
+
+    session_id: str = Field(min_length=1, max_length=64)
+    cpu: int | None = Field(
+        default=None, ge=0,
+        description="Milli-cores busy, averaged since the previous heartbeat (none yet: null).",
+    )
+    mem: int = Field(ge=0, description="Bytes of memory in use (page cache excluded).")
+
+
 class Heartbeat(BaseModel):
-    """What a node has and runs now. Sent every `heartbeat_interval` seconds."""
+    """What a node has and runs now. Sent every `heartbeat_interval_ms`."""
 
     cpu: int = Field(gt=0, description="Allocatable CPU in milli-cores.")
     mem: int = Field(gt=0, description="Allocatable memory in bytes.")
@@ -85,7 +100,7 @@ class Heartbeat(BaseModel):
     running: list[str] = Field(
         default_factory=list, description="Session ids with a container on this node now."
     )
-    usage: dict[str, float] = Field(default_factory=dict, description="Free-form gauges.")
+    usage: list[SessionUsage] = Field(default_factory=list, max_length=10_000)
 
     @model_validator(mode="after")
     def _unique_devices(self) -> Heartbeat:
@@ -102,15 +117,18 @@ class HeartbeatAck(BaseModel):
 
 
 class SliceAssignment(BaseModel):
+    """One device slice of an assigned session, in exact units (see ``common.resources``)."""
+
     device_index: int
     device_uuid: str
-    gpu: Number = Field(description="fGPU of the slice.")
-    fraction: Number
-    mem: int
-    sms: int
-    capacity: Number | None = Field(
-        default=None, description="fGPU of the whole device (the node's fGPU per GPU)."
+    gpu: int = Field(description="Milli-fGPU of the slice.")
+    capacity: int = Field(description="Milli-fGPU of the whole device (fGPU per GPU × 1000).")
+    fraction: Decimal = Field(
+        description="Share of the device (`slice_fraction`), a decimal string such as \"0.25\"."
     )
+    mem: int = Field(description="Bytes of device memory of the slice.")
+    sms: int = Field(description="Streaming multiprocessors of the slice.")
+    sm_percent: int = Field(description="Compute share in whole percent (`sm_percent`).")
 
 
 class Assignment(BaseModel):
@@ -125,7 +143,7 @@ class Assignment(BaseModel):
     env: dict[str, str]
     status: SessionStatus
     desired: str = Field(description="`running` or `stopped`.")
-    resources: ResourcesPublic
+    resources: ExactResources
     slices: list[SliceAssignment]
     pull: bool = Field(
         default=False,
@@ -134,49 +152,74 @@ class Assignment(BaseModel):
     )
 
 
-class ExecRequest(BaseModel):
-    """The manager wants a command run in a session: answer with `PUT …/exec/{id}`."""
+# ------------------------------------------------------------ the request channel
+# The manager asks an agent for something (``services/channel.ask``): a request rides down with
+# the node's assignments, once, and the agent answers it with ``PUT /agents/me/requests/{id}``
+# (an answer of the same ``kind``). See the manager README, "The request channel".
+
+
+class LogsAsk(BaseModel):
+    """The last ``tail`` lines of a session's output."""
+
+    kind: Literal["logs"] = "logs"
+    tail: int = Field(ge=1, le=100_000)
+
+
+class ExecAsk(BaseModel):
+    """Run ``command`` in a session as its user; kill it after ``timeout_ms``."""
+
+    kind: Literal["exec"] = "exec"
+    command: list[str] = Field(min_length=1, max_length=256)
+    timeout_ms: int = Field(gt=0, le=3_600_000)
+
+
+class CommitAsk(BaseModel):
+    """Commit a session's container as ``reference`` (``repo:tag``) with ``labels`` added to its
+    image's own."""
+
+    kind: Literal["commit"] = "commit"
+    reference: str = Field(min_length=1, max_length=255)
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+Ask = Annotated[LogsAsk | ExecAsk | CommitAsk, Field(discriminator="kind")]
+
+
+class AgentRequest(BaseModel):
+    """One request for the agent, delivered once: answer it with ``PUT …/requests/{id}``."""
 
     id: str
-    session_id: str
-    command: list[str]
-    timeout: float
+    session_id: str | None = Field(description="The session it concerns, if any.")
+    ask: Ask
 
 
-class ExecUpload(BaseModel):
+class LogsAnswer(BaseModel):
+    kind: Literal["logs"] = "logs"
+    logs: str = Field(default="", max_length=4 * 1024 * 1024)
+    truncated: bool = False
+
+
+class ExecAnswer(BaseModel):
     """What a command run in a session printed, and how it ended."""
 
-    exit_code: int
+    kind: Literal["exec"] = "exec"
+    exit_code: int = Field(default=-1, ge=-(2**31), le=2**31 - 1)
     stdout: str = Field(default="", max_length=4 * 1024 * 1024)
     stderr: str = Field(default="", max_length=4 * 1024 * 1024)
     error: str = Field(default="", max_length=2000, description="Why it could not run at all.")
 
 
-class CommitRequest(BaseModel):
-    """The manager wants a session's container committed as ``reference`` (``repo:tag``), with
-    ``labels`` added to its image's own: answer with ``PUT …/commits/{id}``."""
-
-    id: str
-    session_id: str
-    reference: str
-    labels: dict[str, str]
-
-
-class CommitUpload(BaseModel):
+class CommitAnswer(BaseModel):
     """The committed image (its id, size and labels), or why the commit failed."""
 
+    kind: Literal["commit"] = "commit"
     image_id: str | None = Field(default=None, max_length=128)
-    size: int | None = Field(default=None, ge=0)
+    size: int | None = Field(default=None, ge=0, le=2**62)
     labels: dict[str, str] = Field(default_factory=dict)
     error: str = Field(default="", max_length=2000, description="Why it could not commit.")
 
 
-class LogRequest(BaseModel):
-    """The manager wants a session's log tail: upload it with `PUT …/logs/{id}`."""
-
-    id: str
-    session_id: str
-    tail: int
+Answer = Annotated[LogsAnswer | ExecAnswer | CommitAnswer, Field(discriminator="kind")]
 
 
 class Assignments(BaseModel):
@@ -185,9 +228,9 @@ class Assignments(BaseModel):
     node_id: str
     version: int
     sessions: list[Assignment]
-    log_requests: list[LogRequest]
-    exec_requests: list[ExecRequest] = Field(default_factory=list)
-    commit_requests: list[CommitRequest] = Field(default_factory=list)
+    requests: list[AgentRequest] = Field(
+        default_factory=list, description="New requests, each delivered in one answer only."
+    )
     remove_images: list[str] = Field(
         default_factory=list,
         description="Images removed from the catalog: delete them once no container uses them.",
@@ -210,11 +253,6 @@ class StateReport(BaseModel):
         description="TERMINATED/ERROR: the session's last output, kept after its container "
         "is removed.",
     )
-
-
-class LogUpload(BaseModel):
-    logs: str = Field(max_length=4 * 1024 * 1024)
-    truncated: bool = False
 
 
 class NodePublic(BaseModel):

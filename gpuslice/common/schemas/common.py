@@ -75,6 +75,18 @@ class ResourcesPublic(BaseModel):
         return cls(gpu=fgpu_decimal(gpu), cpu=fgpu_decimal(cpu), mem=mem)
 
 
+class ExactResources(BaseModel):
+    """Resources as exact integers, the unit of the agent wire: ``gpu`` in milli-fGPU, ``cpu``
+    in milli-cores, ``mem`` in bytes."""
+
+    gpu: int = Field(ge=0)
+    cpu: int = Field(ge=0)
+    mem: int = Field(ge=0)
+
+    def to_resources(self) -> Resources:
+        return Resources(self.gpu, self.cpu, self.mem)
+
+
 class Page(BaseModel, Generic[T]):
     """One page of a listing, newest first."""
 
