@@ -212,7 +212,7 @@ def format_mem(size: int) -> str:
 
 
 def slice_fraction(gpu_milli: int, device_capacity_milli: int) -> Decimal:
-    """The share of a device a slice is: ``250 / 2000`` -> ``0.125``, ``1000 / 3000`` -> ``0.3333``.
+    """The share of a device a slice is: 250 of 2000 milli -> ``0.125``, 1000 of 3000 -> 0.3333.
 
     Four decimals rounded down (fGPU has two decimals and fGPU per GPU is at most 100, so every
     share that can be written exactly in four decimals is), never more than the slice holds.

@@ -26,16 +26,16 @@ from gpuslice.manager.db import migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
-from gpuslice.manager.services import logs, session_commit, session_exec
-from gpuslice.manager.services import nodes as node_service
-from gpuslice.manager.services.scheduling import run_pass
+from gpuslice.manager.services import channel
+from gpuslice.manager.services.nodes.liveness import sweep_lost
+from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.users import ensure_admin
 from gpuslice.manager.settings import ManagerSettings
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
-_STALE_LOG_REQUESTS = timedelta(minutes=10)
-_STALE_EXEC_REQUESTS = timedelta(minutes=1)  # after their expiry: the waiter has given up
+# Requests are purged this long after their expiry (their waiter died with its manager).
+_REQUEST_GRACE = timedelta(minutes=1)
 
 
 def create_app(settings: ManagerSettings) -> FastAPI:
@@ -69,6 +69,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     )
     sessionmaker = make_sessionmaker(engine, hub)
     app.state.hub, app.state.engine, app.state.sessionmaker = hub, engine, sessionmaker
+    app.state.channel = channel.Channel(sessionmaker, hub, settings.nodes.assignment_poll)
     try:
         if settings.database.migrate_on_start:
             await migrate.upgrade(engine)
@@ -99,11 +100,9 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         # Just after a (re)start every node's last heartbeat is as old as the manager's own
         # downtime: agents get one node_timeout to report before any is called lost.
         if time.monotonic() - started >= settings.nodes.node_timeout:
-            await node_service.sweep_lost(sessionmaker, settings.nodes.node_timeout)
+            await sweep_lost(sessionmaker, settings.nodes.node_timeout)
         async with sessionmaker() as db:
-            await logs.purge_stale(db, _STALE_LOG_REQUESTS)
-            await session_exec.purge_stale(db, _STALE_EXEC_REQUESTS)
-            await session_commit.purge_stale(db, _STALE_EXEC_REQUESTS)
+            await channel.purge(db, _REQUEST_GRACE)
 
     scheduler = supervise(
         "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler

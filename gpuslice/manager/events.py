@@ -1,9 +1,9 @@
 """In-process wake-ups, published only after the transaction that caused them commits.
 
 The database is the source of truth; these signals only make waiters (the scheduling loop,
-agents' long-polls, status streams, log and exec requests) look again *now* instead of at their
-next poll. Waiters always also poll the database, so several manager replicas still work without
-them.
+agents' long-polls, status streams, asks waiting for an agent's answer) look again *now* instead
+of at their next poll. Waiters always also poll the database, so several manager replicas still
+work without them.
 """
 
 from __future__ import annotations
@@ -52,9 +52,7 @@ async def wait_for(event: asyncio.Event, timeout: float) -> bool:
 class Hub:
     scheduler: asyncio.Event = field(default_factory=asyncio.Event)
     history: Signal = field(default_factory=Signal)
-    logs: Signal = field(default_factory=Signal)
-    execs: Signal = field(default_factory=Signal)
-    commits: Signal = field(default_factory=Signal)
+    answers: Signal = field(default_factory=Signal)  # an agent answered a request
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     _nodes: dict[str, Signal] = field(default_factory=dict)
 
@@ -63,8 +61,7 @@ class Hub:
         no open request holds the shutdown for its whole wait."""
         self.closing.set()
         self.scheduler.set()
-        for signal in (self.history, self.logs, self.execs, self.commits,
-                       *self._nodes.values()):
+        for signal in (self.history, self.answers, *self._nodes.values()):
             signal.notify()
 
     def node(self, node_id: str) -> Signal:
@@ -78,17 +75,13 @@ class Hub:
                 self.node(key).notify()
             elif kind == "history":
                 self.history.notify()
-            elif kind == "logs":
-                self.logs.notify()
-            elif kind == "exec":
-                self.execs.notify()
-            elif kind == "commit":
-                self.commits.notify()
+            elif kind == "answer":
+                self.answers.notify()
 
 
 def wake_after_commit(db: AsyncSession, kind: str, key: str = "") -> None:
-    """Queue a wake-up (``scheduler``, ``node``+id, ``history``, ``logs``, ``exec``,
-    ``commit``) for the next commit."""
+    """Queue a wake-up (``scheduler``, ``node``+id, ``history``, ``answer``) for the next
+    commit."""
     db.info.setdefault(_KEY, set()).add((kind, key))
 
 

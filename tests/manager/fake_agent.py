@@ -2,8 +2,8 @@
 
 It registers with a join token, sends heartbeats, follows its assignments by long-poll, reports
 PREPARING then RUNNING for new sessions and TERMINATED (with its last output) for sessions to
-stop, and answers log and exec requests (each exec request id once, as a real agent must). The
-only fake in the manager's tests (there is no container runtime here).
+stop, and answers the requests that come with its assignments (logs, exec, commit). The only
+fake in the manager's tests (there is no container runtime here).
 """
 
 from __future__ import annotations
@@ -21,10 +21,16 @@ ExecAnswer = Callable[[dict[str, Any]], dict[str, Any]]
 
 def echo(request: dict[str, Any]) -> dict[str, Any]:
     """The default exec answer: what ran where, and the exit code 0."""
+    ask = request["ask"]
     return {
-        "exit_code": 0, "stdout": " ".join(request["command"]) + "\n",
-        "stderr": f"in {request['session_id']} within {request['timeout']:g}s\n",
+        "exit_code": 0, "stdout": " ".join(ask["command"]) + "\n",
+        "stderr": f"in {request['session_id']} within {ask['timeout_ms'] / 1000:g}s\n",
     }
+
+
+def requests_of(answer: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    """The requests of one kind in an assignments answer."""
+    return [r for r in answer["requests"] if r["ask"]["kind"] == kind]
 
 
 def gpu(index: int, model: str = "Mock A100", mem: int = 40 * GiB) -> dict[str, Any]:
@@ -67,8 +73,8 @@ class FakeAgent:
 
     async def start(self) -> None:
         body: dict[str, Any] = {"join_token": self.join_token, "name": self.name}
-        if self.fgpu_per_gpu is not None:
-            body["fgpu_per_gpu"] = self.fgpu_per_gpu
+        if self.fgpu_per_gpu is not None:  # the wire's unit: one GPU in milli-fGPU
+            body["device_capacity"] = round(self.fgpu_per_gpu * 1000)
         r = await self.client.post("/api/v1/agents/register", json=body)
         r.raise_for_status()
         self.node_id = r.json()["node_id"]
@@ -99,8 +105,13 @@ class FakeAgent:
             f"/api/v1/agents/me/sessions/{session_id}/state", json={"status": status, **extra}
         )
 
+    async def answer(self, request_id: str, kind: str, body: dict[str, Any]) -> httpx.Response:
+        return await self.client.put(
+            f"/api/v1/agents/me/requests/{request_id}", json={"kind": kind, **body}
+        )
+
     async def answer_exec(self, request_id: str, body: dict[str, Any]) -> httpx.Response:
-        return await self.client.put(f"/api/v1/agents/me/exec/{request_id}", json=body)
+        return await self.answer(request_id, "exec", body)
 
     async def _follow(self) -> None:
         version: int | None = None
@@ -126,30 +137,30 @@ class FakeAgent:
                 await self.report(sid, "PREPARING")
                 self.running.add(sid)
                 await self.report(sid, "RUNNING")
-        for req in answer["log_requests"]:
-            await self.client.put(
-                f"/api/v1/agents/me/logs/{req['id']}",
-                json={"logs": f"hello from {req['session_id']} (tail {req['tail']})\n"},
-            )
-        for req in answer.get("commit_requests", []):
+        for req in requests_of(answer, "logs"):
+            await self.answer(req["id"], "logs", {
+                "logs": f"hello from {req['session_id']} (tail {req['ask']['tail']})\n"
+            })
+        for req in requests_of(answer, "commit"):
             if all(req["id"] != done["id"] for done in self.committed):
                 self.committed.append(req)
                 await self._commit(req)
-        for req in answer["exec_requests"]:
+        for req in requests_of(answer, "exec"):
             if req["id"] not in self.executed:
                 self.executed.append(req["id"])
                 await self.answer_exec(req["id"], self.exec_answer(req))
 
     async def _commit(self, req: dict[str, Any]) -> None:
+        ask = req["ask"]
         if self.commit_error:
             body: dict[str, Any] = {"error": self.commit_error}
         else:  # the new image is on this node from now on, with the labels asked for
             image_id = f"sha256:{len(self.committed):064x}"
-            body = {"image_id": image_id, "size": 5 * 1024**2, "labels": req["labels"]}
-            self.images = [*self.images, req["reference"]]
+            body = {"image_id": image_id, "size": 5 * 1024**2, "labels": ask["labels"]}
+            self.images = [*self.images, ask["reference"]]
             if self.image_details is not None:
                 self.image_details = [
-                    *self.image_details, {"tag": req["reference"], **body}
+                    *self.image_details, {"tag": ask["reference"], **body}
                 ]
-        r = await self.client.put(f"/api/v1/agents/me/commits/{req['id']}", json=body)
+        r = await self.answer(req["id"], "commit", body)
         r.raise_for_status()

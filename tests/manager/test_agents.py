@@ -13,7 +13,7 @@ from sqlalchemy import select, update
 from gpuslice.manager.app import create_app
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import NodeRow
-from gpuslice.manager.services.nodes import sweep_lost
+from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import AgentFactory, Client, client_for, create
 from tests.manager.test_e2e import wait_status
@@ -49,9 +49,9 @@ async def test_a_new_session_reaches_its_agent_well_under_a_second(
         assert time.monotonic() - started < 1.0
     delivered = next(a for x in agent.seen for a in x["sessions"] if a["session_id"] == s["id"])
     assert delivered["desired"] == "running" and delivered["status"] == "SCHEDULED"
-    assert delivered["slices"] == [{
-        "device_index": 0, "device_uuid": "GPU-mock-0", "gpu": 0.5, "fraction": 0.5,
-        "mem": 20 * 1024**3, "sms": 54, "capacity": 1.0,
+    assert delivered["slices"] == [{  # exact units: milli-fGPU, bytes, a decimal string
+        "device_index": 0, "device_uuid": "GPU-mock-0", "gpu": 500, "fraction": "0.5",
+        "mem": 20 * 1024**3, "sms": 54, "capacity": 1000, "sm_percent": 50,
     }]
     print(f"create -> delivered to agent: {(time.monotonic() - started) * 1000:.1f} ms")
 
@@ -178,3 +178,22 @@ async def test_a_restarted_manager_gives_nodes_one_timeout_before_calling_them_l
         await asyncio.sleep(1.0)  # five sweep intervals
         async with restarted.state.sessionmaker() as db:
             assert await db.scalar(select(NodeRow.status)) == "ALIVE"
+
+
+async def test_the_slice_fraction_is_the_same_in_the_api_and_on_the_wire(
+    admin: Client, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent(auto_run=False, fgpu_per_gpu=3)  # 1 fGPU is a third of a GPU
+    [s] = await create(admin, resources={"gpu": 1})
+    body = await wait_status(admin, s["id"], {"SCHEDULED"})
+    [api_slice] = body["placement"]["devices"]
+    deadline = time.monotonic() + 2
+    while not (wire := next((a for x in agent.seen for a in x["sessions"]
+                             if a["session_id"] == s["id"]), None)):
+        assert time.monotonic() < deadline, "the session did not reach its agent"
+        await asyncio.sleep(0.01)
+    [wire_slice] = wire["slices"]
+    assert api_slice["fraction"] == 0.3333 and wire_slice["fraction"] == "0.3333"
+    exact = (wire_slice["gpu"], wire_slice["capacity"], wire_slice["sm_percent"])
+    assert exact == (1000, 3000, 33)
+    assert wire["resources"] == {"gpu": 1000, "cpu": 1000, "mem": 1024**3}

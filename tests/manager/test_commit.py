@@ -38,7 +38,7 @@ async def test_commit_makes_a_private_image_of_the_owner(
     assert not image["public"] and image["owner"] == "alice"
     assert image["origin_session"] == s["id"] and image["nodes"] == ["node-1"]
     [request] = agent.committed
-    assert request["labels"] == {
+    assert request["ask"]["labels"] == {
         "gpuslice.image.owner": "alice", "gpuslice.image.origin-session": s["id"]
     }
     assert "alice/env:work" in await _names(alice)

@@ -13,10 +13,10 @@ from fastapi import FastAPI
 from sqlalchemy import func, select
 
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import ExecRequestRow
-from gpuslice.manager.services import session_exec
+from gpuslice.manager.db.models import AgentRequestRow
+from gpuslice.manager.services import channel
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
-from tests.manager.fake_agent import FakeAgent
+from tests.manager.fake_agent import FakeAgent, requests_of
 from tests.manager.test_e2e import wait_status
 
 
@@ -38,7 +38,8 @@ async def _exec(client: Client, session_id: str, *command: str, timeout: float =
 
 async def _open_requests(app: FastAPI) -> int:
     async with app.state.sessionmaker() as db:
-        return await db.scalar(select(func.count()).select_from(ExecRequestRow)) or 0
+        count = select(func.count()).where(AgentRequestRow.kind == "exec")
+        return await db.scalar(count) or 0
 
 
 async def _delivered(agent: FakeAgent, timeout: float = 2.0) -> dict[str, Any]:
@@ -46,8 +47,8 @@ async def _delivered(agent: FakeAgent, timeout: float = 2.0) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for answer in agent.seen:
-            if answer["exec_requests"]:
-                return answer["exec_requests"][0]
+            if requests_of(answer, "exec"):
+                return requests_of(answer, "exec")[0]
         await asyncio.sleep(0.01)
     raise AssertionError("no exec request reached the agent")
 
@@ -121,7 +122,8 @@ async def test_an_agent_that_never_answers_is_a_504(
     waiting = asyncio.create_task(_exec(admin, s["id"], "sleep", "1", timeout=0.2))
     request = await _delivered(agent)
     assert request == {
-        "id": request["id"], "session_id": s["id"], "command": ["sleep", "1"], "timeout": 0.2
+        "id": request["id"], "session_id": s["id"],
+        "ask": {"kind": "exec", "command": ["sleep", "1"], "timeout_ms": 200},
     }
     held = []  # no database connection is held while the user request waits
     for _ in range(20):
@@ -145,7 +147,7 @@ async def test_only_the_addressed_node_may_answer(
     s = await _running(admin, one)
     waiting = asyncio.create_task(_exec(admin, s["id"], "hostname"))
     request = await _delivered(one)
-    assert not any(answer["exec_requests"] for answer in two.seen)
+    assert not any(answer["requests"] for answer in two.seen)
 
     r = await two.answer_exec(request["id"], {"exit_code": 0, "stdout": "node-2\n"})
     assert r.status_code == 404 and r.json()["code"] == "not_found"
@@ -179,14 +181,22 @@ async def test_expired_requests_are_neither_delivered_nor_kept(
     async with app.state.sessionmaker() as db:  # left behind by a manager that died waiting
         for minutes in (2, -5):
             db.add(
-                ExecRequestRow(
-                    session_id=s["id"], node_id=agent.node_id, command=["ls"], timeout=1,
+                AgentRequestRow(
+                    kind="exec", session_id=s["id"], node_id=agent.node_id,
+                    payload={"kind": "exec", "command": ["ls"], "timeout_ms": 1000},
                     expires_at=utcnow() - timedelta(minutes=minutes),
                 )
             )
         await db.commit()
-    r = await agent.client.get("/api/v1/agents/me/assignments", params={"wait": 0})
-    assert [q["command"] for q in r.json()["exec_requests"]] == [["ls"]]  # the live one only
+    # The live one reaches the node once: in this answer or in its own long-poll's.
+    answers = [(await agent.client.get("/api/v1/agents/me/assignments", params={"wait": 0}))
+               .json()]
+    deadline = time.monotonic() + 2
+    while not any(requests_of(a, "exec") for a in [*answers, *agent.seen]):
+        assert time.monotonic() < deadline, "the live request was not delivered"
+        await asyncio.sleep(0.01)
+    live = [q for a in [*answers, *agent.seen] for q in requests_of(a, "exec")]
+    assert [q["ask"]["command"] for q in live] == [["ls"]]  # the live one only, once
     async with app.state.sessionmaker() as db:
-        await session_exec.purge_stale(db, timedelta(minutes=1))
+        await channel.purge(db, timedelta(minutes=1))
     assert await _open_requests(app) == 1

@@ -9,8 +9,8 @@ from fastapi import FastAPI
 from sqlalchemy import func, select, update
 
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import LogRequestRow, NodeRow
-from gpuslice.manager.services.nodes import sweep_lost
+from gpuslice.manager.db.models import AgentRequestRow, NodeRow
+from gpuslice.manager.services.nodes.liveness import sweep_lost
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.test_e2e import wait_status
 
@@ -27,7 +27,8 @@ async def _logs(client: Client, session_id: str, **params: int) -> tuple[str, fl
 
 async def _log_requests(app: FastAPI) -> int:
     async with app.state.sessionmaker() as db:
-        return await db.scalar(select(func.count()).select_from(LogRequestRow)) or 0
+        count = select(func.count()).where(AgentRequestRow.kind == "logs")
+        return await db.scalar(count) or 0
 
 
 async def test_final_logs_are_kept_and_served_without_the_agent(
@@ -47,7 +48,7 @@ async def test_final_logs_are_kept_and_served_without_the_agent(
     assert (await _logs(admin, ok["id"], tail=2))[0] == "line 4\nline 5\n"
     assert (await _logs(admin, failed["id"], tail=10))[0] == "Killed\n"
     assert await _log_requests(app) == 0
-    assert not any(answer["log_requests"] for answer in agent.seen)
+    assert not any(answer["requests"] for answer in agent.seen)
 
     # A repeated report (its answer was lost) neither changes nor duplicates them.
     await agent.report(ok["id"], "TERMINATED", exit_code=0, logs="other\n")

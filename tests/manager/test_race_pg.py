@@ -16,7 +16,7 @@ from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.db.models import Allocation, DeviceRow, NodeRow, SessionRow, User
 from gpuslice.manager.events import Hub
 from gpuslice.manager.scheduler import Policy, SchedulerConfig, Strategy
-from gpuslice.manager.services.scheduling import PassStats, run_pass
+from gpuslice.manager.services.scheduling.passes import PassStats, run_pass
 from tests.conftest import pg_url
 
 pytestmark = pytest.mark.pg

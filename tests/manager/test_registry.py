@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from gpuslice.manager import registry
+from gpuslice.manager.services.images import registry
 from gpuslice.manager.settings import ManagerSettings, RegistrySettings, load_settings
 from tests.manager import fake_registry
 from tests.manager.conftest import IMAGE, AgentFactory, Client, create

@@ -169,7 +169,7 @@ async def test_openapi_and_docs(anon: Client) -> None:
         assert path in spec["paths"]
     for path, method in (("/api/v1/sessions/{session_id}/exec", "post"),
                          ("/api/v1/sessions/{session_id}/logs", "get"),
-                         ("/api/v1/agents/me/exec/{request_id}", "put")):
+                         ("/api/v1/agents/me/requests/{request_id}", "put")):
         assert spec["paths"][path][method]["description"], path
     docs = await anon.get("/docs")
     assert docs.status_code == 200 and "/api/v1/openapi.json" in docs.text

@@ -13,8 +13,10 @@ from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.models import ApiToken, NodeRow, SessionRow, User
 from gpuslice.manager.errors import Forbidden, Unauthorized
 from gpuslice.manager.events import Hub
-from gpuslice.manager.services import agents, auth
-from gpuslice.manager.services.session_views import get_visible
+from gpuslice.manager.services import auth
+from gpuslice.manager.services.channel import Channel
+from gpuslice.manager.services.nodes.registration import authenticate_node
+from gpuslice.manager.services.sessions.views import get_visible
 from gpuslice.manager.settings import ManagerSettings
 
 _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token>`")
@@ -37,10 +39,15 @@ def _sessionmaker(request: Request) -> async_sessionmaker[AsyncSession]:
     return request.app.state.sessionmaker
 
 
+def _channel(request: Request) -> Channel:
+    return request.app.state.channel
+
+
 DbDep = Annotated[AsyncSession, Depends(_db)]
 SettingsDep = Annotated[ManagerSettings, Depends(_settings)]
 HubDep = Annotated[Hub, Depends(_hub)]
 SessionmakerDep = Annotated[async_sessionmaker[AsyncSession], Depends(_sessionmaker)]
+ChannelDep = Annotated[Channel, Depends(_channel)]
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
@@ -86,7 +93,7 @@ VisibleSession = Annotated[SessionRow, Depends(_visible_session)]
 
 
 async def _current_node(db: DbDep, credentials: Bearer) -> NodeRow:
-    return await agents.authenticate_node(db, _secret(credentials))
+    return await authenticate_node(db, _secret(credentials))
 
 
 CurrentNode = Annotated[NodeRow, Depends(_current_node)]

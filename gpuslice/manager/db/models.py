@@ -15,7 +15,6 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
-    Float,
     ForeignKey,
     Index,
     Integer,
@@ -272,56 +271,25 @@ class StatusHistory(Base):
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class LogRequestRow(Base):
-    """The manager asked a node for a session's log tail; the agent fills ``content``."""
+class AgentRequestRow(Base):
+    """A request for a node's agent (``services/channel.py``): what to do (``kind`` and
+    ``payload``, an ``Ask`` of the agent wire), delivered once with the node's assignments, and
+    the agent's ``answer`` once it came. Short-lived: the waiter deletes it, the sweep purges
+    what a dead waiter left."""
 
-    __tablename__ = "log_requests"
-
-    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"), index=True)
-    tail: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    content: Mapped[str | None] = mapped_column(Text)
-    truncated: Mapped[bool] = mapped_column(Boolean, default=False)
-
-
-class ExecRequestRow(Base):
-    """The manager asked a node to run a command in a session; the agent fills the result."""
-
-    __tablename__ = "exec_requests"
+    __tablename__ = "agent_requests"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    kind: Mapped[str] = mapped_column(String(16))
     node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"), index=True)
-    command: Mapped[list[str]] = mapped_column(JSON)
-    timeout: Mapped[float] = mapped_column(Float)  # seconds the agent lets the command run
+    session_id: Mapped[str | None] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), index=True
+    )
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    # When the user stops waiting: never delivered after it (a command nobody awaits must not
-    # run), purged a little later. Timeouts differ per request, so a fixed age would not do.
+    # When the waiter stops waiting: never delivered after it (work nobody awaits must not
+    # run) and purged a little later. Each kind has its own wait, so a fixed age would not do.
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    exit_code: Mapped[int | None] = mapped_column(Integer)
-    stdout: Mapped[str | None] = mapped_column(Text)
-    stderr: Mapped[str | None] = mapped_column(Text)
-    error: Mapped[str | None] = mapped_column(Text)
-
-
-
-class CommitRequestRow(Base):
-    """The manager asked a node to commit a session's container into ``reference``."""
-
-    __tablename__ = "commit_requests"
-
-    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
-    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
-    node_id: Mapped[str] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"), index=True)
-    reference: Mapped[str] = mapped_column(String(255))
-    labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
-    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
-    expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
-    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    image_id: Mapped[str | None] = mapped_column(String(128))
-    size: Mapped[int | None] = mapped_column(BigInteger)
-    error: Mapped[str | None] = mapped_column(Text)
+    delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    answer: Mapped[dict[str, Any] | None] = mapped_column(JSON)

@@ -13,7 +13,7 @@ from gpuslice.common.schemas.images import (
     ImageUpdate,
 )
 from gpuslice.manager.api.deps import AdminUser, CurrentUser, DbDep, SettingsDep
-from gpuslice.manager.services import image_aliases, images
+from gpuslice.manager.services.images import aliases, catalog
 
 router = APIRouter(prefix="/images", tags=["images"])
 
@@ -22,47 +22,47 @@ router = APIRouter(prefix="/images", tags=["images"])
 async def list_images(db: DbDep, settings: SettingsDep, user: CurrentUser) -> list[ImagePublic]:
     """Images the caller may use: public ones and their own private ones (admins: all), with
     title, frameworks, size, apps, minimum resources, visibility and the nodes having them."""
-    return await images.list_images(db, user, settings.sessions.allowed_images)
+    return await catalog.list_images(db, user, settings.sessions.allowed_images)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)
 async def allow_image(body: ImageCreate, db: DbDep, _admin: AdminUser) -> ImagePublic:
     """Add an image to the allow list: public and accepted even before a node has it."""
-    return await images.allow_image(db, body)
+    return await catalog.allow_image(db, body)
 
 
 @router.post("/rescan")
 async def rescan(db: DbDep, settings: SettingsDep, _admin: AdminUser) -> ImageRescan:
     """Read the configured registry's images and ask every alive node to report its images now
     (admins only); 409 `registry_unreachable` when the registry cannot be read."""
-    return await images.rescan(db, settings.registry)
+    return await catalog.rescan(db, settings.registry)
 
 
 @router.get("/aliases")
 async def list_aliases(db: DbDep, _user: CurrentUser) -> list[ImageAliasPublic]:
     """Short names for image references."""
-    return await image_aliases.list_aliases(db)
+    return await aliases.list_aliases(db)
 
 
 @router.post("/aliases", status_code=status.HTTP_201_CREATED)
 async def set_alias(body: ImageAliasCreate, db: DbDep, _admin: AdminUser) -> ImageAliasPublic:
     """Create an alias, or point an existing one elsewhere (admins only)."""
-    return await image_aliases.set_alias(db, body)
+    return await aliases.set_alias(db, body)
 
 
 @router.delete("/aliases/{name}", status_code=status.HTTP_204_NO_CONTENT)
 async def delete_alias(name: str, db: DbDep, _admin: AdminUser) -> None:
     """Delete an alias (admins only)."""
-    await image_aliases.delete_alias(db, name)
+    await aliases.delete_alias(db, name)
 
 
 @router.patch("/{name:path}")
 async def update_image(name: str, body: ImageUpdate, db: DbDep, _admin: AdminUser) -> ImagePublic:
     """Make an image public, e.g. one committed from a session (admins only)."""
-    return await images.update_image(db, name, body)
+    return await catalog.update_image(db, name, body)
 
 
 @router.delete("/{name:path}", status_code=status.HTTP_204_NO_CONTENT)
 async def remove_image(name: str, db: DbDep, settings: SettingsDep, _admin: AdminUser) -> None:
     """Remove an image from the catalog; nodes delete it once no container uses it (admins)."""
-    await images.remove_image(db, name, settings.sessions.allowed_images)
+    await catalog.remove_image(db, name, settings.sessions.allowed_images)

@@ -18,6 +18,7 @@ from gpuslice.common.schemas.sessions import (
     SessionStatus,
 )
 from gpuslice.manager.api.deps import (
+    ChannelDep,
     CurrentUser,
     DbDep,
     HubDep,
@@ -25,8 +26,7 @@ from gpuslice.manager.api.deps import (
     SettingsDep,
     VisibleSession,
 )
-from gpuslice.manager.services import logs, session_commit, session_exec, sessions, stream
-from gpuslice.manager.services.session_views import describe, list_sessions
+from gpuslice.manager.services.sessions import commands, commit, launch, logs, stream, views
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 
@@ -36,7 +36,7 @@ async def create_sessions(
     body: SessionCreate, db: DbDep, user: CurrentUser, settings: SettingsDep
 ) -> list[SessionPublic]:
     """Create `count` sessions; they are PENDING at once and the scheduling loop places them."""
-    return await sessions.create_sessions(db, user, body, settings)
+    return await launch.create_sessions(db, user, body, settings)
 
 
 @router.get("")
@@ -50,7 +50,7 @@ async def list_all(
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> Page[SessionPublic]:
     """Sessions the caller may see, newest first; filter by status, owner (admins) or name."""
-    return await list_sessions(
+    return await views.list_sessions(
         db, user, statuses=status_ or (), owner=owner, name=name, limit=limit, offset=offset
     )
 
@@ -81,66 +81,51 @@ async def events(
 @router.post("/destroy")
 async def destroy_many(body: SessionDestroy, db: DbDep, user: CurrentUser) -> list[SessionPublic]:
     """Destroy several sessions: PENDING ones are CANCELLED, placed ones TERMINATING."""
-    return await sessions.destroy_sessions(db, user, body.ids)
+    return await launch.destroy_sessions(db, user, body.ids)
 
 
 @router.get("/{session_id}")
 async def get_session(row: VisibleSession, db: DbDep) -> SessionPublic:
     """One session: status, why it waits and its queue position, placement, status history."""
-    return await describe(db, row.id)
+    return await views.describe(db, row.id)
 
 
 @router.delete("/{session_id}")
 async def destroy(row: VisibleSession, db: DbDep, user: CurrentUser) -> SessionPublic:
     """Destroy a session: a PENDING one is CANCELLED at once, a placed one is stopped."""
-    return (await sessions.destroy_sessions(db, user, [row.id]))[0]
+    return (await launch.destroy_sessions(db, user, [row.id]))[0]
 
 
 @router.get("/{session_id}/logs")
 async def get_logs(
     row: VisibleSession,
-    sessionmaker: SessionmakerDep,
-    hub: HubDep,
+    channel: ChannelDep,
     settings: SettingsDep,
     tail: Annotated[int | None, Query(ge=1, le=100_000)] = None,
 ) -> SessionLogs:
     """The last `tail` lines of the session's output: from its agent while it may run, kept
     from its final report once it ended, empty before it started."""
     cfg = settings.sessions
-    return await logs.fetch_logs(
-        sessionmaker, hub, row, tail or cfg.log_tail, cfg.log_timeout,
-        settings.nodes.assignment_poll,
-    )
+    return await logs.fetch_logs(channel, row, tail or cfg.log_tail, cfg.log_timeout)
 
 
 @router.post("/{session_id}/exec")
 async def exec_command(
-    row: VisibleSession,
-    body: SessionExec,
-    sessionmaker: SessionmakerDep,
-    hub: HubDep,
-    settings: SettingsDep,
+    row: VisibleSession, body: SessionExec, channel: ChannelDep, settings: SettingsDep
 ) -> SessionExecResult:
     """Run a command in a RUNNING session (409 `not_running` otherwise) and answer its exit code
     and output. Waits for the node's agent up to `timeout` plus `sessions.log_timeout` seconds
     (504 `agent_timeout` after); 409 `exec_failed` when the agent could not run it."""
-    return await session_exec.run_command(
-        sessionmaker, hub, row, body, settings.sessions.log_timeout,
-        settings.nodes.assignment_poll,
-    )
+    return await commands.run_command(channel, row, body, settings.sessions.log_timeout)
 
 
 @router.post("/{session_id}/commit")
-async def commit(
-    row: VisibleSession,
-    body: SessionCommit,
-    sessionmaker: SessionmakerDep,
-    hub: HubDep,
-    settings: SettingsDep,
+async def commit_session(
+    row: VisibleSession, body: SessionCommit, channel: ChannelDep, settings: SettingsDep
 ) -> SessionCommitResult:
     """Snapshot a RUNNING session's container into a new image private to its owner (`name` is
     `repository[:tag]`, the tag defaulting to the session's name). Waits for the node's agent up
     to `sessions.commit_timeout` (504 `agent_timeout` after). Storage folders are not part of
     the image. 409 `not_running`, `image_exists`, `commit_failed`; 422 `quota_exceeded` at the
     owner's `max_private_images`."""
-    return await session_commit.commit_session(sessionmaker, hub, row, body, settings)
+    return await commit.commit_session(channel, row, body, settings)

@@ -30,8 +30,8 @@ from gpuslice.manager.scheduler import (
     UserState,
     schedule,
 )
-from gpuslice.manager.services.allocation import PlacementLost, apply_placement
 from gpuslice.manager.services.policies import quota_of
+from gpuslice.manager.services.scheduling.allocation import PlacementLost, apply_placement
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Nodes as admins see them, and the sweep that marks silent nodes LOST."""
+"""The sweep that marks silent nodes LOST and ends the sessions they held."""
 
 from __future__ import annotations
 
@@ -7,10 +7,8 @@ from datetime import timedelta
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.orm import selectinload
 
-from gpuslice.common.resources import fgpu_decimal
-from gpuslice.common.schemas.agents import DevicePublic, NodePublic, NodeStatus
+from gpuslice.common.schemas.agents import NodeStatus
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import NodeRow, SessionRow
@@ -19,13 +17,6 @@ from gpuslice.manager.services.lifecycle import transition
 
 log = logging.getLogger(__name__)
 NODE_LOST = "node lost"
-
-
-async def list_nodes(db: AsyncSession) -> list[NodePublic]:
-    rows = await db.scalars(
-        select(NodeRow).options(selectinload(NodeRow.devices)).order_by(NodeRow.name)
-    )
-    return [_public(n) for n in rows]
 
 
 async def sweep_lost(sessionmaker: async_sessionmaker[AsyncSession], timeout: float) -> int:
@@ -63,20 +54,3 @@ async def sweep_lost(sessionmaker: async_sessionmaker[AsyncSession], timeout: fl
             except StaleStatus:  # it ended meanwhile: nothing left to release
                 await db.rollback()
     return len(lost)
-
-
-def _public(row: NodeRow) -> NodePublic:
-    return NodePublic(
-        id=row.id, name=row.name, pool=row.pool, status=NodeStatus(row.status),
-        cpu=fgpu_decimal(row.cpu), mem=row.mem, cpu_used=fgpu_decimal(row.cpu_used),
-        mem_used=row.mem_used, fgpu_per_gpu=fgpu_decimal(row.device_capacity),
-        devices=[
-            DevicePublic(
-                index=d.index, uuid=d.uuid, model=d.model, mem=d.mem, sms=d.sms,
-                capacity=fgpu_decimal(d.capacity), used=fgpu_decimal(d.used),
-            )
-            for d in row.devices
-        ],
-        images=row.images, last_heartbeat_at=row.last_heartbeat_at,
-        registered_at=row.registered_at,
-    )

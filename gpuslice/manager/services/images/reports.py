@@ -21,7 +21,7 @@ from gpuslice.common.images import ImageMeta
 from gpuslice.common.schemas.agents import Heartbeat, ImageReport
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import Image, ImageNode, User
-from gpuslice.manager.registry import RegistryImage
+from gpuslice.manager.services.images.registry import RegistryImage
 
 
 async def sync_node(db: AsyncSession, node_id: str, body: Heartbeat) -> None:

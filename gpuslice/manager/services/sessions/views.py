@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from decimal import ROUND_FLOOR, Decimal
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
-from gpuslice.common.resources import fgpu_decimal
+from gpuslice.common.resources import fgpu_decimal, slice_fraction
 from gpuslice.common.schemas.common import Page, ResourcesPublic
 from gpuslice.common.schemas.sessions import (
     AllocationPublic,
@@ -151,12 +150,6 @@ def _slice(a: Allocation) -> AllocationPublic:
     return AllocationPublic(
         device_index=a.device_index, device_uuid=a.device_uuid, device_model=a.device_model,
         gpu=fgpu_decimal(a.gpu),
-        fraction=fraction_of(a.gpu, a.device_capacity),
+        fraction=slice_fraction(a.gpu, a.device_capacity),
         mem=a.mem, sms=a.sms,
     )
-
-
-def fraction_of(gpu: int, device_capacity: int) -> Decimal:
-    """The share of a device a slice is (4 decimals, rounded down)."""
-    share = (Decimal(gpu) / device_capacity).quantize(Decimal("0.0001"), ROUND_FLOOR)
-    return share.normalize()

@@ -13,7 +13,9 @@ from gpuslice.common.resources import (
     parse_fgpu,
     parse_fgpu_per_gpu,
     parse_mem,
+    slice_fraction,
     slice_share,
+    sm_percent,
 )
 
 
@@ -97,3 +99,21 @@ def test_formatting():
     assert format_mem(3 * GiB // 2) == "1.5 GiB"
     assert format_mem(100) == "100 B"
     assert Resources(1, 2, 3) + Resources(1, 1, 1) - Resources(2, 3, 4) == Resources()
+
+
+def test_slice_fraction_is_exact_where_it_can_be_and_never_more_than_the_slice():
+    assert slice_fraction(250, 2000) == Decimal("0.125")
+    assert slice_fraction(1000, 1000) == Decimal(1)
+    assert slice_fraction(1000, 3000) == Decimal("0.3333")  # rounded down, never up
+    assert slice_fraction(2000, 3000) == Decimal("0.6666")
+    assert slice_fraction(10, 100_000) == Decimal("0.0001")  # the smallest slice there is
+    assert str(slice_fraction(500, 1000)) == "0.5"  # no trailing zeros on the wire
+    with pytest.raises(ValueError):
+        slice_fraction(500, 0)
+
+
+def test_sm_percent_rounds_down_but_any_slice_gets_one():
+    assert sm_percent(500, 1000) == 50
+    assert sm_percent(1000, 3000) == 33
+    assert sm_percent(10, 100_000) == 1
+    assert sm_percent(0, 1000) == 0

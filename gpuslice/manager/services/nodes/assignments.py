@@ -1,33 +1,28 @@
 """What each node must run, delivered by long-poll as soon as it changes.
 
 Every change to a node's desired state bumps ``nodes.assignment_version`` in the same transaction
-(see ``lifecycle.transition``). An agent asks with the version it has; the answer comes at once if
-the version moved, else when this process's hub signals the node, else after a short database
-poll (another manager replica made the change), else at the wait limit.
+(see ``lifecycle.transition`` and ``channel``). An agent asks with the version it has; the answer
+comes at once if the version moved, else when this process's hub signals the node, else after a
+short database poll (another manager replica made the change), else at the wait limit. Each
+answer carries the node's new requests (``channel.deliver``: each in one answer only).
 """
 
 from __future__ import annotations
 
 import time
-from datetime import timedelta
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
-from gpuslice.common.resources import fgpu_decimal
-from gpuslice.common.schemas.agents import Assignment, Assignments, LogRequest, SliceAssignment
-from gpuslice.common.schemas.common import ResourcesPublic
+from gpuslice.common.resources import slice_fraction, sm_percent
+from gpuslice.common.schemas.agents import Assignment, Assignments, SliceAssignment
+from gpuslice.common.schemas.common import ExactResources
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus, SessionType
-from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import LogRequestRow, NodeRow, SessionRow, User
+from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, User
 from gpuslice.manager.events import Hub, wait_for
-from gpuslice.manager.services import session_commit
-from gpuslice.manager.services.image_reports import pulls_for, removals_for
-from gpuslice.manager.services.session_exec import pending_for
-from gpuslice.manager.services.session_views import fraction_of
-
-LOG_REQUEST_TTL = timedelta(minutes=5)
+from gpuslice.manager.services import channel
+from gpuslice.manager.services.images.reports import pulls_for, removals_for
 
 
 async def long_poll(
@@ -62,24 +57,15 @@ async def _build(db: AsyncSession, node_id: str, version: int) -> Assignments:
             .order_by(SessionRow.created_at, SessionRow.id)
         )
     ).all()
-    logs = await db.scalars(
-        select(LogRequestRow).where(
-            LogRequestRow.node_id == node_id,
-            LogRequestRow.completed_at.is_(None),
-            LogRequestRow.created_at > utcnow() - LOG_REQUEST_TTL,
-        )
-    )
     pulls = await pulls_for(db, node_id, {row.image for row, _owner in rows})
     answer = Assignments(
         node_id=node_id, version=version,
         sessions=[_assignment(row, owner, row.image in pulls) for row, owner in rows],
-        log_requests=[LogRequest(id=r.id, session_id=r.session_id, tail=r.tail) for r in logs],
-        exec_requests=await pending_for(db, node_id),
-        commit_requests=await session_commit.pending_for(db, node_id),
+        requests=await channel.deliver(db, node_id),
         remove_images=await removals_for(db, node_id),
         rescan=rescan or 0,
     )
-    await db.commit()
+    await db.commit()  # the requests count as delivered from here on
     return answer
 
 
@@ -89,15 +75,15 @@ def _assignment(row: SessionRow, owner: str, pull: bool) -> Assignment:
         session_id=row.id, name=row.name, owner=owner, image=row.image,
         type=SessionType(row.type), command=row.command, env=row.env, status=status,
         desired="stopped" if status is SessionStatus.TERMINATING else "running",
-        resources=ResourcesPublic.of(row.gpu, row.cpu, row.mem),
-        slices=[
-            SliceAssignment(
-                device_index=a.device_index, device_uuid=a.device_uuid, gpu=fgpu_decimal(a.gpu),
-                fraction=fraction_of(a.gpu, a.device_capacity), mem=a.mem, sms=a.sms,
-                capacity=fgpu_decimal(a.device_capacity),
-            )
-            for a in row.allocations
-            if a.released_at is None
-        ],
+        resources=ExactResources(gpu=row.gpu, cpu=row.cpu, mem=row.mem),
+        slices=[_slice(a) for a in row.allocations if a.released_at is None],
         pull=pull,
+    )
+
+
+def _slice(a: Allocation) -> SliceAssignment:
+    return SliceAssignment(
+        device_index=a.device_index, device_uuid=a.device_uuid, gpu=a.gpu,
+        capacity=a.device_capacity, fraction=slice_fraction(a.gpu, a.device_capacity),
+        mem=a.mem, sms=a.sms, sm_percent=sm_percent(a.gpu, a.device_capacity),
     )

@@ -33,12 +33,12 @@ from gpuslice.common.schemas.images import (
     ImageUpdate,
 )
 from gpuslice.common.schemas.users import Role
-from gpuslice.manager import registry
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import Image, ImageAlias, ImageNode, NodeRow, User
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.events import wake_after_commit
-from gpuslice.manager.services import image_reports
+from gpuslice.manager.services.images import registry
+from gpuslice.manager.services.images import reports as image_reports
 from gpuslice.manager.settings import RegistrySettings
 
 ALLOWED = "allowed"

@@ -1,8 +1,7 @@
 """Commit a RUNNING session's container into a new private image, through its node's agent.
 
-Like exec (``agent_requests``): a ``commit_requests`` row rides to the agent on its
-assignments, the agent commits through the Engine API and answers with
-``PUT /api/v1/agents/me/commits/{id}``; the user's POST waits for the answer, up to
+Like exec, a ``commit`` request on the channel: the agent commits through the Engine API and
+answers the new image's id, size and labels; the user's POST waits for the answer, up to
 ``sessions.commit_timeout``. Synchronous on purpose: the caller wants the image to launch next,
 and a commit of a session image takes seconds to tens of seconds. Should the wait end first,
 the image still reaches the catalog: its labels name its owner and origin, so the node's next
@@ -14,27 +13,19 @@ and counts against the owner's policy ``max_private_images``.
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from sqlalchemy import func, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.image_refs import tag_of
 from gpuslice.common.images import LABEL_ORIGIN_SESSION, LABEL_OWNER
-from gpuslice.common.schemas.agents import CommitRequest, CommitUpload
+from gpuslice.common.schemas.agents import CommitAnswer, CommitAsk
 from gpuslice.common.schemas.images import ImagePublic, SessionCommit, SessionCommitResult
 from gpuslice.common.schemas.sessions import SessionStatus
-from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import (
-    CommitRequestRow,
-    Image,
-    ResourcePolicy,
-    SessionRow,
-    User,
-)
-from gpuslice.manager.errors import AgentTimeout, Conflict, InvalidRequest
-from gpuslice.manager.events import Hub
-from gpuslice.manager.services import agent_requests, image_reports, images
+from gpuslice.manager.db.models import Image, ResourcePolicy, SessionRow, User
+from gpuslice.manager.errors import Conflict, InvalidRequest
+from gpuslice.manager.services.channel import Channel
+from gpuslice.manager.services.images import catalog, reports
+from gpuslice.manager.services.sessions import agent
 from gpuslice.manager.settings import ManagerSettings
 
 NOTE = (
@@ -44,11 +35,7 @@ NOTE = (
 
 
 async def commit_session(
-    sessionmaker: async_sessionmaker[AsyncSession],
-    hub: Hub,
-    row: SessionRow,
-    body: SessionCommit,
-    settings: ManagerSettings,
+    channel: Channel, row: SessionRow, body: SessionCommit, settings: ManagerSettings
 ) -> SessionCommitResult:
     """Snapshot the session as ``body.name`` (tag: the session's name when none is given).
 
@@ -66,35 +53,29 @@ async def commit_session(
             f"{body.name!r}: a commit is named by repository[:tag], not by digest",
             field="name", code="invalid_image",
         )
-    reference = images.reference_or_error(
+    reference = catalog.reference_or_error(
         body.name if tag_of(body.name) else f"{body.name}:{row.name}", "name"
     )
-    wait = settings.sessions.commit_timeout
-    async with sessionmaker() as db:
+    async with channel.sessionmaker() as db:
         owner = await db.get(User, row.owner_id)
         assert owner is not None  # sessions.owner_id is a RESTRICT foreign key
         await _check_name(db, reference, settings.sessions.allowed_images)
         await _check_limit(db, owner)
-        request = CommitRequestRow(
-            session_id=row.id, node_id=row.node_id, reference=reference,
-            labels={LABEL_OWNER: owner.username, LABEL_ORIGIN_SESSION: row.id},
-            expires_at=utcnow() + timedelta(seconds=wait),
-        )
-        request_id = await agent_requests.send(db, row, request)
-    done = await agent_requests.await_answer(
-        sessionmaker, hub.commits, CommitRequestRow, request_id, wait,
-        settings.nodes.assignment_poll,
+        await db.commit()
+    wait = settings.sessions.commit_timeout
+    ask = CommitAsk(
+        reference=reference, labels={LABEL_OWNER: owner.username, LABEL_ORIGIN_SESSION: row.id}
     )
-    if done is None:
-        raise AgentTimeout(
-            f"the agent of session {row.name} did not finish the commit within {wait:g} s; "
-            "the image appears in `gpuslice image list` if it completes later"
-        )
+    done = await agent.ask(
+        channel, row, ask, CommitAnswer, timeout=wait,
+        late=f"finish the commit within {wait:g} s; the image appears in "
+        "`gpuslice image list` if it completes later",
+    )
     if done.error:
         raise Conflict(done.error, code="commit_failed")
-    async with sessionmaker() as db:
-        await _record(db, done, owner_id=owner.id)
-        listed = await images.list_images(db, owner, settings.sessions.allowed_images)
+    async with channel.sessionmaker() as db:
+        await _record(db, row, reference, done, owner_id=owner.id)
+        listed = await catalog.list_images(db, owner, settings.sessions.allowed_images)
     image = next((i for i in listed if i.name == reference), None)
     if image is None:  # its node was lost meanwhile: the image exists, just nowhere usable now
         image = ImagePublic(name=reference, sources=[], image_id=done.image_id, size=done.size,
@@ -102,35 +83,12 @@ async def commit_session(
     return SessionCommitResult(session_id=row.id, image=image, note=NOTE)
 
 
-async def upload_result(
-    db: AsyncSession, node_id: str, request_id: str, body: CommitUpload
-) -> None:
-    """The agent's answer to a commit request addressed to ``node_id``."""
-    await agent_requests.answer(
-        db, CommitRequestRow, node_id, request_id, "commit", image_id=body.image_id,
-        size=body.size, labels=body.labels, error=body.error,
-    )
-
-
-async def pending_for(db: AsyncSession, node_id: str) -> list[CommitRequest]:
-    """Open commit requests for the node whose user still waits, oldest first."""
-    return [
-        CommitRequest(id=r.id, session_id=r.session_id, reference=r.reference, labels=r.labels)
-        for r in await agent_requests.open_for(db, CommitRequestRow, node_id)
-    ]
-
-
-async def purge_stale(db: AsyncSession, grace: timedelta) -> None:
-    """Drop commit requests expired more than ``grace`` ago (their waiter is gone)."""
-    await agent_requests.purge_expired(db, CommitRequestRow, grace)
-
-
 async def _check_name(db: AsyncSession, reference: str, configured: list[str]) -> None:
     # Committing under a name the catalog knows would re-tag the node's image under everyone
     # using it (or take over someone's private image): a new image needs a new name.
     existing = await db.get(Image, reference)
     taken = existing is not None and existing.removed_at is None
-    if taken or reference in images.configured_set(configured):
+    if taken or reference in catalog.configured_set(configured):
         raise Conflict(
             f"image {reference} already exists; choose another name or tag",
             field="name", code="image_exists",
@@ -155,12 +113,13 @@ async def _check_limit(db: AsyncSession, owner: User) -> None:
         )
 
 
-async def _record(db: AsyncSession, done: CommitRequestRow, owner_id: str) -> None:
+async def _record(
+    db: AsyncSession, session: SessionRow, reference: str, done: CommitAnswer, owner_id: str
+) -> None:
     # The node's heartbeat may be recording the new image too (from its labels): same row.
-    row = await image_reports.ensure_present(
-        db, done.reference, done.node_id, done.image_id, done.size
-    )
-    row.image_id, row.size, row.labels = done.image_id, done.size, done.labels or {}
-    row.public, row.owner_id, row.origin_session_id = False, owner_id, done.session_id
+    assert session.node_id is not None  # committed on its node (checked RUNNING above)
+    row = await reports.ensure_present(db, reference, session.node_id, done.image_id, done.size)
+    row.image_id, row.size, row.labels = done.image_id, done.size, done.labels
+    row.public, row.owner_id, row.origin_session_id = False, owner_id, session.id
     row.removed_at = None
     await db.commit()

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gpuslice.common.schemas.sessions import StatusChange
 from gpuslice.manager.db.models import StatusHistory, User
 from gpuslice.manager.events import Hub, wait_for
-from gpuslice.manager.services.session_views import change_of, visible_history
+from gpuslice.manager.services.sessions.views import change_of, visible_history
 
 BATCH = 500
 

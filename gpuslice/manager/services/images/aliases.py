@@ -12,7 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpuslice.common.schemas.images import ImageAliasCreate, ImageAliasPublic
 from gpuslice.manager.db.models import ImageAlias
 from gpuslice.manager.errors import NotFound
-from gpuslice.manager.services.images import reference_or_error
+from gpuslice.manager.services.images.catalog import reference_or_error
 
 
 async def list_aliases(db: AsyncSession) -> list[ImageAliasPublic]:

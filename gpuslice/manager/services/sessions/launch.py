@@ -20,11 +20,11 @@ from gpuslice.manager.db.base import new_id, utcnow
 from gpuslice.manager.db.models import ResourcePolicy, SessionRow, User
 from gpuslice.manager.errors import InvalidRequest, StaleStatus
 from gpuslice.manager.scheduler import Quota, Request, check_request
-from gpuslice.manager.services import images
+from gpuslice.manager.services.images import catalog
 from gpuslice.manager.services.lifecycle import record_created, transition
 from gpuslice.manager.services.policies import quota_of
-from gpuslice.manager.services.scheduling import alive_nodes
-from gpuslice.manager.services.session_views import describe_many, visible
+from gpuslice.manager.services.scheduling.passes import alive_nodes
+from gpuslice.manager.services.sessions.views import describe_many, visible
 from gpuslice.manager.settings import ManagerSettings
 
 QUEUED = "waiting for the scheduler"
@@ -37,7 +37,7 @@ async def create_sessions(
     and quota; insert PENDING rows."""
     policy = await db.get(ResourcePolicy, user.policy_id) if user.policy_id else None
     _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
-    image = await images.resolve(
+    image = await catalog.resolve(
         db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
     )
     await _check_feasible(db, body, quota_of(policy), settings.nodes.device_capacity)

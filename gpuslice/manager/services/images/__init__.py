@@ -1,0 +1,4 @@
+"""The image catalog: ``catalog`` (listing, resolution, visibility, curation), ``reports``
+(what nodes and the registry say they have), ``aliases`` and ``registry`` (a Docker registry's
+HTTP API v2, read before any transaction opens).
+"""

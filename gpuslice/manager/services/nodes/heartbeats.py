@@ -1,0 +1,76 @@
+"""Heartbeats: what a node has (capacity, devices, images) and uses; they keep it ALIVE."""
+
+from __future__ import annotations
+
+import logging
+
+from sqlalchemy import case, delete, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpuslice.common.schemas.agents import Heartbeat, HeartbeatAck, NodeStatus
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import DeviceRow, NodeRow
+from gpuslice.manager.events import wake_after_commit
+from gpuslice.manager.services.images import reports as image_reports
+
+log = logging.getLogger(__name__)
+
+
+async def heartbeat(db: AsyncSession, node: NodeRow, body: Heartbeat) -> HeartbeatAck:
+    """Record capacity, devices, images and usage; a LOST node that reports in is ALIVE again."""
+    came_back = node.status != NodeStatus.ALIVE
+    changed = came_back or (node.cpu, node.mem) != (body.cpu, body.mem)
+    await db.execute(
+        update(NodeRow)
+        .where(NodeRow.id == node.id)
+        .values(
+            # Never below what is allocated: the check constraint holds, sessions drain first.
+            cpu=case((NodeRow.cpu_used > body.cpu, NodeRow.cpu_used), else_=body.cpu),
+            mem=case((NodeRow.mem_used > body.mem, NodeRow.mem_used), else_=body.mem),
+            images=sorted(set(body.images)), usage=_usage(body), status=NodeStatus.ALIVE,
+            last_heartbeat_at=utcnow(),
+        )
+    )
+    changed = await _sync_devices(db, node, body) or changed
+    await image_reports.sync_node(db, node.id, body)
+    if changed:
+        wake_after_commit(db, "scheduler")
+    await db.commit()
+    if came_back:
+        log.warning("node %s is back (it reports %d running)", node.name, len(body.running))
+    version = await db.scalar(select(NodeRow.assignment_version).where(NodeRow.id == node.id))
+    await db.commit()
+    return HeartbeatAck(node_id=node.id, status=NodeStatus.ALIVE, assignment_version=version or 0)
+
+
+async def _sync_devices(db: AsyncSession, node: NodeRow, body: Heartbeat) -> bool:
+    current = {
+        d.index: d
+        for d in (
+            await db.scalars(select(DeviceRow).where(DeviceRow.node_id == node.id))
+        ).all()
+    }
+    changed = False
+    for dev in body.devices:
+        row = current.pop(dev.index, None)
+        if row is None:
+            db.add(
+                DeviceRow(
+                    node_id=node.id, index=dev.index, uuid=dev.uuid, model=dev.model, mem=dev.mem,
+                    sms=dev.sms, capacity=node.device_capacity, used=0,
+                )
+            )
+            changed = True
+        elif (row.uuid, row.model, row.mem, row.sms) != (dev.uuid, dev.model, dev.mem, dev.sms):
+            row.uuid, row.model, row.mem, row.sms = dev.uuid, dev.model, dev.mem, dev.sms
+            changed = True
+    if current:  # devices gone from the node: drop those nothing is allocated on
+        gone = [d.id for d in current.values()]
+        await db.execute(delete(DeviceRow).where(DeviceRow.id.in_(gone), DeviceRow.used == 0))
+        changed = True
+    await db.flush()
+    return changed
+
+
+def _usage(body: Heartbeat) -> dict[str, dict[str, int | None]]:
+    return {u.session_id: {"cpu": u.cpu, "mem": u.mem} for u in body.usage}
