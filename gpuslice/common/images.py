@@ -140,13 +140,17 @@ def _apps(raw: str | None, problems: list[str]) -> tuple[ImageApp, ...]:
         return ()
     apps = []
     for item in value if isinstance(value, list) else [None]:
-        ok = (
-            isinstance(item, dict) and isinstance(item.get("name"), str)
-            and _APP_NAME.match(item["name"]) and item.get("protocol") in _PROTOCOLS
-            and isinstance(item.get("port"), int) and 1 <= item["port"] <= 65535
-        )
-        if not ok:
+        if not isinstance(item, dict) or not _valid_app(item):
             problems.append(f"{LABEL_APPS}: {item!r} is not {{name, protocol, port}}")
             continue
         apps.append(ImageApp(item["name"], item["protocol"], item["port"]))
     return tuple(apps)
+
+
+def _valid_app(item: dict[str, Any]) -> bool:
+    name, port = item.get("name"), item.get("port")
+    return (
+        isinstance(name, str) and bool(_APP_NAME.match(name))
+        and item.get("protocol") in _PROTOCOLS
+        and isinstance(port, int) and 1 <= port <= 65535
+    )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import (
@@ -165,7 +166,7 @@ class ManagerSettings(BaseSettings):
         return tuple(sources)
 
 
-def load_settings(config_file: Path | None = None, **overrides: object) -> ManagerSettings:
+def load_settings(config_file: Path | None = None, **overrides: Any) -> ManagerSettings:
     """Build the settings once: ``overrides`` > ``GPUSLICE_*`` env > ``config_file`` (TOML)."""
     if config_file is not None and not config_file.is_file():
         raise FileNotFoundError(f"settings file {config_file} does not exist")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from decimal import Decimal
 
 from pydantic import BaseModel, Field
 
@@ -40,8 +41,8 @@ class ImagePublic(BaseModel):
     size: int | None = Field(default=None, description="Bytes, as its node reports it.")
     apps: list[ImageAppPublic] = Field(default_factory=list)
     gpu: bool = Field(default=False, description="Whether the image can use a GPU.")
-    min_gpu: Number = Field(default=0, description="Least fGPU a session of it may ask for.")
-    min_cpu: Number = Field(default=0, description="Least CPU cores.")
+    min_gpu: Number = Field(default=Decimal(0), description="Least fGPU a session may ask for.")
+    min_cpu: Number = Field(default=Decimal(0), description="Least CPU cores.")
     min_mem: int = Field(default=0, description="Least memory in bytes.")
     public: bool = True
     owner: str | None = Field(default=None, description="Username owning a private image.")

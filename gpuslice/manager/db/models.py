@@ -103,7 +103,8 @@ class Image(Base):
     name: Mapped[str] = mapped_column(String(255), primary_key=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     allowed: Mapped[bool] = mapped_column(Boolean, default=False)  # on the admin allow list
-    registry: Mapped[bool] = mapped_column(Boolean, default=False)  # in the configured registry
+    # In the configured registry. Named apart from its column: DeclarativeBase has a `registry`.
+    in_registry: Mapped[bool] = mapped_column("registry", Boolean, default=False)
     image_id: Mapped[str | None] = mapped_column(String(128))
     size: Mapped[int | None] = mapped_column(BigInteger)
     labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)

@@ -9,7 +9,7 @@ the caller cache a failed request shape for the rest of the pass.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
@@ -27,6 +27,7 @@ from gpuslice.manager.scheduler.model import (
 GroupKey = tuple[str, str, int]  # (pool, model, device capacity in milli-fGPU)
 DeviceKey = tuple[int, int, int]  # (tie-break, node rank, device position)
 NodeKey = tuple[int, int]  # (0, node rank)
+BucketKey = DeviceKey | NodeKey
 
 
 @dataclass(slots=True)
@@ -82,7 +83,14 @@ class GroupIndex:
         return gpu // self.cap if gpu % self.cap == 0 else -1
 
 
-def _add(buckets: dict[int, SortedList], present: SortedList, amount: int, key: tuple) -> None:
+# A candidate placement: its score (lower is better), node, device positions and group.
+Candidate = tuple[tuple[int, int], NodeState, list[int], GroupIndex]
+BucketOp = Callable[[dict[int, SortedList], SortedList, int, BucketKey], None]
+
+
+def _add(
+    buckets: dict[int, SortedList], present: SortedList, amount: int, key: BucketKey
+) -> None:
     bucket = buckets.get(amount)
     if bucket is None:
         bucket = buckets[amount] = SortedList()
@@ -90,7 +98,9 @@ def _add(buckets: dict[int, SortedList], present: SortedList, amount: int, key: 
     bucket.add(key)
 
 
-def _remove(buckets: dict[int, SortedList], present: SortedList, amount: int, key: tuple) -> None:
+def _remove(
+    buckets: dict[int, SortedList], present: SortedList, amount: int, key: BucketKey
+) -> None:
     bucket = buckets[amount]
     bucket.remove(key)
     if not bucket:
@@ -131,7 +141,7 @@ class ClusterState:
         if res.gpu == 0:
             ns = self._find_cpu_only(req.pool, res.cpu, res.mem)
             return None if ns is None else self._placement(req, ns, [], None)
-        best: tuple | None = None
+        best: Candidate | None = None
         for group in self.matching_groups(req.pool, req.gpu_model):
             k = group.kind(res.gpu)
             found = (
@@ -199,7 +209,7 @@ class ClusterState:
     def _index(self, ns: NodeState, positions: list[int]) -> None:
         self._reindex(ns, positions, _add)
 
-    def _reindex(self, ns: NodeState, positions: list[int], op) -> None:  # noqa: ANN001
+    def _reindex(self, ns: NodeState, positions: list[int], op: BucketOp) -> None:
         # Keys are static, so a change re-indexes only the devices it touched. Among devices
         # with the same free amount, binpack takes the lowest node rank first (filling nodes one
         # after another); spread takes the lowest device position first and then the node rank,
@@ -224,7 +234,9 @@ class ClusterState:
             return present.islice(start, reverse=True)
         return present.islice(start)
 
-    def _find_slice(self, group: GroupIndex, gpu: int, cpu: int, mem: int) -> tuple | None:
+    def _find_slice(
+        self, group: GroupIndex, gpu: int, cpu: int, mem: int
+    ) -> Candidate | None:
         for amount in self._amounts(group.amounts, gpu):
             for _, rank, pos in group.slices[amount]:
                 ns = self.nodes[rank]
@@ -232,7 +244,9 @@ class ClusterState:
                     return (self._score(amount - gpu, rank), ns, [pos], group)
         return None
 
-    def _find_whole(self, group: GroupIndex, k: int, cpu: int, mem: int) -> tuple | None:
+    def _find_whole(
+        self, group: GroupIndex, k: int, cpu: int, mem: int
+    ) -> Candidate | None:
         for count in self._amounts(group.counts, k):
             for _, rank in group.whole[count]:
                 ns = self.nodes[rank]

@@ -65,7 +65,7 @@ async def list_images(
     answer = {
         row.name: _public(row, nodes.get(row.name, []), aliases, owners, row.name in settings_list)
         for row in rows
-        if row.allowed or row.registry or nodes.get(row.name) or row.name in settings_list
+        if row.allowed or row.in_registry or nodes.get(row.name) or row.name in settings_list
     }
     stored = set(await db.scalars(select(Image.name).where(Image.name.in_(settings_list))))
     for name in settings_list - stored:
@@ -88,7 +88,7 @@ async def resolve(
     row = await db.scalar(_visible(select(Image).where(Image.name == reference), viewer))
     configured_here = reference in configured_set(configured)
     if row is not None:
-        usable = row.allowed or row.registry or configured_here or bool(
+        usable = row.allowed or row.in_registry or configured_here or bool(
             await _alive_nodes_by_image(db, [reference])
         )
     else:  # unknown, removed, or another user's private image: all answered alike
@@ -271,7 +271,7 @@ def _public(
     meta = ImageMeta.from_labels(row.labels)
     owner = owners.get(row.owner_id) if row.owner_id else None
     allowed = ([ALLOWED] if row.allowed or configured else []) + (
-        [REGISTRY] if row.registry else []
+        [REGISTRY] if row.in_registry else []
     )
     return ImagePublic(
         name=row.name, sources=allowed + nodes, title=meta.title,

@@ -52,12 +52,12 @@ async def sync_registry(db: AsyncSession, found: list[RegistryImage]) -> int:
     await _ensure_rows(db, reports)
     await _refresh(db, reports)
     await db.execute(
-        update(Image).where(Image.registry.is_(True), Image.name.not_in(list(reports)))
-        .values(registry=False)
+        update(Image).where(Image.in_registry.is_(True), Image.name.not_in(list(reports)))
+        .values(in_registry=False)
     )
     if reports:
         await db.execute(
-            update(Image).where(Image.name.in_(list(reports))).values(registry=True)
+            update(Image).where(Image.name.in_(list(reports))).values(in_registry=True)
         )
     await db.commit()
     return len(reports)
@@ -81,7 +81,7 @@ async def pulls_for(db: AsyncSession, node_id: str, images: set[str]) -> set[str
     present = select(ImageNode.image_name).where(ImageNode.node_id == node_id)
     rows = await db.scalars(
         select(Image.name).where(
-            Image.name.in_(images), Image.registry.is_(True), Image.name.not_in(present)
+            Image.name.in_(images), Image.in_registry.is_(True), Image.name.not_in(present)
         )
     )
     return set(rows)

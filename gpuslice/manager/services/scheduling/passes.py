@@ -10,8 +10,9 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import cast
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
@@ -156,7 +157,7 @@ async def _write_waiting(db: AsyncSession, snap: Snapshot, result: PassResult) -
     if not changes:
         return
     await db.execute(
-        update(SessionRow.__table__)
+        update(cast(Table, SessionRow.__table__))
         .where(SessionRow.id == bindparam("sid"), SessionRow.status == SessionStatus.PENDING)
         .values(
             status_reason=bindparam("reason"), wait_code=bindparam("code"),

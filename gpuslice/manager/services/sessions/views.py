@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
@@ -59,7 +59,7 @@ async def list_sessions(
     offset: int = 0,
 ) -> Page[SessionPublic]:
     """Newest first; ``owner`` (an admin's filter) is a username or a user id, ``name`` exact."""
-    where = []
+    where: list[ColumnElement[bool]] = []
     if statuses:
         where.append(SessionRow.status.in_(list(statuses)))
     if name is not None:  # names repeat (count > 1, reuse after destroy): newest first decides
@@ -83,7 +83,9 @@ async def list_sessions(
 
 async def describe(db: AsyncSession, session_id: str, *, history: bool = True) -> SessionPublic:
     """One session with its placement and (by default) its whole status history."""
-    found = (await db.execute(_described().where(SessionRow.id == session_id))).one()
+    row, owner_name, node_name = (
+        await db.execute(_described().where(SessionRow.id == session_id))
+    ).one()
     changes = None
     if history:
         rows = await db.scalars(
@@ -93,7 +95,7 @@ async def describe(db: AsyncSession, session_id: str, *, history: bool = True) -
         )
         changes = [change_of(h) for h in rows]
     await db.commit()
-    return to_public(*found, history=changes)
+    return to_public(row, owner_name, node_name, history=changes)
 
 
 async def describe_many(db: AsyncSession, ids: Sequence[str]) -> list[SessionPublic]:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
+from sqlalchemy.schema import SchemaItem
 
 revision: str = "0008"
 down_revision: str | None = "0007"
@@ -84,7 +85,7 @@ def downgrade() -> None:
     op.drop_table("agent_requests")
 
 
-def _keys(table: str) -> list[sa.SchemaItem]:
+def _keys(table: str) -> list[SchemaItem]:
     return [
         sa.ForeignKeyConstraint(
             ["node_id"], ["nodes.id"], name=op.f(f"fk_{table}_node_id_nodes"), ondelete="CASCADE"
