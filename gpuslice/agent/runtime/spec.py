@@ -16,8 +16,8 @@ from decimal import Decimal
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from gpuslice.agent.hook import CONTAINER_HOOK_DIR, hook_files
 from gpuslice.common.resources import MiB, format_cpu, format_fgpu, slice_share
+from gpuslice.hook import CONTAINER_HOOK_DIR, hook_files
 
 LABEL_SESSION = "gpuslice.session-id"
 LABEL_OWNER = "gpuslice.owner"
