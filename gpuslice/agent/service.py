@@ -16,7 +16,6 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from decimal import Decimal
 
 import aiodocker
 
@@ -24,6 +23,7 @@ from gpuslice.agent.accelerators import Accelerator, detect
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import Act, Action, decide
 from gpuslice.agent.manager_link import Credential, LinkError, ManagerLink, NotRegistered
+from gpuslice.agent.runtime.adapter import session_spec
 from gpuslice.agent.runtime.docker import DockerRuntime
 from gpuslice.agent.runtime.hardcaps import apply_hard_caps
 from gpuslice.agent.runtime.models import (
@@ -33,8 +33,6 @@ from gpuslice.agent.runtime.models import (
     ImagePullError,
 )
 from gpuslice.agent.runtime.spec import (
-    GpuSlice,
-    SessionSpec,
     SpecError,
     SpecOptions,
     build_container_spec,
@@ -328,7 +326,7 @@ class Agent:
                     await preparing
                     preparing = None
                 await self._pull(assignment)
-            spec = build_container_spec(self._session_spec(assignment), self._spec_options())
+            spec = build_container_spec(session_spec(assignment), self._spec_options())
             spec = apply_hard_caps(spec, self.settings.hard_caps)
             running = (await self.runtime.ensure_running(spec)).running
         except ImageNotFound:
@@ -451,29 +449,6 @@ class Agent:
             user=self.settings.session_user,
             pids_limit=self.settings.pids_limit,
         )
-
-    def _session_spec(self, a: Assignment) -> SessionSpec:
-        capacity = next((s.capacity for s in a.slices if s.capacity), None)
-        return SessionSpec(
-            session_id=a.session_id,
-            owner=a.owner,
-            image=a.image,
-            type=a.type.value,
-            cpu=_milli(a.resources.cpu),
-            mem=a.resources.mem,
-            command=tuple(a.command) if a.command else None,
-            env=dict(a.env),
-            slices=tuple(
-                GpuSlice(s.device_uuid, s.device_index, _milli(s.gpu), s.mem, s.sms)
-                for s in a.slices
-            ),
-            device_capacity=_milli(capacity) if capacity else 1000,
-        )
-
-
-def _milli(amount: Decimal) -> int:
-    """An exact decimal amount in user units (fGPU, cores) as milli-units."""
-    return int(amount * 1000)
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
