@@ -1,7 +1,9 @@
 """The agent's line to the manager: it dials out (so nodes behind NAT work) over the REST API.
 
 The node's credential, got once with a join token, is kept in ``<data_dir>/credential.json``
-(mode 0600), so a restarted agent is the same node and re-reports what it still runs.
+(mode 0600), so a restarted agent is the same node and re-reports what it still runs. A file
+written before the wire counted milliseconds (``heartbeat_interval`` in seconds) is still read,
+and written again in the current form: an agent must not need a new join token to upgrade.
 """
 
 from __future__ import annotations
@@ -16,13 +18,12 @@ from typing import TypeVar
 import httpx
 from pydantic import BaseModel
 
+from gpuslice.agent.config import AgentSettings
 from gpuslice.common.schemas.agents import (
+    Answer,
     Assignments,
-    CommitUpload,
-    ExecUpload,
     Heartbeat,
     HeartbeatAck,
-    LogUpload,
     NodeRegister,
     NodeRegistered,
     StateReport,
@@ -51,7 +52,19 @@ class Credential:
     manager_url: str
     node_id: str
     secret: str
-    heartbeat_interval: float
+    heartbeat_interval_ms: int
+
+
+def registration(settings: AgentSettings) -> NodeRegister | None:
+    """What the node registers with: its join token, name and fGPU per GPU (milli-fGPU, as
+    the settings hold it); ``None`` without a join token (a stored credential must do)."""
+    if settings.join_token is None:
+        return None
+    return NodeRegister(
+        join_token=settings.join_token.get_secret_value(),
+        name=settings.node_name,
+        device_capacity=settings.fgpu_per_gpu,
+    )
 
 
 class ManagerLink:
@@ -90,7 +103,7 @@ class ManagerLink:
             )
         answer = await self._post(f"{API}/register", body, NodeRegistered, auth=False)
         self.credential = Credential(
-            self.manager_url, answer.node_id, answer.credential, answer.heartbeat_interval
+            self.manager_url, answer.node_id, answer.credential, answer.heartbeat_interval_ms
         )
         self._save(self.credential)
         return self.credential
@@ -126,19 +139,11 @@ class ManagerLink:
         )
         return str(answer.get("status", "")) if isinstance(answer, dict) else ""
 
-    async def upload_logs(self, request_id: str, body: LogUpload) -> None:
+    async def answer(self, request_id: str, answer: Answer) -> None:
+        """Answer one request (any kind). 404: the manager no longer awaits it (expired,
+        answered, or not this node's); 422: the answer's kind is not the request's."""
         await self._request(
-            "PUT", f"{API}/me/logs/{request_id}", None, content=body.model_dump_json()
-        )
-
-    async def upload_commit(self, request_id: str, body: CommitUpload) -> None:
-        await self._request(
-            "PUT", f"{API}/me/commits/{request_id}", None, content=body.model_dump_json()
-        )
-
-    async def upload_exec(self, request_id: str, body: ExecUpload) -> None:
-        await self._request(
-            "PUT", f"{API}/me/exec/{request_id}", None, content=body.model_dump_json()
+            "PUT", f"{API}/me/requests/{request_id}", None, content=answer.model_dump_json()
         )
 
     # ------------------------------------------------------------ plumbing
@@ -176,11 +181,16 @@ class ManagerLink:
         path = self.data_dir / CREDENTIAL_FILE
         try:
             raw = json.loads(path.read_text())
-            return Credential(
-                raw["manager_url"], raw["node_id"], raw["secret"], float(raw["heartbeat_interval"])
-            )
+            if "heartbeat_interval_ms" in raw:
+                interval_ms = int(raw["heartbeat_interval_ms"])
+            else:  # the seconds of a file from before the wire counted milliseconds
+                interval_ms = round(float(raw["heartbeat_interval"]) * 1000)
+            credential = Credential(raw["manager_url"], raw["node_id"], raw["secret"], interval_ms)
         except (OSError, ValueError, KeyError, TypeError):
             return None
+        if "heartbeat_interval_ms" not in raw:
+            self._save(credential)  # the old form is read once per node, never again
+        return credential
 
     def _save(self, credential: Credential) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -193,7 +203,7 @@ class ManagerLink:
                     "manager_url": credential.manager_url,
                     "node_id": credential.node_id,
                     "secret": credential.secret,
-                    "heartbeat_interval": credential.heartbeat_interval,
+                    "heartbeat_interval_ms": credential.heartbeat_interval_ms,
                 },
                 out,
             )

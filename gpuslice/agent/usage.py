@@ -10,7 +10,7 @@ from gpuslice.agent.accelerators import Accelerator
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.runtime.docker import DockerRuntime
 from gpuslice.agent.runtime.models import ContainerStats
-from gpuslice.common.schemas.agents import DeviceReport, Heartbeat, ImageReport
+from gpuslice.common.schemas.agents import DeviceReport, Heartbeat, ImageReport, SessionUsage
 
 
 class UsageCollector:
@@ -47,12 +47,7 @@ class UsageCollector:
                     utilization=reading.utilization if reading else 0,
                 )
             )
-        gauges: dict[str, float] = {}
-        for sid, reading in stats.items():
-            gauges[f"session.{sid}.mem_bytes"] = float(reading.memory_used)
-            before = self._previous.get(sid)
-            if before is not None:
-                gauges[f"session.{sid}.cpu_cores"] = round(reading.cpu_cores_since(before), 3)
+        sessions = self._session_usage(stats)
         self._previous = stats
         cpu, mem = allocatable(self.settings)
         return Heartbeat(
@@ -65,8 +60,18 @@ class UsageCollector:
                 for i in images[:10_000]
             ],
             running=sorted(c.session_id for c in containers if c.running),
-            usage=gauges,
+            usage=sessions,
         )
+
+    def _session_usage(self, stats: dict[str, ContainerStats]) -> list[SessionUsage]:
+        """Each running session's memory, and its CPU since the previous heartbeat's reading
+        (``None`` on its first: a rate needs two)."""
+        usage = []
+        for sid, reading in sorted(stats.items()):
+            before = self._previous.get(sid)
+            cpu = reading.cpu_milli_since(before) if before is not None else None
+            usage.append(SessionUsage(session_id=sid, cpu=cpu, mem=reading.memory_used))
+        return usage[:10_000]
 
 
 def allocatable(settings: AgentSettings, meminfo: Path = Path("/proc/meminfo")) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from typing import Any
 import aiodocker
 
 from gpuslice import __version__
-from gpuslice.agent.hook import HOOK_DIR, HOOK_FILES, PTH_FILE
+from gpuslice.hook import HOOK_DIR, HOOK_FILES, PTH_FILE
 from gpuslice.images.rootfs import (
     ImageBuildError,
     Progress,

@@ -14,12 +14,12 @@ from gpuslice.agent.runtime import (
     LABEL_ALLOCATION,
     ContainerSpec,
     DockerRuntime,
-    GpuSlice,
     ImageNotFound,
     RuntimeEvent,
     SessionNotFound,
 )
 from gpuslice.common.resources import GiB, MiB
+from tests.agent.factories import gpu_slice
 
 pytestmark = pytest.mark.docker
 MakeSpec = Callable[..., ContainerSpec]
@@ -58,7 +58,8 @@ async def test_limits_are_visible_in_the_containers_cgroup(
 async def test_labels_allocation_file_and_env_are_right(
     runtime: DockerRuntime, make_spec: MakeSpec
 ) -> None:
-    spec = make_spec(slices=(GpuSlice("GPU-mock-1234", 0, 500, 4 * GiB, 54),), env={"MINE": "yes"})
+    half = gpu_slice("GPU-mock-1234", 0, 500, 4 * GiB, 54)
+    spec = make_spec(slices=(half,), env={"MINE": "yes"})
     state = await runtime.ensure_running(spec)
     assert (state.session_id, state.owner, state.session_type) == (
         spec.session_id,
@@ -108,7 +109,7 @@ async def test_session_runs_unprivileged_and_cannot_gain_privileges(
 async def test_framework_hook_caps_torch_inside_the_session(
     runtime: DockerRuntime, make_spec: MakeSpec
 ) -> None:
-    spec = make_spec(slices=(GpuSlice("GPU-mock-1", 0, 250, 2 * GiB, 27),))
+    spec = make_spec(slices=(gpu_slice("GPU-mock-1", 0, 250, 2 * GiB, 27),))
     await runtime.ensure_running(spec)
     fake_torch = (
         "mkdir -p /tmp/f/torch && cat > /tmp/f/torch/__init__.py <<'EOF'\n"

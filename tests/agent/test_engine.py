@@ -26,7 +26,14 @@ def test_stats_count_memory_as_docker_stats_does() -> None:
     )
     assert v1.memory_used == 6
     earlier = ContainerStats("s1", stats.read_at - 2, 1_000_000_000, 0, 0, 0)
-    assert stats.cpu_cores_since(earlier) == 1.0  # 2 s of CPU time in 2 s of wall time
+    assert stats.cpu_milli_since(earlier) == 1000  # 2 s of CPU time in 2 s of wall time
+
+
+def test_cpu_rate_is_whole_milli_cores_rounded_down() -> None:
+    later = ContainerStats("s1", 1_700_000_004.0, 1_000_999_999, 0, 0, 0)
+    earlier = ContainerStats("s1", 1_700_000_000.0, 0, 0, 0, 0)
+    assert later.cpu_milli_since(earlier) == 250  # 1.000999999 s of CPU in 4 s: 250.2…
+    assert earlier.cpu_milli_since(later) == 0  # readings out of order: no rate, never negative
 
 
 def test_die_event_carries_session_and_exit_code() -> None:

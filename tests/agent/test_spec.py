@@ -12,7 +12,6 @@ from gpuslice.agent.config import HardCapsSettings
 from gpuslice.agent.runtime import (
     ALLOCATION_PATH,
     LABEL_ALLOCATION,
-    GpuSlice,
     SessionSpec,
     SpecError,
     SpecOptions,
@@ -23,6 +22,7 @@ from gpuslice.agent.runtime import (
 )
 from gpuslice.agent.runtime.spec import Mount
 from gpuslice.common.resources import GiB, MiB
+from tests.agent.factories import gpu_slice
 
 UUID = "GPU-0b1c2d3e-aaaa-bbbb-cccc-111122223333"
 NVIDIA = SpecOptions(node_name="gpu-01", accelerator="nvidia", device_requests=True)
@@ -39,7 +39,7 @@ def session(**changes: object) -> SessionSpec:
         "mem": 2 * GiB,
         "env": {"MY_VAR": "1", "CUDA_VISIBLE_DEVICES": "all"},
         # 0.5 fGPU on a node where 1 GPU = 2 fGPU: a quarter of a 40 GiB, 108 SM device.
-        "slices": (GpuSlice(UUID, 3, 500, 10 * GiB, 27),),
+        "slices": (gpu_slice(UUID, 3, 500, 10 * GiB, 27, capacity=2000),),
         "device_capacity": 2000,
     }
     values.update(changes)
@@ -125,7 +125,10 @@ def test_cpu_only_session_sees_no_device() -> None:
 
 
 def test_whole_gpus_session_pins_every_device() -> None:
-    slices = (GpuSlice("GPU-a", 0, 2000, 40 * GiB, 108), GpuSlice("GPU-b", 1, 2000, 40 * GiB, 108))
+    slices = (
+        gpu_slice("GPU-a", 0, 2000, 40 * GiB, 108, capacity=2000),
+        gpu_slice("GPU-b", 1, 2000, 40 * GiB, 108, capacity=2000),
+    )
     env = env_of(build_container_spec(session(slices=slices), NVIDIA).create_config())
     assert env["CUDA_VISIBLE_DEVICES"] == "GPU-a,GPU-b"
     assert env["GPUSLICE_GPU_FRACTION"] == "1"
@@ -158,8 +161,9 @@ def test_files_hold_allocation_and_hook() -> None:
     [
         ({"session_id": "../etc"}, "container name"),
         ({"cpu": 0}, "positive"),
-        ({"slices": (GpuSlice("a", 0, 500, 1, 1), GpuSlice("b", 1, 2000, 1, 1))}, "whole"),
-        ({"slices": (GpuSlice("a", 0, 2500, 1, 1),)}, "out of range"),
+        ({"slices": (gpu_slice("a", 0, 500, 1, 1, capacity=2000),
+                     gpu_slice("b", 1, 2000, 1, 1, capacity=2000))}, "whole"),
+        ({"slices": (replace(gpu_slice("a", 0, 500, 1, 1), gpu=2500),)}, "out of range"),
     ],
 )
 def test_impossible_sessions_are_refused(changes: dict[str, object], message: str) -> None:
@@ -225,7 +229,8 @@ def test_mps_sets_pinned_memory_and_thread_percentage() -> None:
 
 
 def test_hard_caps_leave_whole_gpu_and_cpu_sessions_alone() -> None:
-    whole = build_container_spec(session(slices=(GpuSlice("G", 0, 2000, 40 * GiB, 108),)), NVIDIA)
+    whole_slice = gpu_slice("G", 0, 2000, 40 * GiB, 108, capacity=2000)
+    whole = build_container_spec(session(slices=(whole_slice,)), NVIDIA)
     cpu_only = build_container_spec(session(slices=()), NVIDIA)
     for spec in (whole, cpu_only):
         for mode in ("hami", "mps"):
@@ -239,3 +244,22 @@ def test_hard_caps_follow_the_configured_mode() -> None:
     assert "CUDA_DEVICE_MEMORY_LIMIT_0" in hami.env
     mps = apply_hard_caps(spec, HardCapsSettings(mode="mps"))
     assert mps.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={10 * GiB // MiB}M"
+
+
+def test_hard_caps_read_the_typed_slices_not_the_allocation_text() -> None:
+    # 1 fGPU of 3: the slice's own bytes and SM share, whatever the allocation label says.
+    third = gpu_slice(UUID, 0, 1000, 13 * GiB + 5 * MiB, 36, capacity=3000)
+    spec = build_container_spec(session(slices=(third,), device_capacity=3000), NVIDIA)
+    spec = replace(spec, allocation={**spec.allocation, "devices": []})
+    hami = apply_hard_caps(spec, HardCapsSettings(mode="hami"))
+    assert hami.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{13 * 1024 + 5}m"
+    assert hami.env["CUDA_DEVICE_SM_LIMIT"] == "33"
+    mps = apply_hard_caps(spec, HardCapsSettings(mode="mps"))
+    assert mps.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "33"
+
+
+def test_a_whole_device_is_whole_by_capacity_not_by_fraction_text() -> None:
+    three_of_three = gpu_slice(UUID, 0, 3000, 40 * GiB, 108, capacity=3000)
+    spec = build_container_spec(session(slices=(three_of_three,), device_capacity=3000), NVIDIA)
+    assert spec.slices == (three_of_three,) and spec.device_capacity == 3000
+    assert apply_hard_caps(spec, HardCapsSettings(mode="hami")) == spec

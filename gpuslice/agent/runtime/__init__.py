@@ -1,5 +1,6 @@
 """Session containers on the node's Docker Engine: specs (pure), hard caps, the runtime."""
 
+from gpuslice.agent.runtime.adapter import session_spec
 from gpuslice.agent.runtime.docker import Backoff, DockerRuntime
 from gpuslice.agent.runtime.hardcaps import apply_hami, apply_hard_caps, apply_mps
 from gpuslice.agent.runtime.models import (
@@ -55,4 +56,5 @@ __all__ = [
     "apply_mps",
     "build_container_spec",
     "container_name",
+    "session_spec",
 ]

@@ -19,7 +19,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from gpuslice.agent.config import HardCapsSettings
-from gpuslice.agent.runtime.spec import ContainerSpec, HostDir, Mount, with_enforcement
+from gpuslice.agent.runtime.spec import (
+    ContainerSpec,
+    GpuSlice,
+    HostDir,
+    Mount,
+    with_enforcement,
+)
 from gpuslice.common.resources import MiB
 
 HAMI_LIBRARY_TARGET = "/usr/local/vgpu/libvgpu.so"
@@ -38,15 +44,15 @@ def apply_hard_caps(spec: ContainerSpec, caps: HardCapsSettings) -> ContainerSpe
 
 def apply_hami(spec: ContainerSpec, *, library: Path, cache_root: Path) -> ContainerSpec:
     """HAMi-core: preload ``libvgpu.so`` with per-device memory and SM limits."""
-    devices = _fractional_devices(spec)
-    if not devices:
+    slices = _fractional_slices(spec)
+    if not slices:
         return spec
     uid, gid = spec.uid_gid
     cache_dir = str(cache_root / spec.session_id)
     env = dict(spec.env)
-    for i, device in enumerate(devices):
-        env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{int(device['memory_bytes']) // MiB}m"
-    env["CUDA_DEVICE_SM_LIMIT"] = str(devices[0]["sm_percent"])
+    for i, piece in enumerate(slices):
+        env[f"CUDA_DEVICE_MEMORY_LIMIT_{i}"] = f"{piece.mem // MiB}m"
+    env["CUDA_DEVICE_SM_LIMIT"] = str(slices[0].sm_percent)
     env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = f"{HAMI_CACHE_TARGET}/{spec.session_id}.cache"
     spec = replace(
         spec,
@@ -64,15 +70,15 @@ def apply_hami(spec: ContainerSpec, *, library: Path, cache_root: Path) -> Conta
 
 def apply_mps(spec: ContainerSpec, *, pipe_directory: Path) -> ContainerSpec:
     """NVIDIA MPS: pinned device memory and active thread percentage per client."""
-    devices = _fractional_devices(spec)
-    if not devices:
+    slices = _fractional_slices(spec)
+    if not slices:
         return spec
     env = dict(spec.env)
     env["CUDA_MPS_PIPE_DIRECTORY"] = str(pipe_directory)
     env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(
-        f"{i}={int(device['memory_bytes']) // MiB}M" for i, device in enumerate(devices)
+        f"{i}={piece.mem // MiB}M" for i, piece in enumerate(slices)
     )
-    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(devices[0]["sm_percent"])
+    env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = str(slices[0].sm_percent)
     spec = replace(
         spec,
         env=env,
@@ -85,8 +91,9 @@ def apply_mps(spec: ContainerSpec, *, pipe_directory: Path) -> ContainerSpec:
     return with_enforcement(spec, "mps", pipe_directory=str(pipe_directory))
 
 
-def _fractional_devices(spec: ContainerSpec) -> list[dict[str, object]]:
-    devices = list(spec.allocation.get("devices", []))
-    if any(device["fraction"] != "1" for device in devices):
-        return devices
-    return []
+def _fractional_slices(spec: ContainerSpec) -> tuple[GpuSlice, ...]:
+    """The slices to cap, in visible-device order: all of them when one is part of its device,
+    none for whole devices or no GPU (a session on several devices holds each whole)."""
+    if any(piece.gpu < spec.device_capacity for piece in spec.slices):
+        return spec.slices
+    return ()

@@ -127,12 +127,14 @@ class ContainerStats:
     memory_limit: int
     pids: int
 
-    def cpu_cores_since(self, earlier: ContainerStats) -> float:
-        """Average cores busy between ``earlier`` and this reading (1.0 = one core)."""
-        elapsed = self.read_at - earlier.read_at
-        if elapsed <= 0:
-            return 0.0
-        return max(0.0, (self.cpu_ns - earlier.cpu_ns) / 1e9 / elapsed)
+    def cpu_milli_since(self, earlier: ContainerStats) -> int:
+        """Average milli-cores busy between ``earlier`` and this reading (1000 = one core),
+        rounded down."""
+        elapsed_us = round((self.read_at - earlier.read_at) * 1_000_000)
+        if elapsed_us <= 0:
+            return 0
+        # ns of CPU per µs of wall time is thousandths of a core: integers from here on
+        return max(0, (self.cpu_ns - earlier.cpu_ns) // elapsed_us)
 
 
 EventKind = Literal["connected", "disconnected", "start", "die", "oom", "destroy"]

@@ -3,7 +3,8 @@
 :func:`build_container_spec` is the only place that decides what a session container looks
 like: limits, labels, the unprivileged user, dropped capabilities, the ``GPUSLICE_*`` and
 pinned ``CUDA_VISIBLE_DEVICES`` / ``NVIDIA_VISIBLE_DEVICES`` environment, the allocation file
-and the framework hook. :mod:`gpuslice.agent.runtime.hardcaps` adds the optional driver caps.
+and the framework hook. :mod:`gpuslice.agent.runtime.hardcaps` adds the optional driver caps;
+:mod:`gpuslice.agent.runtime.adapter` makes a :class:`SessionSpec` from the manager's assignment.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ from decimal import Decimal
 from pathlib import PurePosixPath
 from typing import Any, Literal
 
-from gpuslice.agent.hook import CONTAINER_HOOK_DIR, hook_files
-from gpuslice.common.resources import MiB, format_cpu, format_fgpu, slice_share
+from gpuslice.common.resources import MiB, format_cpu, format_fgpu
+from gpuslice.hook import CONTAINER_HOOK_DIR, hook_files
 
 LABEL_SESSION = "gpuslice.session-id"
 LABEL_OWNER = "gpuslice.owner"
@@ -40,13 +41,20 @@ class SpecError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class GpuSlice:
-    """The part of one device a session holds. ``gpu`` in milli-fGPU; ``mem`` in bytes."""
+    """The part of one device a session holds: ``gpu`` in milli-fGPU, ``mem`` in bytes.
+
+    ``fraction`` (share of the device) and ``sm_percent`` are the manager's, computed once with
+    ``common.resources.slice_fraction`` / ``sm_percent``: shown as given, never recomputed, so
+    a container states the very share the API shows (``0.3333`` for 1 fGPU of 3).
+    """
 
     device_uuid: str
     device_index: int
     gpu: int
     mem: int
     sms: int
+    fraction: Decimal
+    sm_percent: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +118,8 @@ class ContainerSpec:
     memory: int
     pids_limit: int
     allocation: Mapping[str, Any]
+    slices: tuple[GpuSlice, ...] = ()
+    device_capacity: int = 1000  # one whole device in milli-fGPU
     device_uuids: tuple[str, ...] = ()  # for Docker device requests; empty on mock nodes
     mounts: tuple[Mount, ...] = ()
     host_dirs: tuple[HostDir, ...] = ()
@@ -243,6 +253,8 @@ def build_container_spec(session: SessionSpec, options: SpecOptions) -> Containe
         memory=session.mem,
         pids_limit=options.pids_limit,
         allocation=allocation,
+        slices=slices,
+        device_capacity=session.device_capacity,
         device_uuids=uuids if options.device_requests else (),
         log_max_size=options.log_max_size,
     )
@@ -255,16 +267,6 @@ def with_enforcement(spec: ContainerSpec, layer: str, **details: Any) -> Contain
     if details:
         allocation[layer] = details
     return replace(spec, allocation=allocation)
-
-
-def slice_fraction(gpu: int, device_capacity: int) -> Decimal:
-    """The share of a device a slice holds, exact (``250 / 2000`` → ``0.125``)."""
-    return Decimal(gpu) / Decimal(device_capacity)
-
-
-def sm_percent(gpu: int, device_capacity: int) -> int:
-    """Compute share in whole percent, rounded down but at least 1 for any slice."""
-    return max(1, slice_share(100, gpu, device_capacity)) if gpu > 0 else 0
 
 
 def decimal_text(value: Decimal) -> str:
@@ -284,6 +286,8 @@ def _validate(session: SessionSpec) -> None:
     for s in session.slices:
         if not 0 < s.gpu <= session.device_capacity:
             raise SpecError(f"slice on {s.device_uuid}: {s.gpu} milli-fGPU is out of range")
+        if not 0 < s.fraction <= 1 or not 0 <= s.sm_percent <= 100:
+            raise SpecError(f"slice on {s.device_uuid}: share {s.fraction} is out of range")
 
 
 def _command(session: SessionSpec) -> tuple[str, ...]:
@@ -301,10 +305,10 @@ def _allocation(session: SessionSpec, options: SpecOptions) -> dict[str, Any]:
             "uuid": s.device_uuid,
             "index": s.device_index,
             "fgpu": format_fgpu(s.gpu),
-            "fraction": decimal_text(slice_fraction(s.gpu, session.device_capacity)),
+            "fraction": decimal_text(s.fraction),
             "memory_bytes": s.mem,
             "sms": s.sms,
-            "sm_percent": sm_percent(s.gpu, session.device_capacity),
+            "sm_percent": s.sm_percent,
         }
         for s in session.slices
     ]
@@ -344,15 +348,15 @@ def _slice_env(
         # No device: nothing visible, on any runtime (the nvidia runtime reads "void").
         env.update(CUDA_VISIBLE_DEVICES="", NVIDIA_VISIBLE_DEVICES="void")
         return env
-    first = allocation["devices"][0]  # every device of a session holds the same share
+    first = session.slices[0]  # every device of a session holds the same share
     uuids = ",".join(s.device_uuid for s in session.slices)
     env.update(
         GPUSLICE_GPU_UUIDS=uuids,
-        GPUSLICE_GPU_FRACTION=str(first["fraction"]),
-        GPUSLICE_GPU_MEMORY_BYTES=str(first["memory_bytes"]),
-        GPUSLICE_GPU_MEMORY_MIB=str(int(first["memory_bytes"]) // MiB),
-        GPUSLICE_GPU_SMS=str(first["sms"]),
-        GPUSLICE_GPU_SM_PERCENT=str(first["sm_percent"]),
+        GPUSLICE_GPU_FRACTION=decimal_text(first.fraction),
+        GPUSLICE_GPU_MEMORY_BYTES=str(first.mem),
+        GPUSLICE_GPU_MEMORY_MIB=str(first.mem // MiB),
+        GPUSLICE_GPU_SMS=str(first.sms),
+        GPUSLICE_GPU_SM_PERCENT=str(first.sm_percent),
         CUDA_VISIBLE_DEVICES=uuids,
         NVIDIA_VISIBLE_DEVICES=uuids,
         NVIDIA_DRIVER_CAPABILITIES="compute,utility",

@@ -1,7 +1,11 @@
-"""The framework slice hook that runs inside session containers (see ``gpuslice_hook.py``).
+"""The framework slice hook: the files that apply a session's GPU slice to PyTorch, TensorFlow
+and JAX *inside* its container (see ``gpuslice_hook.py``).
 
-This package only locates the hook's files for the runtime and the image build; the files
-themselves are standalone and never import gpuslice.
+This package owns those files and where they go: the agent's runtime mounts them into every
+session (``CONTAINER_HOOK_DIR``, first on ``PYTHONPATH``) and the image build installs them into
+the base image's system Python (``PTH_FILE``). The hook files run on whatever Python an image
+has: they use the standard library only and never import gpuslice. This module only locates
+them, so importing it needs nothing from the agent.
 """
 
 from __future__ import annotations

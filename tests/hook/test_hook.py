@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuslice.agent.hook import hook_files
 from gpuslice.common.resources import GiB
+from gpuslice.hook import HOOK_DIR, hook_files
 
 FAKE_TORCH = """
 import os
@@ -238,7 +238,7 @@ def test_the_images_own_sitecustomize_still_runs(site: Path, tmp_path: Path) -> 
 
 
 def test_slice_from_env_parses_exactly() -> None:
-    sys.path.insert(0, str(Path(__file__).parents[2] / "gpuslice" / "agent" / "hook"))
+    sys.path.insert(0, str(HOOK_DIR))
     try:
         import gpuslice_hook
     finally:

@@ -1,0 +1,169 @@
+"""The steps the agent takes for one session: start, report, finish, stop, remove.
+
+:func:`gpuslice.agent.decide.decide` picks the one next step from desired and actual state;
+:class:`SessionActions` carries it out against Docker and tells the manager. The agent runs at
+most one step per session at a time (``Agent.reconcile``), so these never race each other for
+the same session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Collection
+
+from gpuslice.agent.config import AgentSettings
+from gpuslice.agent.decide import Act, Action
+from gpuslice.agent.manager_link import LinkError, ManagerLink
+from gpuslice.agent.runtime.adapter import session_spec
+from gpuslice.agent.runtime.docker import DockerRuntime
+from gpuslice.agent.runtime.hardcaps import apply_hard_caps
+from gpuslice.agent.runtime.models import (
+    ContainerRuntimeError,
+    DockerUnavailable,
+    ImageNotFound,
+    ImagePullError,
+)
+from gpuslice.agent.runtime.spec import SpecError, SpecOptions, build_container_spec
+from gpuslice.common.schemas.agents import Assignment, StateReport
+from gpuslice.common.schemas.sessions import SessionStatus
+
+log = logging.getLogger("gpuslice.agent")
+FINAL_LOG_LINES = 2000
+FINAL_LOG_CAP = 1024 * 1024  # characters of the final logs sent with the last report
+
+
+class SessionActions:
+    """One session's next step, against Docker and the manager. ``reported`` keeps the last
+    status told per session, so an unchanged state is not reported again (it saves calls)."""
+
+    def __init__(
+        self,
+        settings: AgentSettings,
+        runtime: DockerRuntime,
+        link: ManagerLink,
+        options: SpecOptions,
+        say: Callable[[str], None],
+    ) -> None:
+        self.settings = settings
+        self.runtime = runtime
+        self.link = link
+        self.options = options
+        self.say = say
+        self.reported: dict[str, SessionStatus] = {}
+
+    async def do(self, action: Action, assignment: Assignment | None) -> None:
+        """Carry out ``action``; Docker or the manager being away is retried by the next pass."""
+        sid = action.session_id
+        try:
+            if action.act is Act.START and assignment is not None:
+                await self.start(assignment)
+            elif action.act is Act.REPORT:
+                await self.report(sid, StateReport(status=action.status, reason=action.reason))
+            elif action.act is Act.FINISH:
+                await self._finish(action)
+            elif action.act is Act.STOP:
+                await self._stop(sid)
+            elif action.act is Act.REMOVE:
+                await self._remove(sid)
+        except (DockerUnavailable, LinkError) as err:
+            log.warning("session %s: %s: %s (will retry)", sid, action.act.value, err)
+            await asyncio.sleep(1.0)
+
+    def already_reported(self, action: Action) -> bool:
+        return action.act is Act.REPORT and self.reported.get(action.session_id) == action.status
+
+    def forget(self, keep: Collection[str]) -> None:
+        """Drop the last reports of sessions ended and removed: nothing is left to say."""
+        for gone in self.reported.keys() - set(keep):
+            del self.reported[gone]
+
+    async def report(self, session_id: str, report: StateReport) -> None:
+        await self.link.report(session_id, report)
+        self.reported[session_id] = report.status
+
+    async def start(self, assignment: Assignment) -> None:
+        """Create and start the session's container (pulling its image if told to): PREPARING,
+        then RUNNING, or ERROR with the reason."""
+        sid = assignment.session_id
+        preparing = None
+        if assignment.status is SessionStatus.SCHEDULED:
+            # told while the container is being made: the report's round trip costs no start time
+            preparing = asyncio.create_task(self.report(sid, StateReport(
+                status=SessionStatus.PREPARING,
+                reason=f"creating its container on {self.settings.node_name}",
+            )))
+        failure = ""
+        try:
+            if assignment.pull and not await self.runtime.has_image(assignment.image):
+                if preparing is not None:  # PREPARING first, then the pull's progress
+                    await preparing
+                    preparing = None
+                await self._pull(assignment)
+            spec = build_container_spec(session_spec(assignment), self.options)
+            spec = apply_hard_caps(spec, self.settings.hard_caps)
+            running = (await self.runtime.ensure_running(spec)).running
+        except ImageNotFound:
+            failure = f"image {assignment.image} is not on node {self.settings.node_name}"
+        except ImagePullError as err:
+            failure = f"could not pull {assignment.image}: {err}"
+        except DockerUnavailable:
+            if preparing is not None:
+                await asyncio.gather(preparing, return_exceptions=True)
+            raise
+        except (SpecError, ContainerRuntimeError) as err:
+            failure = f"could not start: {err}"
+        if preparing is not None:
+            await preparing  # PREPARING is recorded before any later report
+        if failure:
+            await self.report(sid, StateReport(status=SessionStatus.ERROR, reason=failure))
+        elif running:
+            await self.report(sid, StateReport(status=SessionStatus.RUNNING, reason="running"))
+
+    # ------------------------------------------------------------ helpers
+
+    async def _finish(self, action: Action) -> None:
+        """The container stopped by itself: report how (with its last logs), then remove it."""
+        sid = action.session_id
+        logs = await self._final_logs(sid)
+        await self.report(sid, StateReport(
+            status=action.status, exit_code=action.exit_code, reason=action.reason, logs=logs
+        ))
+        await self.runtime.remove(sid)
+
+    async def _stop(self, sid: str) -> None:
+        """The manager wants it stopped: stop, keep its last logs, remove, report TERMINATED."""
+        await self.runtime.stop(sid, self.settings.stop_grace_s)
+        logs = await self._final_logs(sid)
+        await self.runtime.remove(sid)
+        await self.report(
+            sid, StateReport(status=SessionStatus.TERMINATED, reason="stopped", logs=logs)
+        )
+
+    async def _remove(self, sid: str) -> None:
+        self.say(
+            f"agent: removing the container of session {sid} (the manager no longer lists it)"
+        )
+        await self.runtime.stop(sid, self.settings.stop_grace_s)
+        await self.runtime.remove(sid)
+
+    async def _pull(self, assignment: Assignment) -> None:
+        """Pull the session's image (in the registry, not on this node yet), its progress
+        shown as the PREPARING reason."""
+        sid, image = assignment.session_id, assignment.image
+
+        async def progress(percent: int) -> None:
+            with contextlib.suppress(LinkError):  # a lost report must not stop the pull
+                await self.report(sid, StateReport(
+                    status=SessionStatus.PREPARING, reason=f"pulling {image}: {percent}%"
+                ))
+
+        self.say(f"agent: pulling {image} for session {sid}")
+        await self.runtime.pull(image, progress)
+
+    async def _final_logs(self, session_id: str) -> str | None:
+        try:
+            return (await self.runtime.logs(session_id, tail=FINAL_LOG_LINES))[-FINAL_LOG_CAP:]
+        except ContainerRuntimeError:
+            return None

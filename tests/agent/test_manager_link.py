@@ -1,0 +1,98 @@
+"""The agent's line to the manager: registration in wire units and the stored credential.
+
+The manager is stood in for at the HTTP edge (``httpx.MockTransport``).
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from gpuslice.agent.config import AgentSettings
+from gpuslice.agent.manager_link import CREDENTIAL_FILE, ManagerLink, registration
+from gpuslice.common.schemas.agents import NodeRegister
+
+MANAGER = "http://manager.test"
+
+
+class Registrar:
+    """``POST /api/v1/agents/register``: records the bodies, hands out one credential."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, object]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        assert (request.method, request.url.path) == ("POST", "/api/v1/agents/register")
+        self.bodies.append(json.loads(request.content))
+        return httpx.Response(200, json={
+            "node_id": "n-1", "credential": "gsn_secret", "heartbeat_interval_ms": 2500,
+        })
+
+
+@pytest.fixture
+def registrar() -> Registrar:
+    return Registrar()
+
+
+@pytest.fixture
+async def link(registrar: Registrar, tmp_path: Path) -> AsyncIterator[ManagerLink]:
+    link = ManagerLink(MANAGER, tmp_path, transport=httpx.MockTransport(registrar))
+    yield link
+    await link.close()
+
+
+def settings(**values: object) -> AgentSettings:
+    return AgentSettings(node_name="lab-01", manager_url=MANAGER, **values)  # type: ignore[arg-type]
+
+
+def test_registration_sends_fgpu_per_gpu_in_milli_fgpu() -> None:
+    body = registration(settings(join_token="gsj_x", fgpu_per_gpu="2.5"))
+    assert body == NodeRegister(join_token="gsj_x", name="lab-01", device_capacity=2500)
+    assert json.loads(body.model_dump_json())["device_capacity"] == 2500
+    default = registration(settings(join_token="gsj_x"))
+    assert default is not None and default.device_capacity is None  # the manager's default
+    assert registration(settings()) is None  # no token: only a stored credential can do
+
+
+async def test_registering_stores_the_interval_in_ms(
+    link: ManagerLink, registrar: Registrar, tmp_path: Path
+) -> None:
+    credential = await link.connect(registration(settings(join_token="gsj_x", fgpu_per_gpu=2)))
+    assert (credential.node_id, credential.heartbeat_interval_ms) == ("n-1", 2500)
+    assert registrar.bodies[0]["device_capacity"] == 2000
+    path = tmp_path / CREDENTIAL_FILE
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert json.loads(path.read_text()) == {
+        "manager_url": MANAGER, "node_id": "n-1", "secret": "gsn_secret",
+        "heartbeat_interval_ms": 2500,
+    }
+
+
+async def test_a_stored_credential_is_used_without_registering(
+    link: ManagerLink, registrar: Registrar
+) -> None:
+    await link.connect(registration(settings(join_token="gsj_x")))
+    again = await link.connect(None)
+    assert again.heartbeat_interval_ms == 2500 and len(registrar.bodies) == 1
+
+
+async def test_a_credential_file_from_before_milliseconds_still_works_and_is_upgraded(
+    link: ManagerLink, registrar: Registrar, tmp_path: Path
+) -> None:
+    # an upgraded agent has no join token any more: it must not need one to keep its node
+    path = tmp_path / CREDENTIAL_FILE
+    old = {"manager_url": MANAGER, "node_id": "n-0", "secret": "gsn_old",
+           "heartbeat_interval": 5.0}
+    path.write_text(json.dumps(old))
+    credential = await link.connect(None)
+    assert (credential.node_id, credential.secret, credential.heartbeat_interval_ms) == (
+        "n-0", "gsn_old", 5000
+    )
+    assert registrar.bodies == []
+    assert json.loads(path.read_text())["heartbeat_interval_ms"] == 5000
+    assert "heartbeat_interval" not in json.loads(path.read_text())

@@ -1,0 +1,155 @@
+"""The whole agent against a stand-in manager (at the HTTP edge) and the real Docker Engine:
+it joins in wire units, starts what is assigned with the manager's slice, answers a request
+once, heartbeats usage, and stops a session when told."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from gpuslice.agent.accelerators.mock import MockAccelerator
+from gpuslice.agent.config import AgentSettings, MockGpu
+from gpuslice.agent.manager_link import ManagerLink
+from gpuslice.agent.runtime import DockerRuntime
+from gpuslice.agent.service import Agent
+from gpuslice.common.resources import GiB, MiB, slice_fraction, sm_percent
+from gpuslice.common.schemas.agents import AgentRequest, ExecAsk
+
+pytestmark = pytest.mark.docker
+MANAGER = "http://manager.test"
+API = "/api/v1/agents"
+
+
+class StandInManager:
+    """The agent API as the manager serves it, with one node and the state a test sets."""
+
+    def __init__(self) -> None:
+        self.version = 1
+        self.sessions: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []  # delivered once, then gone
+        self.registered: list[dict[str, Any]] = []
+        self.heartbeats: list[dict[str, Any]] = []
+        self.reports: list[tuple[str, dict[str, Any]]] = []
+        self.answers: dict[str, dict[str, Any]] = {}
+
+    def change(self) -> None:
+        self.version += 1
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        path, method = request.url.path.removeprefix(API), request.method
+        if (method, path) == ("POST", "/register"):
+            self.registered.append(json.loads(request.content))
+            return httpx.Response(200, json={"node_id": "n-1", "credential": "gsn_x",
+                                             "heartbeat_interval_ms": 300})
+        assert request.headers["Authorization"] == "Bearer gsn_x"
+        if (method, path) == ("POST", "/me/heartbeat"):
+            self.heartbeats.append(json.loads(request.content))
+            return httpx.Response(200, json={"node_id": "n-1", "status": "ALIVE",
+                                             "assignment_version": self.version})
+        if (method, path) == ("GET", "/me/assignments"):
+            return await self._assignments(request.url.params.get("since"))
+        if method == "POST" and path.endswith("/state"):
+            self.reports.append((path.split("/")[3], json.loads(request.content)))
+            return httpx.Response(200, json={"status": "ok"})
+        if method == "PUT" and path.startswith("/me/requests/"):
+            self.answers[path.rsplit("/", 1)[1]] = json.loads(request.content)
+            return httpx.Response(204)
+        return httpx.Response(404, json={"code": "not_found", "message": path})
+
+    async def _assignments(self, since: str | None) -> httpx.Response:
+        for _ in range(20):  # a short long-poll: answer at once when the version moved
+            if since != str(self.version):
+                break
+            await asyncio.sleep(0.05)
+        requests, self.requests = self.requests, []
+        return httpx.Response(200, json={"node_id": "n-1", "version": self.version,
+                                         "sessions": self.sessions, "requests": requests})
+
+    def statuses(self, session_id: str) -> list[str]:
+        return [r["status"] for sid, r in self.reports if sid == session_id]
+
+
+async def until(check: Any, timeout: float = 30.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not check():
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+async def manager() -> StandInManager:
+    return StandInManager()
+
+
+@pytest.fixture
+async def agent_running(
+    manager: StandInManager, base_image: str, tmp_path: Path
+) -> AsyncIterator[Agent]:
+    node = f"test-{uuid.uuid4().hex[:10]}"
+    settings = AgentSettings(
+        node_name=node, manager_url=MANAGER, join_token="gsj_x", data_dir=tmp_path / "agent",
+        accelerator="mock", fgpu_per_gpu=3, gpu=[MockGpu(model="Mock", memory="12g", sms=36)],
+    )
+    link = ManagerLink(MANAGER, settings.data_dir, transport=httpx.MockTransport(manager))
+    accelerator = MockAccelerator(node, settings.gpu)
+    agent = Agent(settings, accelerator=accelerator, link=link, say=lambda _line: None)
+    stop = asyncio.Event()
+    task = asyncio.create_task(agent.run(stop))
+    try:
+        yield agent
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        async with DockerRuntime(node_name=node, files_root=tmp_path / "agent") as runtime:
+            for state in await runtime.list_managed():
+                await runtime.remove_container(state.container_id)
+
+
+def assignment(agent: Agent, image: str, session_id: str, **changes: Any) -> dict[str, Any]:
+    device = agent.accelerator.devices()[0]
+    body = {
+        "session_id": session_id, "name": "s", "owner": "alice", "image": image,
+        "type": "interactive", "command": None, "env": {}, "status": "SCHEDULED",
+        "desired": "running", "resources": {"gpu": 1000, "cpu": 500, "mem": 256 * MiB},
+        "slices": [{
+            "device_index": 0, "device_uuid": device.uuid, "gpu": 1000, "capacity": 3000,
+            "fraction": str(slice_fraction(1000, 3000)), "mem": 4 * GiB, "sms": 12,
+            "sm_percent": sm_percent(1000, 3000),
+        }],
+    }
+    body.update(changes)
+    return body
+
+
+async def test_the_agent_runs_a_session_answers_once_and_stops_it(
+    agent_running: Agent, manager: StandInManager, base_image: str
+) -> None:
+    agent, sid = agent_running, f"s{uuid.uuid4().hex[:10]}"
+    manager.sessions = [assignment(agent, base_image, sid)]
+    manager.change()
+    await until(lambda: "RUNNING" in manager.statuses(sid))
+    assert manager.statuses(sid)[:2] == ["PREPARING", "RUNNING"]
+    assert manager.registered[0]["device_capacity"] == 3000
+    state = await agent.runtime.find(sid)
+    assert state is not None and state.allocation["devices"][0]["fraction"] == "0.3333"
+
+    ask = ExecAsk(command=["sh", "-c", "echo $GPUSLICE_GPU_FRACTION"], timeout_ms=20_000)
+    manager.requests = [AgentRequest(id="r-1", session_id=sid, ask=ask).model_dump(mode="json")]
+    manager.change()
+    await until(lambda: "r-1" in manager.answers)
+    assert manager.answers["r-1"]["stdout"] == "0.3333\n"
+    await until(lambda: any(u.get("cpu") is not None for h in manager.heartbeats
+                            for u in h["usage"] if u["session_id"] == sid))
+
+    manager.sessions = [assignment(agent, base_image, sid, status="TERMINATING",
+                                   desired="stopped")]
+    manager.change()
+    await until(lambda: "TERMINATED" in manager.statuses(sid))
+    assert await agent.runtime.find(sid) is None
+    assert list(manager.answers) == ["r-1"]
