@@ -15,6 +15,7 @@ from gpuslice.common.schemas.agents import ExecAnswer, ExecAsk, LogsAnswer, Logs
 from gpuslice.manager.db.models import NodeRow
 from gpuslice.manager.errors import Conflict
 from gpuslice.manager.services.channel import Channel
+from gpuslice.manager.services.nodes.assignments import long_poll
 from tests.manager.conftest import AgentFactory, Client, create
 from tests.manager.fake_agent import FakeAgent, requests_of
 from tests.manager.test_e2e import wait_status
@@ -108,3 +109,24 @@ async def test_asking_a_lost_node_is_a_conflict_at_once(
     assert failed.value.code == "node_lost" and "session x" in failed.value.message
     assert time.monotonic() - started < 1.0
     assert not any(requests_of(a, "logs") for a in agent.seen)
+
+
+async def test_a_long_poll_whose_agent_hung_up_delivers_nothing(
+    app: FastAPI, admin: Client, make_agent: AgentFactory
+) -> None:
+    # A SIGKILLed agent's long-poll stays parked on the manager until it notices; a request
+    # handed to it would be lost while the restarted agent polls beside it.
+    agent, sid = await _node_with_session(admin, make_agent)
+    await agent.stop()  # nobody takes requests in the background any more
+    waiting = _ask(app, agent.node_id, sid, timeout=5)
+
+    async def gone() -> bool:
+        return True
+
+    dead = await long_poll(app.state.sessionmaker, app.state.hub, agent.node_id, None, 0, 0.1,
+                           gone=gone)
+    assert dead.requests == []
+    alive = await long_poll(app.state.sessionmaker, app.state.hub, agent.node_id, None, 0, 0.1)
+    [request] = alive.requests
+    assert request.session_id == sid
+    waiting.cancel()

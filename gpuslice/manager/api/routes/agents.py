@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Request, status
 
 from gpuslice.common.schemas.agents import (
     Answer,
@@ -37,6 +37,7 @@ async def heartbeat(body: Heartbeat, db: DbDep, node: CurrentNode) -> HeartbeatA
 
 @router.get("/me/assignments")
 async def get_assignments(
+    request: Request,
     node: CurrentNode,
     sessionmaker: SessionmakerDep,
     hub: HubDep,
@@ -46,7 +47,8 @@ async def get_assignments(
 ) -> Assignments:
     """The node's desired state; with `since`, waits until it differs from that version."""
     return await assignments.long_poll(
-        sessionmaker, hub, node.id, since, wait, settings.nodes.assignment_poll
+        sessionmaker, hub, node.id, since, wait, settings.nodes.assignment_poll,
+        gone=request.is_disconnected,
     )
 
 

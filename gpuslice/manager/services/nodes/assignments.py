@@ -4,12 +4,15 @@ Every change to a node's desired state bumps ``nodes.assignment_version`` in the
 (see ``lifecycle.transition`` and ``channel``). An agent asks with the version it has; the answer
 comes at once if the version moved, else when this process's hub signals the node, else after a
 short database poll (another manager replica made the change), else at the wait limit. Each
-answer carries the node's new requests (``channel.deliver``: each in one answer only).
+answer carries the node's new requests (``channel.deliver``: each in one answer only), unless
+the agent that asked has gone: a killed agent's long-poll stays parked here until it notices,
+and a request handed to it would be lost while its successor polls beside it.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Awaitable, Callable
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -32,7 +35,11 @@ async def long_poll(
     since: int | None,
     wait: float,
     poll: float,
+    gone: Callable[[], Awaitable[bool]] | None = None,
 ) -> Assignments:
+    """The node's assignments once they differ from version ``since`` (at once without one),
+    or at the end of ``wait`` seconds. ``gone`` tells whether the asking agent has hung up: its
+    answer then carries no requests (they wait for the agent's next long-poll)."""
     deadline = time.monotonic() + wait
     while True:
         changed = hub.node(node_id).listen()
@@ -41,12 +48,14 @@ async def long_poll(
                 select(NodeRow.assignment_version).where(NodeRow.id == node_id)
             )
             remaining = deadline - time.monotonic()
-            if since is None or version != since or remaining <= 0 or hub.closing.is_set():
-                return await _build(db, node_id, version or 0)
+            hung_up = gone is not None and await gone()
+            if (since is None or version != since or remaining <= 0 or hub.closing.is_set()
+                    or hung_up):
+                return await _build(db, node_id, version or 0, deliver=not hung_up)
         await wait_for(changed, min(poll, remaining))
 
 
-async def _build(db: AsyncSession, node_id: str, version: int) -> Assignments:
+async def _build(db: AsyncSession, node_id: str, version: int, deliver: bool) -> Assignments:
     rescan = await db.scalar(select(NodeRow.rescan).where(NodeRow.id == node_id))
     rows = (
         await db.execute(
@@ -61,7 +70,7 @@ async def _build(db: AsyncSession, node_id: str, version: int) -> Assignments:
     answer = Assignments(
         node_id=node_id, version=version,
         sessions=[_assignment(row, owner, row.image in pulls) for row, owner in rows],
-        requests=await channel.deliver(db, node_id),
+        requests=await channel.deliver(db, node_id) if deliver else [],
         remove_images=await removals_for(db, node_id),
         rescan=rescan or 0,
     )
