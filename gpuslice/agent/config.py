@@ -119,9 +119,10 @@ class AgentSettings(BaseSettings):
     )
     hard_caps: HardCapsSettings = Field(default_factory=HardCapsSettings)
     reserved_cpu: int = Field(
-        # in config units: pydantic-settings validates defaults too, so this is parsed as cores
-        default="0.5", ge=0, description="CPU kept for the host (config: cores, e.g. 0.5); "
-        "held in milli-cores.",
+        # already in milli-cores: the default is not run through the cores parser below
+        default=500, ge=0, validate_default=False,
+        description="CPU kept for the host, in milli-cores (500: half a core; config: cores, "
+        "e.g. 0.5).",
     )
     reserved_mem: int = Field(
         default=1024**3, ge=0, description="Memory kept for the host, bytes (config: size, 1g)."

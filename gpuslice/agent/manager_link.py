@@ -155,7 +155,8 @@ class ManagerLink:
         return answer  # type: ignore[return-value]
 
     async def _request(
-        self, method: str, path: str, model: type | None, *, auth: bool = True, **kw: object
+        self, method: str, path: str, model: type[BaseModel] | None, *, auth: bool = True,
+        **kw: object
     ) -> object:
         headers = {"Content-Type": "application/json"}
         if auth:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -80,9 +81,10 @@ class Agent:
             found = detect(self.settings)
             self.accelerator = found.accelerator
             self.say(f"agent {self.settings.node_name}: {found.message}")
-        self.usage = UsageCollector(self.settings, self.runtime, self.accelerator)
+        accelerator = self.accelerator
+        self.usage = UsageCollector(self.settings, self.runtime, accelerator)
         self.sessions = SessionActions(
-            self.settings, self.runtime, self.link, self._spec_options(), self.say
+            self.settings, self.runtime, self.link, self._spec_options(accelerator), self.say
         )
         try:
             await self._wait_for_docker(stop)
@@ -97,8 +99,9 @@ class Agent:
                 self._supervise("docker events", self._event_loop, stop),
                 self._supervise("reconcile", self._reconcile_loop, stop),
             ]
-            if self.accelerator.name == "nvidia":
-                loops.append(self._supervise("gpu watchdog", self._watchdog_loop, stop))
+            if accelerator.name == "nvidia":
+                watchdog = functools.partial(self._watchdog_loop, accelerator)
+                loops.append(self._supervise("gpu watchdog", watchdog, stop))
             tasks = [asyncio.create_task(loop) for loop in loops]
             await stop.wait()
             for task in [*tasks, *self._busy.values()]:
@@ -108,7 +111,7 @@ class Agent:
         finally:
             await self.link.close()
             await self.runtime.close()
-            self.accelerator.close()
+            accelerator.close()
 
     # ------------------------------------------------------------ start
 
@@ -209,17 +212,17 @@ class Agent:
             if self.desired is not None:
                 await self.reconcile(self.desired)
 
-    async def _watchdog_loop(self, stop: asyncio.Event) -> None:
+    async def _watchdog_loop(self, accelerator: Accelerator, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            usage = await asyncio.to_thread(self.accelerator.usage)
+            usage = await asyncio.to_thread(accelerator.usage)
             containers = [c for c in await self.runtime.list_managed() if c.running]
             for overuse in watchdog_check(usage, containers,
                                           tolerance=self.settings.watchdog_tolerance):
-                self.say(f"agent: session {overuse.session_id}: {overuse.detail()}")
+                self.say(f"agent: session {overuse.session_id}: {overuse.detail}")
                 await self.runtime.stop(overuse.session_id, self.settings.stop_grace_s)
                 await self.sessions.report(
                     overuse.session_id,
-                    StateReport(status=SessionStatus.ERROR, reason=overuse.reason()),
+                    StateReport(status=SessionStatus.ERROR, reason=overuse.reason),
                 )
             await _sleep_or_stop(stop, 2.0)
 
@@ -244,9 +247,9 @@ class Agent:
                 continue
             task = asyncio.create_task(self.sessions.do(action, wanted.get(session_id)))
             self._busy[session_id] = task
-            task.add_done_callback(lambda _t, sid=session_id: self._done(sid))
+            task.add_done_callback(functools.partial(self._done, session_id))
 
-    def _done(self, session_id: str) -> None:
+    def _done(self, session_id: str, _task: asyncio.Task[None]) -> None:
         self._busy.pop(session_id, None)
         self._kick.set()  # the step may have a follow-up (e.g. RUNNING after PREPARING)
 
@@ -267,11 +270,11 @@ class Agent:
         self.link.forget()
         await self._connect(asyncio.Event())
 
-    def _spec_options(self) -> SpecOptions:
+    def _spec_options(self, accelerator: Accelerator) -> SpecOptions:
         return SpecOptions(
             node_name=self.settings.node_name,
-            accelerator=self.accelerator.name,
-            device_requests=self.accelerator.device_requests,
+            accelerator=accelerator.name,
+            device_requests=accelerator.device_requests,
             user=self.settings.session_user,
             pids_limit=self.settings.pids_limit,
         )

@@ -238,7 +238,7 @@ class _Loader(importlib.abc.Loader):
 def _tolerate_memory_growth(config: Any, capped: set[str]) -> None:
     experimental = getattr(config, "experimental", None)
     original = getattr(experimental, "set_memory_growth", None)
-    if original is None:
+    if experimental is None or original is None:
         return
 
     def set_memory_growth(device: Any, enable: bool) -> None:
