@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from gpuslice.client import Client
-from tests.agent.conftest import base_image, can_restart_dockerd, docker_ready, restart_dockerd
+from tests.dockerd import base_image, can_restart_dockerd, docker_ready, restart_dockerd
 
 __all__ = ["base_image", "can_restart_dockerd", "docker_ready", "restart_dockerd"]
 
