@@ -146,6 +146,16 @@ class ManagerLink:
             "PUT", f"{API}/me/requests/{request_id}", None, content=answer.model_dump_json()
         )
 
+    async def session_call(
+        self, session_id: str, method: str, path: str, body: object = None
+    ) -> object:
+        """A call the in-session endpoint relays for one of this node's sessions:
+        ``/api/v1/agents/me/sessions/<id>/<path>``, answered as JSON."""
+        content = None if body is None else json.dumps(body)
+        return await self._request(
+            method, f"{API}/me/sessions/{session_id}/{path.lstrip('/')}", None, content=content
+        )
+
     # ------------------------------------------------------------ plumbing
 
     async def _post(self, path: str, body: BaseModel, model: type[M], *, auth: bool = True) -> M:

@@ -5,8 +5,9 @@ Four supervised loops share one process: heartbeats (devices, capacity, usage up
 is noticed at once), and the GPU watchdog (nvidia only). Reconciliation runs whenever one of
 them has news, one pass at a time; each session's step (``sessions.py``) runs as its own task,
 at most one per session. Requests that come with the assignments (logs, exec, commit) are
-served by ``requests.py``. Nothing that matters is kept in memory: desired state is the
-manager's, actual state is Docker's labels, so a restarted agent picks up where it was.
+served by ``requests.py``; each session container gets its own in-session endpoint socket
+(``endpoint.py``). Nothing that matters is kept in memory: desired state is the manager's,
+actual state is Docker's labels, so a restarted agent picks up where it was.
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from gpuslice.agent.accelerators import Accelerator, detect
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import decide
+from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.manager_link import (
     Credential,
     LinkError,
@@ -32,7 +35,7 @@ from gpuslice.agent.manager_link import (
 from gpuslice.agent.requests import RequestContext, RequestRunner
 from gpuslice.agent.runtime.docker import DockerRuntime
 from gpuslice.agent.runtime.models import DockerUnavailable
-from gpuslice.agent.runtime.spec import SpecOptions, container_name
+from gpuslice.agent.runtime.spec import DeviceInfo, SpecOptions, container_name
 from gpuslice.agent.sessions import SessionActions
 from gpuslice.agent.usage import UsageCollector
 from gpuslice.agent.watchdog import check as watchdog_check
@@ -71,6 +74,10 @@ class Agent:
         self._busy: dict[str, asyncio.Task[None]] = {}  # session id -> its running work
         self._heartbeat_now = asyncio.Event()  # images changed, or the manager asked (rescan)
         self._rescan: int | None = None
+        self.usage_collector: UsageCollector | None = None  # made once the accelerator is known
+        self.endpoint = SessionEndpoint(
+            settings.data_dir, data=self, link=self.link, user=settings.session_user
+        )
         self.requests = RequestRunner(RequestContext(
             runtime=self.runtime, link=self.link, say=self.say,
             images_changed=self._heartbeat_now.set,
@@ -82,9 +89,10 @@ class Agent:
             self.accelerator = found.accelerator
             self.say(f"agent {self.settings.node_name}: {found.message}")
         accelerator = self.accelerator
-        self.usage = UsageCollector(self.settings, self.runtime, accelerator)
+        self.usage_collector = UsageCollector(self.settings, self.runtime, accelerator)
         self.sessions = SessionActions(
-            self.settings, self.runtime, self.link, self._spec_options(accelerator), self.say
+            self.settings, self.runtime, self.link, self._spec_options(accelerator), self.say,
+            endpoint=self.endpoint,
         )
         try:
             await self._wait_for_docker(stop)
@@ -109,6 +117,7 @@ class Agent:
             await asyncio.gather(*tasks, *self._busy.values(), return_exceptions=True)
             await self.requests.close()
         finally:
+            await self.endpoint.stop()
             await self.link.close()
             await self.runtime.close()
             accelerator.close()
@@ -165,8 +174,10 @@ class Agent:
             delay = min(delay * 2, 15.0)
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
+        collector = self.usage_collector
+        assert collector is not None, "run() makes the collector before the loops"
         while not stop.is_set():
-            body = await self.usage.heartbeat()
+            body = await collector.heartbeat()
             await self.runtime.prune_files(keep=set(self._busy))
             try:
                 await self.link.heartbeat(body)
@@ -239,6 +250,8 @@ class Agent:
                 await self.runtime.remove_container(container.container_id)
         known = wanted.keys() | actual.keys()
         self.sessions.forget(keep=known)
+        # Sockets for every container (adopted ones too, after a restart) and starting session.
+        await self.endpoint.sync(actual.keys() | self._busy.keys())
         for session_id in sorted(known):
             if session_id in self._busy:
                 continue
@@ -270,11 +283,44 @@ class Agent:
         self.link.forget()
         await self._connect(asyncio.Event())
 
+    # ------------------------------------------------------------ in-session endpoint data
+
+    async def session_info(self, session_id: str) -> dict[str, Any] | None:
+        """Who a session is and its slice (``GET /v1/session`` of its endpoint)."""
+        assignment = self._assignment(session_id)
+        state = await self.runtime.find(session_id)
+        if assignment is None and state is None:
+            return None
+        info: dict[str, Any] = {"session_id": session_id, "node": self.settings.node_name,
+                                "allocation": dict(state.allocation) if state else None}
+        if assignment is not None:
+            info.update(name=assignment.name, owner=assignment.owner, image=assignment.image,
+                        type=assignment.type.value, status=assignment.status.value)
+        return info
+
+    def usage(self, session_id: str) -> dict[str, Any] | None:
+        """What a session uses, as last measured (``GET /v1/usage`` of its endpoint). GPU
+        figures are per device of its slice; ``None`` where nothing measures them."""
+        collector = self.usage_collector
+        measured = collector.latest.get(session_id) if collector is not None else None
+        if measured is None:
+            return None
+        assignment = self._assignment(session_id)
+        gpus = [{"uuid": s.device_uuid, "mem_used": None, "utilization": None}
+                for s in (assignment.slices if assignment else [])]
+        return {"session_id": session_id, "cpu": measured.cpu, "mem": measured.mem,
+                "gpus": gpus}
+
+    def _assignment(self, session_id: str) -> Any:
+        sessions = self.desired.sessions if self.desired is not None else []
+        return next((a for a in sessions if a.session_id == session_id), None)
+
     def _spec_options(self, accelerator: Accelerator) -> SpecOptions:
         return SpecOptions(
             node_name=self.settings.node_name,
             accelerator=accelerator.name,
             device_requests=accelerator.device_requests,
+            devices={d.uuid: DeviceInfo(d.model, d.memory) for d in accelerator.devices()},
             user=self.settings.session_user,
             pids_limit=self.settings.pids_limit,
         )

@@ -15,6 +15,7 @@ from collections.abc import Callable, Collection
 
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import Act, Action
+from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.manager_link import LinkError, ManagerLink
 from gpuslice.agent.runtime.adapter import session_spec
 from gpuslice.agent.runtime.docker import DockerRuntime
@@ -45,12 +46,14 @@ class SessionActions:
         link: ManagerLink,
         options: SpecOptions,
         say: Callable[[str], None],
+        endpoint: SessionEndpoint | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
         self.link = link
         self.options = options
         self.say = say
+        self.endpoint = endpoint
         self.reported: dict[str, SessionStatus] = {}
 
     async def do(self, action: Action, assignment: Assignment | None) -> None:
@@ -103,6 +106,8 @@ class SessionActions:
                 await self._pull(assignment)
             spec = build_container_spec(session_spec(assignment), self.options)
             spec = apply_hard_caps(spec, self.settings.hard_caps)
+            if self.endpoint is not None:  # its socket is there before the session starts
+                await self.endpoint.open(sid)
             running = (await self.runtime.ensure_running(spec)).running
         except ImageNotFound:
             failure = f"image {assignment.image} is not on node {self.settings.node_name}"

@@ -24,6 +24,7 @@ class UsageCollector:
         self.runtime = runtime
         self.accelerator = accelerator
         self._previous: dict[str, ContainerStats] = {}
+        self.latest: dict[str, SessionUsage] = {}  # the last heartbeat's, by session id
 
     async def heartbeat(self) -> Heartbeat:
         containers, stats, images, usage = await asyncio.gather(
@@ -49,6 +50,7 @@ class UsageCollector:
             )
         sessions = self._session_usage(stats)
         self._previous = stats
+        self.latest = {u.session_id: u for u in sessions}
         cpu, mem = allocatable(self.settings)
         return Heartbeat(
             cpu=cpu,

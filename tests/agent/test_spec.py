@@ -20,7 +20,7 @@ from gpuslice.agent.runtime import (
     apply_mps,
     build_container_spec,
 )
-from gpuslice.agent.runtime.spec import Mount
+from gpuslice.agent.runtime.spec import DeviceInfo, Mount
 from gpuslice.common.resources import GiB, MiB
 from tests.agent.factories import gpu_slice
 
@@ -102,7 +102,9 @@ def test_env_states_the_slice_and_pins_the_device_over_user_env() -> None:
     assert env["GPUSLICE_FGPU"] == "0.5"
     assert env["GPUSLICE_SESSION_ID"] == "s-123"
     assert env["GPUSLICE_ALLOCATION_FILE"] == ALLOCATION_PATH
-    assert env["PYTHONPATH"] == "/opt/gpuslice/hook"
+    assert env["GPUSLICE_ENDPOINT"] == "/run/gpuslice/agent.sock"
+    assert env["PYTHONPATH"] == "/opt/gpuslice/hook:/opt/gpuslice/bin"
+    assert env["PATH"].startswith("/opt/gpuslice/bin:/usr/local/sbin:")  # Docker's default
 
 
 def test_nvidia_gets_device_requests_mock_gets_the_same_env_without() -> None:
@@ -135,9 +137,12 @@ def test_whole_gpus_session_pins_every_device() -> None:
     assert env["GPUSLICE_FGPU"] == "4.0"
 
 
-def test_image_pythonpath_is_kept_behind_the_hook() -> None:
-    config = build_container_spec(session(), MOCK).create_config(["PYTHONPATH=/app:/lib", "A=1"])
-    assert env_of(config)["PYTHONPATH"] == "/opt/gpuslice/hook:/app:/lib"
+def test_image_pythonpath_and_path_are_kept_behind_ours() -> None:
+    config = build_container_spec(session(), MOCK).create_config(
+        ["PYTHONPATH=/app:/lib", "PATH=/opt/conda/bin:/usr/bin", "A=1"]
+    )
+    assert env_of(config)["PYTHONPATH"] == "/opt/gpuslice/hook:/opt/gpuslice/bin:/app:/lib"
+    assert env_of(config)["PATH"] == "/opt/gpuslice/bin:/opt/conda/bin:/usr/bin"
 
 
 def test_batch_runs_its_command_interactive_keeps_running() -> None:
@@ -147,13 +152,25 @@ def test_batch_runs_its_command_interactive_keeps_running() -> None:
         build_container_spec(session(type="batch"), MOCK)
 
 
-def test_files_hold_allocation_and_hook() -> None:
+def test_files_hold_allocation_hook_and_tools() -> None:
+    tools = {"/opt/gpuslice/bin/gpuslice-smi", "/opt/gpuslice/bin/gpuslice_smi.py",
+             "/opt/gpuslice/bin/gpuslice_endpoint.py"}
     files = build_container_spec(session(), MOCK).files()
     assert set(files) == {
         ALLOCATION_PATH,
         "/opt/gpuslice/hook/gpuslice_hook.py",
         "/opt/gpuslice/hook/sitecustomize.py",
+        *tools,
+        "/opt/gpuslice/bin/nvidia-smi",  # a simulated GPU says so under the usual name
     }
+    real = build_container_spec(session(), NVIDIA).files()  # the real nvidia-smi stays
+    assert "/opt/gpuslice/bin/nvidia-smi" not in real and tools <= set(real)
+
+
+def test_the_allocation_names_the_nodes_device() -> None:
+    options = replace(MOCK, devices={UUID: DeviceInfo("Mock A100", 40 * GiB)})
+    [device] = build_container_spec(session(), options).allocation["devices"]
+    assert (device["model"], device["device_memory_bytes"]) == ("Mock A100", 40 * GiB)
 
 
 @pytest.mark.parametrize(

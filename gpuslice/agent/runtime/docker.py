@@ -49,6 +49,7 @@ from gpuslice.agent.runtime.spec import (
     ContainerSpec,
     container_name,
 )
+from gpuslice.session_tools import CONTAINER_ENDPOINT_DIR, CONTAINER_TOOLS_DIR, is_program
 
 T = TypeVar("T")
 _EVENTS = ("start", "die", "oom", "destroy")
@@ -443,9 +444,17 @@ def _write_files(root: Path, files: dict[str, bytes]) -> None:
             continue
         partial = target.with_name(f".{target.name}.partial")
         partial.write_bytes(content)
-        partial.chmod(0o644)
+        partial.chmod(0o755 if _is_program(path) else 0o644)
         os.replace(partial, target)
+    # The in-session endpoint's socket appears here (the agent's endpoint server makes it);
+    # the directory is mounted whether or not the server runs, so it must exist first.
+    (root / CONTAINER_ENDPOINT_DIR.lstrip("/")).mkdir(mode=0o755, parents=True, exist_ok=True)
     root.chmod(0o755)
+
+
+def _is_program(path: str) -> bool:
+    directory, _, name = path.rpartition("/")
+    return directory == CONTAINER_TOOLS_DIR and is_program(name)
 
 
 def _make_host_dir(path: str, uid: int, gid: int) -> None:

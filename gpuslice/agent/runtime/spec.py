@@ -19,6 +19,12 @@ from typing import Any, Literal
 
 from gpuslice.common.resources import MiB, format_cpu, format_fgpu
 from gpuslice.hook import CONTAINER_HOOK_DIR, hook_files
+from gpuslice.session_tools import (
+    CONTAINER_ENDPOINT,
+    CONTAINER_ENDPOINT_DIR,
+    CONTAINER_TOOLS_DIR,
+    tool_files,
+)
 
 LABEL_SESSION = "gpuslice.session-id"
 LABEL_OWNER = "gpuslice.owner"
@@ -29,6 +35,7 @@ LABEL_NODE = "gpuslice.node"
 ALLOCATION_PATH = "/etc/gpuslice/allocation.json"
 CONTAINER_PREFIX = "gpuslice-"
 INTERACTIVE_CMD = ("sleep", "infinity")
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # Docker's
 SessionType = Literal["interactive", "batch"]
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -100,6 +107,16 @@ class SpecOptions:
     user: str = "1000:1000"
     pids_limit: int = 4096
     log_max_size: str = "50m"
+    # The node's devices by UUID: model and total memory, stated in allocation.json.
+    devices: Mapping[str, DeviceInfo] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceInfo:
+    """What the node knows of one of its GPUs (the accelerator plugin's report)."""
+
+    model: str
+    memory: int  # bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +178,11 @@ class ContainerSpec:
                 raise SpecError(f"refusing to mount a container engine socket ({mount.source})")
         env = dict(self.env)
         image_pythonpath = _env_value(image_env, "PYTHONPATH")
-        env["PYTHONPATH"] = ":".join(p for p in (CONTAINER_HOOK_DIR, image_pythonpath) if p)
+        # The hook first; the tools' modules (``import gpuslice_endpoint``) for user code too.
+        env["PYTHONPATH"] = ":".join(
+            p for p in (CONTAINER_HOOK_DIR, CONTAINER_TOOLS_DIR, image_pythonpath) if p
+        )
+        env["PATH"] = f"{CONTAINER_TOOLS_DIR}:{_env_value(image_env, 'PATH') or DEFAULT_PATH}"
         host_config: dict[str, Any] = {
             "NanoCpus": self.nano_cpus,
             "Memory": self.memory,
@@ -207,9 +228,13 @@ class ContainerSpec:
     def file_mounts(self, files_dir: str) -> list[Mount]:
         """Read-only bind mounts that show :meth:`files`, kept on the node under ``files_dir``
         at their container paths: the hook as one directory, every other file on its own."""
-        mounts = [Mount(source=f"{files_dir}{CONTAINER_HOOK_DIR}", target=CONTAINER_HOOK_DIR)]
+        mounts = [
+            Mount(source=f"{files_dir}{directory}", target=directory)
+            for directory in (CONTAINER_HOOK_DIR, CONTAINER_TOOLS_DIR, CONTAINER_ENDPOINT_DIR)
+        ]
+        shared = (f"{CONTAINER_HOOK_DIR}/", f"{CONTAINER_TOOLS_DIR}/")
         for path in sorted(self.files()):
-            if not path.startswith(f"{CONTAINER_HOOK_DIR}/"):
+            if not path.startswith(shared):
                 mounts.append(Mount(source=f"{files_dir}{path}", target=path))
         return mounts
 
@@ -218,6 +243,9 @@ class ContainerSpec:
         files = {ALLOCATION_PATH: (allocation_json(self.allocation, indent=2) + "\n").encode()}
         for name, content in hook_files().items():
             files[f"{CONTAINER_HOOK_DIR}/{name}"] = content
+        simulated = self.allocation.get("accelerator") == "mock"
+        for name, content in tool_files(simulated_gpu=simulated).items():
+            files[f"{CONTAINER_TOOLS_DIR}/{name}"] = content
         files.update(self.extra_files)
         return files
 
@@ -309,6 +337,7 @@ def _allocation(session: SessionSpec, options: SpecOptions) -> dict[str, Any]:
             "memory_bytes": s.mem,
             "sms": s.sms,
             "sm_percent": s.sm_percent,
+            **_device_info(options, s.device_uuid),
         }
         for s in session.slices
     ]
@@ -328,6 +357,13 @@ def _allocation(session: SessionSpec, options: SpecOptions) -> dict[str, Any]:
     }
 
 
+def _device_info(options: SpecOptions, uuid: str) -> dict[str, Any]:
+    info = options.devices.get(uuid)
+    if info is None:
+        return {}
+    return {"model": info.model, "device_memory_bytes": info.memory}
+
+
 def _slice_env(
     session: SessionSpec, options: SpecOptions, allocation: Mapping[str, Any]
 ) -> dict[str, str]:
@@ -343,6 +379,7 @@ def _slice_env(
         "GPUSLICE_FGPU": str(allocation["fgpu"]),
         "GPUSLICE_GPU_COUNT": str(len(session.slices)),
         "GPUSLICE_ALLOCATION_FILE": ALLOCATION_PATH,
+        "GPUSLICE_ENDPOINT": CONTAINER_ENDPOINT,
     }
     if not session.slices:
         # No device: nothing visible, on any runtime (the nvidia runtime reads "void").

@@ -1,0 +1,34 @@
+"""Programs that run *inside* session containers: ``gpuslice-smi`` (the session's GPU slice and
+what it uses; also ``nvidia-smi`` on nodes without a real GPU) and the client of the in-session
+endpoint they share (``gpuslice_endpoint.py``).
+
+This package owns those files and where they go: the agent's runtime mounts them read-only at
+``CONTAINER_TOOLS_DIR``, first on the session's ``PATH`` and on its ``PYTHONPATH`` (so code in a
+session may ``import gpuslice_endpoint``), and every image gets them without a rebuild. Like the framework hook they run on whatever Python 3 an image has: standard library
+only, never an import of gpuslice. This module only locates them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+TOOLS_DIR = Path(__file__).resolve().parent
+#: Where the tools are inside a session container (first on ``PATH``).
+CONTAINER_TOOLS_DIR = "/opt/gpuslice/bin"
+#: The in-session endpoint's socket inside a container (the agent serves it).
+CONTAINER_ENDPOINT_DIR = "/run/gpuslice"
+CONTAINER_ENDPOINT = f"{CONTAINER_ENDPOINT_DIR}/agent.sock"
+_ALWAYS = ("gpuslice-smi", "gpuslice_smi.py", "gpuslice_endpoint.py")
+_SIMULATED = ("nvidia-smi",)  # only where no real nvidia-smi exists: mock nodes
+
+
+def tool_files(*, simulated_gpu: bool) -> dict[str, bytes]:
+    """``{file name: content}`` for ``CONTAINER_TOOLS_DIR``; ``simulated_gpu`` adds an
+    ``nvidia-smi`` that says plainly the GPU is simulated (never on nodes with real GPUs)."""
+    names = _ALWAYS + (_SIMULATED if simulated_gpu else ())
+    return {name: (TOOLS_DIR / name).read_bytes() for name in names}
+
+
+def is_program(name: str) -> bool:
+    """Whether a tool file is run directly (mode 0755) rather than imported."""
+    return not name.endswith(".py")

@@ -1,0 +1,55 @@
+"""The in-session endpoint, from inside a session: a few calls to the node's agent over the Unix
+socket it serves for this session alone (``$GPUSLICE_ENDPOINT``).
+
+The agent knows which session calls by the socket, so a call carries no credential and can
+never act for another session. Standard library only.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import socket
+from typing import Any
+
+DEFAULT_SOCKET = "/run/gpuslice/agent.sock"
+
+
+class EndpointError(Exception):
+    """The endpoint refused a call or cannot be reached; ``str()`` says why."""
+
+
+class _UnixConnection(http.client.HTTPConnection):
+    def __init__(self, path: str, timeout: float) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self.path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.path)
+
+
+def call(method: str, path: str, body: Any = None, timeout: float = 30.0) -> Any:
+    """``method path`` on the endpoint with an optional JSON body; the JSON answer."""
+    where = os.environ.get("GPUSLICE_ENDPOINT", DEFAULT_SOCKET)
+    connection = _UnixConnection(where, timeout)
+    try:
+        payload = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"} if payload is not None else {}
+        connection.request(method, path, body=payload, headers=headers)
+        response = connection.getresponse()
+        data = response.read()
+    except OSError as exc:
+        raise EndpointError(f"the node's agent does not answer on {where} ({exc})") from None
+    finally:
+        connection.close()
+    try:
+        answer = json.loads(data) if data else None
+    except ValueError:
+        raise EndpointError(f"the endpoint answered {response.status} with no JSON") from None
+    if response.status >= 400:
+        message = answer.get("message") if isinstance(answer, dict) else None
+        raise EndpointError(message or f"the endpoint answered {response.status}")
+    return answer

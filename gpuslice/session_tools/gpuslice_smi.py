@@ -1,0 +1,121 @@
+"""``gpuslice-smi``: the session's GPU slice and what the session uses of it.
+
+It reads the slice from ``/etc/gpuslice/allocation.json`` (what the platform allocated: device,
+share, memory, SMs) and asks the node's agent, through the in-session endpoint, what this
+session's processes use now (``/v1/usage``: memory and utilisation per device, when measured).
+On a node without a real GPU (the ``mock`` accelerator) it is also installed as ``nvidia-smi``
+and says plainly that the GPU is simulated. Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import gpuslice_endpoint
+
+MiB = 1024**2
+COLUMNS = (32, 23, 21, 5)  # name, slice, memory, utilisation
+WIDTH = sum(COLUMNS) + 3 * len(COLUMNS) + 1
+
+
+def main(prog: str) -> int:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="Show this session's GPU slice and what it uses of it."
+    )
+    parser.add_argument("-L", "--list-gpus", action="store_true", help="One line per GPU.")
+    parser.add_argument("--json", action="store_true", help="Print JSON for scripts.")
+    args = parser.parse_args()
+    try:
+        allocation = _allocation()
+    except (OSError, ValueError) as exc:
+        print(f"{prog}: cannot read this session's allocation ({exc})", file=sys.stderr)
+        return 1
+    usage, note = _usage()
+    if args.json:
+        json.dump({"allocation": allocation, "usage": usage, "note": note}, sys.stdout, indent=2)
+        print()
+    elif args.list_gpus:
+        _print_list(allocation)
+    else:
+        _print_table(prog, allocation, usage, note)
+    return 0
+
+
+def _allocation() -> dict[str, Any]:
+    path = os.environ.get("GPUSLICE_ALLOCATION_FILE", "/etc/gpuslice/allocation.json")
+    with open(path, encoding="utf-8") as f:
+        value = json.load(f)
+    if not isinstance(value, dict):
+        raise ValueError("not a JSON object")
+    return value
+
+
+def _usage() -> tuple[dict[str, Any] | None, str]:
+    try:
+        return gpuslice_endpoint.call("GET", "/v1/usage"), ""
+    except gpuslice_endpoint.EndpointError as exc:
+        return None, f"usage unknown: {exc}"
+
+
+def _print_list(allocation: dict[str, Any]) -> None:
+    for device in allocation.get("devices", []):
+        model = device.get("model") or "GPU"
+        print(f"GPU {device.get('index', 0)}: {model} (UUID: {device.get('uuid')}) "
+              f"[slice {device.get('fgpu')} fGPU, {_mib(device.get('memory_bytes'))}]")
+
+
+def _print_table(
+    prog: str, allocation: dict[str, Any], usage: dict[str, Any] | None, note: str
+) -> None:
+    simulated = allocation.get("accelerator") == "mock"
+    print(f"{prog}  session {allocation.get('session_id', '?')}  on node "
+          f"{allocation.get('node', '?')}  {time.strftime('%a %b %d %H:%M:%S %Y')}")
+    devices = allocation.get("devices", [])
+    rule = "+" + "-" * (WIDTH - 2) + "+"
+    print(rule)
+    print(_row("GPU  Name", "Slice", "Memory used / slice", "Util"))
+    print("|" + "=" * (WIDTH - 2) + "|")
+    used = {g.get("uuid"): g for g in (usage or {}).get("gpus", [])}
+    for device in devices:
+        reading = used.get(device.get("uuid"), {})
+        total = device.get("device_memory_bytes")
+        name = f"{device.get('model') or 'GPU'}" + (f" ({_gib(total)})" if total else "")
+        mem = f"{_mib(reading.get('mem_used'))} / {_mib(device.get('memory_bytes'))}"
+        util = reading.get("utilization")
+        print(_row(f"{device.get('index', 0):>3}  {name}",
+                   f"{device.get('fgpu')} fGPU = {_percent(device.get('fraction'))}",
+                   mem, "n/a" if util is None else f"{util} %"))
+        print(_row(f"     {device.get('uuid')}", f"{device.get('sm_percent')}% of its SMs", "", ""))
+    if not devices:
+        print(_row("No GPU in this session's allocation", "", "", ""))
+    print(rule)
+    if simulated:
+        print("Simulated GPU: this node has no NVIDIA GPU (gpuslice's mock accelerator). The")
+        print("slice is what the platform allocated; programs run on the CPU.")
+    if note:
+        print(note)
+
+
+def _row(name: str, slice_: str, mem: str, util: str) -> str:
+    a, b, c, d = COLUMNS
+    return f"| {name[:a]:<{a}} | {slice_[:b]:<{b}} | {mem[:c]:>{c}} | {util[:d]:>{d}} |"
+
+
+def _mib(size: object) -> str:
+    return "n/a" if not isinstance(size, int) else f"{size // MiB} MiB"
+
+
+def _gib(size: object) -> str:
+    return "" if not isinstance(size, int) else f"{size / 1024**3:g} GiB"
+
+
+def _percent(fraction: object) -> str:
+    try:
+        return f"{float(str(fraction)) * 100:g}%"
+    except ValueError:
+        return "?"
