@@ -9,11 +9,10 @@ from typing import Annotated
 
 import typer
 
-import gpuslice.cli.image_build  # noqa: F401
 from gpuslice import __version__
-from gpuslice.cli import admin, images, sessions
+from gpuslice.cli import admin, agent, image, manager, node, session, token
 from gpuslice.cli.output import CliError, console, friendly
-from gpuslice.cli.serve import agent_app, manager_app, up
+from gpuslice.cli.up import up
 from gpuslice.client import Client, ClientConfig, save_config
 
 app = typer.Typer(
@@ -23,13 +22,13 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.add_typer(sessions.app, name="session")
-app.add_typer(images.app, name="image")
-app.add_typer(admin.node_app, name="node")
-app.add_typer(admin.admin_app, name="admin")
-app.add_typer(admin.token_app, name="token")
-app.add_typer(manager_app, name="manager")
-app.add_typer(agent_app, name="agent")
+app.add_typer(session.app, name="session")
+app.add_typer(image.app, name="image")
+app.add_typer(node.app, name="node")
+app.add_typer(admin.app, name="admin")
+app.add_typer(token.app, name="token")
+app.add_typer(manager.app, name="manager")
+app.add_typer(agent.app, name="agent")
 app.command("up")(up)
 
 

@@ -7,7 +7,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from pydantic import BaseModel
@@ -21,6 +21,9 @@ from gpuslice.common.resources import ResourceError, format_mem
 console = Console(highlight=False, soft_wrap=True,
                   width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+# The `--json` option of every listing.
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -11,6 +11,7 @@ import typer
 
 from gpuslice.cli.output import (
     CliError,
+    JsonOpt,
     ago,
     console,
     friendly,
@@ -26,8 +27,6 @@ from gpuslice.common.schemas.sessions import FINAL, SessionPublic, SessionStatus
 
 app = typer.Typer(help="Compute sessions: create, list, show, logs, destroy, exec.",
                   no_args_is_help=True)
-
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 
 def _client() -> Client:
