@@ -11,10 +11,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import aiodocker
-import aiohttp
 import typer
 
 from gpuslice.cli.output import (
@@ -29,16 +27,11 @@ from gpuslice.cli.output import (
 )
 from gpuslice.client import Client
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
-from gpuslice.common.schemas.images import ImagePublic
-from gpuslice.images.base import (
-    DEFAULT_CACHE_DIR,
-    BaseImageOptions,
-    BuildResult,
-    default_extra_ca_bundle,
-)
-from gpuslice.images.build import build_recipe
-from gpuslice.images.recipe_defs import RECIPES, RecipeOptions, plan
-from gpuslice.images.rootfs import ImageBuildError
+
+if TYPE_CHECKING:
+    from gpuslice.common.schemas.images import ImagePublic
+    from gpuslice.images.base import BaseImageOptions, BuildResult
+    from gpuslice.images.recipe_defs import RecipeOptions
 
 app = typer.Typer(help="Session images: build, list, aliases.", no_args_is_help=True)
 
@@ -132,6 +125,10 @@ def build(
         help="notebook: a ttyd executable to serve the web terminal on port 7681.")] = None,
 ) -> None:
     """Build a session image from a recipe, e.g. `gpuslice image build scipy --version 1.5.2`."""
+    from gpuslice.images.base import DEFAULT_CACHE_DIR, BaseImageOptions, default_extra_ca_bundle
+    from gpuslice.images.recipe_defs import RecipeOptions, plan
+    from gpuslice.images.rootfs import ImageBuildError
+
     options = RecipeOptions(
         base_image=base_image,
         extra_ca_bundle=extra_ca_bundle if extra_ca_bundle else default_extra_ca_bundle(),
@@ -158,6 +155,8 @@ def recipes(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the image recipes, their versions (default marked *) and what each holds."""
+    from gpuslice.images.recipe_defs import RECIPES
+
     if json_:
         print_json([_recipe_json(r) for r in RECIPES.values()])
         return
@@ -171,6 +170,12 @@ def recipes(
 
 def _run(recipe: str, version: str | None, options: RecipeOptions,
          base_options: BaseImageOptions, progress: Callable[[str], None]) -> BuildResult:
+    import aiodocker
+    import aiohttp
+
+    from gpuslice.images.build import build_recipe
+    from gpuslice.images.rootfs import ImageBuildError
+
     async def go() -> BuildResult:
         async with aiodocker.Docker() as docker:
             return await build_recipe(docker, recipe, version, options, progress, base_options)

@@ -7,8 +7,7 @@ from collections import defaultdict
 import typer
 
 from gpuslice.cli.output import JsonOpt, ago, friendly, mem, number, print_json, table
-from gpuslice.client import Client
-from gpuslice.common.schemas.sessions import HOLDING
+from gpuslice.client import Client, schemas
 
 app = typer.Typer(help="Nodes and their GPUs (admins).", no_args_is_help=True)
 
@@ -20,7 +19,7 @@ def node_list(as_json: JsonOpt = False) -> None:
     with Client.from_config() as client:
         nodes = client.list_nodes()
         holders = defaultdict(list)
-        page = client.list_sessions(status=[s.value for s in HOLDING], limit=500)
+        page = client.list_sessions(status=[s.value for s in schemas.sessions.HOLDING], limit=500)
         for s in page.items:
             for dev in s.placement.devices if s.placement else ():
                 holders[dev.device_uuid].append(f"{s.name} {number(dev.gpu)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,10 +20,12 @@ from gpuslice.cli.output import (
     print_json,
     table,
 )
-from gpuslice.client import Client
+from gpuslice.client import Client, schemas
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 from gpuslice.common.resources import MiB, parse_cpu, parse_fgpu, parse_mem
-from gpuslice.common.schemas.sessions import FINAL, SessionPublic, SessionStatus
+
+if TYPE_CHECKING:
+    from gpuslice.common.schemas.sessions import SessionPublic
 
 app = typer.Typer(help="Compute sessions: create, list, show, logs, destroy, exec.",
                   no_args_is_help=True)
@@ -146,13 +148,14 @@ def logs(ref: Annotated[str, typer.Argument(help="Session id or name.")],
          follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
          tail: Annotated[int, typer.Option(help="Last lines.")] = 1000) -> None:
     """The session's output (stdout and stderr)."""
+    status = schemas.sessions.SessionStatus
     with _client() as client:
         session = client.get_session(ref)
         seen = _print_new(client.session_logs(session.id, tail).logs, [])
-        while follow and session.status not in FINAL:
+        while follow and session.status not in schemas.sessions.FINAL:
             time.sleep(1.0)
             session = client.get_session(session.id)
-            if session.status in (SessionStatus.RUNNING, SessionStatus.TERMINATING):
+            if session.status in (status.RUNNING, status.TERMINATING):
                 seen = _print_new(client.session_logs(session.id, tail).logs, seen)
 
 
@@ -214,11 +217,12 @@ def commit(
 
 def _wait_started(client: Client, session: SessionPublic, timeout: float) -> SessionPublic:
     """Wait until the session runs, ends, or is queued with the scheduler's reason."""
+    status = schemas.sessions.SessionStatus
     deadline = time.monotonic() + timeout
     while True:
         session = client.get_session(session.id)
-        queued = session.status is SessionStatus.PENDING and session.wait_code is not None
-        if session.status is SessionStatus.RUNNING or session.status in FINAL or queued:
+        queued = session.status is status.PENDING and session.wait_code is not None
+        if session.status is status.RUNNING or session.status in schemas.sessions.FINAL or queued:
             return session
         if time.monotonic() > deadline:
             return session
@@ -266,7 +270,8 @@ def _env_pair(item: str) -> tuple[str, str]:
 
 def _status(value: str) -> str:
     upper = value.upper()
-    if upper not in SessionStatus.__members__:
-        allowed = ", ".join(s.value for s in SessionStatus)
+    status = schemas.sessions.SessionStatus
+    if upper not in status.__members__:
+        allowed = ", ".join(s.value for s in status)
         raise CliError(f"--status: {value!r} is not a status; use one of {allowed}", 2)
     return upper
