@@ -19,5 +19,6 @@ time importing; tests/cli/test_imports.py holds the CLI to this rule:
    `output.table`, for the commands that print a table.
 4. The shared pydantic schemas are reached through `gpuslice.client.schemas` (e.g.
    `schemas.sessions.FINAL`), which imports a schema module when it is first used; annotations
-   name them under `TYPE_CHECKING`.
+   name them under `TYPE_CHECKING`. A `--json` listing that passes the manager's answer on
+   unchanged prints it from `Client.get_json`, without building the models.
 """

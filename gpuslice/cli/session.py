@@ -89,13 +89,17 @@ def list_(
     """Your sessions, newest first."""
     statuses = [_status(s) for s in status or []]
     with _client() as client:
-        me = client.me()
+        me = client.get_json("/auth/me")  # two fields: not worth building the user models
         # users only ever see their own; admins see everyone's and narrow to their own here
-        owner = me.username if me.role.value == "admin" and not all_users else None
+        owner = me["username"] if me["role"] == "admin" and not all_users else None
+        if as_json:
+            # The manager's answer as it came: it dumped the sessions with the very schema the
+            # models would be dumped with, so the JSON is the same, without building the
+            # pydantic models (a good part of this command's time, paid by scripts every call).
+            query = {"status": statuses, "limit": limit} | ({"owner": owner} if owner else {})
+            print_json(client.get_json("/sessions", query)["items"])
+            return
         page = client.list_sessions(status=statuses, owner=owner, limit=limit)
-    if as_json:
-        print_json(page.items)
-        return
     _session_table(page.items, owner_column=all_users)
     if page.total > len(page.items):
         console.print(f"({len(page.items)} of {page.total}; use --limit for more)")

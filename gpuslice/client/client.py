@@ -266,6 +266,14 @@ class Client:
                        json={"policy_id": policy.id})
         return policy
 
+    # ------------------------------------------------------------ raw
+
+    def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        """GET ``path`` (under /api/v1): the manager's JSON as it came, not validated into the
+        shared schemas. For printing an answer as is: building the pydantic models of a schema
+        module takes longer than the call (failures raise `ApiError` like every method)."""
+        return self._send("GET", path, params=params).json()
+
     # ------------------------------------------------------------ plumbing
 
     def _headers(self) -> dict[str, str]:
@@ -275,17 +283,21 @@ class Client:
         # pydantic loads with the first answer to validate (see gpuslice.client.schemas)
         from pydantic import BaseModel, TypeAdapter
 
+        response = self._send(method, path, **kw)
+        if model is None or response.status_code == 204:
+            return None  # type: ignore[return-value]
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            return model.model_validate_json(response.content)  # type: ignore[return-value]
+        return TypeAdapter(model).validate_json(response.content)
+
+    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
             response = self._http.request(method, API + path, headers=self._headers(), **kw)
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
         if response.status_code >= 400:
             raise _error_of(response)
-        if model is None or response.status_code == 204:
-            return None  # type: ignore[return-value]
-        if isinstance(model, type) and issubclass(model, BaseModel):
-            return model.model_validate_json(response.content)  # type: ignore[return-value]
-        return TypeAdapter(model).validate_json(response.content)
+        return response
 
     def _unreachable(self, exc: Exception) -> ApiError:
         return ApiError(f"cannot reach the manager at {self.url}: {exc}", code="unreachable")
