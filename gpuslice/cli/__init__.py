@@ -1,1 +1,24 @@
+"""The `gpuslice` command line (Typer + Rich), built on the SDK in `gpuslice.client`.
 
+One module per command group or top-level command, named after it: `session`, `image`, `node`,
+`admin`, `token`, `manager`, `agent`, `up`, `login`, `version`. `main` lists them (the entry
+point is `gpuslice.cli.main:app`), `output` is how they all print, `_lazy` loads them and
+`_serve` runs the long-lived ones.
+
+Imports: a command pays for what it uses, nothing else. People and scripts run `gpuslice --help`
+and `gpuslice session list --json` all the time, and Python spends most of a short command's
+time importing; tests/cli/test_imports.py holds the CLI to this rule:
+
+1. `main.COMMANDS` names every command by module; a command's module is imported only when that
+   command runs (or prints its own help), and `gpuslice --help` imports none of them.
+2. At the top of a command module: the standard library, typer, `gpuslice.cli.output`, the plain
+   modules of `gpuslice.common` (resources, images), and the SDK's `Client` in modules whose
+   commands call the manager.
+3. What a command *runs* is imported in the function that runs it: the manager, the agent,
+   image building (`gpuslice.images`, aiodocker, aiohttp), uvloop; and rich.table in
+   `output.table`, for the commands that print a table.
+4. The shared pydantic schemas are reached through `gpuslice.client.schemas` (e.g.
+   `schemas.sessions.FINAL`), which imports a schema module when it is first used; annotations
+   name them under `TYPE_CHECKING`. A `--json` listing that passes the manager's answer on
+   unchanged prints it from `Client.get_json`, without building the models.
+"""

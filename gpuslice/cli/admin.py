@@ -1,60 +1,33 @@
-"""`gpuslice node ...`, `gpuslice admin ...` and `gpuslice token ...`."""
+"""`gpuslice admin ...`: users, their quotas, and the join tokens of node agents (admins)."""
 
 from __future__ import annotations
 
 import secrets
-from collections import defaultdict
 from typing import Annotated
 
 import typer
 
-from gpuslice.cli.output import CliError, ago, console, friendly, mem, number, print_json, table
+from gpuslice.cli.output import (
+    CliError,
+    JsonOpt,
+    ago,
+    console,
+    friendly,
+    mem,
+    number,
+    print_json,
+    table,
+)
 from gpuslice.client import Client
 from gpuslice.common.resources import parse_cpu, parse_fgpu, parse_mem
-from gpuslice.common.schemas.sessions import HOLDING
 
-JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-
-node_app = typer.Typer(help="Nodes and their GPUs (admins).", no_args_is_help=True)
-admin_app = typer.Typer(help="Users, policies and join tokens (admins).", no_args_is_help=True)
+app = typer.Typer(help="Users, policies and join tokens (admins).", no_args_is_help=True)
 user_app = typer.Typer(help="Users.", no_args_is_help=True)
 policy_app = typer.Typer(help="Resource policies (quotas).", no_args_is_help=True)
 join_app = typer.Typer(help="Join tokens that node agents register with.", no_args_is_help=True)
-token_app = typer.Typer(help="Your API tokens.", no_args_is_help=True)
-admin_app.add_typer(user_app, name="user")
-admin_app.add_typer(policy_app, name="policy")
-admin_app.add_typer(join_app, name="token")
-
-
-@node_app.command("list")
-@friendly
-def node_list(as_json: JsonOpt = False) -> None:
-    """Nodes, their devices, and the slices each device has in use."""
-    with Client.from_config() as client:
-        nodes = client.list_nodes()
-        holders = defaultdict(list)
-        page = client.list_sessions(status=[s.value for s in HOLDING], limit=500)
-        for s in page.items:
-            for dev in s.placement.devices if s.placement else ():
-                holders[dev.device_uuid].append(f"{s.name} {number(dev.gpu)}")
-    if as_json:
-        print_json([n.model_dump(mode="json") | {"slices": {
-            d.uuid: holders.get(d.uuid, []) for d in n.devices}} for n in nodes])
-        return
-    rows = []
-    for n in nodes:
-        head = [n.name, n.status.value, n.pool, f"{number(n.cpu_used)}/{number(n.cpu)}",
-                f"{mem(n.mem_used)}/{mem(n.mem)}", ago(n.last_heartbeat_at)]
-        if not n.devices:
-            rows.append(head + ["-", "", ""])
-        for i, d in enumerate(n.devices):
-            rows.append((head if i == 0 else [""] * len(head)) + [
-                f"GPU {d.index} {d.model} ({mem(d.mem)})",
-                f"{number(d.used)}/{number(d.capacity)}",
-                ", ".join(holders.get(d.uuid, [])) or "-",
-            ])
-    table(["node", "status", "pool", "cpu", "mem", "heartbeat", "device", "fGPU used",
-           "slices"], rows)
+app.add_typer(user_app, name="user")
+app.add_typer(policy_app, name="policy")
+app.add_typer(join_app, name="token")
 
 
 @user_app.command("create")
@@ -171,42 +144,6 @@ def join_token_create(
     console.print(f"join token (shown once, valid {hours}h): {token.token}", markup=False)
     console.print(f"on the node: GPUSLICE_AGENT_MANAGER_URL={url} "
                   f"GPUSLICE_AGENT_JOIN_TOKEN={token.token} gpuslice agent serve", markup=False)
-
-
-@token_app.command("create")
-@friendly
-def token_create(name: str, days: Annotated[int | None, typer.Option()] = None,
-                 as_json: JsonOpt = False) -> None:
-    """An API token for scripts and the SDK (shown once)."""
-    with Client.from_config() as client:
-        token = client.create_token(name, days)
-    if as_json:
-        print_json(token.model_dump(mode="json") | {"status": "active"})
-        return
-    console.print(f"API token {token.name} (shown once): {token.token}", markup=False)
-
-
-@token_app.command("list")
-@friendly
-def token_list(as_json: JsonOpt = False) -> None:
-    """Your API tokens (never their secrets)."""
-    with Client.from_config() as client:
-        tokens = client.list_tokens()
-    if as_json:
-        print_json([t.model_dump(mode="json") | {"status": "active"} for t in tokens])
-        return
-    table(["id", "name", "created", "expires", "last used"],
-          [(t.id, t.name, ago(t.created_at), t.expires_at or "never", ago(t.last_used_at))
-           for t in tokens])
-
-
-@token_app.command("revoke")
-@friendly
-def token_revoke(token_id: str) -> None:
-    """Revoke one of your API tokens."""
-    with Client.from_config() as client:
-        client.revoke_token(token_id)
-    console.print(f"revoked {token_id}", markup=False)
 
 
 def _limit(value: object) -> str:

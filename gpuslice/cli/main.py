@@ -1,67 +1,55 @@
-"""The `gpuslice` command."""
+"""The `gpuslice` command: every command group and top-level command, imported when it runs.
+
+Each entry names the module of its command (see the rule in `gpuslice.cli`) and its line in
+`gpuslice --help`, which therefore imports none of them.
+"""
 
 from __future__ import annotations
 
-import getpass
-import socket
 import sys
-from typing import Annotated
 
 import typer
 
-import gpuslice.cli.image_build  # noqa: F401
-from gpuslice import __version__
-from gpuslice.cli import admin, images, sessions
-from gpuslice.cli.output import CliError, console, friendly
-from gpuslice.cli.serve import agent_app, manager_app, up
-from gpuslice.client import Client, ClientConfig, save_config
+from gpuslice.cli._lazy import Lazy, lazy_group
+from gpuslice.cli.output import CliError
+
+# In the order `gpuslice --help` lists them.
+COMMANDS = {
+    "up": Lazy(
+        "gpuslice.cli.up:up",
+        "Run everything on this machine: manager (SQLite) and a local agent, in one command.",
+    ),
+    "login": Lazy(
+        "gpuslice.cli.login:login",
+        "Log in and keep an API token for this machine in ~/.config/gpuslice (mode 0600).",
+    ),
+    "version": Lazy("gpuslice.cli.version:version", "Print the version."),
+    "session": Lazy(
+        "gpuslice.cli.session:app", "Compute sessions: create, list, show, logs, destroy, exec."
+    ),
+    "image": Lazy("gpuslice.cli.image:app", "Session images: build, list, aliases."),
+    "node": Lazy("gpuslice.cli.node:app", "Nodes and their GPUs (admins)."),
+    "admin": Lazy("gpuslice.cli.admin:app", "Users, policies and join tokens (admins)."),
+    "token": Lazy("gpuslice.cli.token:app", "Your API tokens."),
+    "manager": Lazy("gpuslice.cli.manager:app", "Run the manager alone (multi-node installs)."),
+    "agent": Lazy("gpuslice.cli.agent:app", "Run a node agent alone (multi-node installs)."),
+}
 
 app = typer.Typer(
     name="gpuslice",
     help="Share GPU servers: fractional-GPU compute sessions with a fair scheduler.",
+    cls=lazy_group(COMMANDS),
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-app.add_typer(sessions.app, name="session")
-app.add_typer(images.app, name="image")
-app.add_typer(admin.node_app, name="node")
-app.add_typer(admin.admin_app, name="admin")
-app.add_typer(admin.token_app, name="token")
-app.add_typer(manager_app, name="manager")
-app.add_typer(agent_app, name="agent")
-app.command("up")(up)
 
 
-@app.command("login")
-@friendly
-def login(
-    url: Annotated[str, typer.Argument(help="The manager, e.g. http://127.0.0.1:8080")],
-    username: Annotated[str | None, typer.Option(help="Default: asked.")] = None,
-    password_stdin: Annotated[bool, typer.Option(help="Read the password from stdin.")] = False,
-) -> None:
-    """Log in and keep an API token for this machine in ~/.config/gpuslice (mode 0600)."""
-    if not url.startswith(("http://", "https://")):
-        raise CliError(f"URL must start with http:// or https://, got {url!r}", 2)
-    username = username or input("username: ")
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\n")
-    else:
-        password = getpass.getpass("password: ")
-    with Client(url) as client:
-        client.login(username, password)
-        token = client.create_token(f"cli@{socket.gethostname()}")
-        client.token = token.token
-        me = client.me()
-    path = save_config(ClientConfig(url=url.rstrip("/"), token=token.token))
-    console.print(f"logged in to {url} as {me.username} ({me.role.value}); token in {path}",
-                  markup=False)
-
-
-@app.command("version")
-def version() -> None:
-    """Print the version."""
-    console.print(__version__)
+# Typer makes a group only of a Typer with commands, groups or a callback; this one's commands
+# are all lazy, hence this callback, which does nothing.
+@app.callback()
+def _root() -> None:
+    pass
 
 
 def main() -> None:

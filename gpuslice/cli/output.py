@@ -7,12 +7,10 @@ import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any, ParamSpec, TypeVar
+from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
-from pydantic import BaseModel
 from rich.console import Console
-from rich.table import Table
 
 from gpuslice.client import ApiError
 from gpuslice.common.resources import ResourceError, format_mem
@@ -21,6 +19,9 @@ from gpuslice.common.resources import ResourceError, format_mem
 console = Console(highlight=False, soft_wrap=True,
                   width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+# The `--json` option of every listing.
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -61,14 +62,17 @@ def fail(message: str, code: int = 1) -> None:
 
 
 def print_json(data: Any) -> None:
-    if isinstance(data, BaseModel):
+    """A model, a list of models (or plain JSON data) as indented JSON on stdout."""
+    if _is_model(data):
         data = data.model_dump(mode="json")
     elif isinstance(data, Sequence) and not isinstance(data, str):
-        data = [d.model_dump(mode="json") if isinstance(d, BaseModel) else d for d in data]
+        data = [d.model_dump(mode="json") if _is_model(d) else d for d in data]
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
+    from rich.table import Table  # only commands that print a table pay for it
+
     out = Table(title=title, show_edge=False, header_style="bold")
     for column in columns:
         out.add_column(column, overflow="fold")
@@ -99,3 +103,8 @@ def number(value: Any) -> str:
         return "-"
     text = format(value, "f")
     return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _is_model(data: object) -> bool:
+    # A pydantic model, known without importing pydantic: `gpuslice --help` does without it.
+    return callable(getattr(data, "model_dump", None))

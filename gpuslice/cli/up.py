@@ -11,24 +11,46 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Annotated
 
-import aiodocker
+import typer
 
-from gpuslice.agent.config import AgentSettings, MockGpu
-from gpuslice.agent.service import Agent
-from gpuslice.cli.output import CliError
+from gpuslice.cli._serve import log_to_stderr, run_until_signal, say
+from gpuslice.cli.output import CliError, friendly
 from gpuslice.client import ApiError, Client, ClientConfig, load_config, save_config
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
-from gpuslice.images.base import BaseImageOptions, default_extra_ca_bundle, ensure_base_image
-from gpuslice.images.rootfs import ImageBuildError
-from gpuslice.manager.app import create_app
-from gpuslice.manager.server import ManagerServer
-from gpuslice.manager.services.users import CREDENTIALS_FILE
-from gpuslice.manager.settings import load_settings
+from gpuslice.common.resources import parse_mem
+
+DEFAULT_DATA_DIR = Path("~/.local/share/gpuslice")
+_MOCK_RE = re.compile(r"^(?P<count>\d+)x(?P<mem>[0-9.]+[A-Za-z]*)(?::(?P<model>.+))?$")
+
+
+@friendly
+def up(
+    data_dir: Annotated[Path, typer.Option(help="Database, credentials, agent state.")] = (
+        DEFAULT_DATA_DIR
+    ),
+    port: Annotated[int, typer.Option(help="API and console port.")] = 8080,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    mock_gpus: Annotated[str, typer.Option(
+        help="Simulated GPUs when no NVIDIA GPU is found: COUNTxMEM[:MODEL], comma-separated.",
+    )] = "1x8GiB",
+    fgpu_per_gpu: Annotated[str, typer.Option(help="fGPU per physical GPU.")] = "1",
+    node_name: Annotated[str | None, typer.Option(help="This node's name.")] = None,
+) -> None:
+    """Run everything on this machine: manager (SQLite) and a local agent, in one command."""
+    options = UpOptions(
+        data_dir=data_dir.expanduser().resolve(), host=host, port=port,
+        mock_gpus=parse_mock_gpus(mock_gpus), fgpu_per_gpu=fgpu_per_gpu,
+        node_name=node_name or _default_node_name(),
+    )
+    log_to_stderr(quiet=True)
+    run_until_signal(lambda stop: run_up(options, stop, say))
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +64,14 @@ class UpOptions:
 
 
 async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], None]) -> None:
+    from gpuslice.agent.config import AgentSettings, MockGpu
+    from gpuslice.agent.service import Agent
+    from gpuslice.manager.app import create_app
+    from gpuslice.manager.server import ManagerServer
+    from gpuslice.manager.services.users import CREDENTIALS_FILE
+    from gpuslice.manager.settings import load_settings
+
+    credentials = options.data_dir / CREDENTIALS_FILE
     options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     await _ensure_image(options, say)
     _check_port(options.host, options.port)
@@ -60,7 +90,7 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
     url = f"http://{_client_host(options.host)}:{options.port}"
     agent_task: asyncio.Task[None] | None = None
     try:
-        admin = await asyncio.to_thread(_admin_client, url, options.data_dir)
+        admin = await asyncio.to_thread(_admin_client, url, credentials)
         cli_note = await asyncio.to_thread(_log_in_cli, admin, url)
         join = await asyncio.to_thread(admin.create_join_token, f"up:{options.node_name}", 1)
         agent = Agent(AgentSettings(
@@ -69,7 +99,7 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
             gpu=[MockGpu(**g) for g in options.mock_gpus],
         ), say=say)
         agent_task = asyncio.create_task(agent.run(stop))
-        _announce(say, url, options, cli_note)
+        _announce(say, url, options, cli_note, credentials)
         done, _ = await asyncio.wait(
             [agent_task, serving, asyncio.create_task(stop.wait())],
             return_when=asyncio.FIRST_COMPLETED,
@@ -88,7 +118,27 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
             await serving
 
 
+def parse_mock_gpus(text: str) -> list[dict[str, object]]:
+    """``"2x8GiB,1x16g:Mock T4"`` -> the agent's ``[[gpu]]`` entries."""
+    gpus = []
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        match = _MOCK_RE.match(part)
+        if not match:
+            raise CliError(f"--mock-gpus: {part!r} is not COUNTxMEM[:MODEL], e.g. 1x8GiB", 2)
+        count = int(match["count"])
+        if not 1 <= count <= 64:
+            raise CliError(f"--mock-gpus: count must be 1-64, got {count}", 2)
+        gpus.append({"count": count, "memory": parse_mem(match["mem"], field="--mock-gpus"),
+                     "model": match["model"] or "Mock GPU"})
+    return gpus
+
+
 async def _ensure_image(options: UpOptions, say: Callable[[str], None]) -> None:
+    import aiodocker
+
+    from gpuslice.images.base import BaseImageOptions, default_extra_ca_bundle, ensure_base_image
+    from gpuslice.images.rootfs import ImageBuildError
+
     docker = aiodocker.Docker()
     try:
         try:
@@ -132,8 +182,7 @@ def _client_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
 
 
-def _admin_client(url: str, data_dir: Path) -> Client:
-    path = data_dir / CREDENTIALS_FILE
+def _admin_client(url: str, path: Path) -> Client:
     try:
         fields = dict(
             line.split(": ", 1) for line in path.read_text().splitlines() if ": " in line
@@ -162,11 +211,17 @@ def _log_in_cli(admin: Client, url: str) -> str:
     return f"logged in as {admin.me().username} (token in {path})"
 
 
-def _announce(say: Callable[[str], None], url: str, options: UpOptions, cli_note: str) -> None:
+def _announce(say: Callable[[str], None], url: str, options: UpOptions, cli_note: str,
+              credentials: Path) -> None:
     say("")
     say("gpuslice is up")
     say(f"  API          {url}/api/v1  (docs: {url}/docs)")
-    say(f"  admin login  in {options.data_dir / CREDENTIALS_FILE} (readable only by you)")
+    say(f"  admin login  in {credentials} (readable only by you)")
     say(f"  CLI          {cli_note}: try `gpuslice session create --gpu 0.5`")
     say(f"  fGPU         1 GPU = {options.fgpu_per_gpu} fGPU")
     say("Ctrl-C stops it; running sessions keep running and are re-adopted at the next start.")
+
+
+def _default_node_name() -> str:
+    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:128].lstrip("-._")
+    return name or "local"

@@ -10,50 +10,39 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
-from pydantic import BaseModel, TypeAdapter
 
+from gpuslice.client import schemas
 from gpuslice.client.config import ClientConfig, load_config
-from gpuslice.common.schemas.agents import JoinTokenCreated, NodePublic
-from gpuslice.common.schemas.common import Page
-from gpuslice.common.schemas.images import (
-    ImageAliasPublic,
-    ImagePublic,
-    ImageRescan,
-    SessionCommitResult,
-)
-from gpuslice.common.schemas.sessions import (
-    FINAL,
-    SessionExecResult,
-    SessionLogs,
-    SessionPublic,
-    SessionStatus,
-    StatusChange,
-)
-from gpuslice.common.schemas.users import (
-    ApiTokenCreated,
-    ApiTokenPublic,
-    PolicyPublic,
-    TokenPublic,
-    UserPublic,
-)
+from gpuslice.client.errors import ApiError
+
+if TYPE_CHECKING:
+    from gpuslice.common.schemas.agents import JoinTokenCreated, NodePublic
+    from gpuslice.common.schemas.common import Page
+    from gpuslice.common.schemas.images import (
+        ImageAliasPublic,
+        ImagePublic,
+        ImageRescan,
+        SessionCommitResult,
+    )
+    from gpuslice.common.schemas.sessions import (
+        SessionExecResult,
+        SessionLogs,
+        SessionPublic,
+        StatusChange,
+    )
+    from gpuslice.common.schemas.users import (
+        ApiTokenCreated,
+        ApiTokenPublic,
+        PolicyPublic,
+        TokenPublic,
+        UserPublic,
+    )
 
 API = "/api/v1"
 M = TypeVar("M")
-
-
-class ApiError(Exception):
-    """The manager refused a request, or could not be reached. ``str()`` is one clear line."""
-
-    def __init__(self, message: str, *, status: int = 0, code: str = "error",
-                 field: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.code = code
-        self.field = field
 
 
 class Client:
@@ -86,20 +75,20 @@ class Client:
     # ------------------------------------------------------------ auth
 
     def login(self, username: str, password: str) -> TokenPublic:
-        token = self._call("POST", "/auth/login", TokenPublic,
+        token = self._call("POST", "/auth/login", schemas.users.TokenPublic,
                            json={"username": username, "password": password})
         self.token = token.access_token
         return token
 
     def me(self) -> UserPublic:
-        return self._call("GET", "/auth/me", UserPublic)
+        return self._call("GET", "/auth/me", schemas.users.UserPublic)
 
     def create_token(self, name: str, expires_in_days: int | None = None) -> ApiTokenCreated:
         body = {"name": name, "expires_in_days": expires_in_days}
-        return self._call("POST", "/auth/tokens", ApiTokenCreated, json=body)
+        return self._call("POST", "/auth/tokens", schemas.users.ApiTokenCreated, json=body)
 
     def list_tokens(self) -> list[ApiTokenPublic]:
-        return self._call("GET", "/auth/tokens", list[ApiTokenPublic])
+        return self._call("GET", "/auth/tokens", list[schemas.users.ApiTokenPublic])
 
     def revoke_token(self, token_id: str) -> None:
         self._call("DELETE", f"/auth/tokens/{token_id}", None)
@@ -117,7 +106,7 @@ class Client:
             "name": name, "type": type, "command": command, "env": env or {},
             "priority": priority, "gpu_model": gpu_model,
         }
-        return self._call("POST", "/sessions", list[SessionPublic], json=body)
+        return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
 
     def list_sessions(
         self, *, status: Iterable[str] = (), owner: str | None = None, name: str | None = None,
@@ -128,34 +117,38 @@ class Client:
             params["owner"] = owner
         if name:
             params["name"] = name
-        return self._call("GET", "/sessions", Page[SessionPublic], params=params)
+        page = schemas.common.Page[schemas.sessions.SessionPublic]
+        return self._call("GET", "/sessions", page, params=params)
 
     def get_session(self, ref: str) -> SessionPublic:
         """A session by id, or by name (the caller's newest session of that name)."""
         try:
-            return self._call("GET", f"/sessions/{ref}", SessionPublic)
+            return self._call("GET", f"/sessions/{ref}", schemas.sessions.SessionPublic)
         except ApiError as err:
             if err.status != 404:
                 raise
         page = self.list_sessions(name=ref, limit=1)
         if page.items:
-            return self._call("GET", f"/sessions/{page.items[0].id}", SessionPublic)
+            found = page.items[0].id
+            return self._call("GET", f"/sessions/{found}", schemas.sessions.SessionPublic)
         raise ApiError(f"no session with id or name '{ref}'", status=404, code="not_found")
 
     def destroy_sessions(self, refs: Iterable[str]) -> list[SessionPublic]:
         ids = [self.get_session(ref).id for ref in refs]
-        return self._call("POST", "/sessions/destroy", list[SessionPublic], json={"ids": ids})
+        return self._call("POST", "/sessions/destroy", list[schemas.sessions.SessionPublic],
+                          json={"ids": ids})
 
     def session_logs(self, ref: str, tail: int | None = None) -> SessionLogs:
         sid = self.get_session(ref).id
         params = {"tail": tail} if tail else None
-        return self._call("GET", f"/sessions/{sid}/logs", SessionLogs, params=params)
+        return self._call("GET", f"/sessions/{sid}/logs", schemas.sessions.SessionLogs,
+                          params=params)
 
     def exec(self, ref: str, command: list[str], timeout: float = 60.0) -> SessionExecResult:
         """Run a command in a RUNNING session; its output and exit code."""
         sid = self.get_session(ref).id
         return self._call(
-            "POST", f"/sessions/{sid}/exec", SessionExecResult,
+            "POST", f"/sessions/{sid}/exec", schemas.sessions.SessionExecResult,
             json={"command": command, "timeout": timeout},
             timeout=httpx.Timeout(30.0, read=timeout + 30.0),
         )
@@ -164,7 +157,8 @@ class Client:
         """Snapshot a RUNNING session into a new private image named ``name``."""
         sid = self.get_session(ref).id
         return self._call(
-            "POST", f"/sessions/{sid}/commit", SessionCommitResult, json={"name": name},
+            "POST", f"/sessions/{sid}/commit", schemas.images.SessionCommitResult,
+            json={"name": name},
             timeout=httpx.Timeout(30.0, read=timeout),
         )
 
@@ -172,26 +166,27 @@ class Client:
 
     def list_images(self) -> list[ImagePublic]:
         """Images one may use: public ones and one's own private ones (admins: all)."""
-        return self._call("GET", "/images", list[ImagePublic])
+        return self._call("GET", "/images", list[schemas.images.ImagePublic])
 
     def list_image_aliases(self) -> list[ImageAliasPublic]:
-        return self._call("GET", "/images/aliases", list[ImageAliasPublic])
+        return self._call("GET", "/images/aliases", list[schemas.images.ImageAliasPublic])
 
     def set_image_alias(self, name: str, reference: str) -> ImageAliasPublic:
         body = {"name": name, "reference": reference}
-        return self._call("POST", "/images/aliases", ImageAliasPublic, json=body)
+        return self._call("POST", "/images/aliases", schemas.images.ImageAliasPublic, json=body)
 
     def delete_image_alias(self, name: str) -> None:
         self._call("DELETE", f"/images/aliases/{name}", None)
 
     def publish_image(self, reference: str, public: bool = True) -> ImagePublic:
-        return self._call("PATCH", f"/images/{reference}", ImagePublic, json={"public": public})
+        return self._call("PATCH", f"/images/{reference}", schemas.images.ImagePublic,
+                          json={"public": public})
 
     def remove_image(self, reference: str) -> None:
         self._call("DELETE", f"/images/{reference}", None)
 
     def rescan_images(self) -> ImageRescan:
-        return self._call("POST", "/images/rescan", ImageRescan)
+        return self._call("POST", "/images/rescan", schemas.images.ImageRescan)
 
     def events(self, session_id: str | None = None, since: int | None = None,
                timeout: float | None = None) -> Iterator[StatusChange]:
@@ -210,14 +205,14 @@ class Client:
                     response.read()
                     raise _error_of(response)
                 for data in _sse_data(response.iter_lines()):
-                    yield StatusChange.model_validate_json(data)
+                    yield schemas.sessions.StatusChange.model_validate_json(data)
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
 
     def wait(self, session_id: str, statuses: Iterable[str], timeout: float = 300.0,
              poll: float = 0.5) -> SessionPublic:
         """Wait until the session reaches one of ``statuses`` (or a final status)."""
-        wanted = {SessionStatus(s) for s in statuses} | FINAL
+        wanted = {schemas.sessions.SessionStatus(s) for s in statuses} | schemas.sessions.FINAL
         deadline = time.monotonic() + timeout
         while True:
             session = self.get_session(session_id)
@@ -234,18 +229,18 @@ class Client:
     # ------------------------------------------------------------ admin
 
     def list_nodes(self) -> list[NodePublic]:
-        return self._call("GET", "/nodes", list[NodePublic])
+        return self._call("GET", "/nodes", list[schemas.agents.NodePublic])
 
     def create_join_token(self, name: str, expires_in_hours: int | None = 24) -> JoinTokenCreated:
         body = {"name": name, "expires_in_hours": expires_in_hours}
-        return self._call("POST", "/join-tokens", JoinTokenCreated, json=body)
+        return self._call("POST", "/join-tokens", schemas.agents.JoinTokenCreated, json=body)
 
     def create_user(self, username: str, password: str, role: str = "user") -> UserPublic:
         body = {"username": username, "password": password, "role": role}
-        return self._call("POST", "/users", UserPublic, json=body)
+        return self._call("POST", "/users", schemas.users.UserPublic, json=body)
 
     def list_users(self) -> list[UserPublic]:
-        return self._call("GET", "/users", list[UserPublic])
+        return self._call("GET", "/users", list[schemas.users.UserPublic])
 
     def find_user(self, username: str) -> UserPublic:
         for user in self.list_users():
@@ -254,20 +249,30 @@ class Client:
         raise ApiError(f"no user named '{username}'", status=404, code="not_found")
 
     def list_policies(self) -> list[PolicyPublic]:
-        return self._call("GET", "/policies", list[PolicyPublic])
+        return self._call("GET", "/policies", list[schemas.users.PolicyPublic])
 
     def set_user_policy(self, username: str, **limits: Any) -> PolicyPublic:
         """Give a user their own policy (``user-<name>``) with these limits, creating it once."""
         user = self.find_user(username)
         name = f"user-{user.username}"
         existing = next((p for p in self.list_policies() if p.name == name), None)
+        model = schemas.users.PolicyPublic
         if existing is None:
-            policy = self._call("POST", "/policies", PolicyPublic, json={"name": name, **limits})
+            policy = self._call("POST", "/policies", model, json={"name": name, **limits})
         else:
-            policy = self._call("PUT", f"/policies/{existing.id}", PolicyPublic, json=limits)
+            policy = self._call("PUT", f"/policies/{existing.id}", model, json=limits)
         if user.policy_id != policy.id:
-            self._call("PATCH", f"/users/{user.id}", UserPublic, json={"policy_id": policy.id})
+            self._call("PATCH", f"/users/{user.id}", schemas.users.UserPublic,
+                       json={"policy_id": policy.id})
         return policy
+
+    # ------------------------------------------------------------ raw
+
+    def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
+        """GET ``path`` (under /api/v1): the manager's JSON as it came, not validated into the
+        shared schemas. For printing an answer as is: building the pydantic models of a schema
+        module takes longer than the call (failures raise `ApiError` like every method)."""
+        return self._send("GET", path, params=params).json()
 
     # ------------------------------------------------------------ plumbing
 
@@ -275,17 +280,24 @@ class Client:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def _call(self, method: str, path: str, model: type[M] | Any, **kw: Any) -> M:
+        # pydantic loads with the first answer to validate (see gpuslice.client.schemas)
+        from pydantic import BaseModel, TypeAdapter
+
+        response = self._send(method, path, **kw)
+        if model is None or response.status_code == 204:
+            return None  # type: ignore[return-value]
+        if isinstance(model, type) and issubclass(model, BaseModel):
+            return model.model_validate_json(response.content)  # type: ignore[return-value]
+        return TypeAdapter(model).validate_json(response.content)
+
+    def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
             response = self._http.request(method, API + path, headers=self._headers(), **kw)
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
         if response.status_code >= 400:
             raise _error_of(response)
-        if model is None or response.status_code == 204:
-            return None  # type: ignore[return-value]
-        if isinstance(model, type) and issubclass(model, BaseModel):
-            return model.model_validate_json(response.content)  # type: ignore[return-value]
-        return TypeAdapter(model).validate_json(response.content)
+        return response
 
     def _unreachable(self, exc: Exception) -> ApiError:
         return ApiError(f"cannot reach the manager at {self.url}: {exc}", code="unreachable")

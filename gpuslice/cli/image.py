@@ -1,5 +1,6 @@
-"""`gpuslice image build` and `gpuslice image recipes`: session images from the recipes in
-the package, built on this machine through the Docker Engine API (no manager needed)."""
+"""`gpuslice image ...`: the image catalog on the manager (list, alias, publish, remove,
+rescan), and session images built from the recipes in the package on this machine (build,
+recipes), through the Docker Engine API with no manager needed."""
 
 from __future__ import annotations
 
@@ -10,24 +11,100 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import aiodocker
-import aiohttp
 import typer
 
-from gpuslice.cli.images import app
-from gpuslice.cli.output import CliError, console, friendly, print_json, table
-from gpuslice.common.images import DEFAULT_SESSION_IMAGE
-from gpuslice.images.base import (
-    DEFAULT_CACHE_DIR,
-    BaseImageOptions,
-    BuildResult,
-    default_extra_ca_bundle,
+from gpuslice.cli.output import (
+    CliError,
+    JsonOpt,
+    console,
+    friendly,
+    mem,
+    number,
+    print_json,
+    table,
 )
-from gpuslice.images.build import build_recipe
-from gpuslice.images.recipe_defs import RECIPES, RecipeOptions, plan
-from gpuslice.images.rootfs import ImageBuildError
+from gpuslice.client import Client
+from gpuslice.common.images import DEFAULT_SESSION_IMAGE
+
+if TYPE_CHECKING:
+    from gpuslice.common.schemas.images import ImagePublic
+    from gpuslice.images.base import BaseImageOptions, BuildResult
+    from gpuslice.images.recipe_defs import RecipeOptions
+
+app = typer.Typer(help="Session images: build, list, aliases.", no_args_is_help=True)
+
+
+@app.command("list")
+@friendly
+def image_list(as_json: JsonOpt = False) -> None:
+    """Images you may use: name, frameworks, size, apps, minimums, who may use them."""
+    with Client.from_config() as client:
+        images = client.list_images()
+    if as_json:
+        print_json(images)
+        return
+    table(
+        ["name", "title", "frameworks", "size", "apps", "minimum", "visibility", "sources"],
+        [(i.name + "".join(f"\n  ({a})" for a in i.aliases), i.title or "-",
+          ", ".join(f"{k} {v}" for k, v in i.frameworks.items()) or "-", mem(i.size),
+          ", ".join(f"{a.name}:{a.port}" for a in i.apps) or "-", _minimum(i),
+          "public" if i.public else f"private ({i.owner or 'admins'})",
+          ", ".join(i.sources) or "-")
+         for i in images],
+    )
+
+
+@app.command("alias")
+@friendly
+def image_alias(
+    name: Annotated[str, typer.Argument(help="The short name, e.g. tf2.")],
+    reference: Annotated[str | None, typer.Argument(help="The image it stands for.")] = None,
+    delete: Annotated[bool, typer.Option("--delete", help="Delete the alias.")] = False,
+) -> None:
+    """Give an image a short name (admins), or delete one with --delete."""
+    with Client.from_config() as client:
+        if delete:
+            client.delete_image_alias(name)
+            console.print(f"alias {name} deleted", markup=False)
+            return
+        if reference is None:
+            raise CliError("give the image: gpuslice image alias NAME REFERENCE", 2)
+        alias = client.set_image_alias(name, reference)
+    console.print(f"{alias.name} → {alias.reference}", markup=False)
+
+
+@app.command("publish")
+@friendly
+def image_publish(
+    reference: Annotated[str, typer.Argument(help="The image, e.g. alice/env:1.")],
+    private: Annotated[bool, typer.Option("--private", help="Make it private again.")] = False,
+) -> None:
+    """Make an image (e.g. one committed from a session) public for everyone (admins)."""
+    with Client.from_config() as client:
+        image = client.publish_image(reference, public=not private)
+    console.print(f"{image.name}: {'public' if image.public else 'private'}", markup=False)
+
+
+@app.command("remove")
+@friendly
+def image_remove(reference: Annotated[str, typer.Argument(help="The image.")]) -> None:
+    """Remove an image from the catalog; nodes delete it once no session uses it (admins)."""
+    with Client.from_config() as client:
+        client.remove_image(reference)
+    console.print(f"{reference}: removed from the catalog", markup=False)
+
+
+@app.command("rescan")
+@friendly
+def image_rescan() -> None:
+    """Read the configured registry and ask every node to report its images now (admins)."""
+    with Client.from_config() as client:
+        done = client.rescan_images()
+    console.print(f"asked {done.nodes} node(s) to report their images", markup=False)
+    if done.registry is not None:
+        console.print(f"the registry has {done.registry} image(s)", markup=False)
 
 
 @app.command("build")
@@ -48,6 +125,10 @@ def build(
         help="notebook: a ttyd executable to serve the web terminal on port 7681.")] = None,
 ) -> None:
     """Build a session image from a recipe, e.g. `gpuslice image build scipy --version 1.5.2`."""
+    from gpuslice.images.base import DEFAULT_CACHE_DIR, BaseImageOptions, default_extra_ca_bundle
+    from gpuslice.images.recipe_defs import RecipeOptions, plan
+    from gpuslice.images.rootfs import ImageBuildError
+
     options = RecipeOptions(
         base_image=base_image,
         extra_ca_bundle=extra_ca_bundle if extra_ca_bundle else default_extra_ca_bundle(),
@@ -74,6 +155,8 @@ def recipes(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the image recipes, their versions (default marked *) and what each holds."""
+    from gpuslice.images.recipe_defs import RECIPES
+
     if json_:
         print_json([_recipe_json(r) for r in RECIPES.values()])
         return
@@ -87,6 +170,12 @@ def recipes(
 
 def _run(recipe: str, version: str | None, options: RecipeOptions,
          base_options: BaseImageOptions, progress: Callable[[str], None]) -> BuildResult:
+    import aiodocker
+    import aiohttp
+
+    from gpuslice.images.build import build_recipe
+    from gpuslice.images.rootfs import ImageBuildError
+
     async def go() -> BuildResult:
         async with aiodocker.Docker() as docker:
             return await build_recipe(docker, recipe, version, options, progress, base_options)
@@ -153,3 +242,10 @@ def _recipe_json(r: Any) -> dict[str, Any]:
         ],
         "unavailable": r.unavailable,
     }
+
+
+def _minimum(image: ImagePublic) -> str:
+    parts = [f"{number(image.min_gpu)} fGPU" if image.min_gpu else "",
+             f"{number(image.min_cpu)} CPU" if image.min_cpu else "",
+             mem(image.min_mem) if image.min_mem else ""]
+    return ", ".join(p for p in parts if p) or "-"

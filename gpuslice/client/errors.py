@@ -1,0 +1,15 @@
+"""The SDK's error: the manager refused a request, or could not be reached."""
+
+from __future__ import annotations
+
+
+class ApiError(Exception):
+    """The manager refused a request, or could not be reached. ``str()`` is one clear line."""
+
+    def __init__(self, message: str, *, status: int = 0, code: str = "error",
+                 field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.field = field

@@ -1,0 +1,35 @@
+"""Commands load when they run, and the command line looks as if they had all been loaded."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuslice.cli.main import COMMANDS, app
+
+
+@pytest.mark.parametrize("name", list(COMMANDS))
+def test_the_root_help_line_of_a_command_is_its_own(name: str) -> None:
+    command = COMMANDS[name].load(name)
+    assert command.name == name
+    assert COMMANDS[name].help == inspect.cleandoc(command.help or "").split("\n\n")[0]
+
+
+def test_the_root_help_lists_every_command_in_order() -> None:
+    listed = CliRunner().invoke(app, ["--help"], terminal_width=120)
+    assert listed.exit_code == 0
+    lines = [line for line in listed.output.splitlines() if line.startswith("│ ")]
+    names = [line.split()[1] for line in lines if line.split()[1] in COMMANDS]
+    assert names == list(COMMANDS)
+
+
+def test_a_group_with_one_command_stays_a_group() -> None:
+    done = CliRunner().invoke(app, ["node", "list", "--help"])
+    assert done.exit_code == 0 and "Usage: gpuslice node list" in done.output
+
+
+def test_a_mistyped_command_gets_a_suggestion() -> None:
+    done = CliRunner().invoke(app, ["sesion", "list"])
+    assert done.exit_code == 2 and "Did you mean 'session'" in done.output
