@@ -21,4 +21,14 @@ time importing; tests/cli/test_imports.py holds the CLI to this rule:
    `schemas.sessions.FINAL`), which imports a schema module when it is first used; annotations
    name them under `TYPE_CHECKING`. A `--json` listing that passes the manager's answer on
    unchanged prints it from `Client.get_json`, without building the models.
+5. httpx is imported without its own command-line tool (below).
 """
+
+import sys
+
+# httpx imports its own command-line tool when it is imported (click, rich's console and
+# progress, pygments: ~50 ms of every command's start); gpuslice never runs it. A None entry
+# makes that one optional import fail, and httpx falls back to the stub `httpx.main` it ships
+# for exactly that case. Only the CLI does this, never the SDK that programs import.
+if "httpx._main" not in sys.modules:
+    sys.modules["httpx._main"] = None  # type: ignore[assignment]

@@ -4,8 +4,9 @@ endpoint they share (``gpuslice_endpoint.py``).
 
 This package owns those files and where they go: the agent's runtime mounts them read-only at
 ``CONTAINER_TOOLS_DIR``, first on the session's ``PATH`` and on its ``PYTHONPATH`` (so code in a
-session may ``import gpuslice_endpoint``), and every image gets them without a rebuild. Like the framework hook they run on whatever Python 3 an image has: standard library
-only, never an import of gpuslice. This module only locates them.
+session may ``import gpuslice_endpoint``), and every image gets them without a rebuild. Like
+the framework hook they run on whatever Python 3 an image has: standard library only, never an
+import of gpuslice. This module only locates them.
 """
 
 from __future__ import annotations

@@ -90,7 +90,8 @@ def _print_table(
         print(_row(f"{device.get('index', 0):>3}  {name}",
                    f"{device.get('fgpu')} fGPU = {_percent(device.get('fraction'))}",
                    mem, "n/a" if util is None else f"{util} %"))
-        print(_row(f"     {device.get('uuid')}", f"{device.get('sm_percent')}% of its SMs", "", ""))
+        sms = f"{device.get('sm_percent')}% of its SMs"
+        print(_row(f"     {device.get('uuid')}", sms, "", ""))
     if not devices:
         print(_row("No GPU in this session's allocation", "", "", ""))
     print(rule)
