@@ -43,6 +43,7 @@ test-pg:
 
 lint: venv
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 bench: venv
 	$(PY) bench/scheduler.py

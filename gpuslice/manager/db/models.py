@@ -222,6 +222,9 @@ class SessionRow(Base):
     node_id: Mapped[str | None] = mapped_column(ForeignKey("nodes.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # The last time a person used the session through the platform (terminal or app traffic),
+    # written at most every `activity.EVERY`; NULL: no such use seen. Idle rules read it.
+    last_activity_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # The last output the agent sent with TERMINATED/ERROR (up to 1 MiB): never loaded with the
     # row (listings would drag megabytes along); read it with select(SessionRow.final_logs).
     final_logs: Mapped[str | None] = mapped_column(
