@@ -133,6 +133,10 @@ class AgentSettings(BaseSettings):
         description="GPU memory a session may hold beyond its slice before the watchdog stops "
         "it (config: a size, e.g. 256m), e.g. for CUDA context overhead outside framework caps.",
     )
+    sample_interval_ms: int = Field(
+        default=2000, ge=100, le=60_000,
+        description="Milliseconds between GPU readings (per-session usage and the watchdog).",
+    )
     pids_limit: int = Field(default=4096, ge=64, le=4_194_304, description="Per-session pids.")
     stop_grace_s: int = Field(
         default=10, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL on stop."

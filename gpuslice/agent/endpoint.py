@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
+import struct
 from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +62,7 @@ class EndpointCall:
     query: Mapping[str, str]
     body: Mapping[str, Any]
     link: ManagerLink
+    pid: int | None = None  # the calling process, as this host sees it (SO_PEERCRED)
 
     async def relay(self, method: str, path: str, body: Any = None) -> Any:
         """Ask the manager for this session: ``/api/v1/agents/me/sessions/<id>/<path>``."""
@@ -189,7 +192,8 @@ class SessionEndpoint:
                                     f"no {request.method} {request.path}; calls: {calls}")
             body = await _body(request)
             _refuse_other_session(session_id, request, body)
-            call = EndpointCall(session_id, dict(request.query), body, self.link)
+            call = EndpointCall(session_id, dict(request.query), body, self.link,
+                                _peer_pid(request))
             return _json(200, await handler(call))
         except EndpointError as err:
             return _json(err.status, {"code": err.code, "message": err.message})
@@ -216,6 +220,20 @@ class SessionEndpoint:
         if usage is None:
             raise EndpointError(404, "not_measured", "no usage measured for this session yet")
         return usage
+
+
+def _peer_pid(request: web.Request) -> int | None:
+    # The kernel states who connected (translated into this agent's PID namespace): a call
+    # about "my process" cannot name another one.
+    sock = request.transport.get_extra_info("socket") if request.transport else None
+    if sock is None or not hasattr(socket, "SO_PEERCRED"):
+        return None
+    try:
+        raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid = struct.unpack("3i", raw)[0]
+    return pid if pid > 0 else None
 
 
 def _refuse_other_session(session_id: str, request: web.Request, body: Mapping[str, Any]) -> None:

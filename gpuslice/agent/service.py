@@ -1,13 +1,15 @@
 """The node agent: dial the manager, and keep this node's containers as the manager wants them.
 
-Four supervised loops share one process: heartbeats (devices, capacity, usage up), assignments
+Five supervised loops share one process: heartbeats (devices, capacity, usage up), assignments
 (long-poll: desired state down, at once when it changes), Docker events (a container that stops
-is noticed at once), and the GPU watchdog (nvidia only). Reconciliation runs whenever one of
-them has news, one pass at a time; each session's step (``sessions.py``) runs as its own task,
-at most one per session. Requests that come with the assignments (logs, exec, commit) are
-served by ``requests.py``; each session container gets its own in-session endpoint socket
-(``endpoint.py``). Nothing that matters is kept in memory: desired state is the manager's,
-actual state is Docker's labels, so a restarted agent picks up where it was.
+is noticed at once), reconciliation, and GPU sampling (per-session GPU figures, and the
+watchdog's decision on each reading; on mock nodes too, over their simulated processes).
+Reconciliation runs whenever one of the others has news, one pass at a time; each session's
+step (``sessions.py``) runs as its own task, at most one per session. Requests that come with
+the assignments (logs, exec, commit) are served by ``requests.py``; each session container
+gets its own in-session endpoint socket (``endpoint.py``). Nothing that matters is kept in
+memory: desired state is the manager's, actual state is Docker's labels, so a restarted agent
+picks up where it was.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gpuslice.agent import usage_calls
 from gpuslice.agent.accelerators import Accelerator, detect
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import decide
@@ -36,9 +39,10 @@ from gpuslice.agent.requests import RequestContext, RequestRunner
 from gpuslice.agent.runtime.docker import DockerRuntime
 from gpuslice.agent.runtime.models import DockerUnavailable
 from gpuslice.agent.runtime.spec import DeviceInfo, SpecOptions, container_name
+from gpuslice.agent.sampling import GpuSampler
 from gpuslice.agent.sessions import SessionActions
 from gpuslice.agent.usage import UsageCollector
-from gpuslice.agent.watchdog import check as watchdog_check
+from gpuslice.agent.watchdog import find_overuse, slice_limits
 from gpuslice.common.schemas.agents import Assignments, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 
@@ -75,6 +79,7 @@ class Agent:
         self._heartbeat_now = asyncio.Event()  # images changed, or the manager asked (rescan)
         self._rescan: int | None = None
         self.usage_collector: UsageCollector | None = None  # made once the accelerator is known
+        self.sampler: GpuSampler | None = None
         self.endpoint = SessionEndpoint(
             settings.data_dir, data=self, link=self.link, user=settings.session_user
         )
@@ -89,7 +94,11 @@ class Agent:
             self.accelerator = found.accelerator
             self.say(f"agent {self.settings.node_name}: {found.message}")
         accelerator = self.accelerator
-        self.usage_collector = UsageCollector(self.settings, self.runtime, accelerator)
+        self.sampler = GpuSampler(accelerator)
+        self.usage_collector = UsageCollector(
+            self.settings, self.runtime, accelerator, self.sampler
+        )
+        usage_calls.register(self.endpoint, accelerator, self.runtime)
         self.sessions = SessionActions(
             self.settings, self.runtime, self.link, self._spec_options(accelerator), self.say,
             endpoint=self.endpoint,
@@ -106,10 +115,8 @@ class Agent:
                 self._supervise("assignments", self._assignment_loop, stop),
                 self._supervise("docker events", self._event_loop, stop),
                 self._supervise("reconcile", self._reconcile_loop, stop),
+                self._supervise("gpu sampling", self._sampling_loop, stop),
             ]
-            if accelerator.name == "nvidia":
-                watchdog = functools.partial(self._watchdog_loop, accelerator)
-                loops.append(self._supervise("gpu watchdog", watchdog, stop))
             tasks = [asyncio.create_task(loop) for loop in loops]
             await stop.wait()
             for task in [*tasks, *self._busy.values()]:
@@ -185,6 +192,7 @@ class Agent:
                 if err.status == 401:
                     await self._reregister()
                 raise
+            collector.sent()
             credential = self.link.credential
             interval_ms = credential.heartbeat_interval_ms if credential else DEFAULT_HEARTBEAT_MS
             with contextlib.suppress(TimeoutError):
@@ -223,19 +231,24 @@ class Agent:
             if self.desired is not None:
                 await self.reconcile(self.desired)
 
-    async def _watchdog_loop(self, accelerator: Accelerator, stop: asyncio.Event) -> None:
+    async def _sampling_loop(self, stop: asyncio.Event) -> None:
+        """Read the GPUs every ``sample_interval_ms``: per-session figures for heartbeats and
+        the endpoint, and the watchdog's decision on the same reading."""
+        sampler = self.sampler
+        assert sampler is not None, "run() makes the sampler before the loops"
         while not stop.is_set():
-            usage = await asyncio.to_thread(accelerator.usage)
             containers = [c for c in await self.runtime.list_managed() if c.running]
-            for overuse in watchdog_check(usage, containers,
-                                          tolerance=self.settings.watchdog_tolerance):
+            reading = await asyncio.to_thread(sampler.read, containers)
+            for overuse in find_overuse(reading.devices, reading.pid_sessions,
+                                        slice_limits(containers),
+                                        tolerance=self.settings.watchdog_tolerance):
                 self.say(f"agent: session {overuse.session_id}: {overuse.detail}")
                 await self.runtime.stop(overuse.session_id, self.settings.stop_grace_s)
                 await self.sessions.report(
                     overuse.session_id,
                     StateReport(status=SessionStatus.ERROR, reason=overuse.reason),
                 )
-            await _sleep_or_stop(stop, 2.0)
+            await _sleep_or_stop(stop, self.settings.sample_interval_ms / 1000)
 
     # ------------------------------------------------------------ reconcile
 
@@ -299,15 +312,20 @@ class Agent:
         return info
 
     def usage(self, session_id: str) -> dict[str, Any] | None:
-        """What a session uses, as last measured (``GET /v1/usage`` of its endpoint). GPU
-        figures are per device of its slice; ``None`` where nothing measures them."""
+        """What a session uses, as last measured (``GET /v1/usage`` of its endpoint): CPU and
+        memory of its last heartbeat, GPU figures of its own processes at the last reading
+        (per device of its slice; ``None`` where nothing measures them)."""
         collector = self.usage_collector
         measured = collector.latest.get(session_id) if collector is not None else None
         if measured is None:
             return None
-        assignment = self._assignment(session_id)
-        gpus = [{"uuid": s.device_uuid, "mem_used": None, "utilization": None}
-                for s in (assignment.slices if assignment else [])]
+        now = self.sampler.latest.get(session_id) if self.sampler is not None else None
+        if now is None:
+            assignment = self._assignment(session_id)
+            gpus = [{"uuid": s.device_uuid, "mem_used": None, "utilization": None}
+                    for s in (assignment.slices if assignment else [])]
+        else:
+            gpus = [g.model_dump() for g in now]
         return {"session_id": session_id, "cpu": measured.cpu, "mem": measured.mem,
                 "gpus": gpus}
 

@@ -1,25 +1,25 @@
-"""The GPU memory watchdog (nvidia plugin): which sessions hold more GPU memory than their slice.
+"""The GPU memory watchdog: which sessions hold more GPU memory than their slice.
 
-Pure logic over one NVML reading: processes are tied to sessions through their cgroup (which
-names the container), and sessions to their slices through the allocation label. The agent
-stops every session this returns, with :data:`REASON` as the reason in its status.
+Pure logic over one accelerator reading (NVML, or the simulated processes of the mock
+accelerator, so CI runs it too): processes are tied to sessions through their cgroup
+(``sampling.pid_sessions``), and sessions to their slices through the allocation label. The
+agent stops every session this returns, with :data:`REASON` as the reason in its status. A
+process whose memory NVML cannot attribute is not judged.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuslice.agent.accelerators.base import DeviceUsage
 from gpuslice.agent.runtime.models import ContainerState
+from gpuslice.agent.sampling import container_id_of_pid, pid_sessions
 from gpuslice.common.resources import format_mem
 
 REASON = "exceeded its GPU memory slice"
 
-# cgroup v1 (".../docker/<id>"), systemd driver ("docker-<id>.scope"), nested hierarchies.
-_CONTAINER_IN_CGROUP = re.compile(r"(?:docker[-/]|/)([0-9a-f]{64})(?:\.scope)?(?:/|$)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +68,7 @@ def find_overuse(
     for device in usage:
         for process in device.processes:
             session_id = pid_sessions.get(process.pid)
-            if session_id is not None:
+            if session_id is not None and process.used is not None:
                 key = (session_id, process.device_uuid)
                 held[key] = held.get(key, 0) + process.used
     found = []
@@ -86,28 +86,11 @@ def check(
     tolerance: int = 0,
     proc_root: Path = Path("/proc"),
 ) -> list[Overuse]:
-    """One watchdog pass over an NVML reading and the node's session containers."""
+    """One watchdog pass over an accelerator reading and the node's session containers."""
     containers = list(containers)
     usage = list(usage)
-    sessions_by_container = {c.container_id: c.session_id for c in containers}
-    pid_sessions: dict[int, str] = {}
-    for device in usage:
-        for process in device.processes:
-            container_id = container_id_of_pid(process.pid, proc_root)
-            if container_id in sessions_by_container:
-                pid_sessions[process.pid] = sessions_by_container[container_id]
-    return find_overuse(usage, pid_sessions, slice_limits(containers), tolerance=tolerance)
+    owners = pid_sessions(usage, containers, proc_root)
+    return find_overuse(usage, owners, slice_limits(containers), tolerance=tolerance)
 
 
-def container_id_of_pid(pid: int, proc_root: Path = Path("/proc")) -> str | None:
-    """The Docker container a host process runs in, from ``/proc/<pid>/cgroup``."""
-    try:
-        text = (proc_root / str(pid) / "cgroup").read_text()
-    except OSError:
-        return None  # the process ended, or is not visible from here
-    for line in text.splitlines():
-        path = line.split(":", 2)[-1]
-        matches = _CONTAINER_IN_CGROUP.findall(path)
-        if matches:
-            return str(matches[-1])
-    return None
+__all__ = ["REASON", "Overuse", "check", "container_id_of_pid", "find_overuse", "slice_limits"]

@@ -20,13 +20,19 @@ from gpuslice.common.resources import GiB, MiB
 
 
 class FakeNVMLError(Exception):
-    pass
+    """An NVML error; ``value`` is its code, as nvidia-ml-py's ``NVMLError`` has it."""
+
+    def __init__(self, value: object = None) -> None:
+        super().__init__(value)
+        self.value = value
 
 
 class FakeNVML:
     """Records calls and answers like nvidia-ml-py for the GPUs it is given."""
 
     NVMLError = FakeNVMLError
+    NVML_ERROR_NOT_SUPPORTED = 3
+    NVML_ERROR_NOT_FOUND = 6
 
     def __init__(self, gpus: list[dict[str, Any]], *, init_error: str | None = None) -> None:
         self.gpus = gpus
@@ -77,6 +83,20 @@ class FakeNVML:
             for pid, used in self.gpus[h].get("procs", [])
         ]
 
+    def nvmlDeviceGetProcessUtilization(self, h: int, since: int) -> list[SimpleNamespace]:
+        """``samples``: (pid, timestamp µs, SM %); only those newer than ``since``, as NVML.
+        ``putil_error``: the error code NVML raises instead (6 not found, 3 not supported)."""
+        self.calls.append(f"putil {h} {since}")
+        if "putil_error" in self.gpus[h]:
+            raise FakeNVMLError(self.gpus[h]["putil_error"])
+        samples = [
+            SimpleNamespace(pid=pid, timeStamp=ts, smUtil=sm, memUtil=0, encUtil=0, decUtil=0)
+            for pid, ts, sm in self.gpus[h].get("samples", []) if ts > since
+        ]
+        if not samples:
+            raise FakeNVMLError(self.NVML_ERROR_NOT_FOUND)
+        return samples
+
 
 A100 = {"uuid": "GPU-aaaa", "name": "NVIDIA A100-SXM4-40GB", "total": 40 * GiB, "sms": 108}
 
@@ -126,12 +146,12 @@ def test_nvidia_lists_devices_and_usage_from_nvml() -> None:
     assert (usage[0].utilization, usage[0].memory_used) == (37, 5 * GiB)
     assert usage[0].processes == (
         ProcessMemory(pid=4242, device_uuid="GPU-aaaa", used=3 * GiB),
-        ProcessMemory(pid=4343, device_uuid="GPU-aaaa", used=0),  # NVML could not tell
+        ProcessMemory(pid=4343, device_uuid="GPU-aaaa", used=None),  # NVML could not tell
     )
     assert plugin.device_requests and plugin.name == "nvidia"
     plugin.close()
     plugin.close()
-    assert nvml.calls == ["init", "shutdown"]
+    assert [c for c in nvml.calls if not c.startswith("putil")] == ["init", "shutdown"]
 
 
 def test_nvidia_declines_without_driver_or_gpus() -> None:

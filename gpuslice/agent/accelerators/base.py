@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -29,17 +30,23 @@ class ProcessMemory:
 
     pid: int
     device_uuid: str
-    used: int  # bytes
+    used: int | None  # bytes; None where NVML cannot say (NVML_VALUE_NOT_AVAILABLE)
 
 
 @dataclass(frozen=True, slots=True)
 class DeviceUsage:
-    """A device's measured load: percent busy, bytes in use, and who holds the memory."""
+    """A device's measured load: percent busy, bytes in use, and who holds the memory.
+
+    ``process_utilization`` is each process's share of the SMs (percent of the device) since the
+    previous reading; a process missing from it did no work. ``None``: the device cannot say
+    (per-process utilization is unknown, never zero).
+    """
 
     uuid: str
     utilization: int  # percent, 0..100
     memory_used: int  # bytes
     processes: tuple[ProcessMemory, ...] = field(default_factory=tuple)
+    process_utilization: Mapping[int, int] | None = None
 
 
 class Accelerator(Protocol):

@@ -39,6 +39,9 @@ class NvidiaAccelerator:
         count = nvml.nvmlDeviceGetCount()
         self._handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
         self._devices = [self._read_device(i, h) for i, h in enumerate(self._handles)]
+        # Per device, the newest per-process utilization sample seen (NVML's CPU timestamp, µs):
+        # the next reading asks only for samples after it.
+        self._last_seen: dict[str, int] = {}
 
     @classmethod
     def open(cls, nvml: Any | None = None) -> tuple[NvidiaAccelerator | None, str]:
@@ -75,7 +78,7 @@ class NvidiaAccelerator:
             except nvml.NVMLError:
                 utilization = 0  # not supported on every device (e.g. some MIG setups)
             processes = tuple(
-                ProcessMemory(pid=int(p.pid), device_uuid=dev.uuid, used=int(p.usedGpuMemory or 0))
+                ProcessMemory(pid=int(p.pid), device_uuid=dev.uuid, used=_bytes(p.usedGpuMemory))
                 for p in nvml.nvmlDeviceGetComputeRunningProcesses(handle)
             )
             readings.append(
@@ -84,9 +87,35 @@ class NvidiaAccelerator:
                     utilization=utilization,
                     memory_used=int(memory.used),
                     processes=processes,
+                    process_utilization=self._process_utilization(dev.uuid, handle),
                 )
             )
         return readings
+
+    def _process_utilization(self, uuid: str, handle: Any) -> dict[int, int] | None:
+        """Each process's SM utilization (percent of the device) since the previous reading.
+
+        NVML keeps a short buffer of samples and returns those newer than the timestamp asked
+        for, one per process that did some work: several samples of one process are averaged,
+        a process without any did none (0). "Not found" means no process worked at all; "not
+        supported" (older GPUs, some vGPU/MIG setups) means it cannot be known (``None``).
+        """
+        nvml = self._nvml
+        try:
+            samples = nvml.nvmlDeviceGetProcessUtilization(handle, self._last_seen.get(uuid, 0))
+        except nvml.NVMLError as exc:
+            if _is_not_found(nvml, exc):
+                return {}
+            return None
+        except AttributeError:  # a stand-in or a binding without the call
+            return None
+        per_pid: dict[int, list[int]] = {}
+        newest = self._last_seen.get(uuid, 0)
+        for sample in samples:
+            per_pid.setdefault(int(sample.pid), []).append(min(100, int(sample.smUtil)))
+            newest = max(newest, int(sample.timeStamp))
+        self._last_seen[uuid] = newest
+        return {pid: sum(values) // len(values) for pid, values in per_pid.items()}
 
     def describe(self) -> str:
         return f"nvidia: {summarize(self._devices)} via NVML"
@@ -119,6 +148,19 @@ class NvidiaAccelerator:
             return 0
         per_sm = _CORES_PER_SM.get((major, minor)) or _CORES_PER_SM.get(major)
         return cores // per_sm if per_sm else 0
+
+
+def _bytes(value: object) -> int | None:
+    # usedGpuMemory is None when NVML cannot attribute memory (NVML_VALUE_NOT_AVAILABLE, e.g.
+    # a driver without access to the process's PID namespace): unknown, not zero.
+    return int(value) if isinstance(value, int) else None
+
+
+def _is_not_found(nvml: Any, exc: Exception) -> bool:
+    not_found = getattr(nvml, "NVMLError_NotFound", None)
+    if isinstance(not_found, type) and isinstance(exc, not_found):
+        return True
+    return getattr(exc, "value", None) == getattr(nvml, "NVML_ERROR_NOT_FOUND", 6)
 
 
 def _text(value: str | bytes) -> str:

@@ -75,8 +75,24 @@ class ImageReport(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
+class SessionGpuUsage(BaseModel):
+    """What one session's own processes use of one device (never the device's totals)."""
+
+    uuid: str = Field(min_length=1, max_length=128)
+    mem_used: int | None = Field(
+        default=None, ge=0, le=2**50,
+        description="Bytes of GPU memory its processes hold now (null: not measured).",
+    )
+    utilization: int | None = Field(
+        default=None, ge=0, le=100,
+        description="Percent of the device's SMs its processes kept busy, averaged since the "
+        "previous heartbeat (null: not measured).",
+    )
+
+
 class SessionUsage(BaseModel):
-    """What one session's container uses now, measured by the agent from its cgroup."""
+    """What one session's container uses now, measured by the agent from its cgroup, and its
+    GPU figures from its own processes (NVML per-process data mapped to it by cgroup)."""
 
     session_id: str = Field(min_length=1, max_length=64)
     cpu: int | None = Field(
@@ -84,6 +100,21 @@ class SessionUsage(BaseModel):
         description="Milli-cores busy, averaged since the previous heartbeat (none yet: null).",
     )
     mem: int = Field(ge=0, description="Bytes of memory in use (page cache excluded).")
+    at_ms: int | None = Field(
+        default=None, ge=0,
+        description="When the agent read it (its clock, ms since the epoch): the manager keeps "
+        "each reading once.",
+    )
+    interval_ms: int | None = Field(
+        default=None, ge=0, le=86_400_000,
+        description="Milliseconds since the previous reading the agent sent for this session "
+        "(the time this one stands for; null for the first).",
+    )
+    gpus: list[SessionGpuUsage] | None = Field(
+        default=None, max_length=64,
+        description="Per device of its slice (and any other it holds memory on); [] for a "
+        "session without GPU; null when the agent does not measure per session.",
+    )
 
 
 class Heartbeat(BaseModel):
