@@ -17,6 +17,7 @@ from gpuslice.manager.api.routes import (
     auth,
     health,
     images,
+    monitoring,
     nodes,
     policies,
     sessions,
@@ -27,6 +28,8 @@ from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
 from gpuslice.manager.services import channel
+from gpuslice.manager.services.monitoring import loops as monitoring_loops
+from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.users import ensure_admin
@@ -51,11 +54,13 @@ def create_app(settings: ManagerSettings) -> FastAPI:
         responses=errors.ERROR_RESPONSES,
     )
     app.state.settings = settings
+    app.state.metrics = ManagerMetrics()
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (health, auth, users, policies, sessions, images, nodes, agents):
+    for module in (health, auth, users, policies, sessions, images, nodes, agents, monitoring):
         api.include_router(module.router)
     app.include_router(api)
+    app.include_router(monitoring.scrape)  # /metrics, where Prometheus looks by default
     return app
 
 
@@ -92,7 +97,8 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
     config = settings.scheduler.core_config()
 
     async def schedule() -> None:
-        await run_pass(sessionmaker, config, hub)
+        with app.state.metrics.scheduling.time():
+            await run_pass(sessionmaker, config, hub)
 
     started = time.monotonic()
 
@@ -111,4 +117,5 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
     return [
         asyncio.create_task(scheduler, name="gpuslice-scheduler"),
         asyncio.create_task(sweeper, name="gpuslice-node-sweep"),
+        *monitoring_loops.start(sessionmaker, settings),
     ]

@@ -11,7 +11,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -122,6 +122,40 @@ class RegistrySettings(BaseModel):
     )
 
 
+class MonitoringSettings(BaseModel):
+    scrape_token: SecretStr | None = Field(
+        default=None,
+        description="Bearer token Prometheus sends to scrape /metrics (admins' API tokens work "
+        "too).",
+    )
+    public_metrics: bool = Field(
+        default=False, description="Serve /metrics without authentication (a trusted network)."
+    )
+    minute_retention_days: int = Field(
+        default=35, ge=30, le=3650,
+        description="Days usage history keeps 1-minute points before rolling them up to hours.",
+    )
+    hour_retention_days: int = Field(
+        default=400, ge=30, le=36500,
+        description="Days usage history keeps hourly points (accounting is kept longer).",
+    )
+    maintenance_interval: float = Field(
+        default=60.0, ge=0.05, le=3600,
+        description="Seconds between history maintenance passes (close, pack, roll up, drop).",
+    )
+    reclaim_interval: float = Field(
+        default=15.0, ge=0.05, le=3600,
+        description="Seconds between idle/lifetime reclaim passes.",
+    )
+
+    @model_validator(mode="after")
+    def _hours_outlive_minutes(self) -> MonitoringSettings:
+        if self.hour_retention_days < self.minute_retention_days:
+            raise ValueError("monitoring.hour_retention_days must be at least "
+                             "minute_retention_days")
+        return self
+
+
 class ManagerSettings(BaseSettings):
     """Everything the manager needs; see the field descriptions."""
 
@@ -139,6 +173,7 @@ class ManagerSettings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     sessions: SessionSettings = Field(default_factory=SessionSettings)
     registry: RegistrySettings = Field(default_factory=RegistrySettings)
+    monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
 
     @field_validator("data_dir")
     @classmethod

@@ -67,6 +67,7 @@ class FakeAgent:
         self.committed: list[dict[str, Any]] = []  # commit requests, in the order done
         self.commit_error = ""  # answer commit requests with this error when set
         self.node_id = ""
+        self.usage: dict[str, dict[str, Any]] = {}  # session id -> its sample (SessionUsage)
         self.running: set[str] = set()
         self.seen: list[dict[str, Any]] = []  # every assignments answer
         self._task: asyncio.Task[None] | None = None
@@ -96,6 +97,8 @@ class FakeAgent:
         }
         if self.image_details is not None:
             body["image_details"] = self.image_details
+        if self.usage:
+            body["usage"] = [{"session_id": sid, **sample} for sid, sample in self.usage.items()]
         r = await self.client.post("/api/v1/agents/me/heartbeat", json=body)
         r.raise_for_status()
         return r.json()

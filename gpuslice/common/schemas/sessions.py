@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -131,6 +131,15 @@ class StatusChange(BaseModel):
     at: datetime
 
 
+class ReclaimPublic(BaseModel):
+    """When an idle rule or the lifetime limit of its owner's policy will reclaim the session
+    (stop it, TERMINATED with ``reason``) if it goes on as it is now."""
+
+    at: datetime = Field(description="When it will be stopped (in the past: any moment now).")
+    kind: Literal["idle", "lifetime"]
+    reason: str = Field(description="The reason its status will carry.")
+
+
 class SessionPublic(BaseModel):
     id: str
     name: str
@@ -154,6 +163,11 @@ class SessionPublic(BaseModel):
     updated_at: datetime
     history: list[StatusChange] | None = Field(
         default=None, description="Every status change (in single-session answers)."
+    )
+    reclaim: ReclaimPublic | None = Field(
+        default=None,
+        description="RUNNING, in single-session answers: when its owner's idle rule or lifetime "
+        "limit will reclaim it if it goes on as it is (null: nothing will).",
     )
 
 

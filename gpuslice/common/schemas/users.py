@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from gpuslice.common.schemas.common import CpuIn, FgpuIn, MemIn, Number
+from gpuslice.common.schemas.monitoring import MAX_SECONDS, IdleRule
 
 _USERNAME = r"^[a-z_][a-z0-9_.-]{0,63}$"
 
@@ -85,6 +86,11 @@ class PolicyCreate(BaseModel):
     max_private_images: int | None = Field(
         default=None, ge=0, le=100_000, description="Private images (session commits) at once."
     )
+    idle: IdleRule | None = Field(default=None, description="Reclaim idle sessions (none: never).")
+    max_lifetime: int | None = Field(
+        default=None, ge=1, le=MAX_SECONDS,
+        description="Seconds a session may run before it is reclaimed (none: no limit).",
+    )
 
 
 class PolicyUpdate(BaseModel):
@@ -96,6 +102,8 @@ class PolicyUpdate(BaseModel):
     max_mem: MemIn | None = None
     max_priority: int = Field(default=0, ge=-100, le=100)
     max_private_images: int | None = Field(default=None, ge=0, le=100_000)
+    idle: IdleRule | None = None
+    max_lifetime: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
 
 
 class PolicyPublic(BaseModel):
@@ -107,4 +115,6 @@ class PolicyPublic(BaseModel):
     max_mem: int | None
     max_priority: int
     max_private_images: int | None = None
+    idle: IdleRule | None = None
+    max_lifetime: int | None = None
     created_at: datetime

@@ -18,6 +18,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -40,6 +41,10 @@ class ResourcePolicy(Base):
     max_mem: Mapped[int | None] = mapped_column(BigInteger)
     max_priority: Mapped[int] = mapped_column(Integer, default=0)
     max_private_images: Mapped[int | None] = mapped_column(Integer)
+    # Idle reclaim (services/monitoring): the rule as `IdleRule` JSON (exact integers), and the
+    # longest a session may run, in seconds; NULL: none.
+    idle_rule: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+    max_lifetime: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -188,6 +193,9 @@ class DeviceRow(Base):
     sms: Mapped[int] = mapped_column(Integer, default=0)
     capacity: Mapped[int] = mapped_column(Integer)  # milli-fGPU
     used: Mapped[int] = mapped_column(Integer, default=0)  # milli-fGPU allocated
+    # The last heartbeat's reading of the whole device (all processes): bytes, percent.
+    mem_used: Mapped[int | None] = mapped_column(BigInteger)
+    utilization: Mapped[int | None] = mapped_column(Integer)
 
 
 class SessionRow(Base):
@@ -297,3 +305,97 @@ class AgentRequestRow(Base):
     delivered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     answered_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     answer: Mapped[dict[str, Any] | None] = mapped_column(JSON)
+
+
+class UsageSeries(Base):
+    """One session's measured usage (``services/monitoring``): its figures now, the minute being
+    filled (sums of the samples received in it), and since when it has been idle per resource
+    under its owner's idle rule. History rows and accounting rows refer to it by ``id``."""
+
+    __tablename__ = "usage_series"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), unique=True
+    )
+    owner_id: Mapped[str] = mapped_column(ID, index=True)
+    node_id: Mapped[str | None] = mapped_column(ID)
+    gpu: Mapped[int] = mapped_column(BigInteger)  # milli-fGPU held
+    first_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    last_at: Mapped[datetime] = mapped_column(UTCDateTime)  # the manager's clock
+    reading_ms: Mapped[int | None] = mapped_column(BigInteger)  # the agent's clock: once each
+    cpu: Mapped[int | None] = mapped_column(BigInteger)  # now: milli-cores
+    mem: Mapped[int] = mapped_column(BigInteger, default=0)  # now: bytes
+    gpus: Mapped[list[dict[str, Any]] | None] = mapped_column(JSON)  # now: per device
+    # The open minute (epoch minutes) and the sums of its samples; closed into usage_history.
+    minute: Mapped[int | None] = mapped_column(BigInteger)
+    covered_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    cpu_ms: Mapped[int] = mapped_column(BigInteger, default=0)  # ms with a CPU figure
+    cpu_sum: Mapped[int] = mapped_column(BigInteger, default=0)  # milli-cores × ms
+    mem_sum: Mapped[int] = mapped_column(BigInteger, default=0)  # KiB × ms
+    mem_max: Mapped[int] = mapped_column(BigInteger, default=0)  # KiB
+    gpu_ms: Mapped[int] = mapped_column(BigInteger, default=0)  # ms with GPU figures
+    gpu_mem_sum: Mapped[int] = mapped_column(BigInteger, default=0)  # KiB × ms
+    gpu_mem_max: Mapped[int] = mapped_column(BigInteger, default=0)  # KiB
+    gpu_util_sum: Mapped[int] = mapped_column(BigInteger, default=0)  # percent × ms
+    # Idle since (under the owner's rule at the time of each sample); NULL: busy or unknown.
+    gpu_idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    cpu_idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class UsageMinute(Base):
+    """A closed minute of a series, as written when it closes (one INSERT, no packing on the
+    heartbeat's path); the maintenance loop packs complete hours into ``usage_history``."""
+
+    __tablename__ = "usage_minutes"
+
+    series_id: Mapped[int] = mapped_column(
+        ForeignKey("usage_series.id", ondelete="CASCADE"), primary_key=True
+    )
+    minute: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # epoch minutes
+    covered_ms: Mapped[int] = mapped_column(BigInteger)
+    fgpu_sum: Mapped[int] = mapped_column(BigInteger)
+    cpu_ms: Mapped[int] = mapped_column(BigInteger)
+    cpu_sum: Mapped[int] = mapped_column(BigInteger)
+    mem_sum: Mapped[int] = mapped_column(BigInteger)
+    mem_max: Mapped[int] = mapped_column(BigInteger)
+    gpu_ms: Mapped[int] = mapped_column(BigInteger)
+    gpu_mem_sum: Mapped[int] = mapped_column(BigInteger)
+    gpu_mem_max: Mapped[int] = mapped_column(BigInteger)
+    gpu_util_sum: Mapped[int] = mapped_column(BigInteger)
+
+
+class UsageHistory(Base):
+    """Closed points of a series at a fixed step, packed (``monitoring/codec.py``): one row per
+    hour of minute points (``step`` 60), or per day of hour points once rolled up (3600)."""
+
+    __tablename__ = "usage_history"
+
+    series_id: Mapped[int] = mapped_column(
+        ForeignKey("usage_series.id", ondelete="CASCADE"), primary_key=True
+    )
+    step: Mapped[int] = mapped_column(Integer, primary_key=True)  # seconds per point
+    start: Mapped[int] = mapped_column(BigInteger, primary_key=True)  # epoch seconds
+    points: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class UsageDaily(Base):
+    """Accounting: per series and UTC day, the sums of its closed points (equal to the sum of
+    that day's history, exactly)."""
+
+    __tablename__ = "usage_daily"
+    __table_args__ = (Index("ix_usage_daily_owner_day", "owner_id", "day"),)
+
+    series_id: Mapped[int] = mapped_column(
+        ForeignKey("usage_series.id", ondelete="CASCADE"), primary_key=True
+    )
+    day: Mapped[int] = mapped_column(Integer, primary_key=True, index=True)  # epoch days
+    owner_id: Mapped[str] = mapped_column(ID)
+    covered_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    fgpu_sum: Mapped[int] = mapped_column(BigInteger, default=0)  # milli-fGPU × ms
+    cpu_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    cpu_sum: Mapped[int] = mapped_column(BigInteger, default=0)
+    mem_sum: Mapped[int] = mapped_column(BigInteger, default=0)
+    gpu_ms: Mapped[int] = mapped_column(BigInteger, default=0)
+    gpu_mem_sum: Mapped[int] = mapped_column(BigInteger, default=0)
+    gpu_util_sum: Mapped[int] = mapped_column(BigInteger, default=0)

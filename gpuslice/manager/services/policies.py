@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.resources import fgpu_decimal
+from gpuslice.common.schemas.monitoring import IdleRule
 from gpuslice.common.schemas.users import PolicyCreate, PolicyPublic, PolicyUpdate
 from gpuslice.manager.db.models import ResourcePolicy, User
 from gpuslice.manager.errors import Conflict, NotFound
@@ -14,7 +17,7 @@ from gpuslice.manager.scheduler import Quota
 
 
 async def create_policy(db: AsyncSession, body: PolicyCreate) -> PolicyPublic:
-    row = ResourcePolicy(**body.model_dump())
+    row = ResourcePolicy(**_columns(body))
     db.add(row)
     try:
         await db.commit()
@@ -31,7 +34,7 @@ async def list_policies(db: AsyncSession) -> list[PolicyPublic]:
 
 async def update_policy(db: AsyncSession, policy_id: str, body: PolicyUpdate) -> PolicyPublic:
     row = await _get(db, policy_id)
-    for key, value in body.model_dump().items():
+    for key, value in _columns(body).items():
         setattr(row, key, value)
     await db.commit()
     return public(row)
@@ -58,8 +61,16 @@ def public(row: ResourcePolicy) -> PolicyPublic:
         max_gpu=None if row.max_gpu is None else fgpu_decimal(row.max_gpu),
         max_cpu=None if row.max_cpu is None else fgpu_decimal(row.max_cpu),
         max_mem=row.max_mem, max_priority=row.max_priority,
-        max_private_images=row.max_private_images, created_at=row.created_at,
+        max_private_images=row.max_private_images,
+        idle=IdleRule.model_validate(row.idle_rule) if row.idle_rule else None,
+        max_lifetime=row.max_lifetime, created_at=row.created_at,
     )
+
+
+def _columns(body: PolicyCreate | PolicyUpdate) -> dict[str, Any]:
+    values = body.model_dump(exclude={"idle"})
+    values["idle_rule"] = body.idle.model_dump() if body.idle is not None else None
+    return values
 
 
 async def _get(db: AsyncSession, policy_id: str) -> ResourcePolicy:

@@ -16,7 +16,14 @@ from gpuslice.common.schemas.agents import (
     StateReport,
 )
 from gpuslice.common.schemas.sessions import SessionStatus
-from gpuslice.manager.api.deps import CurrentNode, DbDep, HubDep, SessionmakerDep, SettingsDep
+from gpuslice.manager.api.deps import (
+    CurrentNode,
+    DbDep,
+    HubDep,
+    MetricsDep,
+    SessionmakerDep,
+    SettingsDep,
+)
 from gpuslice.manager.services import channel
 from gpuslice.manager.services.nodes import assignments, heartbeats, registration, reports
 
@@ -30,9 +37,15 @@ async def register(body: NodeRegister, db: DbDep, settings: SettingsDep) -> Node
 
 
 @router.post("/me/heartbeat")
-async def heartbeat(body: Heartbeat, db: DbDep, node: CurrentNode) -> HeartbeatAck:
-    """Report devices, capacity, images and usage; keeps the node ALIVE."""
-    return await heartbeats.heartbeat(db, node, body)
+async def heartbeat(
+    body: Heartbeat, db: DbDep, node: CurrentNode, settings: SettingsDep, metrics: MetricsDep
+) -> HeartbeatAck:
+    """Report devices, capacity, images and usage (samples go to monitoring's history); keeps
+    the node ALIVE."""
+    return await heartbeats.heartbeat(
+        db, node, body, max_gap_ms=round(settings.nodes.node_timeout * 1000),
+        timed=metrics.heartbeat_store.observe,
+    )
 
 
 @router.get("/me/assignments")

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Query, status
@@ -26,6 +27,7 @@ from gpuslice.manager.api.deps import (
     SettingsDep,
     VisibleSession,
 )
+from gpuslice.manager.services.monitoring.stats import describe
 from gpuslice.manager.services.sessions import commands, commit, launch, logs, stream, views
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
@@ -85,9 +87,10 @@ async def destroy_many(body: SessionDestroy, db: DbDep, user: CurrentUser) -> li
 
 
 @router.get("/{session_id}")
-async def get_session(row: VisibleSession, db: DbDep) -> SessionPublic:
-    """One session: status, why it waits and its queue position, placement, status history."""
-    return await views.describe(db, row.id)
+async def get_session(row: VisibleSession, db: DbDep, settings: SettingsDep) -> SessionPublic:
+    """One session: status, why it waits and its queue position, placement, status history,
+    and when its owner's idle rule or lifetime limit will reclaim it."""
+    return await describe(db, row, timedelta(seconds=settings.nodes.node_timeout))
 
 
 @router.delete("/{session_id}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 
 from sqlalchemy import case, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -12,12 +14,19 @@ from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import DeviceRow, NodeRow
 from gpuslice.manager.events import wake_after_commit
 from gpuslice.manager.services.images import reports as image_reports
+from gpuslice.manager.services.monitoring import samples
 
 log = logging.getLogger(__name__)
 
 
-async def heartbeat(db: AsyncSession, node: NodeRow, body: Heartbeat) -> HeartbeatAck:
-    """Record capacity, devices, images and usage; a LOST node that reports in is ALIVE again."""
+async def heartbeat(
+    db: AsyncSession, node: NodeRow, body: Heartbeat, *, max_gap_ms: int = 30_000,
+    timed: Callable[[float], None] | None = None,
+) -> HeartbeatAck:
+    """Record capacity, devices, images and usage; a LOST node that reports in is ALIVE again.
+
+    The samples go to monitoring's history (``max_gap_ms``: the longest a sample may stand
+    for; ``timed`` is told how long storing them took)."""
     came_back = node.status != NodeStatus.ALIVE
     changed = came_back or (node.cpu, node.mem) != (body.cpu, body.mem)
     await db.execute(
@@ -38,6 +47,10 @@ async def heartbeat(db: AsyncSession, node: NodeRow, body: Heartbeat) -> Heartbe
     await db.commit()
     if came_back:
         log.warning("node %s is back (it reports %d running)", node.name, len(body.running))
+    started = time.perf_counter()
+    await samples.store(db, node.id, body.usage, body.devices, utcnow(), max_gap_ms)
+    if timed is not None:
+        timed(time.perf_counter() - started)
     version = await db.scalar(select(NodeRow.assignment_version).where(NodeRow.id == node.id))
     await db.commit()
     return HeartbeatAck(node_id=node.id, status=NodeStatus.ALIVE, assignment_version=version or 0)

@@ -1,0 +1,107 @@
+"""Accounting: what each user used per UTC day (fGPU-hours, CPU-hours, GPU-memory-hours).
+
+Read from the daily rows (written with every closed minute, so exactly the sum of the history)
+plus the minutes still open, so a report is never behind the history. Users see their own;
+admins everyone's, or one user's.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import date, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpuslice.common.durations import parse_duration
+from gpuslice.common.resources import ResourceError
+from gpuslice.common.schemas.monitoring import UsageReport, UsageRow
+from gpuslice.common.schemas.users import Role
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import UsageDaily, UsageSeries, User
+from gpuslice.manager.errors import Forbidden, InvalidRequest
+from gpuslice.manager.services.monitoring.codec import Point
+from gpuslice.manager.services.monitoring.history import SUMS, public_totals
+from gpuslice.manager.services.monitoring.samples import DAY_MINUTES, open_point
+
+MAX_DAYS = 3660
+_EPOCH = date(1970, 1, 1)
+
+
+async def usage_report(
+    db: AsyncSession, viewer: User, *, user: str | None, since: str | None, until: str | None
+) -> UsageReport:
+    """Per user and UTC day from ``since`` (a date, or a number of days back: ``7d`` is today
+    and the 6 days before; default ``7d``) to ``until`` (a date; default today): the viewer's
+    own, or (admins) everyone's or ``user``'s (a username or id)."""
+    today = utcnow().date()
+    first_day = _day(since or "7d", today, "since")
+    last_day = _day(until, today, "until") if until else today
+    return await _report(db, viewer, user, first_day, last_day)
+
+
+def _day(text: str, today: date, field: str) -> date:
+    try:
+        return today - timedelta(days=max(1, -(-parse_duration(text, field=field) // 86400)) - 1)
+    except ResourceError:
+        pass
+    try:
+        return date.fromisoformat(text)
+    except ValueError:
+        raise InvalidRequest(f"{field}: {text!r} is neither a number of days back (7d, 30d) "
+                             "nor a date (2026-01-31)", field=field) from None
+
+
+async def _report(
+    db: AsyncSession, viewer: User, user: str | None, since: date, until: date
+) -> UsageReport:
+    if until < since:
+        raise InvalidRequest("until is before since", field="until")
+    if (until - since).days >= MAX_DAYS:
+        raise InvalidRequest(f"at most {MAX_DAYS} days at once", field="since")
+    owner = await _owner(db, viewer, user)
+    first, last = (since - _EPOCH).days, (until - _EPOCH).days
+    totals: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: dict.fromkeys(SUMS, 0))
+    sessions: dict[tuple[str, int], set[int]] = defaultdict(set)
+    daily = select(UsageDaily).where(UsageDaily.day >= first, UsageDaily.day <= last)
+    open_ = select(UsageSeries).where(UsageSeries.minute.is_not(None),
+                                      UsageSeries.minute >= first * DAY_MINUTES,
+                                      UsageSeries.minute < (last + 1) * DAY_MINUTES)
+    if owner is not None:
+        daily = daily.where(UsageDaily.owner_id == owner)
+        open_ = open_.where(UsageSeries.owner_id == owner)
+    for row in (await db.scalars(daily)).all():
+        key = (row.owner_id, row.day)
+        sessions[key].add(row.series_id)
+        for name in SUMS:
+            totals[key][name] += getattr(row, name)
+    for series in (await db.scalars(open_)).all():
+        minute, point = open_point(series) or (0, Point(0))
+        key = (series.owner_id, minute // DAY_MINUTES)
+        sessions[key].add(series.id)
+        for name in SUMS:
+            totals[key][name] += getattr(point, name)
+    names = dict((await db.execute(
+        select(User.id, User.username).where(User.id.in_({o for o, _ in totals}))
+    )).tuples().all())
+    await db.commit()
+    rows = [
+        UsageRow(user=names.get(o, o), day=_EPOCH + timedelta(days=d),
+                 sessions=len(sessions[(o, d)]), totals=public_totals(sums))
+        for (o, d), sums in totals.items()
+    ]
+    rows.sort(key=lambda r: (r.day, r.user))
+    return UsageReport(since=since, until=until, rows=rows)
+
+
+async def _owner(db: AsyncSession, viewer: User, user: str | None) -> str | None:
+    if viewer.role != Role.ADMIN:
+        if user is not None and user not in (viewer.username, viewer.id):
+            raise Forbidden("only admins see other users' usage", field="user")
+        return viewer.id
+    if user is None:
+        return None
+    found = await db.scalar(select(User.id).where((User.username == user) | (User.id == user)))
+    if found is None:
+        raise InvalidRequest(f"no user {user!r}", field="user", code="unknown_user")
+    return found

@@ -1,0 +1,179 @@
+"""Keeping history bounded: close stale minutes, pack hours, roll up old days, drop the oldest.
+
+Run by a supervised loop (``monitoring.maintenance_interval``), in batches, each in its own
+transaction, after locking the series it touches (the same lock order as heartbeats):
+
+1. **close**: the open minute of a series that has had no sample since that minute ended (a
+   session that stopped) is closed as a heartbeat would have closed it.
+2. **pack**: closed minutes of past hours are packed into one ``usage_history`` row per series
+   and hour (step 60), the minute rows deleted.
+3. **roll up**: hour rows older than ``minute_retention_days`` become one row per series and
+   day of hour points (step 3600): sums added, peaks kept, so totals do not change.
+4. **drop**: day rows older than ``hour_retention_days`` are deleted (accounting is kept).
+
+Size is therefore bounded by the retention settings: per session, at most one packed row per
+hour for the minute retention, one per day after that.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import delete, select, tuple_
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gpuslice.manager.db.models import UsageHistory, UsageMinute
+from gpuslice.manager.services.monitoring.codec import Point, decode, encode, rolled_up
+from gpuslice.manager.services.monitoring.history import minute_point
+from gpuslice.manager.services.monitoring.samples import (
+    OPEN,
+    SERIES,
+    Stale,
+    lock_series,
+    update_series,
+    write_closed,
+)
+
+BATCH = 500
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    minute_days: int
+    hour_days: int
+
+
+@dataclass(slots=True)
+class MaintenanceStats:
+    closed: int = 0
+    packed: int = 0
+    rolled: int = 0
+    dropped: int = 0
+
+
+async def maintain(
+    sessionmaker: async_sessionmaker[AsyncSession], retention: Retention, now: datetime
+) -> MaintenanceStats:
+    """One pass of all four steps, each until done (in batches)."""
+    stats = MaintenanceStats()
+    minute = int(now.timestamp()) // 60
+    async with sessionmaker() as db:
+        while (done := await close_stale(db, minute)) > 0:
+            stats.closed += done
+        while (done := await pack_hours(db, minute - minute % 60)) > 0:
+            stats.packed += done
+        day_cutoff = (minute // 1440 - retention.minute_days) * 86400
+        while (done := await roll_up_days(db, day_cutoff)) > 0:
+            stats.rolled += done
+        stats.dropped = await drop_old(db, (minute // 1440 - retention.hour_days) * 86400)
+    return stats
+
+
+async def close_stale(db: AsyncSession, minute: int) -> int:
+    """Close open minutes that ended before ``minute`` (epoch minutes); commits."""
+    rows = await lock_series(db, SERIES.c.minute < minute, limit=BATCH)
+    try:
+        await update_series(db, [(r, {"minute": None, **dict.fromkeys(OPEN, 0)}) for r in rows])
+    except Stale:  # a heartbeat got there first: its minute is no longer stale
+        await db.rollback()
+        return 0
+    await write_closed(db, rows)
+    await db.commit()
+    return len(rows)
+
+
+async def pack_hours(db: AsyncSession, before_minute: int) -> int:
+    """Pack closed minutes before ``before_minute`` into hour rows; commits."""
+    minutes = (await db.scalars(
+        select(UsageMinute).where(UsageMinute.minute < before_minute)
+        .order_by(UsageMinute.series_id, UsageMinute.minute).limit(BATCH * 10)
+    )).all()
+    if not minutes:
+        await db.commit()
+        return 0
+    await lock_series(db, SERIES.c.id.in_({m.series_id for m in minutes}))
+    keys = [(m.series_id, m.minute) for m in minutes]
+    # Deleted first: the delete takes SQLite's write lock, and if another manager packed some
+    # of them meanwhile, fewer rows go and nothing is packed twice.
+    gone = await db.execute(
+        delete(UsageMinute).where(tuple_(UsageMinute.series_id, UsageMinute.minute).in_(keys))
+    )
+    if gone.rowcount != len(keys):  # type: ignore[attr-defined]
+        await db.rollback()
+        return 0
+    groups: dict[tuple[int, int], list[Point]] = defaultdict(list)
+    for m in minutes:
+        groups[(m.series_id, m.minute // 60 * 3600)].append(minute_point(m))
+    await _merge_into(db, 60, groups)
+    await db.commit()
+    return len(minutes)
+
+
+async def roll_up_days(db: AsyncSession, before: int) -> int:
+    """Hour rows (minute points) of days before ``before`` (epoch s) → day rows; commits."""
+    rows = (await db.execute(
+        select(UsageHistory.series_id, UsageHistory.start, UsageHistory.points)
+        .where(UsageHistory.step == 60, UsageHistory.start < before)
+        .order_by(UsageHistory.series_id, UsageHistory.start).limit(BATCH)
+    )).all()
+    if not rows:
+        await db.commit()
+        return 0
+    await lock_series(db, SERIES.c.id.in_({r.series_id for r in rows}))
+    keys = [(r.series_id, r.start) for r in rows]
+    gone = await db.execute(delete(UsageHistory).where(
+        UsageHistory.step == 60, tuple_(UsageHistory.series_id, UsageHistory.start).in_(keys)
+    ))
+    if gone.rowcount != len(keys):  # type: ignore[attr-defined]  # rolled up by another
+        await db.rollback()
+        return 0
+    groups: dict[tuple[int, int], list[Point]] = defaultdict(list)
+    for series_id, start, data in rows:
+        day = start // 86400 * 86400
+        hours = rolled_up(decode(data), 60, (start - day) // 60)
+        groups[(series_id, day)].extend(hours.values())
+    await _merge_into(db, 3600, groups)
+    await db.commit()
+    return len(rows)
+
+
+async def drop_old(db: AsyncSession, before: int) -> int:
+    """Delete day rows (hour points) of days before ``before`` (epoch s); commits."""
+    result = await db.execute(
+        delete(UsageHistory).where(UsageHistory.step == 3600, UsageHistory.start < before)
+    )
+    await db.commit()
+    return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def _merge_into(
+    db: AsyncSession, step: int, groups: dict[tuple[int, int], list[Point]]
+) -> None:
+    """Add points to the packed rows of ``step`` (created, or merged slot by slot)."""
+    existing = {
+        (r.series_id, r.start): r
+        for r in (await db.scalars(select(UsageHistory).where(
+            UsageHistory.step == step,
+            tuple_(UsageHistory.series_id, UsageHistory.start).in_(list(groups)),
+        ))).all()
+    }
+    for (series_id, start), new in groups.items():
+        row = existing.get((series_id, start))
+        merged = _by_slot(decode(row.points) if row is not None else [], new)
+        if row is None:
+            db.add(UsageHistory(series_id=series_id, step=step, start=start,
+                                points=encode(merged)))
+        else:
+            row.points = encode(merged)
+    await db.flush()
+
+
+def _by_slot(old: Iterable[Point], new: Iterable[Point]) -> list[Point]:
+    slots: dict[int, Point] = {}
+    for point in [*old, *new]:
+        current = slots.get(point.slot)
+        slots[point.slot] = point if current is None else current.merged(point, point.slot)
+    return [slots[slot] for slot in sorted(slots)]

@@ -1,0 +1,318 @@
+"""Storing what a heartbeat measured: each session's sample, and each device's reading.
+
+A sample stands for the time since the agent's previous reading of that session
+(``interval_ms``), capped at the node timeout (longer than that, the node was lost and its
+sessions ended) and never overlapping a reading already stored (``at_ms`` on the agent's
+clock: a heartbeat the manager stored but whose answer was lost, then sent again, adds
+nothing). It is added to the open minute of its series (the minute it arrived in, by the
+manager's clock); when a sample arrives in a later minute, the open one is closed: written as
+a ``usage_minutes`` row and added to that day's accounting row in the same transaction, so the
+accounting is always exactly the sum of the closed points.
+
+Writers of a series lock its row first (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite has one
+writer at a time), so a heartbeat and the maintenance loop never close one minute twice.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpuslice.common.schemas.agents import DeviceReport, SessionUsage
+from gpuslice.common.schemas.monitoring import IdleRule
+from gpuslice.common.schemas.sessions import SessionType
+from gpuslice.manager.db.models import (
+    DeviceRow,
+    ResourcePolicy,
+    SessionRow,
+    UsageDaily,
+    UsageMinute,
+    UsageSeries,
+    User,
+)
+from gpuslice.manager.errors import Conflict
+from gpuslice.manager.services.monitoring.codec import KiB, Point
+
+log = logging.getLogger(__name__)
+MINUTE_MS = 60_000
+DAY_MINUTES = 1440
+SERIES: Table = UsageSeries.__table__  # type: ignore[assignment]
+DEVICES: Table = DeviceRow.__table__  # type: ignore[assignment]
+OPEN = ("covered_ms", "cpu_ms", "cpu_sum", "mem_sum", "mem_max", "gpu_ms", "gpu_mem_sum",
+        "gpu_mem_max", "gpu_util_sum")
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """What storing needs of a session its node reported: its size, kind and idle rule."""
+
+    id: str
+    owner_id: str
+    gpu: int
+    cpu: int
+    batch: bool
+    rule: IdleRule | None
+
+
+class Stale(Exception):
+    """A series row changed between reading and writing it: redo the transaction."""
+
+
+async def store(
+    db: AsyncSession, node_id: str, usage: Sequence[SessionUsage],
+    devices: Sequence[DeviceReport], now: datetime, max_gap_ms: int,
+) -> int:
+    """Store one heartbeat's samples and device readings; commits. Samples of sessions that
+    are not on this node are ignored. Returns how many samples were stored."""
+    for attempt in range(3):
+        try:
+            stored = await _store_once(db, node_id, usage, devices, now, max_gap_ms)
+            await db.commit()
+            return stored
+        except (IntegrityError, DBAPIError, Stale):
+            # A series created by a concurrent writer, a lost lock on SQLite, a deadlock on
+            # PostgreSQL: nothing was written; read again and redo.
+            await db.rollback()
+            log.warning("storing usage samples of node %s: conflict (attempt %d)", node_id,
+                        attempt + 1)
+    # The agent keeps these readings and sends them (as one longer interval) next time.
+    raise Conflict("usage samples could not be stored now; send them again",
+                   code="samples_busy")
+
+
+async def _store_once(
+    db: AsyncSession, node_id: str, usage: Sequence[SessionUsage],
+    devices: Sequence[DeviceReport], now: datetime, max_gap_ms: int,
+) -> int:
+    if devices:
+        await db.execute(
+            update(DEVICES)
+            .where(DEVICES.c.node_id == node_id, DEVICES.c.index == bindparam("b_index"))
+            .values(mem_used=bindparam("b_mem"), utilization=bindparam("b_util")),
+            [{"b_index": d.index, "b_mem": d.mem_used, "b_util": d.utilization}
+             for d in devices],
+        )
+    if not usage:
+        return 0
+    sessions = await _reported(db, node_id, [u.session_id for u in usage])
+    series = await lock_series(db, SERIES.c.session_id.in_(list(sessions)))
+    by_session = {row["session_id"]: row for row in series}
+    updates, created, closed = [], [], []
+    for sample in usage:
+        session = sessions.get(sample.session_id)
+        if session is None:
+            continue
+        row = by_session.get(sample.session_id)
+        applied = _apply(row, session, sample, node_id, now, max_gap_ms)
+        if applied is None:
+            continue  # a reading already stored
+        values, closing = applied
+        if closing is not None:
+            closed.append(closing)
+        if row is None:
+            created.append(values)
+        else:
+            updates.append((row, values))
+    await update_series(db, updates)
+    if created:
+        await db.execute(insert(SERIES), created)
+    await write_closed(db, closed)
+    return len(created) + len(updates)
+
+
+async def update_series(
+    db: AsyncSession, changes: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]]
+) -> None:
+    """Set new values on series rows, each only if it is still as it was read (its open
+    minute, its last reading): on SQLite, whose reads take no lock, this is what keeps a
+    heartbeat and the maintenance loop from closing one minute twice. The first write also
+    takes SQLite's write lock, so what follows in the transaction is serialized. A row that
+    changed meanwhile fails the whole transaction (``Stale``), to be redone."""
+    if not changes:
+        return
+    names = list(changes[0][1])
+    params = [
+        {"b_id": row["id"], "b_minute": row["minute"], "b_reading": row["reading_ms"],
+         "b_covered": row["covered_ms"], **{f"v_{k}": values[k] for k in names}}
+        for row, values in changes
+    ]
+    result = await db.execute(
+        update(SERIES).where(
+            SERIES.c.id == bindparam("b_id"),
+            SERIES.c.minute.is_not_distinct_from(bindparam("b_minute")),
+            SERIES.c.reading_ms.is_not_distinct_from(bindparam("b_reading")),
+            SERIES.c.covered_ms == bindparam("b_covered"),
+        ).values({name: bindparam(f"v_{name}") for name in names}),
+        params,
+    )
+    dialect = db.get_bind().dialect
+    # PostgreSQL holds the rows locked since they were read (lock_series); elsewhere the count
+    # of rows changed says whether one moved.
+    if dialect.name != "postgresql" and result.rowcount != len(params):  # type: ignore[attr-defined]
+        raise Stale("a usage series changed while it was being written")
+
+
+async def lock_series(
+    db: AsyncSession, where: Any, limit: int | None = None
+) -> list[Mapping[str, Any]]:
+    """Series rows matching ``where``, locked for this transaction, in id order (one lock
+    order for every writer: no deadlock between two of them)."""
+    query = select(SERIES).where(where).order_by(SERIES.c.id).limit(limit).with_for_update()
+    return [dict(row._mapping) for row in await db.execute(query)]
+
+
+def closed_point(row: Mapping[str, Any]) -> tuple[int, Point]:
+    """The open minute of a series row as a closed point: ``(epoch minute, point)``."""
+    covered = int(row["covered_ms"])
+    return int(row["minute"]), Point(
+        slot=int(row["minute"]) % 60, covered_ms=covered, fgpu_sum=int(row["gpu"]) * covered,
+        **{key: int(row[key]) for key in OPEN if key != "covered_ms"},
+    )
+
+
+def open_point(series: UsageSeries) -> tuple[int, Point] | None:
+    """The open minute of a series (an ORM row) as a point, if one is open."""
+    if series.minute is None:
+        return None
+    return closed_point({c: getattr(series, c) for c in ("id", "minute", "gpu", *OPEN)})
+
+
+async def write_closed(db: AsyncSession, rows: Iterable[Mapping[str, Any]]) -> None:
+    """Write the open minutes of these series rows: a minute row each, added to its day."""
+    minutes, days = [], []
+    for row in rows:
+        minute, point = closed_point(row)
+        sums = {key: getattr(point, key) for key in ("covered_ms", "fgpu_sum", *OPEN[1:])}
+        minutes.append({"series_id": row["id"], "minute": minute, **sums})
+        days.append({"series_id": row["id"], "day": minute // DAY_MINUTES,
+                     "owner_id": row["owner_id"],
+                     **{k: v for k, v in sums.items() if not k.endswith("_max")}})
+    if not minutes:
+        return
+    await db.execute(insert(UsageMinute), minutes)
+    await db.execute(_add_to_day(db), days)
+
+
+def _add_to_day(db: AsyncSession) -> Any:
+    table: Table = UsageDaily.__table__  # type: ignore[assignment]
+    statement: Any
+    if db.get_bind().dialect.name == "postgresql":
+        statement = postgresql.insert(table)
+    else:
+        statement = sqlite.insert(table)
+    added = [c.name for c in table.columns if c.name not in ("series_id", "day", "owner_id")]
+    return statement.on_conflict_do_update(
+        index_elements=["series_id", "day"],
+        set_={name: table.c[name] + statement.excluded[name] for name in added},
+    )
+
+
+async def _reported(db: AsyncSession, node_id: str, ids: list[str]) -> dict[str, Reported]:
+    rows = await db.execute(
+        select(SessionRow.id, SessionRow.owner_id, SessionRow.gpu, SessionRow.cpu,
+               SessionRow.type, ResourcePolicy.idle_rule)
+        .join(User, User.id == SessionRow.owner_id)
+        .outerjoin(ResourcePolicy, ResourcePolicy.id == User.policy_id)
+        .where(SessionRow.id.in_(ids), SessionRow.node_id == node_id)
+    )
+    return {
+        sid: Reported(sid, owner, gpu, cpu, kind == SessionType.BATCH,
+                      IdleRule.model_validate(rule) if rule else None)
+        for sid, owner, gpu, cpu, kind, rule in rows
+    }
+
+
+def _apply(
+    row: Mapping[str, Any] | None, session: Reported, sample: SessionUsage, node_id: str,
+    now: datetime, max_gap_ms: int,
+) -> tuple[dict[str, Any], dict[str, Any] | None] | None:
+    """The series' new values with ``sample`` added, and the open minute it closes (with the
+    part of the sample that fell in it); ``None`` for a reading already stored."""
+    previous = row["reading_ms"] if row is not None else None
+    if previous is not None and sample.at_ms is not None and sample.at_ms <= previous:
+        return None
+    covered = min(sample.interval_ms or 0, max_gap_ms)
+    if previous is not None and sample.at_ms is not None:
+        covered = min(covered, sample.at_ms - previous)
+    now_ms = int(now.timestamp() * 1000)
+    minute = now_ms // MINUTE_MS
+    closing = None
+    if row is not None and row["minute"] == minute:
+        sums = _add(dict(row), sample, covered)
+    else:
+        earlier = 0
+        if row is not None and row["minute"] is not None:
+            # The part of the sample before this minute goes to the minute it closes, as far
+            # as that one has room (a minute covers 60 s at most).
+            before = min(covered, max(0, minute * MINUTE_MS - (now_ms - covered)))
+            earlier = min(before, max(0, MINUTE_MS - int(row["covered_ms"])))
+            closing = {**row, **_add(dict(row), sample, earlier)}
+        sums = _add(None, sample, covered - earlier)
+    gap = row is None or now - row["last_at"] > timedelta(milliseconds=max_gap_ms)
+    start = now - timedelta(milliseconds=covered)
+    values: dict[str, Any] = {
+        **sums, "minute": minute, "last_at": now, "node_id": node_id, "gpu": session.gpu,
+        "reading_ms": sample.at_ms if sample.at_ms is not None else previous,
+        "cpu": sample.cpu, "mem": sample.mem,
+        "gpus": [g.model_dump() for g in sample.gpus] if sample.gpus is not None else None,
+        "gpu_idle_since": _mark(None if gap else row["gpu_idle_since"],  # type: ignore[index]
+                                gpu_idle(sample, session.rule), start),
+        "cpu_idle_since": _mark(None if gap else row["cpu_idle_since"],  # type: ignore[index]
+                                cpu_idle(sample, session, session.rule), start),
+    }
+    if row is None:
+        values.update(session_id=session.id, owner_id=session.owner_id, first_at=now)
+    return values, closing
+
+
+def _add(open_sums: dict[str, Any] | None, sample: SessionUsage, covered: int) -> dict[str, int]:
+    sums = {key: int(open_sums[key]) if open_sums else 0 for key in OPEN}
+    mem = sample.mem // KiB
+    sums["covered_ms"] += covered
+    sums["mem_sum"] += mem * covered
+    sums["mem_max"] = max(sums["mem_max"], mem)
+    if sample.cpu is not None:
+        sums["cpu_ms"] += covered
+        sums["cpu_sum"] += sample.cpu * covered
+    gpus = sample.gpus or []
+    if gpus and all(g.mem_used is not None and g.utilization is not None for g in gpus):
+        gpu_mem = sum(g.mem_used or 0 for g in gpus) // KiB
+        sums["gpu_ms"] += covered
+        sums["gpu_mem_sum"] += gpu_mem * covered
+        sums["gpu_mem_max"] = max(sums["gpu_mem_max"], gpu_mem)
+        # A session on several GPUs: their mean (each device weighs the same).
+        sums["gpu_util_sum"] += sum(g.utilization or 0 for g in gpus) * covered // len(gpus)
+    return sums
+
+
+def gpu_idle(sample: SessionUsage, rule: IdleRule | None) -> bool | None:
+    """Whether the sample shows the session's GPUs idle under ``rule`` (every device below the
+    threshold); ``None`` when not judged (no rule, no GPU) or unknown (not measured)."""
+    if rule is None or rule.gpu_util is None or not sample.gpus:
+        return None
+    utils = [g.utilization for g in sample.gpus]
+    if any(u is None for u in utils):
+        return None
+    return max(u for u in utils if u is not None) < rule.gpu_util
+
+
+def cpu_idle(sample: SessionUsage, session: Reported, rule: IdleRule | None) -> bool | None:
+    """Whether the session used less than the rule's share of its CPU allocation."""
+    if rule is None or rule.cpu_util is None or sample.cpu is None or session.cpu <= 0:
+        return None
+    return sample.cpu * 100 < rule.cpu_util * session.cpu
+
+
+def _mark(since: datetime | None, idle: bool | None, start: datetime) -> datetime | None:
+    # Idle since the first idle sample of the current run; busy or unknown ends the run.
+    if idle is not True:
+        return None
+    return since if since is not None else start
