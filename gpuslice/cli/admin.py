@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,7 +19,11 @@ from gpuslice.cli.output import (
     table,
 )
 from gpuslice.client import Client
+from gpuslice.common.durations import format_duration, parse_duration
 from gpuslice.common.resources import parse_cpu, parse_fgpu, parse_mem
+
+if TYPE_CHECKING:
+    from gpuslice.common.schemas.users import PolicyPublic
 
 app = typer.Typer(help="Users, policies and join tokens (admins).", no_args_is_help=True)
 user_app = typer.Typer(help="Users.", no_args_is_help=True)
@@ -82,9 +86,23 @@ def policy_set(
     max_private_images: Annotated[
         int | None, typer.Option(help="Private images (session commits) at once.")
     ] = None,
+    idle_window: Annotated[str | None, typer.Option(
+        help="Reclaim sessions idle this long, e.g. 30m (enables the idle rule).")] = None,
+    idle_grace: Annotated[str | None, typer.Option(
+        help="Idle rule: not before this long after a session starts, e.g. 10m.")] = None,
+    idle_gpu_below: Annotated[int | None, typer.Option(
+        help="Idle rule: GPU utilization of its processes below this percent.")] = None,
+    idle_cpu_below: Annotated[int | None, typer.Option(
+        help="Idle rule: CPU below this percent of its allocation.")] = None,
+    idle_activity: Annotated[bool, typer.Option(
+        "--idle-activity", help="Idle rule: no terminal or app activity (interactive).")] = False,
+    idle_combine: Annotated[str, typer.Option(
+        help="Idle rule: all (every criterion idle) or any (one is enough).")] = "all",
+    max_lifetime: Annotated[str | None, typer.Option(
+        help="Reclaim sessions running longer than this, e.g. 8h or 7d.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Set a user's quota (limits left out are unlimited)."""
+    """Set a user's quota and reclaim rules (limits left out are unlimited)."""
     if max_gpu is not None:
         parse_fgpu(max_gpu, field="--max-gpu")
     if max_cpu is not None:
@@ -95,9 +113,13 @@ def policy_set(
         raise CliError("--max-sessions: must be zero or more", 2)
     if max_private_images is not None and max_private_images < 0:
         raise CliError("--max-private-images: must be zero or more", 2)
+    idle = _idle_rule(idle_window, idle_grace, idle_gpu_below, idle_cpu_below, idle_activity,
+                      idle_combine)
     limits = {"max_gpu": max_gpu, "max_cpu": max_cpu, "max_mem": max_mem,
               "max_sessions": max_sessions, "max_priority": max_priority,
-              "max_private_images": max_private_images}
+              "max_private_images": max_private_images, "idle": idle,
+              "max_lifetime": None if max_lifetime is None
+              else parse_duration(max_lifetime, field="--max-lifetime", minimum=1)}
     with Client.from_config() as client:
         policy = client.set_user_policy(username, **limits)
     if as_json:
@@ -107,7 +129,7 @@ def policy_set(
         f"{username}: at most {_limit(policy.max_sessions)} sessions, "
         f"{_limit(policy.max_gpu)} fGPU, {_limit(policy.max_cpu)} CPU, "
         f"{mem(policy.max_mem) if policy.max_mem is not None else 'unlimited'} memory, "
-        f"{_limit(policy.max_private_images)} private images",
+        f"{_limit(policy.max_private_images)} private images; {_reclaim_rules(policy)}",
         markup=False,
     )
 
@@ -121,10 +143,10 @@ def policy_list(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json([p.model_dump(mode="json") | {"status": "active"} for p in policies])
         return
-    table(["id", "name", "sessions", "fGPU", "cpu", "mem", "max priority"],
+    table(["id", "name", "sessions", "fGPU", "cpu", "mem", "max priority", "reclaim"],
           [(p.id, p.name, _limit(p.max_sessions), _limit(p.max_gpu), _limit(p.max_cpu),
-            mem(p.max_mem) if p.max_mem is not None else "unlimited", p.max_priority)
-           for p in policies])
+            mem(p.max_mem) if p.max_mem is not None else "unlimited", p.max_priority,
+            _reclaim_rules(p)) for p in policies])
 
 
 @join_app.command("create")
@@ -148,3 +170,40 @@ def join_token_create(
 
 def _limit(value: object) -> str:
     return "unlimited" if value is None else number(value)
+
+
+def _idle_rule(window: str | None, grace: str | None, gpu_below: int | None,
+               cpu_below: int | None, activity: bool, combine: str) -> dict[str, object] | None:
+    if window is None:
+        if grace is not None or gpu_below is not None or cpu_below is not None or activity:
+            raise CliError("--idle-window: the idle options need a window, e.g. "
+                           "--idle-window 30m", 2)
+        return None
+    if combine not in ("all", "any"):
+        raise CliError(f"--idle-combine: all or any, not {combine!r}", 2)
+    for value, name in ((gpu_below, "--idle-gpu-below"), (cpu_below, "--idle-cpu-below")):
+        if value is not None and not 1 <= value <= 100:
+            raise CliError(f"{name}: a percent from 1 to 100, got {value}", 2)
+    if gpu_below is None and cpu_below is None and not activity:
+        raise CliError("--idle-window: give at least one of --idle-gpu-below, "
+                       "--idle-cpu-below, --idle-activity", 2)
+    return {"window": parse_duration(window, field="--idle-window", minimum=1),
+            "grace": 0 if grace is None else parse_duration(grace, field="--idle-grace"),
+            "gpu_util": gpu_below, "cpu_util": cpu_below, "activity": activity,
+            "combine": combine}
+
+
+def _reclaim_rules(policy: PolicyPublic) -> str:
+    """``idle 30 min (GPU < 1 % and no activity), at most 8 h`` or ``never reclaimed``."""
+    parts = []
+    if policy.idle is not None:
+        rule = policy.idle
+        says = [f"GPU < {rule.gpu_util} %" if rule.gpu_util else "",
+                f"CPU < {rule.cpu_util} %" if rule.cpu_util else "",
+                "no activity" if rule.activity else ""]
+        joined = (" and " if rule.combine == "all" else " or ").join(x for x in says if x)
+        grace = f", {format_duration(rule.grace)} grace" if rule.grace else ""
+        parts.append(f"idle {format_duration(rule.window)} ({joined}{grace})")
+    if policy.max_lifetime is not None:
+        parts.append(f"at most {format_duration(policy.max_lifetime)}")
+    return ", ".join(parts) or "never reclaimed"

@@ -25,9 +25,18 @@ COMMANDS = {
     ),
     "version": Lazy("gpuslice.cli.version:version", "Print the version."),
     "session": Lazy(
-        "gpuslice.cli.session:app", "Compute sessions: create, list, show, logs, destroy, exec."
+        "gpuslice.cli.session:app",
+        "Compute sessions: create, list, show, stats, logs, destroy, exec."
     ),
     "image": Lazy("gpuslice.cli.image:app", "Session images: build, list, aliases."),
+    "top": Lazy(
+        "gpuslice.cli.top:top",
+        "Live, per node and GPU: who holds which slice and how much they use.",
+    ),
+    "usage": Lazy(
+        "gpuslice.cli.usage:usage",
+        "Usage per user and UTC day: fGPU-hours, GPU-memory-hours, CPU-hours, sessions.",
+    ),
     "node": Lazy("gpuslice.cli.node:app", "Nodes and their GPUs (admins)."),
     "admin": Lazy("gpuslice.cli.admin:app", "Users, policies and join tokens (admins)."),
     "token": Lazy("gpuslice.cli.token:app", "Your API tokens."),

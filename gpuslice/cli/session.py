@@ -1,4 +1,4 @@
-"""`gpuslice session ...`: create, list, show, logs, destroy, exec, commit."""
+"""`gpuslice session ...`: create, list, show, stats, logs, destroy, exec, commit."""
 
 from __future__ import annotations
 
@@ -21,13 +21,14 @@ from gpuslice.cli.output import (
     table,
 )
 from gpuslice.client import Client, schemas
+from gpuslice.common.durations import format_duration
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 from gpuslice.common.resources import MiB, parse_cpu, parse_fgpu, parse_mem
 
 if TYPE_CHECKING:
-    from gpuslice.common.schemas.sessions import SessionPublic
+    from gpuslice.common.schemas.sessions import ReclaimPublic, SessionPublic
 
-app = typer.Typer(help="Compute sessions: create, list, show, logs, destroy, exec.",
+app = typer.Typer(help="Compute sessions: create, list, show, stats, logs, destroy, exec.",
                   no_args_is_help=True)
 
 
@@ -137,13 +138,59 @@ def show(ref: Annotated[str, typer.Argument(help="Session id or name.")],
                 f"{number(dev.gpu)} fGPU ({number(dev.fraction * 100)}% of {dev.device_model} "
                 f"{dev.device_uuid}), {mem(dev.mem)} GPU memory, {dev.sms} SMs",
             ))
-    width = max(len(k) for k, _ in lines)
-    for key, value in lines:
-        console.print(f"{key:<{width}}  {value}", markup=False)
+    if session.reclaim is not None:
+        lines.append(("reclaim", _reclaim(session.reclaim)))
+    _print_pairs(lines)
     if session.history:
         console.print()
         table(["when", "status", "reason"],
               [(ago(h.at), h.status.value, h.reason) for h in session.history])
+
+
+@app.command("stats")
+@friendly
+def stats(
+    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    since: Annotated[str | None, typer.Option(
+        help="From this long ago (30m, 6h, 7d) or an ISO time; default: its whole life.")] = None,
+    step: Annotated[int | None, typer.Option(help="Seconds per line (a multiple of 60).")] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Usage now and over time: GPU memory and utilization of its own processes, CPU, memory.
+
+    Works after the session ended (history is kept by the manager)."""
+    with _client() as client:
+        found = client.session_stats(ref, since=since, step=step)
+    if as_json:
+        print_json(found)
+        return
+    now, totals = found.now, found.totals
+    lines = [("session", f"{found.name} ({found.session_id}), {found.status.value}, "
+                         f"owner {found.owner}")]
+    if now is None:
+        lines.append(("now", "not measured yet"))
+    else:
+        cpu = "-" if now.cpu is None else number(now.cpu)
+        lines.append(("now", f"{cpu} CPU, {mem(now.mem)} memory ({ago(now.at)})"))
+        for gpu in now.gpus or []:
+            util = "n/a" if gpu.utilization is None else f"{gpu.utilization} %"
+            lines.append((f"  {gpu.uuid}", f"{mem(gpu.mem_used)} GPU memory, {util} busy"))
+        if now.gpus is None:
+            lines.append(("  GPU", "not measured on its node"))
+    lines.append(("totals", f"{number(totals.fgpu_hours)} fGPU-hours, "
+                            f"{number(totals.cpu_hours)} CPU-hours, "
+                            f"{number(totals.gpu_mem_gib_hours)} GPU-memory GiB-hours over "
+                            f"{number(round(totals.seconds / 3600, 2))} h measured"))
+    if found.reclaim is not None:
+        lines.append(("reclaim", _reclaim(found.reclaim)))
+    _print_pairs(lines)
+    console.print()
+    table(["from (UTC)", "fGPU", "GPU mem", "GPU peak", "GPU util", "CPU", "memory", "peak"],
+          [(p.at.strftime("%m-%d %H:%M"), number(p.fgpu), mem(p.gpu_mem), mem(p.gpu_mem_peak),
+            "n/a" if p.gpu_util is None else f"{number(p.gpu_util)} %",
+            "n/a" if p.cpu is None else number(p.cpu), mem(p.mem), mem(p.mem_peak))
+           for p in found.points],
+          title=f"every {found.step} s, averages (n/a: not measured)")
 
 
 @app.command("logs")
@@ -217,6 +264,21 @@ def commit(
                   f"{image.owner or 'its owner'}", markup=False)
     console.print(f"note: {done.note}", markup=False)
     console.print(f"launch it: gpuslice session create --image {image.name}", markup=False)
+
+
+def _print_pairs(lines: list[tuple[str, str]]) -> None:
+    width = max(len(k) for k, _ in lines)
+    for key, value in lines:
+        console.print(f"{key:<{width}}  {value}", markup=False)
+
+
+def _reclaim(reclaim: ReclaimPublic) -> str:
+    """``in 12 min (14:05 UTC): idle for 30 min: GPU util < 1 %``."""
+    from datetime import UTC, datetime
+
+    left = int((reclaim.at - datetime.now(UTC)).total_seconds())
+    when = "any moment now" if left <= 0 else f"in {format_duration(left)}"
+    return f"{when} ({reclaim.at:%H:%M:%S} UTC): {reclaim.reason}"
 
 
 def _wait_started(client: Client, session: SessionPublic, timeout: float) -> SessionPublic:

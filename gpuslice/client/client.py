@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         ImageRescan,
         SessionCommitResult,
     )
+    from gpuslice.common.schemas.monitoring import SessionStats, Top, UsageReport
     from gpuslice.common.schemas.sessions import (
         SessionExecResult,
         SessionLogs,
@@ -166,6 +167,27 @@ class Client:
             json={"name": name},
             timeout=httpx.Timeout(30.0, read=timeout),
         )
+
+    # ------------------------------------------------------------ monitoring
+
+    def session_stats(self, ref: str, since: str | None = None,
+                      step: int | None = None) -> SessionStats:
+        """A session's usage now, totals and history (``since``: ``2h``, ``7d`` or an ISO
+        time; ``step``: seconds per point), also after it ended."""
+        sid = self.get_session(ref).id
+        params = {k: v for k, v in (("since", since), ("step", step)) if v is not None}
+        return self._call("GET", f"/sessions/{sid}/stats", schemas.monitoring.SessionStats,
+                          params=params)
+
+    def top(self) -> Top:
+        """Live: per node and device, who holds which slice and how much they use."""
+        return self._call("GET", "/top", schemas.monitoring.Top)
+
+    def usage(self, user: str | None = None, since: str | None = None,
+              until: str | None = None) -> UsageReport:
+        """Usage per user and UTC day (``since``: ``7d`` or a date; admins: any ``user``)."""
+        params = {k: v for k, v in (("user", user), ("since", since), ("until", until)) if v}
+        return self._call("GET", "/usage", schemas.monitoring.UsageReport, params=params)
 
     # ------------------------------------------------------------ images
 

@@ -1,6 +1,7 @@
-"""Programs that run *inside* session containers: ``gpuslice-smi`` (the session's GPU slice and
-what it uses; also ``nvidia-smi`` on nodes without a real GPU) and the client of the in-session
-endpoint they share (``gpuslice_endpoint.py``).
+"""Programs that run *inside* session containers: ``gpuslice-smi`` (the session's GPU slice, what
+it uses and its usage history; also ``nvidia-smi`` on nodes without a real GPU), on those nodes
+``gpuslice-mock-gpu`` (a simulated GPU load), and the client of the in-session endpoint they
+share (``gpuslice_endpoint.py``).
 
 This package owns those files and where they go: the agent's runtime mounts them read-only at
 ``CONTAINER_TOOLS_DIR``, first on the session's ``PATH`` and on its ``PYTHONPATH`` (so code in a
@@ -20,12 +21,14 @@ CONTAINER_TOOLS_DIR = "/opt/gpuslice/bin"
 CONTAINER_ENDPOINT_DIR = "/run/gpuslice"
 CONTAINER_ENDPOINT = f"{CONTAINER_ENDPOINT_DIR}/agent.sock"
 _ALWAYS = ("gpuslice-smi", "gpuslice_smi.py", "gpuslice_endpoint.py")
-_SIMULATED = ("nvidia-smi",)  # only where no real nvidia-smi exists: mock nodes
+# Only on mock nodes: an nvidia-smi where no real one exists, and the simulated GPU load.
+_SIMULATED = ("nvidia-smi", "gpuslice-mock-gpu", "gpuslice_mock_gpu.py")
 
 
 def tool_files(*, simulated_gpu: bool) -> dict[str, bytes]:
     """``{file name: content}`` for ``CONTAINER_TOOLS_DIR``; ``simulated_gpu`` adds an
-    ``nvidia-smi`` that says plainly the GPU is simulated (never on nodes with real GPUs)."""
+    ``nvidia-smi`` that says plainly the GPU is simulated and ``gpuslice-mock-gpu`` (never on
+    nodes with real GPUs)."""
     names = _ALWAYS + (_SIMULATED if simulated_gpu else ())
     return {name: (TOOLS_DIR / name).read_bytes() for name in names}
 

@@ -1,8 +1,9 @@
-"""``gpuslice-smi``: the session's GPU slice and what the session uses of it.
+"""``gpuslice-smi``: the session's GPU slice, what the session uses of it, and its history.
 
 It reads the slice from ``/etc/gpuslice/allocation.json`` (what the platform allocated: device,
 share, memory, SMs) and asks the node's agent, through the in-session endpoint, what this
-session's processes use now (``/v1/usage``: memory and utilisation per device, when measured).
+session's processes use now (``/v1/usage``: memory and utilisation per device, when measured)
+and, with ``--history``, what they used over time (``/v1/usage/history``, kept by the manager).
 On a node without a real GPU (the ``mock`` accelerator) it is also installed as ``nvidia-smi``
 and says plainly that the GPU is simulated. Standard library only.
 """
@@ -29,7 +30,12 @@ def main(prog: str) -> int:
     )
     parser.add_argument("-L", "--list-gpus", action="store_true", help="One line per GPU.")
     parser.add_argument("--json", action="store_true", help="Print JSON for scripts.")
+    parser.add_argument("--history", nargs="?", const="1h", metavar="SINCE",
+                        help="This session's usage over time, e.g. 30m, 6h, 7d (default 1h).")
+    parser.add_argument("--step", type=int, help="--history: seconds per line (multiple of 60).")
     args = parser.parse_args()
+    if args.history is not None:
+        return _history(prog, args.history, args.step, args.json)
     try:
         allocation = _allocation()
     except (OSError, ValueError) as exc:
@@ -120,3 +126,31 @@ def _percent(fraction: object) -> str:
         return f"{float(str(fraction)) * 100:g}%"
     except ValueError:
         return "?"
+
+
+def _history(prog: str, since: str, step: int | None, as_json: bool) -> int:
+    query = f"since={since}" + (f"&step={step}" if step else "")
+    try:
+        stats = gpuslice_endpoint.call("GET", f"/v1/usage/history?{query}")
+    except gpuslice_endpoint.EndpointError as exc:
+        print(f"{prog}: usage history unavailable: {exc}", file=sys.stderr)
+        return 1
+    if as_json:
+        json.dump(stats, sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"{prog}  session {stats.get('name')}  usage since {stats.get('since')} "
+          f"(one line per {stats.get('step')} s, averages; n/a: not measured)")
+    print(f"{'time (UTC)':<17} {'GPU mem':>10} {'peak':>10} {'GPU util':>9} {'CPU':>7} "
+          f"{'memory':>10}")
+    for point in stats.get("points", []):
+        util = point.get("gpu_util")
+        cpu = point.get("cpu")
+        print(f"{str(point.get('at', ''))[:16].replace('T', ' '):<17} "
+              f"{_mib(point.get('gpu_mem')):>10} {_mib(point.get('gpu_mem_peak')):>10} "
+              f"{'n/a' if util is None else f'{util:g} %':>9} "
+              f"{'n/a' if cpu is None else f'{cpu:g}':>7} {_mib(point.get('mem')):>10}")
+    totals = stats.get("totals", {})
+    print(f"totals: {totals.get('fgpu_hours')} fGPU-hours, {totals.get('cpu_hours')} CPU-hours,"
+          f" {totals.get('gpu_mem_gib_hours')} GPU-memory GiB-hours")
+    return 0

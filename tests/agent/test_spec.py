@@ -162,9 +162,12 @@ def test_files_hold_allocation_hook_and_tools() -> None:
         "/opt/gpuslice/hook/sitecustomize.py",
         *tools,
         "/opt/gpuslice/bin/nvidia-smi",  # a simulated GPU says so under the usual name
+        "/opt/gpuslice/bin/gpuslice-mock-gpu",  # and takes a declared load
+        "/opt/gpuslice/bin/gpuslice_mock_gpu.py",
     }
     real = build_container_spec(session(), NVIDIA).files()  # the real nvidia-smi stays
     assert "/opt/gpuslice/bin/nvidia-smi" not in real and tools <= set(real)
+    assert "/opt/gpuslice/bin/gpuslice-mock-gpu" not in real
 
 
 def test_the_allocation_names_the_nodes_device() -> None:
