@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # Installs and starts what gpuslice needs on a Debian host, idempotently:
 #   Docker Engine (docker.io) and debootstrap (to build session images without a registry);
-#   with --postgres also PostgreSQL, with a `gpuslice` role and database for the test suite.
+#   with --postgres also PostgreSQL, with a `gpuslice` role and database for the test suite;
+#   with --prometheus also the Prometheus server binary (the monitoring tests start their own
+#   on a free port; the package's own service is not left running).
 # Runs as root, or through sudo.
 set -euo pipefail
 
 want_pg=0
+want_prometheus=0
 for arg in "$@"; do
   case "$arg" in
     --postgres) want_pg=1 ;;
-    *) echo "usage: $0 [--postgres]" >&2; exit 2 ;;
+    --prometheus) want_prometheus=1 ;;
+    *) echo "usage: $0 [--postgres] [--prometheus]" >&2; exit 2 ;;
   esac
 done
 
@@ -28,6 +32,16 @@ if [ "${#packages[@]}" -gt 0 ]; then
   log "installing ${packages[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${packages[@]}" >/dev/null
+fi
+if [ "$want_prometheus" = 1 ] && ! command -v prometheus >/dev/null 2>&1; then
+  log "installing prometheus (for the monitoring tests)"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    prometheus >/dev/null
+  # Installed for the tests, which run their own: the package's service need not run.
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    $SUDO systemctl disable --now prometheus >/dev/null 2>&1 || true
+  fi
 fi
 
 docker_up() { $SUDO docker version >/dev/null 2>&1; }

@@ -36,7 +36,7 @@ async def put(app: FastAPI, node_id: str, session_id: str, at: float, body: dict
               gap: int = GAP) -> int:
     async with app.state.sessionmaker() as db:
         return await samples.store(db, node_id, [SessionUsage(session_id=session_id, **body)],
-                                   [], T0 + timedelta(seconds=at), gap)
+                                   T0 + timedelta(seconds=at), gap)
 
 
 async def running_session(admin: Client, make_agent: AgentFactory) -> tuple[str, str]:
@@ -57,23 +57,35 @@ async def series_of(app: FastAPI, session_id: str) -> UsageSeries:
 
 
 async def history_sum(app: FastAPI, series: UsageSeries) -> dict[str, int]:
-    """The sums of every point of the series' history, exactly."""
-    async with app.state.sessionmaker() as db:
-        found = await history.points(db, series, 0, 2**40)
+    """The sums of every point of the series' history, exactly (read as the API reads it:
+    steady against a maintenance pass running meanwhile)."""
     keys = [f.name for f in fields(Point) if f.name != "slot" and not f.name.endswith("_max")]
+    async with app.state.sessionmaker() as db:
+        async def read() -> list[history.Timed]:
+            fresh = await db.get(UsageSeries, series.id, populate_existing=True)
+            assert fresh is not None
+            return await history.points(db, fresh, 0, 2**40)
+
+        found = await history.steady(db, samples.SERIES.c.id == series.id, read)
     return {k: sum(getattr(t.point, k) for t in found) for k in keys}
 
 
 async def accounted(app: FastAPI, series: UsageSeries) -> dict[str, int]:
     """The accounting rows of the series plus its open minute: what totals are made of."""
     async with app.state.sessionmaker() as db:
-        row = (await db.execute(select(*(func.sum(getattr(UsageDaily, k)) for k in history.SUMS))
-                                .where(UsageDaily.series_id == series.id))).one()
-    sums = {k: int(v or 0) for k, v in zip(history.SUMS, row, strict=True)}
-    opened = samples.open_point(series)
-    if opened is not None:
-        sums = {k: v + getattr(opened[1], k) for k, v in sums.items()}
-    return sums
+        async def read() -> dict[str, int]:
+            fresh = await db.get(UsageSeries, series.id, populate_existing=True)
+            assert fresh is not None
+            row = (await db.execute(
+                select(*(func.sum(getattr(UsageDaily, k)) for k in history.SUMS))
+                .where(UsageDaily.series_id == series.id))).one()
+            sums = {k: int(v or 0) for k, v in zip(history.SUMS, row, strict=True)}
+            opened = samples.open_point(fresh)
+            if opened is not None:
+                sums = {k: v + getattr(opened[1], k) for k, v in sums.items()}
+            return sums
+
+        return await history.steady(db, samples.SERIES.c.id == series.id, read)
 
 
 async def test_samples_are_kept_once_per_reading_and_closed_by_minute(
@@ -95,7 +107,8 @@ async def test_samples_are_kept_once_per_reading_and_closed_by_minute(
     first_minute = int(T0.timestamp()) // 60
     assert (closed.minute, closed.covered_ms, closed.cpu_ms) == (first_minute, 45_000, 45_000)
     assert closed.fgpu_sum == 500 * 45_000  # 0.5 fGPU for 45 s, in milli-fGPU × ms
-    assert closed.gpu_util_sum == 50 * 40_000 + 10 * 5_000
+    # A closed minute keeps its averages (rounded down) times their time: 45.5 % -> 45 %.
+    assert closed.gpu_util_sum == 45 * 45_000
     assert (series.minute, series.covered_ms, series.gpu_util_sum) == (
         first_minute + 1, 5_000, 10 * 5_000)
     assert series.gpus == [{"uuid": "GPU-mock-0", "mem_used": 2 * GiB, "utilization": 10}]

@@ -164,6 +164,8 @@ class NodeRow(Base):
     cpu_used: Mapped[int] = mapped_column(BigInteger, default=0)
     mem_used: Mapped[int] = mapped_column(BigInteger, default=0)
     images: Mapped[list[str]] = mapped_column(JSON, default=list)
+    # The last heartbeat's readings: {"devices": {index: {mem_used, utilization}} (every
+    # process on the device), "sessions": {id: {cpu, mem}}}.
     usage: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
     # Bumped in the same transaction as any change to what the node must run.
     assignment_version: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -193,9 +195,6 @@ class DeviceRow(Base):
     sms: Mapped[int] = mapped_column(Integer, default=0)
     capacity: Mapped[int] = mapped_column(Integer)  # milli-fGPU
     used: Mapped[int] = mapped_column(Integer, default=0)  # milli-fGPU allocated
-    # The last heartbeat's reading of the whole device (all processes): bytes, percent.
-    mem_used: Mapped[int | None] = mapped_column(BigInteger)
-    utilization: Mapped[int | None] = mapped_column(Integer)
 
 
 class SessionRow(Base):
@@ -318,6 +317,9 @@ class UsageSeries(Base):
     session_id: Mapped[str] = mapped_column(
         ForeignKey("sessions.id", ondelete="CASCADE"), unique=True
     )
+    # Bumped by every write to the series or its points: a reader that sees it unchanged
+    # around its reads read one consistent state (no snapshot isolation needed).
+    revision: Mapped[int] = mapped_column(BigInteger, default=0)
     owner_id: Mapped[str] = mapped_column(ID, index=True)
     node_id: Mapped[str | None] = mapped_column(ID)
     gpu: Mapped[int] = mapped_column(BigInteger)  # milli-fGPU held

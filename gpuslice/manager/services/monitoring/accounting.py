@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import defaultdict
 from datetime import date, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.durations import parse_duration
@@ -21,10 +21,11 @@ from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import UsageDaily, UsageSeries, User
 from gpuslice.manager.errors import Forbidden, InvalidRequest
 from gpuslice.manager.services.monitoring.codec import Point
-from gpuslice.manager.services.monitoring.history import SUMS, public_totals
-from gpuslice.manager.services.monitoring.samples import DAY_MINUTES, open_point
+from gpuslice.manager.services.monitoring.history import SUMS, public_totals, steady
+from gpuslice.manager.services.monitoring.samples import DAY_MINUTES, SERIES, open_point
 
 MAX_DAYS = 3660
+Key = tuple[str, int]  # (owner id, epoch day)
 _EPOCH = date(1970, 1, 1)
 
 
@@ -61,26 +62,8 @@ async def _report(
         raise InvalidRequest(f"at most {MAX_DAYS} days at once", field="since")
     owner = await _owner(db, viewer, user)
     first, last = (since - _EPOCH).days, (until - _EPOCH).days
-    totals: dict[tuple[str, int], dict[str, int]] = defaultdict(lambda: dict.fromkeys(SUMS, 0))
-    sessions: dict[tuple[str, int], set[int]] = defaultdict(set)
-    daily = select(UsageDaily).where(UsageDaily.day >= first, UsageDaily.day <= last)
-    open_ = select(UsageSeries).where(UsageSeries.minute.is_not(None),
-                                      UsageSeries.minute >= first * DAY_MINUTES,
-                                      UsageSeries.minute < (last + 1) * DAY_MINUTES)
-    if owner is not None:
-        daily = daily.where(UsageDaily.owner_id == owner)
-        open_ = open_.where(UsageSeries.owner_id == owner)
-    for row in (await db.scalars(daily)).all():
-        key = (row.owner_id, row.day)
-        sessions[key].add(row.series_id)
-        for name in SUMS:
-            totals[key][name] += getattr(row, name)
-    for series in (await db.scalars(open_)).all():
-        minute, point = open_point(series) or (0, Point(0))
-        key = (series.owner_id, minute // DAY_MINUTES)
-        sessions[key].add(series.id)
-        for name in SUMS:
-            totals[key][name] += getattr(point, name)
+    mine = SERIES.c.owner_id == owner if owner is not None else true()
+    totals, sessions = await steady(db, mine, lambda: _sums(db, owner, first, last))
     names = dict((await db.execute(
         select(User.id, User.username).where(User.id.in_({o for o, _ in totals}))
     )).tuples().all())
@@ -92,6 +75,34 @@ async def _report(
     ]
     rows.sort(key=lambda r: (r.day, r.user))
     return UsageReport(since=since, until=until, rows=rows)
+
+
+async def _sums(
+    db: AsyncSession, owner: str | None, first: int, last: int
+) -> tuple[dict[Key, dict[str, int]], dict[Key, set[int]]]:
+    """Per (owner, epoch day): the sums of its closed points and open minutes, and the
+    series measured."""
+    totals: dict[Key, dict[str, int]] = defaultdict(lambda: dict.fromkeys(SUMS, 0))
+    sessions: dict[Key, set[int]] = defaultdict(set)
+    daily = select(UsageDaily).where(UsageDaily.day >= first, UsageDaily.day <= last)
+    open_ = select(UsageSeries).where(UsageSeries.minute.is_not(None),
+                                      UsageSeries.minute >= first * DAY_MINUTES,
+                                      UsageSeries.minute < (last + 1) * DAY_MINUTES)
+    if owner is not None:
+        daily = daily.where(UsageDaily.owner_id == owner)
+        open_ = open_.where(UsageSeries.owner_id == owner)
+    for row in (await db.scalars(daily.execution_options(populate_existing=True))).all():
+        key = (row.owner_id, row.day)
+        sessions[key].add(row.series_id)
+        for name in SUMS:
+            totals[key][name] += getattr(row, name)
+    for series in (await db.scalars(open_.execution_options(populate_existing=True))).all():
+        minute, point = open_point(series) or (0, Point(0))
+        key = (series.owner_id, minute // DAY_MINUTES)
+        sessions[key].add(series.id)
+        for name in SUMS:
+            totals[key][name] += getattr(point, name)
+    return totals, sessions
 
 
 async def _owner(db: AsyncSession, viewer: User, user: str | None) -> str | None:

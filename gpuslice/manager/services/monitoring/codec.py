@@ -1,21 +1,22 @@
 """History points and how a row of them is packed (pure).
 
-A point is the sums of one step of a series (a minute, or an hour once rolled up): integers
-only, so a rollup (sums added, peaks maxed) and the accounting (the same sums per day) are
-exact. A row holds up to one hour of minute points or one day of hour points, packed column by
-column as 64-bit integers, each column delta-coded, then zlib-compressed: steady figures (an
-idle session, a constant slice) shrink to almost nothing.
+A point is one step of a series (a minute, or an hour once rolled up) as integer sums, so a
+rollup (sums added, peaks maxed) and the accounting (the same sums per day) are exact. A
+minute's sums are whole multiples of the time they cover (``figure × ms`` with the figure its
+average, rounded down, when the minute closes), so a point is stored as its averages plus
+remainders that are zero except in rollups. A row holds up to one hour of minute points or one
+day of hour points, column by column, each column delta-coded as zigzag varints, then
+zlib-compressed: steady figures (an idle session, a constant slice) shrink to almost nothing.
 """
 
 from __future__ import annotations
 
 import operator
-import sys
 import zlib
-from array import array
+from collections.abc import Iterator
 from dataclasses import dataclass, fields
 
-VERSION = 1
+VERSION = 2
 KiB = 1024
 
 
@@ -53,42 +54,89 @@ WIDTH = len(_NAMES)
 values_of = operator.attrgetter(*_NAMES)  # a point's fields as a tuple, in order
 
 
+# Each sum column and the column of milliseconds it is a figure × ms of.
+PAIRED = {"fgpu_sum": "covered_ms", "cpu_sum": "cpu_ms", "mem_sum": "covered_ms",
+          "gpu_mem_sum": "gpu_ms", "gpu_util_sum": "gpu_ms"}
+_PAIRS = [(_NAMES.index(s), _NAMES.index(m)) for s, m in PAIRED.items()]
+
+
+def quantized(point: Point) -> Point:
+    """The point with each sum a whole multiple of its milliseconds (the average, rounded
+    down, times the time): how a closed minute is kept."""
+    values = list(values_of(point))
+    for total, ms in _PAIRS:
+        values[total] = values[total] // values[ms] * values[ms] if values[ms] else 0
+    return Point(*values)
+
+
 def encode(points: list[Point]) -> bytes:
     """Pack points (in slot order) into a row's bytes."""
-    rows = [values_of(point) for point in points]
-    columns = array("q")
-    for index in range(WIDTH):
+    out = bytearray([VERSION])
+    _varint(out, len(points))
+    for column in _columns([values_of(p) for p in points]):
         previous = 0
-        for row in rows:
-            value = row[index]
-            columns.append(value - previous)
+        for value in column:
+            _varint(out, _zigzag(value - previous))
             previous = value
-    if sys.byteorder == "big":
-        columns.byteswap()
-    return bytes([VERSION, len(points) & 0xFF, len(points) >> 8]) + zlib.compress(
-        columns.tobytes(), 6
-    )
+    return bytes(out[:1]) + zlib.compress(bytes(out[1:]), 6)
 
 
 def decode(data: bytes) -> list[Point]:
     """The points of a row, in slot order."""
     if not data or data[0] != VERSION:
         raise ValueError(f"unknown history row format {data[:1]!r}")
-    count = data[1] | (data[2] << 8)
-    columns = array("q")
-    columns.frombytes(zlib.decompress(data[3:]))
-    if sys.byteorder == "big":
-        columns.byteswap()
-    if len(columns) != count * WIDTH:
-        raise ValueError("history row is truncated")
-    rows: list[list[int]] = [[0] * WIDTH for _ in range(count)]
-    for index in range(WIDTH):
-        value = 0
-        base = index * count
-        for i in range(count):
-            value += columns[base + i]
-            rows[i][index] = value
-    return [Point(*row) for row in rows]
+    numbers = _varints(zlib.decompress(data[1:]))
+    count = next(numbers)
+    columns: list[list[int]] = []
+    for _ in range(WIDTH + len(_PAIRS)):
+        value, column = 0, []
+        for _ in range(count):
+            value += _unzigzag(next(numbers))
+            column.append(value)
+        columns.append(column)
+    plain = columns[:WIDTH]
+    for (total, ms), remainders in zip(_PAIRS, columns[WIDTH:], strict=True):
+        plain[total] = [q * m + r for q, m, r in zip(plain[total], plain[ms], remainders,
+                                                   strict=True)]
+    return [Point(*row) for row in zip(*plain, strict=True)]
+
+
+def _columns(rows: list[tuple[int, ...]]) -> list[list[int]]:
+    """Column by column, each sum as its average (sum // ms), then the remainders."""
+    plain = [list(column) for column in zip(*rows, strict=True)] if rows else [[]] * WIDTH
+    remainders = []
+    for total, ms in _PAIRS:
+        averages = [t // m if m else 0 for t, m in zip(plain[total], plain[ms], strict=True)]
+        remainders.append([t - a * m for t, a, m in zip(plain[total], averages, plain[ms],
+                                                        strict=True)])
+        plain[total] = averages
+    return plain + remainders
+
+
+def _zigzag(value: int) -> int:
+    return value * 2 if value >= 0 else -value * 2 - 1
+
+
+def _unzigzag(value: int) -> int:
+    return value >> 1 if not value & 1 else -((value + 1) >> 1)
+
+
+def _varint(out: bytearray, value: int) -> None:
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _varints(data: bytes) -> Iterator[int]:
+    value = shift = 0
+    for byte in data:
+        value |= (byte & 0x7F) << shift
+        if byte & 0x80:
+            shift += 7
+        else:
+            yield value
+            value = shift = 0
 
 
 def appended(data: bytes | None, point: Point) -> bytes:

@@ -3,15 +3,18 @@
 Points live in three places, read together: the open minute (on the series row), closed
 minutes not yet packed (``usage_minutes``) and packed rows (``usage_history``: hours of minute
 points, or days of hour points once rolled up). Totals are the accounting rows plus the open
-minute, which is exactly the sum of all the points (see ``samples.py``).
+minute, which is exactly the sum of all the points (see ``samples.py``). Readers that read
+several of them go through :func:`steady`, so that a minute closed or an hour packed meanwhile
+is not counted twice or missed.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
+from typing import Any, TypeVar
 
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -19,8 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpuslice.common.schemas.monitoring import GpuNow, UsageNow, UsagePoint, UsageTotals
 from gpuslice.manager.db.models import UsageDaily, UsageHistory, UsageMinute, UsageSeries
 from gpuslice.manager.services.monitoring.codec import KiB, Point, decode
-from gpuslice.manager.services.monitoring.samples import OPEN, open_point
+from gpuslice.manager.services.monitoring.samples import OPEN, SERIES, open_point
 
+T = TypeVar("T")
 HOUR_MS = 3_600_000
 SUMS = ("covered_ms", "fgpu_sum", "cpu_ms", "cpu_sum", "mem_sum", "gpu_ms", "gpu_mem_sum",
         "gpu_util_sum")
@@ -59,6 +63,26 @@ async def points(
     if (opened := open_point(series)) is not None:
         found.append(Timed(opened[0] * 60, opened[1]))
     return sorted((t for t in found if since <= t.start < until), key=lambda t: t.start)
+
+
+async def steady(
+    db: AsyncSession, where: Any, read: Callable[[], Awaitable[T]], attempts: int = 5
+) -> T:
+    """``read()`` again until the revisions of the series matching ``where`` are the same
+    before and after it: points and sums move between the series row, the minute rows,
+    the packed rows and the accounting rows, and a read must not catch one half-moved."""
+    result = await read()
+    for _ in range(attempts):
+        before = await _revisions(db, where)
+        result = await read()
+        if await _revisions(db, where) == before:
+            break
+    return result
+
+
+async def _revisions(db: AsyncSession, where: Any) -> dict[int, int]:
+    return dict((await db.execute(select(SERIES.c.id, SERIES.c.revision).where(where)))
+                .tuples().all())
 
 
 def bucketed(timed: Iterable[Timed], since: int, step: int) -> list[UsagePoint]:

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, select, tuple_
+from sqlalchemy import delete, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.manager.db.models import UsageHistory, UsageMinute
@@ -108,6 +108,7 @@ async def pack_hours(db: AsyncSession, before_minute: int) -> int:
     for m in minutes:
         groups[(m.series_id, m.minute // 60 * 3600)].append(minute_point(m))
     await _merge_into(db, 60, groups)
+    await _touch(db, {m.series_id for m in minutes})
     await db.commit()
     return len(minutes)
 
@@ -136,6 +137,7 @@ async def roll_up_days(db: AsyncSession, before: int) -> int:
         hours = rolled_up(decode(data), 60, (start - day) // 60)
         groups[(series_id, day)].extend(hours.values())
     await _merge_into(db, 3600, groups)
+    await _touch(db, {r.series_id for r in rows})
     await db.commit()
     return len(rows)
 
@@ -147,6 +149,12 @@ async def drop_old(db: AsyncSession, before: int) -> int:
     )
     await db.commit()
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
+
+
+async def _touch(db: AsyncSession, series_ids: set[int]) -> None:
+    # Points moved between tables: readers of these series read again (``history``).
+    await db.execute(update(SERIES).where(SERIES.c.id.in_(series_ids))
+                     .values(revision=SERIES.c.revision + 1))
 
 
 async def _merge_into(

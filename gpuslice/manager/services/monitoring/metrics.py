@@ -15,22 +15,29 @@ from __future__ import annotations
 
 import hmac
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 from pydantic import SecretStr
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
-from sqlalchemy.orm import selectinload
 
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import NodeRow, SessionRow, UsageSeries, User
+from gpuslice.manager.db.models import (
+    Allocation,
+    DeviceRow,
+    NodeRow,
+    SessionRow,
+    UsageSeries,
+    User,
+)
 from gpuslice.manager.errors import Forbidden, Unauthorized
 from gpuslice.manager.services import auth
 from gpuslice.manager.settings import MonitoringSettings
@@ -60,9 +67,13 @@ class ManagerMetrics:
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
+    """What one scrape shows, as plain rows (no ORM objects: a scrape reads thousands)."""
+
     now: datetime
-    nodes: Sequence[NodeRow]
-    sessions: Sequence[Any]  # (SessionRow, username, node name, UsageSeries | None)
+    nodes: Sequence[Any]  # id, name, pool, status, last heartbeat, cpu(+used), mem(+used), usage
+    devices: Sequence[Any]  # node_id, index, uuid, model, mem, capacity, used
+    sessions: Sequence[Any]  # id, name, cpu, mem, owner, node name, now: cpu, mem, gpus
+    slices: Sequence[Any]  # session_id, device_uuid, gpu, mem
     statuses: Sequence[Any]  # (status, count)
     queue: Sequence[Any]  # (wait code, count, oldest created_at)
 
@@ -95,16 +106,29 @@ async def scrape(
 
 async def snapshot(db: AsyncSession, now: datetime) -> Snapshot:
     """Everything ``/metrics`` shows, read in a few queries."""
-    nodes = (await db.scalars(
-        select(NodeRow).options(selectinload(NodeRow.devices)).order_by(NodeRow.name)
+    holding = SessionRow.status.in_(list(HOLDING))
+    nodes = (await db.execute(
+        select(NodeRow.id, NodeRow.name, NodeRow.pool, NodeRow.status,
+               NodeRow.last_heartbeat_at, NodeRow.cpu, NodeRow.cpu_used, NodeRow.mem,
+               NodeRow.mem_used, NodeRow.usage).order_by(NodeRow.name)
+    )).all()
+    devices = (await db.execute(
+        select(DeviceRow.node_id, DeviceRow.index, DeviceRow.uuid, DeviceRow.model,
+               DeviceRow.mem, DeviceRow.capacity, DeviceRow.used)
+        .order_by(DeviceRow.node_id, DeviceRow.index)
     )).all()
     sessions = (await db.execute(
-        select(SessionRow, User.username, NodeRow.name, UsageSeries)
+        select(SessionRow.id, SessionRow.name, SessionRow.cpu, SessionRow.mem, User.username,
+               NodeRow.name, UsageSeries.cpu, UsageSeries.mem, UsageSeries.gpus)
         .join(User, User.id == SessionRow.owner_id)
         .join(NodeRow, NodeRow.id == SessionRow.node_id)
         .outerjoin(UsageSeries, UsageSeries.session_id == SessionRow.id)
-        .where(SessionRow.status.in_(list(HOLDING)))
-        .options(selectinload(SessionRow.allocations))
+        .where(holding)
+    )).all()
+    slices = (await db.execute(
+        select(Allocation.session_id, Allocation.device_uuid, Allocation.gpu, Allocation.mem)
+        .join(SessionRow, SessionRow.id == Allocation.session_id)
+        .where(holding, Allocation.released_at.is_(None))
     )).all()
     statuses = (await db.execute(
         select(SessionRow.status, func.count()).group_by(SessionRow.status)
@@ -114,7 +138,7 @@ async def snapshot(db: AsyncSession, now: datetime) -> Snapshot:
         .where(SessionRow.status == SessionStatus.PENDING).group_by(SessionRow.wait_code)
     )).all()
     await db.commit()
-    return Snapshot(now, nodes, sessions, statuses, queue)
+    return Snapshot(now, nodes, devices, sessions, slices, statuses, queue)
 
 
 def render(snap: Snapshot, own: ManagerMetrics) -> bytes:
@@ -124,7 +148,7 @@ def render(snap: Snapshot, own: ManagerMetrics) -> bytes:
     return generate_latest(registry) + generate_latest(own.registry)
 
 
-class _Collector:
+class _Collector(Collector):
     def __init__(self, snap: Snapshot) -> None:
         self.snap = snap
 
@@ -132,6 +156,14 @@ class _Collector:
         yield from _devices(self.snap)
         yield from _sessions(self.snap)
         yield from _control_plane(self.snap)
+
+
+def device_readings(node_usage: Mapping[str, Any] | None) -> dict[int, tuple[Any, Any]]:
+    """``{device index: (bytes used, percent busy)}`` from a node's last heartbeat (its
+    ``usage`` column); absent when not reported."""
+    devices = (node_usage or {}).get("devices") or {}
+    return {int(i): (r.get("mem_used"), r.get("utilization")) for i, r in devices.items()
+            if isinstance(r, dict)}
 
 
 def _gauge(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetricFamily:
@@ -144,18 +176,21 @@ def _devices(snap: Snapshot) -> Iterator[Metric]:
     free = _gauge("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", _DEVICE)
     cap = _gauge("gpuslice_device_fgpu_capacity", "fGPU of the device.", _DEVICE)
     alloc = _gauge("gpuslice_device_fgpu_allocated", "fGPU allocated on the device.", _DEVICE)
-    for node in snap.nodes:
-        if node.status != "ALIVE":
+    alive = {n.id: n for n in snap.nodes if n.status == "ALIVE"}
+    readings = {n.id: device_readings(n.usage) for n in alive.values()}
+    for d in snap.devices:
+        node = alive.get(d.node_id)
+        if node is None:
             continue
-        for d in node.devices:
-            labels = [str(d.index), d.uuid, f"nvidia{d.index}", d.model, node.name, node.name]
-            cap.add_metric(labels, d.capacity / 1000)
-            alloc.add_metric(labels, d.used / 1000)
-            if d.utilization is not None:
-                util.add_metric(labels, d.utilization)
-            if d.mem_used is not None:
-                used.add_metric(labels, d.mem_used // MiB)
-                free.add_metric(labels, max(0, d.mem - d.mem_used) // MiB)
+        labels = [str(d.index), d.uuid, f"nvidia{d.index}", d.model, node.name, node.name]
+        cap.add_metric(labels, d.capacity / 1000)
+        alloc.add_metric(labels, d.used / 1000)
+        mem_used, utilization = readings[d.node_id].get(d.index, (None, None))
+        if utilization is not None:
+            util.add_metric(labels, utilization)
+        if mem_used is not None:
+            used.add_metric(labels, mem_used // MiB)
+            free.add_metric(labels, max(0, d.mem - mem_used) // MiB)
     yield from (util, used, free, cap, alloc)
 
 
@@ -172,26 +207,28 @@ def _sessions(snap: Snapshot) -> Iterator[Metric]:
     cpu_alloc = _gauge("gpuslice_session_cpu_limit_cores", "Cores allocated.", _SESSION)
     mem = _gauge("gpuslice_session_memory_bytes", "Memory the session uses.", _SESSION)
     mem_alloc = _gauge("gpuslice_session_memory_limit_bytes", "Memory allocated.", _SESSION)
-    for row, username, node_name, series in snap.sessions:
-        labels = [row.id, row.name, username, node_name]
-        cpu_alloc.add_metric(labels, row.cpu / 1000)
-        mem_alloc.add_metric(labels, row.mem)
-        measured = {g["uuid"]: g for g in (series.gpus or [])} if series is not None else {}
-        for a in row.allocations:
-            if a.released_at is not None:
-                continue
-            device = [*labels, a.device_uuid]
-            fgpu.add_metric(device, a.gpu / 1000)
-            limit.add_metric(device, a.mem)
-            figures = measured.get(a.device_uuid, {})
+    held: dict[str, list[Any]] = defaultdict(list)
+    for piece in snap.slices:
+        held[piece.session_id].append(piece)
+    for sid, name, cpu_limit, mem_limit, username, node_name, cpu_now, mem_now, gpus in \
+            snap.sessions:
+        labels = [sid, name, username, node_name]
+        cpu_alloc.add_metric(labels, cpu_limit / 1000)
+        mem_alloc.add_metric(labels, mem_limit)
+        measured = {g["uuid"]: g for g in gpus or []}
+        for piece in held.get(sid, ()):
+            device = [*labels, piece.device_uuid]
+            fgpu.add_metric(device, piece.gpu / 1000)
+            limit.add_metric(device, piece.mem)
+            figures = measured.get(piece.device_uuid, {})
             if figures.get("mem_used") is not None:
                 gpu_mem.add_metric(device, figures["mem_used"])
             if figures.get("utilization") is not None:
                 gpu_util.add_metric(device, figures["utilization"])
-        if series is not None:
-            mem.add_metric(labels, series.mem)
-            if series.cpu is not None:
-                cpu.add_metric(labels, series.cpu / 1000)
+        if mem_now is not None:  # measured at least once
+            mem.add_metric(labels, mem_now)
+        if cpu_now is not None:
+            cpu.add_metric(labels, cpu_now / 1000)
     yield from (fgpu, limit, gpu_mem, gpu_util, cpu, cpu_alloc, mem, mem_alloc)
 
 
@@ -218,6 +255,10 @@ def _nodes(snap: Snapshot) -> Iterator[Metric]:
     ratio = _gauge("gpuslice_pool_allocation_ratio",
                    "Allocated share of the pool's alive capacity.", ["pool", "resource"])
     pools: dict[str, list[int]] = defaultdict(lambda: [0] * 6)
+    gpus: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for d in snap.devices:
+        gpus[d.node_id][0] += d.used
+        gpus[d.node_id][1] += d.capacity
     for node in snap.nodes:
         up.add_metric([node.name, node.pool], 1 if node.status == "ALIVE" else 0)
         if node.last_heartbeat_at is not None:
@@ -225,9 +266,8 @@ def _nodes(snap: Snapshot) -> Iterator[Metric]:
                            max(0.0, (snap.now - node.last_heartbeat_at).total_seconds()))
         if node.status == "ALIVE":
             totals = pools[node.pool]
-            for i, value in enumerate((sum(d.used for d in node.devices),
-                                       sum(d.capacity for d in node.devices),
-                                       node.cpu_used, node.cpu, node.mem_used, node.mem)):
+            for i, value in enumerate((*gpus[node.id], node.cpu_used, node.cpu,
+                                       node.mem_used, node.mem)):
                 totals[i] += value
     for pool, (gpu_used, gpu, cpu_used, cpu, mem_used, mem) in sorted(pools.items()):
         for resource, used_, total in (("gpu", gpu_used, gpu), ("cpu", cpu_used, cpu),

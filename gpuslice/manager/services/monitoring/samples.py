@@ -1,4 +1,4 @@
-"""Storing what a heartbeat measured: each session's sample, and each device's reading.
+"""Storing what a heartbeat measured of each session (device readings ride on the node's row).
 
 A sample stands for the time since the agent's previous reading of that session
 (``interval_ms``), capped at the node timeout (longer than that, the node was lost and its
@@ -15,22 +15,22 @@ writer at a time), so a heartbeat and the maintenance loop never close one minut
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Table, bindparam, insert, select, update
+from sqlalchemy import Table, bindparam, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpuslice.common.schemas.agents import DeviceReport, SessionUsage
+from gpuslice.common.schemas.agents import SessionUsage
 from gpuslice.common.schemas.monitoring import IdleRule
 from gpuslice.common.schemas.sessions import SessionType
 from gpuslice.manager.db.models import (
-    DeviceRow,
     ResourcePolicy,
     SessionRow,
     UsageDaily,
@@ -39,13 +39,12 @@ from gpuslice.manager.db.models import (
     User,
 )
 from gpuslice.manager.errors import Conflict
-from gpuslice.manager.services.monitoring.codec import KiB, Point
+from gpuslice.manager.services.monitoring.codec import KiB, Point, quantized
 
 log = logging.getLogger(__name__)
 MINUTE_MS = 60_000
 DAY_MINUTES = 1440
 SERIES: Table = UsageSeries.__table__  # type: ignore[assignment]
-DEVICES: Table = DeviceRow.__table__  # type: ignore[assignment]
 OPEN = ("covered_ms", "cpu_ms", "cpu_sum", "mem_sum", "mem_max", "gpu_ms", "gpu_mem_sum",
         "gpu_mem_max", "gpu_util_sum")
 
@@ -67,14 +66,16 @@ class Stale(Exception):
 
 
 async def store(
-    db: AsyncSession, node_id: str, usage: Sequence[SessionUsage],
-    devices: Sequence[DeviceReport], now: datetime, max_gap_ms: int,
+    db: AsyncSession, node_id: str, usage: Sequence[SessionUsage], now: datetime,
+    max_gap_ms: int,
 ) -> int:
-    """Store one heartbeat's samples and device readings; commits. Samples of sessions that
-    are not on this node are ignored. Returns how many samples were stored."""
+    """Store one heartbeat's samples; commits. Samples of sessions that are not on this node
+    are ignored. Returns how many samples were stored."""
+    if not usage:
+        return 0
     for attempt in range(3):
         try:
-            stored = await _store_once(db, node_id, usage, devices, now, max_gap_ms)
+            stored = await _store_once(db, node_id, usage, now, max_gap_ms)
             await db.commit()
             return stored
         except (IntegrityError, DBAPIError, Stale):
@@ -89,28 +90,16 @@ async def store(
 
 
 async def _store_once(
-    db: AsyncSession, node_id: str, usage: Sequence[SessionUsage],
-    devices: Sequence[DeviceReport], now: datetime, max_gap_ms: int,
+    db: AsyncSession, node_id: str, usage: Sequence[SessionUsage], now: datetime,
+    max_gap_ms: int,
 ) -> int:
-    if devices:
-        await db.execute(
-            update(DEVICES)
-            .where(DEVICES.c.node_id == node_id, DEVICES.c.index == bindparam("b_index"))
-            .values(mem_used=bindparam("b_mem"), utilization=bindparam("b_util")),
-            [{"b_index": d.index, "b_mem": d.mem_used, "b_util": d.utilization}
-             for d in devices],
-        )
-    if not usage:
-        return 0
-    sessions = await _reported(db, node_id, [u.session_id for u in usage])
-    series = await lock_series(db, SERIES.c.session_id.in_(list(sessions)))
-    by_session = {row["session_id"]: row for row in series}
+    sessions, series = await _read(db, node_id, [u.session_id for u in usage])
     updates, created, closed = [], [], []
     for sample in usage:
         session = sessions.get(sample.session_id)
         if session is None:
             continue
-        row = by_session.get(sample.session_id)
+        row = series.get(sample.session_id)
         applied = _apply(row, session, sample, node_id, now, max_gap_ms)
         if applied is None:
             continue  # a reading already stored
@@ -138,26 +127,31 @@ async def update_series(
     changed meanwhile fails the whole transaction (``Stale``), to be redone."""
     if not changes:
         return
-    names = list(changes[0][1])
+    names = tuple(changes[0][1])
     params = [
         {"b_id": row["id"], "b_minute": row["minute"], "b_reading": row["reading_ms"],
          "b_covered": row["covered_ms"], **{f"v_{k}": values[k] for k in names}}
         for row, values in changes
     ]
-    result = await db.execute(
-        update(SERIES).where(
-            SERIES.c.id == bindparam("b_id"),
-            SERIES.c.minute.is_not_distinct_from(bindparam("b_minute")),
-            SERIES.c.reading_ms.is_not_distinct_from(bindparam("b_reading")),
-            SERIES.c.covered_ms == bindparam("b_covered"),
-        ).values({name: bindparam(f"v_{name}") for name in names}),
-        params,
-    )
+    result = await db.execute(_guarded_update(names), params)
     dialect = db.get_bind().dialect
     # PostgreSQL holds the rows locked since they were read (lock_series); elsewhere the count
     # of rows changed says whether one moved.
     if dialect.name != "postgresql" and result.rowcount != len(params):  # type: ignore[attr-defined]
         raise Stale("a usage series changed while it was being written")
+
+
+@functools.cache
+def _guarded_update(names: tuple[str, ...]) -> Any:
+    # Built once per set of columns (a heartbeat's path runs it for every node, every few
+    # seconds: building and keying the statement anew cost more than running it).
+    return update(SERIES).where(
+        SERIES.c.id == bindparam("b_id"),
+        SERIES.c.minute.is_not_distinct_from(bindparam("b_minute")),
+        SERIES.c.reading_ms.is_not_distinct_from(bindparam("b_reading")),
+        SERIES.c.covered_ms == bindparam("b_covered"),
+    ).values({**{name: bindparam(f"v_{name}") for name in names},
+              "revision": SERIES.c.revision + 1})
 
 
 async def lock_series(
@@ -170,12 +164,14 @@ async def lock_series(
 
 
 def closed_point(row: Mapping[str, Any]) -> tuple[int, Point]:
-    """The open minute of a series row as a closed point: ``(epoch minute, point)``."""
+    """The open minute of a series row as a closed point: ``(epoch minute, point)``, its sums
+    made whole multiples of their time (``codec.quantized``): the point kept is exactly what
+    is accounted."""
     covered = int(row["covered_ms"])
-    return int(row["minute"]), Point(
+    return int(row["minute"]), quantized(Point(
         slot=int(row["minute"]) % 60, covered_ms=covered, fgpu_sum=int(row["gpu"]) * covered,
         **{key: int(row[key]) for key in OPEN if key != "covered_ms"},
-    )
+    ))
 
 
 def open_point(series: UsageSeries) -> tuple[int, Point] | None:
@@ -197,37 +193,87 @@ async def write_closed(db: AsyncSession, rows: Iterable[Mapping[str, Any]]) -> N
                      **{k: v for k, v in sums.items() if not k.endswith("_max")}})
     if not minutes:
         return
-    await db.execute(insert(UsageMinute), minutes)
-    await db.execute(_add_to_day(db), days)
+    # Added to a minute already there: the same minute closed, then opened again by a
+    # manager whose clock is behind (several replicas); each close is still counted once.
+    await db.execute(_add_to(db, UsageMinute.__table__, ["series_id", "minute"]), minutes)
+    await db.execute(_add_to(db, UsageDaily.__table__, ["series_id", "day", "owner_id"]), days)
 
 
-def _add_to_day(db: AsyncSession) -> Any:
-    table: Table = UsageDaily.__table__  # type: ignore[assignment]
+def _add_to(db: AsyncSession, table: Any, keys: list[str]) -> Any:
+    """INSERT, or on the same key add the sums (and keep the higher peaks). Built once per
+    dialect and table: SQLAlchemy does not cache the compiled form of an upsert."""
+    dialect = db.get_bind().dialect.name
+    cached = _UPSERTS.get((dialect, table.name))
+    if cached is None:
+        cached = _UPSERTS[(dialect, table.name)] = _upsert(dialect, table, keys)
+    return cached
+
+
+_UPSERTS: dict[tuple[str, str], Any] = {}
+
+
+def _upsert(dialect: str, table: Any, keys: list[str]) -> Any:
     statement: Any
-    if db.get_bind().dialect.name == "postgresql":
-        statement = postgresql.insert(table)
+    higher: Any
+    if dialect == "postgresql":
+        statement, higher = postgresql.insert(table), func.greatest
     else:
-        statement = sqlite.insert(table)
-    added = [c.name for c in table.columns if c.name not in ("series_id", "day", "owner_id")]
-    return statement.on_conflict_do_update(
-        index_elements=["series_id", "day"],
-        set_={name: table.c[name] + statement.excluded[name] for name in added},
-    )
-
-
-async def _reported(db: AsyncSession, node_id: str, ids: list[str]) -> dict[str, Reported]:
-    rows = await db.execute(
-        select(SessionRow.id, SessionRow.owner_id, SessionRow.gpu, SessionRow.cpu,
-               SessionRow.type, ResourcePolicy.idle_rule)
-        .join(User, User.id == SessionRow.owner_id)
-        .outerjoin(ResourcePolicy, ResourcePolicy.id == User.policy_id)
-        .where(SessionRow.id.in_(ids), SessionRow.node_id == node_id)
-    )
-    return {
-        sid: Reported(sid, owner, gpu, cpu, kind == SessionType.BATCH,
-                      IdleRule.model_validate(rule) if rule else None)
-        for sid, owner, gpu, cpu, kind, rule in rows
+        statement, higher = sqlite.insert(table), func.max  # SQLite's max(a, b) is scalar
+    merged = {
+        c.name: higher(table.c[c.name], statement.excluded[c.name])
+        if c.name.endswith("_max") else table.c[c.name] + statement.excluded[c.name]
+        for c in table.columns if c.name not in keys
     }
+    return statement.on_conflict_do_update(index_elements=keys[:2], set_=merged)
+
+
+async def _read(
+    db: AsyncSession, node_id: str, ids: list[str]
+) -> tuple[dict[str, Reported], dict[str, dict[str, Any]]]:
+    """The reported sessions that are on this node, and the series rows of those that have
+    one, locked. One query in the usual case (every session already has its series)."""
+    result = await db.execute(_READ_SERIES, {"ids": ids, "node": node_id})
+    sessions, series = {}, {}
+    for row in result:
+        values = dict(row._mapping)
+        sessions[values["session_id"]] = _reported_of(values)
+        series[values["session_id"]] = {c: values[c] for c in _READ_COLUMNS}
+    missing = [i for i in ids if i not in sessions]
+    if missing:  # their first sample: no series yet
+        found = await db.execute(_READ_NEW, {"ids": missing, "node": node_id})
+        sessions.update((r._mapping["s_id"], _reported_of(dict(r._mapping))) for r in found)
+    return sessions, series
+
+
+# Plain table columns (no ORM entity: nothing to build per row), statements built once.
+_S: Table = SessionRow.__table__  # type: ignore[assignment]
+_U: Table = User.__table__  # type: ignore[assignment]
+_P: Table = ResourcePolicy.__table__  # type: ignore[assignment]
+_INFO = (_S.c.id.label("s_id"), _S.c.owner_id.label("s_owner"), _S.c.gpu.label("s_gpu"),
+         _S.c.cpu.label("s_cpu"), _S.c.type.label("s_type"), _P.c.idle_rule.label("s_rule"))
+_OWNERS = _S.join(_U, _U.c.id == _S.c.owner_id).outerjoin(_P, _P.c.id == _U.c.policy_id)
+_ON_NODE = _S.c.node_id == bindparam("node")
+# What storing a sample needs of a series (not its figures "now": the JSON and times there
+# cost more to load than the rest).
+_READ_COLUMNS = ("id", "session_id", "owner_id", "gpu", "last_at", "reading_ms", "minute",
+                 *OPEN, "gpu_idle_since", "cpu_idle_since")
+_READ_SERIES = (
+    select(*(SERIES.c[c] for c in _READ_COLUMNS), *_INFO)
+    .select_from(SERIES.join(_OWNERS, _S.c.id == SERIES.c.session_id))
+    .where(SERIES.c.session_id.in_(bindparam("ids", expanding=True)), _ON_NODE)
+    .order_by(SERIES.c.id)
+    .with_for_update(of=SERIES)
+)
+_READ_NEW = select(*_INFO).select_from(_OWNERS).where(
+    _S.c.id.in_(bindparam("ids", expanding=True)), _ON_NODE
+)
+
+
+def _reported_of(values: Mapping[str, Any]) -> Reported:
+    rule = values["s_rule"]
+    return Reported(values["s_id"], values["s_owner"], values["s_gpu"], values["s_cpu"],
+                    values["s_type"] == SessionType.BATCH,
+                    IdleRule.model_validate(rule) if rule else None)
 
 
 def _apply(

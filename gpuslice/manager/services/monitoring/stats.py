@@ -13,13 +13,21 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.durations import parse_duration
 from gpuslice.common.resources import ResourceError
-from gpuslice.common.schemas.monitoring import SessionStats
+from gpuslice.common.schemas.monitoring import SessionStats, UsageTotals
 from gpuslice.common.schemas.sessions import SessionPublic, SessionStatus
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import NodeRow, SessionRow, UsageSeries, User
 from gpuslice.manager.errors import InvalidRequest, NotFound
-from gpuslice.manager.services.monitoring.history import bucketed, now_of, points, totals
+from gpuslice.manager.services.monitoring.history import (
+    Timed,
+    bucketed,
+    now_of,
+    points,
+    steady,
+    totals,
+)
 from gpuslice.manager.services.monitoring.reclaim import countdown
+from gpuslice.manager.services.monitoring.samples import SERIES
 from gpuslice.manager.services.sessions import views
 
 TARGET_POINTS = 120  # the default step gives about this many
@@ -34,19 +42,27 @@ async def session_stats(
     """``row``'s usage; ``since`` is a duration back from now (``2h``) or an ISO time, by
     default the session's first sample; ``step`` seconds per point (a multiple of 60)."""
     now = utcnow()
-    series = await db.scalar(select(UsageSeries).where(UsageSeries.session_id == row.id))
     owner = await db.scalar(select(User.username).where(User.id == row.owner_id))
-    first = series.first_at if series is not None else row.created_at
-    start = _since(since, now, first) // 60 * 60
+    mine = select(UsageSeries).where(UsageSeries.session_id == row.id).execution_options(
+        populate_existing=True)
+    first_at = await db.scalar(select(UsageSeries.first_at).where(
+        UsageSeries.session_id == row.id))
+    start = _since(since, now, first_at or row.created_at) // 60 * 60
     until = int(now.timestamp()) // 60 * 60 + 60  # the open minute included
     step = _step(step, until - start)
-    found = await points(db, series, start, until) if series is not None else []
+
+    async def read() -> tuple[UsageSeries | None, list[Timed], UsageTotals]:
+        series = await db.scalar(mine)
+        found = await points(db, series, start, until) if series is not None else []
+        return series, found, await totals(db, series)
+
+    series, found, total = await steady(db, SERIES.c.session_id == row.id, read)
     reclaim = None
     if row.status == SessionStatus.RUNNING:
         reclaim = await countdown(db, row.id, max_gap, now)
     answer = SessionStats(
         session_id=row.id, name=row.name, owner=owner or row.owner_id,
-        status=SessionStatus(row.status), now=now_of(series), totals=await totals(db, series),
+        status=SessionStatus(row.status), now=now_of(series), totals=total,
         step=step, since=datetime.fromtimestamp(start, UTC),
         points=bucketed(found, start, step), reclaim=reclaim,
     )

@@ -22,6 +22,7 @@ from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, UsageSeries, User
 from gpuslice.manager.services.monitoring.idle import Reclaim
+from gpuslice.manager.services.monitoring.metrics import device_readings
 from gpuslice.manager.services.monitoring.reclaim import decisions
 from gpuslice.manager.services.sessions.views import visible
 
@@ -59,11 +60,12 @@ def _node(
     node: NodeRow, on_device: dict[str, list[TopSlice]], cpu_only: dict[str, list[TopSlice]],
     admin: bool,
 ) -> TopNode:
+    readings = device_readings(node.usage) if admin else {}
     devices = [
         TopDevice(
             index=d.index, uuid=d.uuid, model=d.model, mem=d.mem,
-            mem_used=d.mem_used if admin else None,
-            utilization=d.utilization if admin else None,
+            mem_used=readings.get(d.index, (None, None))[0],
+            utilization=readings.get(d.index, (None, None))[1],
             capacity=fgpu_decimal(d.capacity), used=fgpu_decimal(d.used) if admin else None,
             slices=on_device.get(d.uuid, []),
         )

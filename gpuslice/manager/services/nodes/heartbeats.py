@@ -48,7 +48,7 @@ async def heartbeat(
     if came_back:
         log.warning("node %s is back (it reports %d running)", node.name, len(body.running))
     started = time.perf_counter()
-    await samples.store(db, node.id, body.usage, body.devices, utcnow(), max_gap_ms)
+    await samples.store(db, node.id, body.usage, utcnow(), max_gap_ms)
     if timed is not None:
         timed(time.perf_counter() - started)
     version = await db.scalar(select(NodeRow.assignment_version).where(NodeRow.id == node.id))
@@ -85,5 +85,11 @@ async def _sync_devices(db: AsyncSession, node: NodeRow, body: Heartbeat) -> boo
     return changed
 
 
-def _usage(body: Heartbeat) -> dict[str, dict[str, int | None]]:
-    return {u.session_id: {"cpu": u.cpu, "mem": u.mem} for u in body.usage}
+def _usage(body: Heartbeat) -> dict[str, dict[str, dict[str, int | None]]]:
+    # Device readings (every process on the device) for /metrics and `gpuslice top`, on the
+    # row every heartbeat rewrites anyway; per-session figures go to monitoring's series.
+    return {
+        "devices": {str(d.index): {"mem_used": d.mem_used, "utilization": d.utilization}
+                    for d in body.devices},
+        "sessions": {u.session_id: {"cpu": u.cpu, "mem": u.mem} for u in body.usage},
+    }

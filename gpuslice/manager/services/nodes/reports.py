@@ -27,9 +27,10 @@ async def report_state(
 
     Returns the session's status afterwards.
     """
+    node_id = node.id  # read once: a retry's rollback and expunge detach ``node``
     for _attempt in range(3):
         row = await db.scalar(
-            select(SessionRow).where(SessionRow.id == session_id, SessionRow.node_id == node.id)
+            select(SessionRow).where(SessionRow.id == session_id, SessionRow.node_id == node_id)
         )
         if row is None:
             raise NotFound(f"session {session_id} is not assigned to this node")

@@ -1,4 +1,4 @@
-"""monitoring: usage series, minutes, packed history, daily accounting; device readings; idle rules
+"""monitoring: usage series, minutes, packed history, daily accounting; idle rules in policies
 
 Revision ID: i12_monitoring
 Revises: 0009
@@ -30,13 +30,11 @@ def upgrade() -> None:
     with op.batch_alter_table("resource_policies", schema=None) as batch_op:
         batch_op.add_column(sa.Column("idle_rule", sa.JSON(), nullable=True))
         batch_op.add_column(sa.Column("max_lifetime", sa.Integer(), nullable=True))
-    with op.batch_alter_table("devices", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("mem_used", sa.BigInteger(), nullable=True))
-        batch_op.add_column(sa.Column("utilization", sa.Integer(), nullable=True))
     op.create_table(
         "usage_series",
         sa.Column("id", sa.Integer(), autoincrement=True, nullable=False),
         sa.Column("session_id", sa.String(length=36), nullable=False),
+        _big("revision"),
         sa.Column("owner_id", sa.String(length=36), nullable=False),
         sa.Column("node_id", sa.String(length=36), nullable=True),
         _big("gpu"),
@@ -116,9 +114,6 @@ def downgrade() -> None:
     with op.batch_alter_table("usage_series", schema=None) as batch_op:
         batch_op.drop_index(batch_op.f("ix_usage_series_owner_id"))
     op.drop_table("usage_series")
-    with op.batch_alter_table("devices", schema=None) as batch_op:
-        batch_op.drop_column("utilization")
-        batch_op.drop_column("mem_used")
     with op.batch_alter_table("resource_policies", schema=None) as batch_op:
         batch_op.drop_column("max_lifetime")
         batch_op.drop_column("idle_rule")
