@@ -136,10 +136,10 @@ async def test_usage_per_user_and_day(
     agent = await make_agent()
     [a] = await create(alice, resources={"gpu": 0.5, "cpu": 1, "mem": "1g"})
     [b] = await create(bob, resources={"gpu": 0.25, "cpu": 1, "mem": "1g"})
-    measured = Measured(agent)
-    measured.gpu = {a["id"]: (GiB, 30), b["id"]: (GiB, 30)}
     for s in (a, b):
-        await wait_status(alice if s is a else bob, s["id"], "RUNNING", measured)
+        await wait_status(alice if s is a else bob, s["id"], "RUNNING")
+    measured = Measured(agent)  # exactly three samples of 10 s each, from here
+    measured.gpu = {a["id"]: (GiB, 30), b["id"]: (GiB, 30)}
     for _ in range(3):
         await measured.beat(10_000)
     everyone = (await admin.get("/api/v1/usage")).json()["rows"]

@@ -71,15 +71,19 @@ async def history_sum(app: FastAPI, series: UsageSeries) -> dict[str, int]:
 
 
 async def accounted(app: FastAPI, series: UsageSeries) -> dict[str, int]:
-    """The accounting rows of the series plus its open minute: what totals are made of."""
+    """The accounting rows of the series, its minutes not yet packed and its open minute: what
+    totals are made of."""
     async with app.state.sessionmaker() as db:
         async def read() -> dict[str, int]:
             fresh = await db.get(UsageSeries, series.id, populate_existing=True)
             assert fresh is not None
-            row = (await db.execute(
-                select(*(func.sum(getattr(UsageDaily, k)) for k in history.SUMS))
-                .where(UsageDaily.series_id == series.id))).one()
-            sums = {k: int(v or 0) for k, v in zip(history.SUMS, row, strict=True)}
+            sums = dict.fromkeys(history.SUMS, 0)
+            for table in (UsageDaily, UsageMinute):  # packed, and not yet packed
+                row = (await db.execute(
+                    select(*(func.sum(getattr(table, k)) for k in history.SUMS))
+                    .where(table.series_id == series.id))).one()
+                sums = {k: sums[k] + int(v or 0) for k, v in zip(history.SUMS, row,
+                                                                  strict=True)}
             opened = samples.open_point(fresh)
             if opened is not None:
                 sums = {k: v + getattr(opened[1], k) for k, v in sums.items()}

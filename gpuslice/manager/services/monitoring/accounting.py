@@ -1,8 +1,8 @@
 """Accounting: what each user used per UTC day (fGPU-hours, CPU-hours, GPU-memory-hours).
 
-Read from the daily rows (written with every closed minute, so exactly the sum of the history)
-plus the minutes still open, so a report is never behind the history. Users see their own;
-admins everyone's, or one user's.
+Read from the daily rows (written as minutes are packed, exactly their sums), the closed minutes
+not yet packed and the minutes still open: exactly the sum of the history, never behind it.
+Users see their own; admins everyone's, or one user's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from gpuslice.common.resources import ResourceError
 from gpuslice.common.schemas.monitoring import UsageReport, UsageRow
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import UsageDaily, UsageSeries, User
+from gpuslice.manager.db.models import UsageDaily, UsageMinute, UsageSeries, User
 from gpuslice.manager.errors import Forbidden, InvalidRequest
 from gpuslice.manager.services.monitoring.codec import Point
 from gpuslice.manager.services.monitoring.history import SUMS, public_totals, steady
@@ -96,6 +96,20 @@ async def _sums(
         sessions[key].add(row.series_id)
         for name in SUMS:
             totals[key][name] += getattr(row, name)
+    unpacked = (
+        select(UsageSeries.owner_id, UsageMinute.series_id, UsageMinute.minute,
+               *(getattr(UsageMinute, k) for k in SUMS))
+        .join(UsageSeries, UsageSeries.id == UsageMinute.series_id)
+        .where(UsageMinute.minute >= first * DAY_MINUTES,
+               UsageMinute.minute < (last + 1) * DAY_MINUTES)
+    )
+    if owner is not None:
+        unpacked = unpacked.where(UsageSeries.owner_id == owner)
+    for minute_owner, series_id, minute, *values in await db.execute(unpacked):
+        key = (minute_owner, minute // DAY_MINUTES)
+        sessions[key].add(series_id)
+        for name, value in zip(SUMS, values, strict=True):
+            totals[key][name] += value
     for series in (await db.scalars(open_.execution_options(populate_existing=True))).all():
         minute, point = open_point(series) or (0, Point(0))
         key = (series.owner_id, minute // DAY_MINUTES)

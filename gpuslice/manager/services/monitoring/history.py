@@ -2,10 +2,10 @@
 
 Points live in three places, read together: the open minute (on the series row), closed
 minutes not yet packed (``usage_minutes``) and packed rows (``usage_history``: hours of minute
-points, or days of hour points once rolled up). Totals are the accounting rows plus the open
-minute, which is exactly the sum of all the points (see ``samples.py``). Readers that read
-several of them go through :func:`steady`, so that a minute closed or an hour packed meanwhile
-is not counted twice or missed.
+points, or days of hour points once rolled up). Totals are the accounting rows (the packed
+points) plus the unpacked minutes and the open minute: exactly the sum of all the points.
+Readers that read several of them go through :func:`steady`, so that a minute closed or an
+hour packed meanwhile is not counted twice or missed.
 """
 
 from __future__ import annotations
@@ -96,14 +96,16 @@ def bucketed(timed: Iterable[Timed], since: int, step: int) -> list[UsagePoint]:
 
 
 async def totals(db: AsyncSession, series: UsageSeries | None) -> UsageTotals:
-    """The series' whole usage: its days' accounting plus the open minute."""
+    """The series' whole usage: its days' accounting, the minutes not yet packed, the open
+    minute."""
     sums = dict.fromkeys(SUMS, 0)
     if series is not None:
-        row = (await db.execute(
-            select(*(func.coalesce(func.sum(getattr(UsageDaily, k)), 0) for k in SUMS))
-            .where(UsageDaily.series_id == series.id)
-        )).one()
-        sums = {k: int(v) for k, v in zip(SUMS, row, strict=True)}
+        for table in (UsageDaily, UsageMinute):
+            row = (await db.execute(
+                select(*(func.coalesce(func.sum(getattr(table, k)), 0) for k in SUMS))
+                .where(table.series_id == series.id)
+            )).one()
+            sums = {k: sums[k] + int(v) for k, v in zip(SUMS, row, strict=True)}
         if (opened := open_point(series)) is not None:
             sums = {k: v + getattr(opened[1], k) for k, v in sums.items()}
     return public_totals(sums)

@@ -6,7 +6,8 @@ transaction, after locking the series it touches (the same lock order as heartbe
 1. **close**: the open minute of a series that has had no sample since that minute ended (a
    session that stopped) is closed as a heartbeat would have closed it.
 2. **pack**: closed minutes of past hours are packed into one ``usage_history`` row per series
-   and hour (step 60), the minute rows deleted.
+   and hour (step 60) and added to their days' accounting rows, the minute rows deleted, in
+   one transaction.
 3. **roll up**: hour rows older than ``minute_retention_days`` become one row per series and
    day of hour points (step 3600): sums added, peaks kept, so totals do not change.
 4. **drop**: day rows older than ``hour_retention_days`` are deleted (accounting is kept).
@@ -27,11 +28,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.manager.db.models import UsageHistory, UsageMinute
 from gpuslice.manager.services.monitoring.codec import Point, decode, encode, rolled_up
-from gpuslice.manager.services.monitoring.history import minute_point
+from gpuslice.manager.services.monitoring.history import SUMS, minute_point
 from gpuslice.manager.services.monitoring.samples import (
+    DAY_MINUTES,
     OPEN,
     SERIES,
     Stale,
+    add_to_days,
     lock_series,
     update_series,
     write_closed,
@@ -94,7 +97,8 @@ async def pack_hours(db: AsyncSession, before_minute: int) -> int:
     if not minutes:
         await db.commit()
         return 0
-    await lock_series(db, SERIES.c.id.in_({m.series_id for m in minutes}))
+    owners = {r["id"]: r["owner_id"]
+              for r in await lock_series(db, SERIES.c.id.in_({m.series_id for m in minutes}))}
     keys = [(m.series_id, m.minute) for m in minutes]
     # Deleted first: the delete takes SQLite's write lock, and if another manager packed some
     # of them meanwhile, fewer rows go and nothing is packed twice.
@@ -105,9 +109,19 @@ async def pack_hours(db: AsyncSession, before_minute: int) -> int:
         await db.rollback()
         return 0
     groups: dict[tuple[int, int], list[Point]] = defaultdict(list)
+    days: dict[tuple[int, int], Point] = {}
     for m in minutes:
-        groups[(m.series_id, m.minute // 60 * 3600)].append(minute_point(m))
+        point = minute_point(m)
+        groups[(m.series_id, m.minute // 60 * 3600)].append(point)
+        day = (m.series_id, m.minute // DAY_MINUTES)
+        days[day] = days[day].merged(point, 0) if day in days else point
     await _merge_into(db, 60, groups)
+    # The same sums to the accounting, in the same transaction: totals keep equal history.
+    await add_to_days(db, [
+        {"series_id": sid, "day": day, "owner_id": owners[sid],
+         **{k: getattr(point, k) for k in SUMS}}
+        for (sid, day), point in days.items()
+    ])
     await _touch(db, {m.series_id for m in minutes})
     await db.commit()
     return len(minutes)

@@ -6,8 +6,9 @@ sessions ended) and never overlapping a reading already stored (``at_ms`` on the
 clock: a heartbeat the manager stored but whose answer was lost, then sent again, adds
 nothing). It is added to the open minute of its series (the minute it arrived in, by the
 manager's clock); when a sample arrives in a later minute, the open one is closed: written as
-a ``usage_minutes`` row and added to that day's accounting row in the same transaction, so the
-accounting is always exactly the sum of the closed points.
+a ``usage_minutes`` row. Packing moves minute rows into the packed history and adds them to
+the day's accounting row in one transaction, so the accounting plus the unpacked minutes is
+always exactly the sum of the closed points.
 
 Writers of a series lock its row first (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite has one
 writer at a time), so a heartbeat and the maintenance loop never close one minute twice.
@@ -182,21 +183,24 @@ def open_point(series: UsageSeries) -> tuple[int, Point] | None:
 
 
 async def write_closed(db: AsyncSession, rows: Iterable[Mapping[str, Any]]) -> None:
-    """Write the open minutes of these series rows: a minute row each, added to its day."""
-    minutes, days = [], []
+    """Write the open minutes of these series rows, a minute row each (one statement: the
+    day's accounting gets them when they are packed, see ``maintenance.pack_hours``)."""
+    minutes = []
     for row in rows:
         minute, point = closed_point(row)
         sums = {key: getattr(point, key) for key in ("covered_ms", "fgpu_sum", *OPEN[1:])}
         minutes.append({"series_id": row["id"], "minute": minute, **sums})
-        days.append({"series_id": row["id"], "day": minute // DAY_MINUTES,
-                     "owner_id": row["owner_id"],
-                     **{k: v for k, v in sums.items() if not k.endswith("_max")}})
-    if not minutes:
-        return
-    # Added to a minute already there: the same minute closed, then opened again by a
-    # manager whose clock is behind (several replicas); each close is still counted once.
-    await db.execute(_add_to(db, UsageMinute.__table__, ["series_id", "minute"]), minutes)
-    await db.execute(_add_to(db, UsageDaily.__table__, ["series_id", "day", "owner_id"]), days)
+    if minutes:
+        # Added to a minute already there: the same minute closed, then opened again by a
+        # manager whose clock is behind (several replicas); each close is counted once.
+        await db.execute(_add_to(db, UsageMinute.__table__, ["series_id", "minute"]), minutes)
+
+
+async def add_to_days(db: AsyncSession, days: list[dict[str, Any]]) -> None:
+    """Add sums to accounting rows (``series_id``, ``day``, ``owner_id`` and the sums)."""
+    if days:
+        await db.execute(_add_to(db, UsageDaily.__table__, ["series_id", "day", "owner_id"]),
+                         days)
 
 
 def _add_to(db: AsyncSession, table: Any, keys: list[str]) -> Any:
