@@ -235,8 +235,9 @@ async def _history_size(app: Any, pg: bool, tmp: Path, days: int) -> tuple[int, 
                 data = pool[(i * 7919 + h) % len(pool)]
                 batch.append({"series_id": series_id, "step": 60,
                               "start": first_hour + h * 3600, "points": data})
-                if len(batch) == 5000:
+                if len(batch) == 5000:  # committed by batches: the manager's loops go on
                     await db.execute(insert(UsageHistory), batch)
+                    await db.commit()
                     batch = []
         if batch:
             await db.execute(insert(UsageHistory), batch)

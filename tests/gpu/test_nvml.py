@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
 
 import pytest
 
-from gpuslice.agent.accelerators import NvidiaAccelerator, detect
+from gpuslice.agent.accelerators import DeviceUsage, NvidiaAccelerator, detect
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.sampling import session_figures
 from gpuslice.agent.watchdog import find_overuse
@@ -35,45 +36,44 @@ def test_nvml_finds_the_gpu_and_the_agent_picks_nvidia(gpu: Gpu) -> None:
         found.accelerator.close()
 
 
-def test_a_process_own_memory_and_utilization(
-    gpu: Gpu, gpu_child: subprocess.Popen[str]
-) -> None:
+@pytest.fixture
+def reading(gpu: Gpu, gpu_child: subprocess.Popen[str]) -> Iterator[DeviceUsage]:
+    """Device 0 read by the agent's plugin while ``gpu_child`` holds memory and computes."""
     plugin, why_not = NvidiaAccelerator.open()
     assert plugin is not None, why_not
     try:
-        reading = _reading_with(plugin, gpu_child.pid)
-        mine = [p for p in reading.processes if p.pid == gpu_child.pid]
-        assert mine and mine[0].used is not None and mine[0].used >= GiB  # its 1 GiB, at least
-        figures = session_figures([reading], {gpu_child.pid: "s1"}, {"s1": [gpu.uuid],
-                                                                    "idle": [gpu.uuid]})
-        [busy], [idle] = figures["s1"], figures["idle"]
-        assert busy.mem_used is not None and busy.mem_used >= GiB
-        assert idle.mem_used == 0  # a session with no process on the GPU: its own figures
-        if reading.process_utilization is None:
-            pytest.skip(f"{gpu.name}: NVML has no per-process utilization here (unknown, "
-                        "never 0: reported as null)")
-        assert busy.utilization is not None and busy.utilization > 0
-        assert idle.utilization == 0
+        yield _reading_with(plugin, gpu_child.pid)
     finally:
         plugin.close()
+
+
+def test_a_process_own_memory_and_utilization(
+    gpu: Gpu, gpu_child: subprocess.Popen[str], reading: DeviceUsage
+) -> None:
+    mine = [p for p in reading.processes if p.pid == gpu_child.pid]
+    assert mine and mine[0].used is not None and mine[0].used >= GiB  # its 1 GiB, at least
+    figures = session_figures([reading], {gpu_child.pid: "s1"}, {"s1": [gpu.uuid],
+                                                                "idle": [gpu.uuid]})
+    [busy], [idle] = figures["s1"], figures["idle"]
+    assert busy.mem_used is not None and busy.mem_used >= GiB
+    assert idle.mem_used == 0  # a session with no process on the GPU: its own figures
+    if reading.process_utilization is None:
+        pytest.skip(f"{gpu.name}: NVML has no per-process utilization here (unknown, never "
+                    "0: reported as null)")
+    assert busy.utilization is not None and busy.utilization > 0
+    assert idle.utilization == 0
 
 
 def test_the_watchdog_judges_the_process_against_its_slice(
-    gpu: Gpu, gpu_child: subprocess.Popen[str]
+    gpu: Gpu, gpu_child: subprocess.Popen[str], reading: DeviceUsage
 ) -> None:
-    plugin, why_not = NvidiaAccelerator.open()
-    assert plugin is not None, why_not
-    try:
-        reading = _reading_with(plugin, gpu_child.pid)
-        owners = {gpu_child.pid: "s1"}
-        [over] = find_overuse([reading], owners, {"s1": {gpu.uuid: 256 * 1024**2}})
-        assert over.session_id == "s1" and over.used >= GiB
-        assert find_overuse([reading], owners, {"s1": {gpu.uuid: 8 * GiB}}) == []
-    finally:
-        plugin.close()
+    owners = {gpu_child.pid: "s1"}
+    [over] = find_overuse([reading], owners, {"s1": {gpu.uuid: 256 * 1024**2}})
+    assert over.session_id == "s1" and over.used >= GiB
+    assert find_overuse([reading], owners, {"s1": {gpu.uuid: 8 * GiB}}) == []
 
 
-def _reading_with(plugin: NvidiaAccelerator, pid: int, timeout: float = 30) -> object:
+def _reading_with(plugin: NvidiaAccelerator, pid: int, timeout: float = 30) -> DeviceUsage:
     """The device-0 reading once NVML lists ``pid`` (and, where it can, its utilization)."""
     deadline = time.monotonic() + timeout
     seen: list[int] = []
