@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import sys
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from gpuslice.cli.output import JsonOpt, console, friendly, mem, number, print_json
 from gpuslice.client import Client
+from gpuslice.common.durations import format_duration
 
 if TYPE_CHECKING:
     from gpuslice.common.schemas.monitoring import Top, TopSlice
@@ -78,8 +80,8 @@ def _slice(held: TopSlice | None) -> list[str]:
         return ["(free)"] + [""] * 7
     reclaim = ""
     if held.reclaim is not None:
-        seconds = max(0, int((held.reclaim.at - _now(held.reclaim.at)).total_seconds()))
-        reclaim = f"in {seconds // 60} min" if seconds >= 60 else f"in {seconds} s"
+        seconds = max(0, int((held.reclaim.at - datetime.now(UTC)).total_seconds()))
+        reclaim = f"in {format_duration(seconds)}"
     cpu = "-" if held.cpu is None else number(held.cpu)
     return [held.name, held.user, number(held.fgpu), mem(held.gpu_mem),
             _percent(held.gpu_util), f"{cpu}/{number(held.cpu_alloc)}",
@@ -88,9 +90,3 @@ def _slice(held: TopSlice | None) -> list[str]:
 
 def _percent(value: int | None) -> str:
     return "n/a" if value is None else f"{value} %"
-
-
-def _now(like: Any) -> Any:
-    from datetime import datetime
-
-    return datetime.now(like.tzinfo)

@@ -41,9 +41,16 @@ async def test_heartbeat_states_usage_in_exact_units(
     first = await collector.heartbeat()
     mine = {u.session_id: u for u in first.usage}[busy.session_id]
     assert mine.cpu is None and mine.mem > 0  # a rate needs two readings
+    assert mine.interval_ms is None and mine.at_ms and mine.gpus == []  # no GPU slice
+    collector.sent()  # the manager took it
     await asyncio.sleep(1.0)
+    lost = await collector.heartbeat()  # never reaches the manager: the next one covers it
+    await asyncio.sleep(0.5)
     second = await collector.heartbeat()
     mine = {u.session_id: u for u in second.usage}[busy.session_id]
     assert isinstance(mine.cpu, int) and 0 < mine.cpu <= 600  # a busy loop held to 0.5 cores
+    lost_one = {u.session_id: u for u in lost.usage}[busy.session_id]
+    assert mine.interval_ms is not None and lost_one.interval_ms is not None
+    assert mine.interval_ms > lost_one.interval_ms >= 900  # measured from the reading sent
     assert [d.utilization for d in second.devices] == [0]
     assert floats_in(json.loads(second.model_dump_json())) == []

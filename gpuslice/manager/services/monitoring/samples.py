@@ -287,11 +287,13 @@ def _apply(
     """The series' new values with ``sample`` added, and the open minute it closes (with the
     part of the sample that fell in it); ``None`` for a reading already stored."""
     previous = row["reading_ms"] if row is not None else None
-    if previous is not None and sample.at_ms is not None and sample.at_ms <= previous:
-        return None
+    if previous is not None and sample.at_ms == previous:
+        return None  # sent again: its answer was lost on the way
     covered = min(sample.interval_ms or 0, max_gap_ms)
-    if previous is not None and sample.at_ms is not None:
+    if previous is not None and sample.at_ms is not None and sample.at_ms > previous:
         covered = min(covered, sample.at_ms - previous)
+    # An earlier time than the last reading: the node's clock was set back. Its interval
+    # (measured on the same clock) is then 0 or its own; the figures are taken as they are.
     now_ms = int(now.timestamp() * 1000)
     minute = now_ms // MINUTE_MS
     closing = None

@@ -47,13 +47,14 @@ async def heartbeat(
     await db.commit()
     if came_back:
         log.warning("node %s is back (it reports %d running)", node.name, len(body.running))
+    node_id = node.id  # read now: storing the samples may roll back (and expire ``node``)
     started = time.perf_counter()
-    await samples.store(db, node.id, body.usage, utcnow(), max_gap_ms)
+    await samples.store(db, node_id, body.usage, utcnow(), max_gap_ms)
     if timed is not None:
         timed(time.perf_counter() - started)
-    version = await db.scalar(select(NodeRow.assignment_version).where(NodeRow.id == node.id))
+    version = await db.scalar(select(NodeRow.assignment_version).where(NodeRow.id == node_id))
     await db.commit()
-    return HeartbeatAck(node_id=node.id, status=NodeStatus.ALIVE, assignment_version=version or 0)
+    return HeartbeatAck(node_id=node_id, status=NodeStatus.ALIVE, assignment_version=version or 0)
 
 
 async def _sync_devices(db: AsyncSession, node: NodeRow, body: Heartbeat) -> bool:
