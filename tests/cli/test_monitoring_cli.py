@@ -11,7 +11,7 @@ from .conftest import Manager
 from .test_imports import BACK_ENDS, _found, _run_cli
 
 
-def test_usage_as_csv_and_bad_periods(manager: Manager) -> None:
+def test_usage_stats_and_top(manager: Manager) -> None:
     done = manager.cli("usage", "--csv", "--since", "30d")
     assert done.returncode == 0, done.stderr
     assert next(csv.reader(io.StringIO(done.stdout))) == [
@@ -21,8 +21,6 @@ def test_usage_as_csv_and_bad_periods(manager: Manager) -> None:
     assert bad.returncode == 2 and bad.stderr.startswith("error: since: 'last week' is neither")
     assert len(bad.stderr.splitlines()) == 1
 
-
-def test_session_stats_before_any_measurement(manager: Manager) -> None:
     done = manager.cli("session", "stats", "idle-1")
     assert done.returncode == 0, done.stderr
     assert "now      not measured yet" in done.stdout and "0 fGPU-hours" in done.stdout
@@ -31,11 +29,12 @@ def test_session_stats_before_any_measurement(manager: Manager) -> None:
     bad = manager.cli("session", "stats", "idle-1", "--step", "90")
     assert bad.returncode == 2 and "multiple of 60" in bad.stderr
 
-
-def test_top_once_and_as_json(manager: Manager) -> None:
     done = manager.cli("top", "--once")
     assert done.returncode == 0 and "gpuslice top" in done.stdout
     assert json.loads(manager.cli("top", "--json").stdout)["nodes"] == []
+    for command in (["usage", "--json"], ["top", "--json"]):  # nothing heavy imported
+        _done, loaded = _run_cli(command, manager.env)
+        assert _found(loaded, BACK_ENDS) == []
 
 
 def test_policy_set_takes_reclaim_rules(manager: Manager) -> None:
@@ -52,8 +51,3 @@ def test_policy_set_takes_reclaim_rules(manager: Manager) -> None:
         bad = manager.cli("admin", "policy", "set", "admin", *args)
         assert bad.returncode == 2 and says in bad.stderr, (args, bad.stderr)
 
-
-def test_usage_and_top_load_no_back_end(manager: Manager) -> None:
-    for command in (["usage", "--json"], ["top", "--json"]):
-        _done, loaded = _run_cli(command, manager.env)
-        assert _found(loaded, BACK_ENDS) == []

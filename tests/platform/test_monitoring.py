@@ -50,7 +50,7 @@ def wait_gpu(plat: Platform, ref: str, mem: int, util: int, timeout: float = 60)
         time.sleep(0.5)
 
 
-def test_each_session_shows_its_own_gpu_use_and_the_idle_one_is_reclaimed(
+def test_each_session_shows_its_own_gpu_use_the_idle_one_is_reclaimed_the_greedy_stopped(
     monitored: Platform, tmp_path: Path
 ) -> None:
     plat = monitored
@@ -99,9 +99,8 @@ def test_each_session_shows_its_own_gpu_use_and_the_idle_one_is_reclaimed(
             for target in panel["targets"]:
                 prom.query(target["expr"].replace("$user", ".*").replace("$node", ".*"))
 
-
-def test_the_watchdog_stops_a_session_over_its_slice(monitored: Platform) -> None:
-    plat = monitored
+    # The watchdog decides on the same readings, on this mock node too: over its slice (2 GiB
+    # of this GPU) a session is stopped with the reason.
     plat.ok("session", "create", "--type", "batch", "--name", "greedy", *SMALL, "--command",
             "gpuslice-mock-gpu --mem 3g --util 10 --seconds 900")
     stopped = plat.wait_status("greedy", {"ERROR", "TERMINATED"}, timeout=90)
