@@ -1,6 +1,6 @@
 """monitoring: usage series, minutes, packed history, daily accounting; idle rules in policies
 
-Revision ID: i12_monitoring
+Revision ID: 0010
 Revises: 0009
 Create Date: 2026-11-23
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "i12_monitoring"
+revision: str = "0010"
 down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
