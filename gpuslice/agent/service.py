@@ -26,7 +26,7 @@ from typing import Any
 from gpuslice.agent import usage_calls
 from gpuslice.agent.accelerators import Accelerator, detect
 from gpuslice.agent.config import AgentSettings
-from gpuslice.agent.decide import decide
+from gpuslice.agent.decide import Act, Action, decide
 from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.manager_link import (
     Credential,
@@ -43,7 +43,7 @@ from gpuslice.agent.sampling import GpuSampler
 from gpuslice.agent.sessions import SessionActions
 from gpuslice.agent.usage import UsageCollector
 from gpuslice.agent.watchdog import find_overuse, slice_limits
-from gpuslice.common.schemas.agents import Assignments, StateReport
+from gpuslice.common.schemas.agents import Assignments
 from gpuslice.common.schemas.sessions import SessionStatus
 
 log = logging.getLogger("gpuslice.agent")
@@ -242,12 +242,16 @@ class Agent:
             for overuse in find_overuse(reading.devices, reading.pid_sessions,
                                         slice_limits(containers),
                                         tolerance=self.settings.watchdog_tolerance):
-                self.say(f"agent: session {overuse.session_id}: {overuse.detail}")
-                await self.runtime.stop(overuse.session_id, self.settings.stop_grace_s)
-                await self.sessions.report(
-                    overuse.session_id,
-                    StateReport(status=SessionStatus.ERROR, reason=overuse.reason),
-                )
+                sid = overuse.session_id
+                if sid in self._busy:  # one step per session: the next reading decides again
+                    continue
+                self.say(f"agent: session {sid}: {overuse.detail}")
+                # The session's one step, so reconcile cannot see the stopped container first
+                # and report it as having exited by itself.
+                ending = Action(Act.STOP, sid, SessionStatus.ERROR, reason=overuse.reason)
+                task = asyncio.create_task(self.sessions.do(ending, None))
+                self._busy[sid] = task
+                task.add_done_callback(functools.partial(self._done, sid))
             await _sleep_or_stop(stop, self.settings.sample_interval_ms / 1000)
 
     # ------------------------------------------------------------ reconcile

@@ -67,7 +67,7 @@ class SessionActions:
             elif action.act is Act.FINISH:
                 await self._finish(action)
             elif action.act is Act.STOP:
-                await self._stop(sid)
+                await self._stop(sid, action.status or SessionStatus.TERMINATED, action.reason)
             elif action.act is Act.REMOVE:
                 await self._remove(sid)
         except (DockerUnavailable, LinkError) as err:
@@ -137,14 +137,14 @@ class SessionActions:
         ))
         await self.runtime.remove(sid)
 
-    async def _stop(self, sid: str) -> None:
-        """The manager wants it stopped: stop, keep its last logs, remove, report TERMINATED."""
+    async def _stop(self, sid: str, status: SessionStatus, reason: str) -> None:
+        """Stop the container, keep its last logs, remove it, and report ``status`` with
+        ``reason``: TERMINATED "stopped" when the manager asked, or the agent's own reason
+        (the watchdog's ERROR), not how the process exited."""
         await self.runtime.stop(sid, self.settings.stop_grace_s)
         logs = await self._final_logs(sid)
         await self.runtime.remove(sid)
-        await self.report(
-            sid, StateReport(status=SessionStatus.TERMINATED, reason="stopped", logs=logs)
-        )
+        await self.report(sid, StateReport(status=status, reason=reason, logs=logs))
 
     async def _remove(self, sid: str) -> None:
         self.say(
