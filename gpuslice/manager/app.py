@@ -14,6 +14,7 @@ from fastapi import APIRouter, FastAPI
 from gpuslice.manager.api import errors
 from gpuslice.manager.api.routes import (
     agents,
+    apps,
     auth,
     health,
     images,
@@ -26,7 +27,11 @@ from gpuslice.manager.db import migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
+from gpuslice.manager.proxy import routes as proxy_routes
 from gpuslice.manager.services import channel
+from gpuslice.manager.services.apps.access import Gate
+from gpuslice.manager.services.apps.links import LinkPool
+from gpuslice.manager.services.apps.traffic import ActivityMeter
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.users import ensure_admin
@@ -53,9 +58,10 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     app.state.settings = settings
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (health, auth, users, policies, sessions, images, nodes, agents):
+    for module in (health, auth, users, policies, sessions, apps, images, nodes, agents):
         api.include_router(module.router)
     app.include_router(api)
+    app.include_router(proxy_routes.router)  # /s/<session>/<app>/ and /login, for browsers
     return app
 
 
@@ -70,6 +76,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     sessionmaker = make_sessionmaker(engine, hub)
     app.state.hub, app.state.engine, app.state.sessionmaker = hub, engine, sessionmaker
     app.state.channel = channel.Channel(sessionmaker, hub, settings.nodes.assignment_poll)
+    app.state.links = LinkPool(app.state.channel, settings.apps, settings.nodes.advertise_url)
+    app.state.gate = Gate(sessionmaker, settings.apps)
+    app.state.activity = ActivityMeter(sessionmaker)
     try:
         if settings.database.migrate_on_start:
             await migrate.upgrade(engine)
@@ -81,6 +90,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
+            await app.state.links.close()
+            await app.state.activity.close()
     finally:
         await engine.dispose()
 
