@@ -25,8 +25,10 @@ COMMANDS = {
     ),
     "version": Lazy("gpuslice.cli.version:version", "Print the version."),
     "session": Lazy(
-        "gpuslice.cli.session:app", "Compute sessions: create, list, show, logs, destroy, exec."
+        "gpuslice.cli.session:app",
+        "Compute sessions: create, list, show, logs, destroy, exec, shell.",
     ),
+    "app": Lazy("gpuslice.cli.app:app", "A session's apps: list them, open one in a browser."),
     "image": Lazy("gpuslice.cli.image:app", "Session images: build, list, aliases."),
     "node": Lazy("gpuslice.cli.node:app", "Nodes and their GPUs (admins)."),
     "admin": Lazy("gpuslice.cli.admin:app", "Users, policies and join tokens (admins)."),

@@ -1,4 +1,4 @@
-"""`gpuslice session ...`: create, list, show, logs, destroy, exec, commit."""
+"""`gpuslice session ...`: create, list, show, logs, destroy, exec, shell, commit."""
 
 from __future__ import annotations
 
@@ -25,9 +25,10 @@ from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 from gpuslice.common.resources import MiB, parse_cpu, parse_fgpu, parse_mem
 
 if TYPE_CHECKING:
+    from gpuslice.client.terminal import Terminal
     from gpuslice.common.schemas.sessions import SessionPublic
 
-app = typer.Typer(help="Compute sessions: create, list, show, logs, destroy, exec.",
+app = typer.Typer(help="Compute sessions: create, list, show, logs, destroy, exec, shell.",
                   no_args_is_help=True)
 
 
@@ -196,6 +197,28 @@ def exec_(
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     raise typer.Exit(result.exit_code)
+
+
+@app.command("shell")
+@friendly
+def shell(
+    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    terminal: Annotated[str | None, typer.Option(
+        help="Reattach to this terminal (its id is shown when a connection is lost).")] = None,
+) -> None:
+    """An interactive shell in a running session (its terminal); exits with the shell's
+    exit code. Keys go as they are: Ctrl-C reaches the shell, Ctrl-D or `exit` ends it."""
+    from gpuslice.cli import _shell
+
+    with _client() as client:
+        sid = client.get_session(ref).id
+
+        def open_terminal(again: str | None) -> Terminal:
+            rows, cols = _shell.size()
+            return client.terminal(sid, rows=rows, cols=cols, terminal=again or terminal)
+
+        code = _shell.run(open_terminal)
+    raise typer.Exit(code)
 
 
 @app.command("commit")
