@@ -50,6 +50,9 @@ def create(
     env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable.")] = None,
     priority: Annotated[int, typer.Option(help="Higher runs first (bounded by policy).")] = 0,
     gpu_model: Annotated[str | None, typer.Option(help="Only GPUs of this model.")] = None,
+    app_: Annotated[list[str] | None, typer.Option(
+        "--app", help="An app of the image to start with the session, e.g. jupyter "
+        "(repeatable; others start when first opened).")] = None,
     wait: Annotated[bool, typer.Option(help="Wait until the sessions run (or wait).")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 300,
     as_json: JsonOpt = False,
@@ -70,6 +73,7 @@ def create(
         created = client.create_sessions(
             image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
             command=argv, env=variables, priority=priority, gpu_model=gpu_model,
+            apps=app_ or [],
         )
         if wait:
             created = [_wait_started(client, s, timeout) for s in created]

@@ -107,11 +107,13 @@ class Client:
         mem: int | str = "1g", count: int = 1, name: str | None = None,
         type: str = "interactive", command: list[str] | None = None,
         env: dict[str, str] | None = None, priority: int = 0, gpu_model: str | None = None,
+        apps: list[str] | None = None,
     ) -> list[SessionPublic]:
+        """Launch sessions; ``apps``: apps of the image to start as soon as each runs."""
         body = {
             "image": image, "resources": {"gpu": gpu, "cpu": cpu, "mem": mem}, "count": count,
             "name": name, "type": type, "command": command, "env": env or {},
-            "priority": priority, "gpu_model": gpu_model,
+            "priority": priority, "gpu_model": gpu_model, "apps": apps or [],
         }
         return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
 

@@ -40,7 +40,8 @@ class Terminal:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         try:
             ws = connect(url + query, additional_headers=headers, open_timeout=timeout,
-                         max_size=None, compression=None, ping_interval=20, ping_timeout=20)
+                         max_size=None, compression=None, ping_interval=20,
+                         ping_timeout=20).__enter__()  # closed by close()
         except InvalidStatus as exc:
             raise _refusal(exc) from None
         except (OSError, InvalidURI, WebSocketException, TimeoutError) as exc:

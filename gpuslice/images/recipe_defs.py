@@ -223,7 +223,8 @@ RECIPES: dict[str, Recipe] = {
                 RecipeVersion(
                     version="3.5.1",
                     build_args={"MLFLOW_VERSION": "3.5.1",
-                                "TENSORBOARD_VERSION": TENSORBOARD_VERSION},
+                                "TENSORBOARD_VERSION": TENSORBOARD_VERSION,
+                                "SQLALCHEMY_VERSION": "2.0.44"},
                     frameworks={"python": PYTHON, "mlflow": "3.5.1",
                                 "tensorboard": TENSORBOARD_VERSION,
                                 "scikit-learn": "1.5.2"},

@@ -140,10 +140,17 @@ def _remove_node_containers(node: str) -> None:
 @pytest.fixture
 def platform(base_image: str, tmp_path: Path) -> Iterator[Platform]:
     """`gpuslice up` with one mock 8 GiB GPU and 2 fGPU per GPU."""
+    yield from run_up(tmp_path)
+
+
+def run_up(tmp_path: Path, settings: dict[str, str] | None = None) -> Iterator[Platform]:
+    """`gpuslice up` (with these ``GPUSLICE_*`` manager settings), stopped and its node's
+    containers removed afterwards. The body of the `up` fixtures."""
     port, node = free_port(), f"node-{uuid.uuid4().hex[:8]}"
     env = _base_env(tmp_path)
     up = Process([GPUSLICE, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                  "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", "2", "--node-name", node], env)
+                  "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", "2", "--node-name", node],
+                 env | (settings or {}))
     plat = Platform(f"http://127.0.0.1:{port}", tmp_path / "data", node, env, [up])
     try:
         up.wait_for("gpuslice is up")
