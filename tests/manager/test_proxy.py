@@ -23,7 +23,7 @@ from websockets.exceptions import InvalidStatus
 from gpuslice.common.images import LABEL_APPS
 from gpuslice.manager.db.models import AgentRequestRow
 from gpuslice.manager.settings import ManagerSettings, load_settings
-from tests.manager.conftest import IMAGE, UserFactory, client_for, create, login
+from tests.manager.conftest import IMAGE, UserFactory, client_for, create
 from tests.manager.fake_agent import FakeAgent
 
 APPS_IMAGE = "apps:1"
@@ -40,7 +40,7 @@ def settings(tmp_path: Path, database_url: str) -> ManagerSettings:
         data_dir=tmp_path / "data", database={"url": database_url},
         nodes={"node_timeout": 30, "sweep_interval": 0.2, "assignment_poll": 0.5},
         sessions={"allowed_images": [IMAGE], "log_timeout": 3},
-        apps={"dial_back_timeout": 2},
+        apps={"dial_back_timeout": 5},
     )
 
 
@@ -53,8 +53,9 @@ async def url(app: FastAPI) -> AsyncIterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
                                            log_level="warning", ws_max_size=64 * 1024**2))
     serving = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
+    async with asyncio.timeout(30):
+        while not server.started:
+            await asyncio.sleep(0.01)
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     await serving
@@ -81,7 +82,7 @@ async def agent(app: FastAPI, admin: httpx.AsyncClient, url: str) -> AsyncIterat
 
 async def running(client: httpx.AsyncClient, image: str = APPS_IMAGE) -> str:
     [session] = await create(client, image=image, resources={"cpu": 1, "mem": "1g"})
-    for _ in range(200):
+    for _ in range(600):
         r = await client.get(f"/api/v1/sessions/{session['id']}")
         if r.json()["status"] == "RUNNING":
             return str(session["id"])
@@ -94,7 +95,7 @@ async def token_of(client: httpx.AsyncClient) -> str:
 
 
 def sent(opened: dict[str, Any]) -> dict[str, str]:
-    return {k: v for k, v in opened["headers"]}
+    return dict(opened["headers"])
 
 
 async def upgrade(url: str, headers: dict[str, str]) -> int:
@@ -267,8 +268,9 @@ async def test_only_the_addressed_node_dials_back_and_only_once(
         auth = {"Authorization": f"Bearer {await token_of(admin)}"}
         async with httpx.AsyncClient(base_url=url, headers=auth, timeout=30) as web:
             asking = asyncio.create_task(web.get(f"/s/{sid}/echo/small"))
-            while not quiet.links:
-                await asyncio.sleep(0.02)
+            async with asyncio.timeout(5):  # delivered before it expires (apps.dial_back_timeout)
+                while not quiet.links:
+                    await asyncio.sleep(0.02)
             [request] = quiet.links
             assert request["ask"]["kind"] == "stream" and request["session_id"] == sid
             link = f"{'ws' + url.removeprefix('http')}/api/v1/agents/me/streams/{request['id']}"

@@ -41,17 +41,6 @@ def plat(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     yield from run_up(tmp_path_factory.mktemp("apps"))
 
 
-@pytest.fixture(scope="module")
-def apps_image(plat: Platform, base_image: str) -> Iterator[str]:
-    tag = f"gpuslice-test/apps:{uuid.uuid4().hex[:10]}"
-    app_image.build(tag, base_image)
-    try:
-        plat.ok("image", "rescan")  # the node reports its images now
-        yield tag
-    finally:
-        app_image.remove(tag)
-
-
 def needs_image(tag: str) -> None:
     found = subprocess.run(["docker", "image", "inspect", tag], capture_output=True)
     if found.returncode:
@@ -66,28 +55,6 @@ def destroy_after(plat: Platform) -> Iterator[None]:
              if s["status"] not in ("TERMINATED", "ERROR", "CANCELLED")]
     if names:
         plat.cli("session", "destroy", *names)
-
-
-def session(plat: Platform, name: str, image: str, *args: str) -> str:
-    """A RUNNING session's id."""
-    for _ in range(50):  # a new image reaches the catalog with the node's next heartbeat
-        done = plat.cli("session", "create", "--name", name, "--image", image, "--wait",
-                        "--json", *args)
-        if done.returncode == 0 or "unknown image" not in done.stderr:
-            break
-        time.sleep(0.2)
-    assert done.returncode == 0, done.stderr
-    [created] = json.loads(done.stdout)
-    assert created["status"] == "RUNNING", created["status_reason"]
-    return str(created["id"])
-
-
-def login(plat: Platform, username: str, password: str) -> tuple[str, str]:
-    """A login token, and the login cookie a browser would get with it."""
-    answer = httpx.post(f"{plat.url}/api/v1/auth/login",
-                        json={"username": username, "password": password})
-    assert answer.status_code == 200, answer.text
-    return answer.json()["access_token"], answer.cookies["gpuslice_login"]
 
 
 def admin(plat: Platform) -> Client:
@@ -134,10 +101,10 @@ class Output:
 
 def test_jupyter_runs_code_through_the_proxy_with_a_browser_login(plat: Platform) -> None:
     needs_image(NOTEBOOK)
-    sid = session(plat, "nb", NOTEBOOK, "--cpu", "0.5", "--mem", "1g")
+    sid = plat.session("nb", NOTEBOOK, "--cpu", "0.5", "--mem", "1g")
     url = plat.ok("app", "open", "nb", "jupyter", "--no-browser").strip()
     assert url == f"{plat.url}/s/{sid}/jupyter/"
-    _, cookie = login(plat, "admin", plat.admin_password())
+    _, cookie = plat.login("admin", plat.admin_password())
     browser = {"Cookie": f"gpuslice_login={cookie}", "Origin": plat.url}
     lab = httpx.get(url + "lab", headers=browser)
     assert lab.status_code == 200 and "JupyterLab" in lab.text
@@ -175,7 +142,7 @@ def execute(ws: ws_client.ClientConnection, code: str) -> str:
 
 def test_terminal_runs_a_shell_that_survives_a_reconnect(plat: Platform) -> None:
     needs_image(NOTEBOOK)
-    sid = session(plat, "shell", NOTEBOOK, "--gpu", "0.5", "--cpu", "0.5", "--mem", "1g")
+    sid = plat.session("shell", NOTEBOOK, "--gpu", "0.5", "--cpu", "0.5", "--mem", "1g")
     client = admin(plat)
     with client.terminal(sid, rows=30, cols=100) as term:
         out = Output(term)
@@ -207,7 +174,7 @@ def test_terminal_runs_a_shell_that_survives_a_reconnect(plat: Platform) -> None
 
 def test_session_shell_is_interactive_and_returns_the_exit_status(plat: Platform) -> None:
     needs_image(NOTEBOOK)
-    session(plat, "cli-shell", NOTEBOOK, "--cpu", "0.5", "--mem", "1g")
+    plat.session("cli-shell", NOTEBOOK, "--cpu", "0.5", "--mem", "1g")
     main, child = pty.openpty()
     shell = subprocess.Popen([GPUSLICE, "session", "shell", "cli-shell"], stdin=child,
                              stdout=child, stderr=child, env=plat.env, start_new_session=True)
@@ -253,7 +220,7 @@ def test_mlflow_lists_a_run_logged_in_the_session_and_tensorboard_lists_runs(
     plat: Platform,
 ) -> None:
     needs_image(MLFLOW)
-    sid = session(plat, "track", MLFLOW, "--cpu", "0.5", "--mem", "1500m")
+    sid = plat.session("track", MLFLOW, "--cpu", "0.5", "--mem", "1500m")
     client = admin(plat)
     trained = client.exec(sid, ["python3", "/opt/gpuslice/examples/mlflow/train_diabetes.py",
                                 "0.1", "0.5"], timeout=600)
@@ -285,10 +252,10 @@ def test_mlflow_lists_a_run_logged_in_the_session_and_tensorboard_lists_runs(
 def test_only_the_owner_reaches_an_app_over_http_and_websocket(
     plat: Platform, apps_image: str
 ) -> None:
-    sid = session(plat, "mine", apps_image, "--cpu", "0.1", "--mem", "128m")
+    sid = plat.session("mine", apps_image, "--cpu", "0.1", "--mem", "128m")
     app_url, app_ws = f"{plat.url}/s/{sid}/echo/small", ws_url(plat, f"/s/{sid}/echo/ws")
     term_ws = ws_url(plat, f"/api/v1/sessions/{sid}/terminal")
-    token, cookie = login(plat, "admin", plat.admin_password())
+    token, cookie = plat.login("admin", plat.admin_password())
     owner = {"Authorization": f"Bearer {token}"}
     assert httpx.get(app_url, headers=owner).text == "ok"
 
@@ -299,13 +266,13 @@ def test_only_the_owner_reaches_an_app_over_http_and_websocket(
     assert upgrade_status(term_ws, {}) == 401
 
     plat.ok("admin", "user", "create", "bob", "--password", "bob-password")
-    bob, _ = login(plat, "bob", "bob-password")
+    bob, _ = plat.login("bob", "bob-password")
     other = {"Authorization": f"Bearer {bob}"}
     assert httpx.get(app_url, headers=other).status_code == 404  # as if it did not exist
     assert upgrade_status(app_ws, other) == 404
     assert upgrade_status(term_ws, other) == 404
 
-    expired, _ = login(plat, "bob", "bob-password")
+    expired, _ = plat.login("bob", "bob-password")
     expire_login(plat, expired)
     gone = {"Authorization": f"Bearer {expired}"}
     assert httpx.get(app_url, headers=gone).status_code == 401
@@ -338,8 +305,8 @@ def expire_login(plat: Platform, token: str) -> None:
 
 
 def test_the_app_never_sees_our_cookie_or_authorization(plat: Platform, apps_image: str) -> None:
-    sid = session(plat, "echo", apps_image, "--cpu", "0.1", "--mem", "128m")
-    token, cookie = login(plat, "admin", plat.admin_password())
+    sid = plat.session("echo", apps_image, "--cpu", "0.1", "--mem", "128m")
+    token, cookie = plat.login("admin", plat.admin_password())
     base = f"{plat.url}/s/{sid}/echo"
     for how in ({"Authorization": f"Bearer {token}", "Cookie": "theirs=1"},
                 {"Cookie": f"theirs=1; gpuslice_login={cookie}"}):
@@ -363,7 +330,7 @@ def test_the_app_never_sees_our_cookie_or_authorization(plat: Platform, apps_ima
 
 
 def test_apps_start_on_first_open_with_a_visible_state(plat: Platform, apps_image: str) -> None:
-    session(plat, "states", apps_image, "--cpu", "0.1", "--mem", "128m")
+    plat.session("states", apps_image, "--cpu", "0.1", "--mem", "128m")
     listed = {a["name"]: a for a in json.loads(plat.ok("app", "list", "states", "--json"))}
     assert listed["terminal"]["state"] == "ready"
     assert {listed[n]["state"] for n in ("echo", "slow", "broken")} == {"stopped"}
@@ -385,7 +352,7 @@ def test_apps_start_on_first_open_with_a_visible_state(plat: Platform, apps_imag
 
 
 def test_no_app_port_is_published_on_the_node(plat: Platform, apps_image: str) -> None:
-    sid = session(plat, "ports", apps_image, "--cpu", "0.1", "--mem", "128m")
+    sid = plat.session("ports", apps_image, "--cpu", "0.1", "--mem", "128m")
     admin(plat).start_app(sid, "echo")
     app_ports = {app_image.ECHO_PORT, 8888, 5000, 6006}
     listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True,
@@ -402,7 +369,7 @@ def test_no_app_port_is_published_on_the_node(plat: Platform, apps_image: str) -
 
 def test_apps_asked_for_at_creation_start_with_the_session(plat: Platform,
                                                            apps_image: str) -> None:
-    session(plat, "eager", apps_image, "--cpu", "0.1", "--mem", "128m", "--app", "echo")
+    plat.session("eager", apps_image, "--cpu", "0.1", "--mem", "128m", "--app", "echo")
     deadline = time.monotonic() + 60
     while True:
         listed = {a["name"]: a for a in json.loads(plat.ok("app", "list", "eager", "--json"))}

@@ -20,6 +20,7 @@ from gpuslice.agent.runtime import DockerRuntime
 from gpuslice.agent.streams.apps import Addresses, AppSupervisor
 from gpuslice.agent.streams.http import Upstream
 from gpuslice.agent.streams.link import serve_link
+from gpuslice.agent.streams.socket import LinkSocket
 from gpuslice.agent.streams.terminals import Terminals
 from gpuslice.common.schemas.agents import AppLaunch, AppsAnswer, AppsAsk, StreamAsk
 
@@ -49,11 +50,17 @@ class StreamService:
         client = self.client()
         async with client.ws_connect(
             url, headers={"Authorization": f"Bearer {credential.secret}"},
-            heartbeat=ask.ping_ms / 1000, max_msg_size=0, compress=0,
+            # The manager's pings keep the link alive through proxies; the agent's own, half as
+            # often, find a manager gone silent (its pong is due within the manager's interval).
+            heartbeat=2 * ask.ping_ms / 1000, max_msg_size=0, compress=0,
         ) as ws:
-            upstream = Upstream(self.addresses, self.apps, client)
-            await serve_link(ws, session_id, upstream, self.terminals,
-                             idle=ask.idle_ms / 1000, ping=ask.ping_ms / 1000)
+            link = LinkSocket(ws)
+            try:
+                upstream = Upstream(self.addresses, self.apps, client)
+                await serve_link(link, session_id, upstream, self.terminals,
+                                 idle=ask.idle_ms / 1000, ping=ask.ping_ms / 1000)
+            finally:
+                await link.close()
 
     async def states(self, session_id: str, ask: AppsAsk) -> AppsAnswer:
         """The apps' states, after starting ``ask.start`` (waiting for it) when asked."""

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from gpuslice.agent.streams.apps import Addresses, AppSupervisor
+from gpuslice.agent.streams.socket import LinkSocket
 from gpuslice.common.schemas.agents import AppLaunch, AppState, AppStatus
 from gpuslice.common.schemas.streams import (
     End,
@@ -63,7 +64,7 @@ class Upstream:
         return f"{scheme}://{address}:{app.port}{target}"
 
 
-async def serve_http(ws: aiohttp.ClientWebSocketResponse, session_id: str, ask: OpenHttp,
+async def serve_http(ws: LinkSocket, session_id: str, ask: OpenHttp,
                      upstream: Upstream) -> bool:
     """Serve one exchange; ``True`` when the link may carry the next one."""
     body = _Body(ws) if ask.body else None
@@ -85,7 +86,7 @@ async def serve_http(ws: aiohttp.ClientWebSocketResponse, session_id: str, ask: 
 class _Body:
     """The request body's frames, up to the manager's :class:`End`."""
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
+    def __init__(self, ws: LinkSocket) -> None:
         self.ws = ws
         self.done = False
 

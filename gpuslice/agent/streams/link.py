@@ -15,6 +15,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from gpuslice.agent.runtime.models import ContainerRuntimeError
 from gpuslice.agent.streams.http import LinkClosed, Upstream, serve_http
+from gpuslice.agent.streams.socket import LinkSocket
 from gpuslice.agent.streams.terminals import TerminalError, Terminals
 from gpuslice.agent.streams.websocket import serve_websocket
 from gpuslice.common.schemas.streams import (
@@ -31,10 +32,10 @@ from gpuslice.common.schemas.streams import (
 log = logging.getLogger(__name__)
 OPENS: TypeAdapter[OpenHttp | OpenWebSocket | OpenTerminal] = TypeAdapter(LinkOpen)
 RESIZE = TypeAdapter(Resize)
-Socket = aiohttp.ClientWebSocketResponse
+Socket = LinkSocket
 
 
-async def serve_link(ws: Socket, session_id: str, upstream: Upstream, terminals: Terminals,
+async def serve_link(ws: LinkSocket, session_id: str, upstream: Upstream, terminals: Terminals,
                      idle: float, ping: float) -> None:
     """Serve streams on ``ws`` for ``session_id`` until the manager closes it, it idles for
     ``idle`` seconds, or a stream that ends the link ends."""

@@ -10,6 +10,7 @@ import contextlib
 import aiohttp
 
 from gpuslice.agent.streams.http import StreamFailure, Upstream
+from gpuslice.agent.streams.socket import LinkSocket
 from gpuslice.common.schemas.streams import (
     Failed,
     OpenWebSocket,
@@ -17,11 +18,11 @@ from gpuslice.common.schemas.streams import (
     without_hop_by_hop,
 )
 
-Socket = aiohttp.ClientWebSocketResponse
+Socket = aiohttp.ClientWebSocketResponse | LinkSocket
 
 
-async def serve_websocket(ws: Socket, session_id: str, ask: OpenWebSocket, upstream: Upstream,
-                          ping: float) -> None:
+async def serve_websocket(ws: LinkSocket, session_id: str, ask: OpenWebSocket,
+                          upstream: Upstream, ping: float) -> None:
     """Open the app's WebSocket and relay until one side closes; answers :class:`Failed`
     when the app cannot be reached or refuses the handshake."""
     try:
