@@ -28,6 +28,7 @@ from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
 from gpuslice.manager.proxy import routes as proxy_routes
+from gpuslice.manager.proxy.dispatch import ProxyDispatch
 from gpuslice.manager.services import channel
 from gpuslice.manager.services.apps.access import Gate
 from gpuslice.manager.services.apps.links import LinkPool
@@ -61,7 +62,8 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     for module in (health, auth, users, policies, sessions, apps, images, nodes, agents):
         api.include_router(module.router)
     app.include_router(api)
-    app.include_router(proxy_routes.router)  # /s/<session>/<app>/ and /login, for browsers
+    app.include_router(proxy_routes.router)  # /login, for browsers
+    app.add_middleware(ProxyDispatch)  # /s/<session>/<app>/…: the apps, before the router
     return app
 
 

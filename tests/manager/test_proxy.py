@@ -262,9 +262,9 @@ async def test_only_the_addressed_node_dials_back_and_only_once(
     app: FastAPI, url: str, admin: httpx.AsyncClient
 ) -> None:
     quiet = await node(app, admin, url, "node-1", dials=False)
-    other = await node(app, admin, url, "node-2", dials=False)
+    sid = await running(admin)
+    other = await node(app, admin, url, "node-2", dials=False)  # after: the session is quiet's
     try:
-        sid = await running(admin)
         auth = {"Authorization": f"Bearer {await token_of(admin)}"}
         async with httpx.AsyncClient(base_url=url, headers=auth, timeout=30) as web:
             asking = asyncio.create_task(web.get(f"/s/{sid}/echo/small"))
@@ -296,7 +296,7 @@ async def test_an_agent_that_does_not_dial_back_is_a_timeout(
     silent = await node(app, admin, url, dials=False)
     try:
         sid = await running(admin)
-        async with httpx.AsyncClient(base_url=url, headers=admin.headers) as web:
+        async with httpx.AsyncClient(base_url=url, headers=admin.headers, timeout=30) as web:
             r = await web.get(f"/s/{sid}/echo/small")
         assert r.status_code == 504 and r.json()["code"] == "agent_timeout"
         [request] = silent.links

@@ -24,6 +24,9 @@ BLOCK = b"x" * (1024 * 1024)
 
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body are separate writes: with Nagle's algorithm the body would wait for the
+    # client's delayed ACK (40 ms), as no real app server lets it.
+    disable_nagle_algorithm = True
 
     def log_message(self, format: str, *args: object) -> None:  # quiet
         pass

@@ -18,6 +18,7 @@ from gpuslice.manager.services.apps.links import Link, LinkClosed, LinkPool
 from gpuslice.manager.services.apps.traffic import ActivityMeter
 
 REPLIES: TypeAdapter[AgentReply] = TypeAdapter(AgentReply)
+SMALL = 64 * 1024  # answers up to this size are read whole before they are passed on
 
 
 async def relay(request: Request, route: AppRoute, pool: LinkPool,
@@ -44,12 +45,24 @@ async def relay(request: Request, route: AppRoute, pool: LinkPool,
     if not isinstance(reply, HttpHead):
         pool.discard(link)
         return pages.failed(request, reply)
-    response = StreamingResponse(_body(link, pool), status_code=reply.status)
-    response.raw_headers = [
-        (k.lower().encode("latin-1"), v.encode("latin-1"))
-        for k, v in headers.downstream(reply.headers, route)
-    ]
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1"))
+           for k, v in headers.downstream(reply.headers, route)]
+    response: Response
+    if _length(reply) <= SMALL:  # read it whole: cheaper than streaming a few bytes
+        response = Response(b"".join([chunk async for chunk in _body(link, pool)]),
+                            status_code=reply.status)
+    else:
+        response = StreamingResponse(_body(link, pool), status_code=reply.status)
+    response.raw_headers = raw
     return response
+
+
+def _length(head: HttpHead) -> int:
+    """The answer's Content-Length; unknown (a stream) counts as endless."""
+    for key, value in head.headers:
+        if key.lower() == "content-length" and value.strip().isdigit():
+            return int(value)
+    return 2**63
 
 
 async def reply_of(link: Link) -> HttpHead | Failed | AgentReply:

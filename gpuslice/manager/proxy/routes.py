@@ -1,43 +1,20 @@
-"""Browser routes: the apps of sessions under ``/s/<session>/<app>/``, and the login page."""
+"""The login page for browsers (the apps under ``/s/<session>/<app>/`` are ``dispatch.py``'s)."""
 
 from __future__ import annotations
 
 from typing import Annotated
 from urllib.parse import parse_qs
 
-from fastapi import APIRouter, Path, Query, Request, WebSocket
+from fastapi import APIRouter, Query, Request
 from starlette.responses import RedirectResponse, Response
 
 from gpuslice.manager.api import browser
 from gpuslice.manager.errors import DomainError
-from gpuslice.manager.proxy import pages, serve
+from gpuslice.manager.proxy import pages
 from gpuslice.manager.services import auth
 
 router = APIRouter(include_in_schema=False)
-METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
-SessionId = Annotated[str, Path(max_length=64)]
-AppName = Annotated[str, Path(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
 _MAX_FORM = 16 * 1024
-
-
-@router.api_route("/s/{session_id}/{app}", methods=METHODS)
-async def app_root(request: Request, session_id: SessionId, app: AppName) -> Response:
-    """An app's root without its slash: relative links need it."""
-    query = f"?{request.url.query}" if request.url.query else ""
-    return RedirectResponse(f"/s/{session_id}/{app}/{query}", status_code=307)
-
-
-@router.api_route("/s/{session_id}/{app}/{path:path}", methods=METHODS)
-async def app_http(request: Request, session_id: SessionId, app: AppName, path: str) -> Response:
-    """An app's HTTP, for its session's owner."""
-    return await serve.serve_http(request, session_id, app)
-
-
-@router.websocket("/s/{session_id}/{app}/{path:path}")
-async def app_socket(websocket: WebSocket, session_id: SessionId, app: AppName,
-                     path: str) -> None:
-    """An app's WebSockets, for its session's owner."""
-    await serve.serve_app_socket(websocket, session_id, app)
 
 
 NextPath = Annotated[str, Query(alias="next", max_length=4096)]
