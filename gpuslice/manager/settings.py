@@ -147,7 +147,7 @@ class AppsSettings(BaseModel):
         description="Seconds a WebSocket peer has to answer a ping before it is dropped.",
     )
     max_message: int = Field(
-        default=256 * 1024 * 1024, ge=1024 * 1024, le=4 * 1024**3,
+        default=64 * 1024 * 1024, ge=1024 * 1024, le=4 * 1024**3,
         description="Largest WebSocket message relayed, bytes (a notebook's output can be big).",
     )
     terminal_keep: float = Field(
