@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 from fastapi import APIRouter, FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from gpuslice.manager.api import errors
 from gpuslice.manager.api.routes import (
@@ -27,6 +28,7 @@ from gpuslice.manager.db import migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
+from gpuslice.manager.proxy import pages
 from gpuslice.manager.proxy import routes as proxy_routes
 from gpuslice.manager.proxy.dispatch import ProxyDispatch
 from gpuslice.manager.services import channel
@@ -63,6 +65,7 @@ def create_app(settings: ManagerSettings) -> FastAPI:
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(proxy_routes.router)  # /login, for browsers
+    app.mount("/assets", StaticFiles(directory=pages.STATIC), name="assets")
     app.add_middleware(ProxyDispatch)  # /s/<session>/<app>/…: the apps, before the router
     return app
 

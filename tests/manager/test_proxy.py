@@ -307,3 +307,23 @@ async def test_an_agent_that_does_not_dial_back_is_a_timeout(
             assert await db.get(AgentRequestRow, request["id"]) is None
     finally:
         await silent.stop()
+
+
+# ------------------------------------------------------------------ the terminal's page
+
+
+async def test_the_terminal_page_loads_xterm_from_the_manager(
+    url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    sid = await running(admin)
+    async with httpx.AsyncClient(base_url=url, headers=admin.headers) as web:
+        page = await web.get(f"/s/{sid}/terminal/")
+        assert page.status_code == 200, "the browser terminal is not built: tools/build-web.sh"
+        assert f'data-session="{sid}"' in page.text
+        policy = page.headers["content-security-policy"]
+        assert "script-src 'self'" in policy and "default-src 'none'" in policy
+        assert f"connect-src 'self' ws://{url.removeprefix('http://')}" in policy
+        for asset in ("/assets/terminal.js", "/assets/vendor/xterm.js",
+                      "/assets/vendor/addon-fit.js", "/assets/vendor/xterm.css"):
+            assert (await web.get(asset)).status_code == 200, asset
+            assert f'"{asset}"' in page.text or f"={asset}>" in page.text

@@ -16,6 +16,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -57,6 +58,14 @@ def destroy_after(plat: Platform) -> Iterator[None]:
         plat.cli("session", "destroy", *names)
 
 
+def get(url: str, **kw: Any) -> httpx.Response:
+    return httpx.get(url, timeout=60, **kw)  # generous: CI machines can be busy
+
+
+def post(url: str, **kw: Any) -> httpx.Response:
+    return httpx.post(url, timeout=60, **kw)
+
+
 def admin(plat: Platform) -> Client:
     return plat.client()
 
@@ -68,7 +77,7 @@ def ws_url(plat: Platform, path: str) -> str:
 def upgrade_status(url: str, headers: dict[str, str]) -> int:
     """The HTTP status a WebSocket upgrade gets (101 when it opens)."""
     try:
-        with ws_client.connect(url, additional_headers=headers, open_timeout=30):
+        with ws_client.connect(url, additional_headers=headers, open_timeout=60):
             return 101
     except InvalidStatus as refused:
         return refused.response.status_code
@@ -106,12 +115,13 @@ def test_jupyter_runs_code_through_the_proxy_with_a_browser_login(plat: Platform
     assert url == f"{plat.url}/s/{sid}/jupyter/"
     _, cookie = plat.login("admin", plat.admin_password())
     browser = {"Cookie": f"gpuslice_login={cookie}", "Origin": plat.url}
-    lab = httpx.get(url + "lab", headers=browser)
+    lab = get(url + "lab", headers=browser)
     assert lab.status_code == 200 and "JupyterLab" in lab.text
-    kernel = httpx.post(url + "api/kernels", json={"name": "python3"}, headers=browser)
+    kernel = post(url + "api/kernels", json={"name": "python3"}, headers=browser)
     assert kernel.status_code == 201, kernel.text
     channels = ws_url(plat, f"/s/{sid}/jupyter/api/kernels/{kernel.json()['id']}/channels")
-    with ws_client.connect(channels, additional_headers=browser, max_size=None) as ws:
+    with ws_client.connect(channels, additional_headers=browser, max_size=None,
+                           open_timeout=60) as ws:
         assert execute(ws, "1+1") == "2"
         big = execute(ws, "'x' * (5 * 1024 * 1024)")  # one 5 MiB output message
         assert len(big) == 5 * 1024 * 1024 + 2  # the repr's quotes
@@ -228,21 +238,21 @@ def test_mlflow_lists_a_run_logged_in_the_session_and_tensorboard_lists_runs(
     run_id = trained.stdout.split("run ")[-1].split()[0]
     url = client.start_app(sid, "mlflow").url
     auth = {"Authorization": f"Bearer {client.token}"}
-    experiments = httpx.post(url + "ajax-api/2.0/mlflow/experiments/search",
-                             json={"max_results": 10}, headers=auth, timeout=60)
+    experiments = post(url + "ajax-api/2.0/mlflow/experiments/search",
+                             json={"max_results": 10}, headers=auth)
     assert experiments.status_code == 200, experiments.text
     [diabetes] = [e for e in experiments.json()["experiments"] if e["name"] == "diabetes"]
-    runs = httpx.post(url + "ajax-api/2.0/mlflow/runs/search",
+    runs = post(url + "ajax-api/2.0/mlflow/runs/search",
                       json={"experiment_ids": [diabetes["experiment_id"]]}, headers=auth)
     assert runs.status_code == 200, runs.text
     [run] = [r for r in runs.json()["runs"] if r["info"]["run_id"] == run_id]
     assert {m["key"] for m in run["data"]["metrics"]} >= {"rmse", "mae", "r2"}
-    ui = httpx.get(url, headers=auth)
+    ui = get(url, headers=auth)
     assert ui.status_code == 200 and "MLflow" in ui.text
 
     assert client.exec(sid, ["python3", "-c", TENSORBOARD_RUN]).exit_code == 0
     board = client.start_app(sid, "tensorboard").url
-    listed = httpx.get(board + "data/runs", headers=auth, timeout=60)
+    listed = get(board + "data/runs", headers=auth)
     assert listed.status_code == 200 and listed.json() == ["first-run"], listed.text
 
 
@@ -257,10 +267,10 @@ def test_only_the_owner_reaches_an_app_over_http_and_websocket(
     term_ws = ws_url(plat, f"/api/v1/sessions/{sid}/terminal")
     token, cookie = plat.login("admin", plat.admin_password())
     owner = {"Authorization": f"Bearer {token}"}
-    assert httpx.get(app_url, headers=owner).text == "ok"
+    assert get(app_url, headers=owner).text == "ok"
 
-    assert httpx.get(app_url).status_code == 401  # anonymous
-    assert httpx.get(app_url, headers={"Accept": "text/html"}).headers["location"].startswith(
+    assert get(app_url).status_code == 401  # anonymous
+    assert get(app_url, headers={"Accept": "text/html"}).headers["location"].startswith(
         f"/login?next=/s/{sid}/echo/small")
     assert upgrade_status(app_ws, {}) == 401
     assert upgrade_status(term_ws, {}) == 401
@@ -268,29 +278,29 @@ def test_only_the_owner_reaches_an_app_over_http_and_websocket(
     plat.ok("admin", "user", "create", "bob", "--password", "bob-password")
     bob, _ = plat.login("bob", "bob-password")
     other = {"Authorization": f"Bearer {bob}"}
-    assert httpx.get(app_url, headers=other).status_code == 404  # as if it did not exist
+    assert get(app_url, headers=other).status_code == 404  # as if it did not exist
     assert upgrade_status(app_ws, other) == 404
     assert upgrade_status(term_ws, other) == 404
 
     expired, _ = plat.login("bob", "bob-password")
     expire_login(plat, expired)
     gone = {"Authorization": f"Bearer {expired}"}
-    assert httpx.get(app_url, headers=gone).status_code == 401
+    assert get(app_url, headers=gone).status_code == 401
     assert upgrade_status(term_ws, gone) == 401
 
     foreign = {"Cookie": f"gpuslice_login={cookie}", "Origin": "http://evil.example"}
-    assert httpx.post(f"{plat.url}/s/{sid}/echo/echo", content=b"hi",
+    assert post(f"{plat.url}/s/{sid}/echo/echo", content=b"hi",
                       headers=foreign).status_code == 403
     assert upgrade_status(app_ws, foreign) == 403
     assert upgrade_status(term_ws, foreign) == 403
     same = {"Cookie": f"gpuslice_login={cookie}", "Origin": plat.url}
-    assert httpx.post(f"{plat.url}/s/{sid}/echo/echo", content=b"hi", headers=same).text == "hi"
+    assert post(f"{plat.url}/s/{sid}/echo/echo", content=b"hi", headers=same).text == "hi"
     assert upgrade_status(term_ws, same) == 101
 
     # a session of bob's: the admin sees it, but may not open its apps (apps.admin_access)
     bobs = Client(plat.url, bob).create_sessions(image=apps_image, cpu="0.1", mem="128m")[0]
     Client(plat.url, bob).wait(bobs.id, {"RUNNING"}, timeout=120)
-    refused = httpx.get(f"{plat.url}/s/{bobs.id}/echo/small", headers=owner)
+    refused = get(f"{plat.url}/s/{bobs.id}/echo/small", headers=owner)
     assert refused.status_code == 403 and "apps.admin_access" in refused.json()["message"]
 
 
@@ -310,22 +320,22 @@ def test_the_app_never_sees_our_cookie_or_authorization(plat: Platform, apps_ima
     base = f"{plat.url}/s/{sid}/echo"
     for how in ({"Authorization": f"Bearer {token}", "Cookie": "theirs=1"},
                 {"Cookie": f"theirs=1; gpuslice_login={cookie}"}):
-        seen = dict(httpx.get(f"{base}/headers", headers=how).json())
+        seen = dict(get(f"{base}/headers", headers=how).json())
         assert "Authorization" not in seen and token not in json.dumps(seen)
         assert seen["Cookie"] == "theirs=1" and cookie not in json.dumps(seen)
         assert seen["Host"] == f"localhost:{app_image.ECHO_PORT}"
         assert seen["X-Forwarded-Prefix"] == f"/s/{sid}/echo"
 
     browser = {"Cookie": f"gpuslice_login={cookie}"}
-    redirect = httpx.get(f"{base}/cookie", headers=browser)
+    redirect = get(f"{base}/cookie", headers=browser)
     assert redirect.status_code == 302 and redirect.headers["location"] == f"/s/{sid}/echo/small"
     [set_cookie] = redirect.headers.get_list("set-cookie")  # the app's "gpuslice_login": gone
     assert set_cookie == f"app_session=abc; Path=/s/{sid}/echo/"
 
     body = os.urandom(3 * 1024 * 1024)
-    assert httpx.post(f"{base}/echo", content=body, headers=browser | {
+    assert post(f"{base}/echo", content=body, headers=browser | {
         "Origin": plat.url}).content == body
-    download = httpx.get(f"{base}/bytes?n={20 * 1024 * 1024}", headers=browser)
+    download = get(f"{base}/bytes?n={20 * 1024 * 1024}", headers=browser)
     assert len(download.content) == 20 * 1024 * 1024
 
 
@@ -379,3 +389,57 @@ def test_apps_asked_for_at_creation_start_with_the_session(plat: Platform,
         time.sleep(0.5)
     unknown = plat.cli("session", "create", "--image", apps_image, "--app", "nope")
     assert unknown.returncode == 2 and "it can start: echo, slow, broken" in unknown.stderr
+
+
+# ------------------------------------------------------------------ in a real browser
+
+BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
+
+
+def test_a_browser_logs_in_and_uses_the_terminal_and_jupyterlab(plat: Platform) -> None:
+    needs_image(NOTEBOOK)
+    executable = next((b for b in BROWSERS if os.path.exists(b)), None)
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if executable is None:
+        pytest.skip("no Chromium (tools/host-setup.sh --browser installs it)")
+    sid = plat.session("web", NOTEBOOK, "--gpu", "0.5", "--cpu", "0.5", "--mem", "1g")
+    with sync_api.sync_playwright() as driver:
+        browser = driver.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        page = browser.new_page()
+        page.goto(f"{plat.url}/s/{sid}/terminal/")
+        assert "/login?next=" in page.url  # not logged in yet
+        page.fill("#u", "admin")
+        page.fill("#p", plat.admin_password())
+        page.click("button")
+        page.wait_for_url(f"**/s/{sid}/terminal/")
+        shown(page, "#status", "connected")
+        page.keyboard.type("echo hello$((40+2)); nvidia-smi\n")
+        shown(page, ".xterm-rows", "hello42")
+        shown(page, ".xterm-rows", "2048 MiB")
+        page.reload()
+        shown(page, "#status", "reconnected to the same shell")
+
+        page.goto(f"{plat.url}/s/{sid}/jupyter/lab")  # started on first open
+        page.wait_for_selector(".jp-LauncherCard[data-category='Notebook']", timeout=120_000)
+        page.click(".jp-LauncherCard[data-category='Notebook']")
+        page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
+        shown(page, "#jp-main-statusbar", "Idle", 60)  # the kernel is up
+        page.click(".jp-Notebook .jp-Cell .cm-content")
+        page.keyboard.type("6 * 7")
+        page.keyboard.press("Shift+Enter")
+        shown(page, ".jp-OutputArea-output", "42", 60)
+        browser.close()
+
+
+def shown(page: Any, selector: str, text: str, timeout: float = 30.0) -> None:
+    """Wait until ``text`` shows in ``selector`` (polled from here: the pages' CSP forbids the
+    browser-side evaluation wait_for_function uses)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if text in page.inner_text(selector, timeout=1000):
+                return
+        except Exception:  # not on the page yet
+            pass
+        assert time.monotonic() < deadline, f"no {text!r} in {selector}"
+        time.sleep(0.3)

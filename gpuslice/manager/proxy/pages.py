@@ -7,6 +7,7 @@ Content-Security-Policy says so). Programs get the same errors as JSON (``{code,
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -14,6 +15,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from gpuslice.common.schemas.errors import ErrorBody
 from gpuslice.common.schemas.streams import AgentReply, Failed
 
+STATIC = Path(__file__).with_name("static")  # /assets: the terminal's script, style, xterm.js
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
 _STYLE = ("body{font-family:system-ui,sans-serif;max-width:42rem;margin:4rem auto;padding:0 1rem}"
@@ -73,11 +75,31 @@ def page(title: str, body: str, status: int = 200) -> Response:
     })
 
 
-def terminal(conn: HTTPConnection, route: object) -> Response:
-    """The terminal's page (a browser terminal needs a script; until it is served, say how to
-    reach the same shell)."""
-    session = getattr(route, "session_id", "")
-    return page("Terminal: gpuslice", (
-        "<h1>Terminal</h1><p>Open this session's terminal from a shell with "
-        f"<code>gpuslice session shell {html.escape(session)}</code>.</p>"
-    ))
+def terminal(conn: HTTPConnection, session_id: str, session_name: str) -> Response:
+    """The session's terminal in the browser: xterm.js on the terminal's WebSocket
+    (``static/terminal.js``). Without its built assets (``tools/build-web.sh``), says so."""
+    if not (STATIC / "vendor" / "xterm.js").is_file():
+        return page("Terminal: gpuslice", (
+            "<h1>Terminal</h1><p>The browser terminal is not built on this manager (run "
+            "<code>tools/build-web.sh</code>). The same shell is reachable with "
+            f"<code>gpuslice session shell {html.escape(session_id)}</code>.</p>"), 503)
+    host = conn.headers.get("host", "")
+    csp = (f"default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+           f"connect-src 'self' ws://{host} wss://{host}; font-src 'self'; img-src 'self' data:;"
+           " frame-ancestors 'none'; base-uri 'none'")
+    text = (
+        "<!doctype html><html lang=en><meta charset=utf-8>"
+        f"<title>{html.escape(session_name)}: terminal</title>"
+        "<meta name=viewport content=\"width=device-width\">"
+        "<link rel=stylesheet href=/assets/vendor/xterm.css>"
+        "<link rel=stylesheet href=/assets/terminal.css>"
+        f"<body data-session=\"{html.escape(session_id, quote=True)}\">"
+        "<div id=terminal></div><div id=status>connecting...</div>"
+        "<script src=/assets/vendor/xterm.js></script>"
+        "<script src=/assets/vendor/addon-fit.js></script>"
+        "<script src=/assets/terminal.js></script></body></html>"
+    )
+    return HTMLResponse(text, headers={
+        "Content-Security-Policy": csp, "Cache-Control": "no-store",
+        "X-Content-Type-Options": "nosniff", "Referrer-Policy": "same-origin",
+    })

@@ -37,8 +37,8 @@ async def serve_http(request: Request, session_id: str, app: str) -> Response:
     try:
         route = await authorize(request, parts.gate, parts.settings, session_id, app,
                                 writes=request.method not in browser.SAFE_METHODS)
-        if route.launch is None:
-            return pages.terminal(request, route)
+        if route.launch is None:  # the terminal: its page (its stream is a WebSocket)
+            return pages.terminal(request, route.session_id, route.session_name)
         return await http.relay(request, route, parts.pool, parts.meter)
     except Unauthorized as err:
         if request.method == "GET" and pages.wants_html(request):
