@@ -21,7 +21,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from gpuslice.common.images import LABEL_APPS
-from gpuslice.manager.db.models import AgentRequestRow
+from gpuslice.manager.db.models import AgentRequestRow, SessionRow
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.conftest import IMAGE, UserFactory, client_for, create
 from tests.manager.fake_agent import FakeAgent
@@ -110,7 +110,7 @@ async def upgrade(url: str, headers: dict[str, str]) -> int:
 
 
 async def test_http_reaches_the_app_without_our_credentials(
-    url: str, admin: httpx.AsyncClient, agent: FakeAgent
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent
 ) -> None:
     sid = await running(admin)
     token = await token_of(admin)
@@ -137,6 +137,14 @@ async def test_http_reaches_the_app_without_our_credentials(
         assert (await web.get(f"/s/{sid}/echo/", headers={
             "Authorization": f"Bearer {token}"})).status_code == 200
     assert len(agent.links) == 1
+    assert (await admin.get(f"/api/v1/sessions/{sid}")).status_code == 200
+    async with app.state.sessionmaker() as db:  # people's app traffic is use of the session
+        for _ in range(50):
+            if (await db.get(SessionRow, sid, populate_existing=True)).last_activity_at:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("no activity recorded")
 
 
 async def test_cookies_and_redirects_of_an_app_stay_under_its_path(
@@ -148,6 +156,9 @@ async def test_cookies_and_redirects_of_an_app_stay_under_its_path(
         r = await web.get(f"/s/{sid}/echo/cookie")
         assert r.headers.get_list("set-cookie") == [f"app_session=abc; Path=/s/{sid}/echo/"]
         assert r.headers["location"] == f"/s/{sid}/echo/small"
+        for origin_wide in ("strict-transport-security", "clear-site-data",
+                            "service-worker-allowed"):
+            assert origin_wide not in r.headers
         big = await web.get(f"/s/{sid}/echo/big")
         assert len(big.content) == 5 * 1024 * 1024
         posted = await web.post(f"/s/{sid}/echo/upload", content=b"y" * (3 * 1024 * 1024))

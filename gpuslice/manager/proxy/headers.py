@@ -8,7 +8,9 @@ with DNS-rebinding or cross-origin checks (Jupyter, MLflow ``--allowed-hosts``) 
 setting of ours; ``X-Forwarded-*`` tell the real host, scheme, client and prefix.
 
 Downstream (to the browser): cookies an app sets are confined to the app's path (``Path`` under
-``/s/<session>/<app>/``, no ``Domain``), and one named like our login cookie is dropped; a
+``/s/<session>/<app>/``, no ``Domain``), and one named like our login cookie is dropped, as are
+headers that would act on the whole manager origin (HSTS, Clear-Site-Data,
+Service-Worker-Allowed); a
 redirect to the app's own ``localhost`` origin, or (for an app that does not know its prefix) to
 a bare path, is turned into the app's path on the proxy.
 """
@@ -29,8 +31,11 @@ _REPLACED = frozenset({
     "x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-prefix",
     "x-real-ip", "content-length",
 })
-# The manager's server writes these for every answer; the app's would be doubles.
-_SERVERS_OWN = frozenset({"date", "server"})
+# Dropped from apps' answers: the manager's server writes the first two for every answer (the
+# app's would be doubles); the others would reach past the app's path to the whole manager
+# origin (HTTPS-only for every page, wiping the login cookie, a service worker over "/").
+_DROPPED = frozenset({"date", "server", "strict-transport-security", "clear-site-data",
+                      "service-worker-allowed"})
 
 
 def upstream(conn: HTTPConnection, route: AppRoute, *, body: bool) -> list[Header]:
@@ -80,7 +85,7 @@ def downstream(headers: list[Header], route: AppRoute) -> list[Header]:
     out = []
     for key, value in headers:
         lower = key.lower()
-        if lower in _SERVERS_OWN:
+        if lower in _DROPPED:
             continue
         if lower == "set-cookie":
             rewritten = confine_cookie(value, route.prefix)
