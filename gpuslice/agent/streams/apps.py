@@ -95,14 +95,19 @@ class AppSupervisor:
                 app.message = f"it no longer answers on port {launch.port}"
         return app.status()
 
+    def ready(self, session_id: str, launch: AppLaunch) -> bool:
+        """Whether the app is known to answer (a request's fast path: no port check, nothing
+        built; otherwise :meth:`ensure`)."""
+        app = self._apps.get((session_id, launch.name))
+        return app is not None and app.state is AppState.READY and app.launch == launch and (
+            app.process is not None or time.monotonic() - app.verified < VERIFIED_FOR)
+
     async def ensure(self, session_id: str, launch: AppLaunch) -> AppStatus:
         """The app running and answering, started if needed; waits up to its start timeout.
         ``ready`` or ``failed`` (``stopped`` for an app the platform cannot start)."""
         app = self._app(session_id, launch)
-        if app.state is AppState.READY and (
-            app.process is not None or time.monotonic() - app.verified < VERIFIED_FOR
-        ):
-            return app.status()  # a request's fast path: no port check per request
+        if self.ready(session_id, launch):
+            return app.status()
         if app.starting is None:  # no await before this is set: one start at a time
             app.starting = asyncio.create_task(self._start(session_id, app))
         await asyncio.shield(app.starting)

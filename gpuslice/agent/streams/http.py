@@ -28,6 +28,7 @@ from gpuslice.common.schemas.streams import (
 )
 
 CHUNK = 256 * 1024  # most bytes per body frame
+END = End().model_dump_json()
 # aiohttp adds these unless told not to; the person's own (or none) must reach the app.
 SKIP_AUTO = frozenset({"Accept", "Accept-Encoding", "User-Agent", "Content-Type"})
 
@@ -58,9 +59,10 @@ class Upstream:
         if address is None:
             raise StreamFailure(Failed(status=409, code="not_running",
                                        message="the session's container is not running"))
-        status = await self.apps.ensure(session_id, app)
-        if status.state is not AppState.READY:
-            raise StreamFailure(_not_ready(status))
+        if not self.apps.ready(session_id, app):
+            status = await self.apps.ensure(session_id, app)
+            if status.state is not AppState.READY:
+                raise StreamFailure(_not_ready(status))
         return f"{scheme}://{address}:{app.port}{target}"
 
 
@@ -78,7 +80,7 @@ async def serve_http(ws: LinkSocket, session_id: str, ask: OpenHttp,
         await ws.send_str(head.model_dump_json())
         while chunk := await response.content.read(CHUNK):
             await ws.send_bytes(chunk)
-    await ws.send_str(End().model_dump_json())
+    await ws.send_str(END)
     # An app may answer before reading the whole body: the rest is still on the link.
     return body is None or body.done
 
