@@ -32,7 +32,6 @@ from gpuslice.common.schemas.streams import (
 log = logging.getLogger(__name__)
 OPENS: TypeAdapter[OpenHttp | OpenWebSocket | OpenTerminal] = TypeAdapter(LinkOpen)
 RESIZE = TypeAdapter(Resize)
-Socket = LinkSocket
 
 
 async def serve_link(ws: LinkSocket, session_id: str, upstream: Upstream, terminals: Terminals,
@@ -67,7 +66,7 @@ async def serve_link(ws: LinkSocket, session_id: str, upstream: Upstream, termin
 class _LinkSink:
     """A terminal's output going down a link."""
 
-    def __init__(self, ws: Socket) -> None:
+    def __init__(self, ws: LinkSocket) -> None:
         self.ws = ws
 
     async def output(self, data: bytes) -> None:
@@ -78,7 +77,7 @@ class _LinkSink:
         await self.ws.close()
 
 
-async def serve_terminal(ws: Socket, session_id: str, ask: OpenTerminal,
+async def serve_terminal(ws: LinkSocket, session_id: str, ask: OpenTerminal,
                          terminals: Terminals) -> None:
     """Attach the link to a terminal (new, or the one asked for) and pass keystrokes,
     resizes and output until either end goes; the shell is then kept for a reattach."""
@@ -104,5 +103,5 @@ async def serve_terminal(ws: Socket, session_id: str, ask: OpenTerminal,
         terminal.detach(sink, ask.keep_ms / 1000)
 
 
-async def _fail(ws: Socket, status: int, code: str, message: str) -> None:
+async def _fail(ws: LinkSocket, status: int, code: str, message: str) -> None:
     await ws.send_str(Failed(status=status, code=code, message=message[:4000]).model_dump_json())
