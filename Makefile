@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice
 
-.PHONY: up test test-sqlite test-pg lint bench host host-test images venv
+.PHONY: up test test-sqlite test-pg lint bench host host-test images venv web
 
 venv: $(VENV)/.installed
 
@@ -20,19 +20,23 @@ host:
 	bash tools/host-setup.sh
 
 host-test:
-	bash tools/host-setup.sh --postgres --prometheus
+	bash tools/host-setup.sh --postgres --prometheus --browser
 
 images: venv
 	bash scripts/build-images.sh
 
+# The browser terminal's xterm.js, from npm at the versions web/terminal/package-lock.json pins.
+web:
+	bash tools/build-web.sh
+
 UP_ARGS ?=
 
-up: host venv
+up: host venv web
 	$(VENV)/bin/gpuslice up $(UP_ARGS)
 
 # Everything: unit and property tests, the manager on SQLite, real Docker; then the database
 # tests again on PostgreSQL.
-test: host-test venv images lint test-sqlite test-pg
+test: host-test venv web images lint test-sqlite test-pg
 
 test-sqlite:
 	$(PY) -m pytest -q -p no:cacheprovider

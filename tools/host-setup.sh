@@ -1,19 +1,23 @@
 #!/usr/bin/env bash
 # Installs and starts what gpuslice needs on a Debian host, idempotently:
 #   Docker Engine (docker.io) and debootstrap (to build session images without a registry);
+#   npm (the browser terminal's xterm.js comes from the npm registry: tools/build-web.sh);
 #   with --postgres also PostgreSQL, with a `gpuslice` role and database for the test suite;
 #   with --prometheus also the Prometheus server binary (the monitoring tests start their own
-#   on a free port; the package's own service is not left running).
+#   on a free port; the package's own service is not left running);
+#   with --browser also headless Chromium (the tests drive the terminal and JupyterLab in it).
 # Runs as root, or through sudo.
 set -euo pipefail
 
 want_pg=0
 want_prometheus=0
+want_browser=0
 for arg in "$@"; do
   case "$arg" in
     --postgres) want_pg=1 ;;
     --prometheus) want_prometheus=1 ;;
-    *) echo "usage: $0 [--postgres] [--prometheus]" >&2; exit 2 ;;
+    --browser) want_browser=1 ;;
+    *) echo "usage: $0 [--postgres] [--prometheus] [--browser]" >&2; exit 2 ;;
   esac
 done
 
@@ -25,8 +29,13 @@ log() { printf '[host-setup] %s\n' "$*"; }
 packages=()
 command -v dockerd >/dev/null 2>&1 || packages+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || packages+=(debootstrap)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 if [ "$want_pg" = 1 ] && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
   packages+=(postgresql)
+fi
+if [ "$want_browser" = 1 ] && ! command -v chromium-headless-shell >/dev/null 2>&1 \
+    && ! command -v chromium >/dev/null 2>&1; then
+  packages+=(chromium-headless-shell)
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
   log "installing ${packages[*]}"

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from gpuslice.agent.config import AgentSettings
 from gpuslice.common.schemas.agents import (
+    AgentRequest,
     Answer,
     Assignments,
     Heartbeat,
@@ -119,16 +120,22 @@ class ManagerLink:
         return await self._post(f"{API}/me/heartbeat", body, HeartbeatAck)
 
     async def assignments(self, since: int | None, wait: float) -> Assignments:
+        """The node's assignments. A request of a kind this agent does not know (a newer
+        manager's) is skipped and logged: the rest of the answer still counts."""
         params: dict[str, float | int] = {"wait": wait}
         if since is not None:
             params["since"] = since
-        return await self._request(  # type: ignore[return-value]
+        raw = await self._request(
             "GET",
             f"{API}/me/assignments",
-            Assignments,
+            None,
             params=params,
             timeout=httpx.Timeout(10.0, read=wait + 15.0),
         )
+        if not isinstance(raw, dict):
+            raise LinkError("the manager's assignments answer is not a JSON object")
+        raw["requests"] = [r for r in raw.get("requests") or [] if _known_request(r)]
+        return Assignments.model_validate(raw)
 
     async def report(self, session_id: str, report: StateReport) -> str:
         answer = await self._request(
@@ -219,6 +226,19 @@ class ManagerLink:
                 out,
             )
         os.replace(tmp, path)
+
+
+def _known_request(raw: object) -> bool:
+    try:
+        AgentRequest.model_validate(raw)
+    except ValidationError:
+        ask = raw.get("ask") if isinstance(raw, dict) else None
+        kind = ask.get("kind") if isinstance(ask, dict) else None
+        request_id = raw.get("id") if isinstance(raw, dict) else None
+        log.warning("request %s of kind %r is not one this agent serves (is the manager "
+                    "newer?); skipped", request_id, kind)
+        return False
+    return True
 
 
 def _message(response: httpx.Response) -> str:

@@ -1,4 +1,4 @@
-"""The manager's requests to this agent (logs, exec, commit): each run once and answered once.
+"""The manager's requests to this agent (logs, exec, commit, apps, streams): each run once.
 
 Requests ride down with the assignments; the manager delivers each in exactly one answer (at
 most once), so the agent runs a request as it arrives and keeps no record of the ones it has
@@ -6,9 +6,11 @@ seen: a request it never got (a lost answer, a restart) is the manager's to time
 can arrive twice. Every request is answered with one ``PUT …/requests/{id}`` of its kind, a
 failure included (the kind's ``error``).
 
-:data:`KINDS` is the one place that says how a kind is served: its handler (ask → answer) and
-its answer for a failure. A new kind is one more entry there. Argv and output are never logged:
-they are the session owner's, and go only into the answer.
+:data:`KINDS` is the one place that says how a kind is served: a :class:`Kind` has its handler
+(ask → answer) and its answer for a failure; a :class:`Stream` is answered by dialling the
+manager back instead (``agent/streams``), so it has no answer at all: a failure to dial is
+the manager's to time out. A new kind is one more entry there. Argv and output are never
+logged: they are the session owner's, and go only into the answer.
 """
 
 from __future__ import annotations
@@ -20,19 +22,24 @@ from dataclasses import dataclass
 from typing import Any
 
 import aiodocker
+import aiohttp
 
 from gpuslice.agent.manager_link import LinkError, ManagerLink
 from gpuslice.agent.runtime.docker import DockerRuntime
 from gpuslice.agent.runtime.models import ContainerRuntimeError
+from gpuslice.agent.streams import StreamService
 from gpuslice.common.schemas.agents import (
     AgentRequest,
     Answer,
+    AppsAnswer,
+    AppsAsk,
     CommitAnswer,
     CommitAsk,
     ExecAnswer,
     ExecAsk,
     LogsAnswer,
     LogsAsk,
+    StreamAsk,
 )
 
 log = logging.getLogger(__name__)
@@ -52,16 +59,25 @@ class RequestContext:
     link: ManagerLink
     say: Callable[[str], None]
     images_changed: Callable[[], None]  # tells the manager the node's images at once
+    streams: StreamService | None = None  # terminals and apps (an agent has one)
 
 
 @dataclass(frozen=True, slots=True)
 class Kind:
-    """How the agent serves one kind of request."""
+    """How the agent serves one kind of request that it answers."""
 
     #: ``(context, session id, ask) → answer``; may raise, then ``failed`` answers
     serve: Callable[[RequestContext, str | None, Any], Awaitable[Answer]]
     #: the answer saying why the request could not be served
     failed: Callable[[str], Answer]
+
+
+@dataclass(frozen=True, slots=True)
+class Stream:
+    """A kind answered by dialling the manager back: ``open(context, request)`` runs the
+    stream to its end; it has no answer to send, a failure only goes to the log."""
+
+    open: Callable[[RequestContext, AgentRequest], Awaitable[None]]
 
 
 class RequestRunner:
@@ -80,6 +96,13 @@ class RequestRunner:
 
     async def serve(self, request: AgentRequest) -> None:
         """Run one request and answer it; a lost answer is logged (the manager times it out)."""
+        kind = KINDS[request.ask.kind]
+        if isinstance(kind, Stream):
+            try:
+                await kind.open(self.context, request)
+            except Exception as err:  # nobody to answer: the waiting person times out
+                log.warning("%s request %s: %s", request.ask.kind, request.id, _why(err))
+            return
         answer = await self.run(request)
         try:
             await self.context.link.answer(request.id, answer)
@@ -93,6 +116,7 @@ class RequestRunner:
     async def run(self, request: AgentRequest) -> Answer:
         """The answer to ``request``: its handler's, or its kind's failure. Never raises."""
         kind = KINDS[request.ask.kind]
+        assert isinstance(kind, Kind), "streams are opened, not answered"
         try:
             return await kind.serve(self.context, request.session_id, request.ask)
         except (ContainerRuntimeError, RequestError) as err:
@@ -148,15 +172,41 @@ async def serve_commit(
     return CommitAnswer(image_id=info.image_id, size=info.size, labels=info.labels)
 
 
+async def serve_apps(ctx: RequestContext, session_id: str | None, ask: AppsAsk) -> AppsAnswer:
+    """The session's apps' states, one started first when asked (``agent/streams/apps.py``)."""
+    return await _streams(ctx).states(_session(session_id), ask)
+
+
+async def open_stream(ctx: RequestContext, request: AgentRequest) -> None:
+    """Dial the manager back and serve the link (``agent/streams``)."""
+    assert isinstance(request.ask, StreamAsk)
+    await _streams(ctx).open_link(request.id, _session(request.session_id), request.ask)
+
+
 #: Every kind of ``common.schemas.agents.Ask``, and how it is served (one entry per kind).
-KINDS: dict[str, Kind] = {
+KINDS: dict[str, Kind | Stream] = {
     # LogsAnswer has no error field: the reason goes where the logs would
     "logs": Kind(serve_logs, lambda why: LogsAnswer(logs=_clip(f"(no logs: {why})\n"))),
     "exec": Kind(serve_exec, lambda why: ExecAnswer(error=_clip(f"could not run: {why}"))),
     "commit": Kind(
         serve_commit, lambda why: CommitAnswer(error=_clip(f"could not commit: {why}"))
     ),
+    "apps": Kind(serve_apps, lambda why: AppsAnswer(error=_clip(f"no app states: {why}"))),
+    "stream": Stream(open_stream),
 }
+
+
+def _streams(ctx: RequestContext) -> StreamService:
+    if ctx.streams is None:
+        raise RequestError("this agent serves no streams")
+    return ctx.streams
+
+
+def _why(err: Exception) -> str:
+    if isinstance(err, aiodocker.DockerError):
+        return str(err.message)
+    known = ContainerRuntimeError | RequestError | OSError | aiohttp.ClientError
+    return str(err) if isinstance(err, known) else type(err).__name__
 
 
 def _session(session_id: str | None) -> str:

@@ -41,6 +41,7 @@ from gpuslice.agent.runtime.models import DockerUnavailable
 from gpuslice.agent.runtime.spec import DeviceInfo, SpecOptions, container_name
 from gpuslice.agent.sampling import GpuSampler
 from gpuslice.agent.sessions import SessionActions
+from gpuslice.agent.streams import StreamService
 from gpuslice.agent.usage import UsageCollector
 from gpuslice.agent.watchdog import find_overuse, slice_limits
 from gpuslice.common.schemas.agents import Assignments
@@ -83,9 +84,10 @@ class Agent:
         self.endpoint = SessionEndpoint(
             settings.data_dir, data=self, link=self.link, user=settings.session_user
         )
+        self.streams = StreamService(self.runtime, self.link)
         self.requests = RequestRunner(RequestContext(
             runtime=self.runtime, link=self.link, say=self.say,
-            images_changed=self._heartbeat_now.set,
+            images_changed=self._heartbeat_now.set, streams=self.streams,
         ))
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -124,6 +126,7 @@ class Agent:
             await asyncio.gather(*tasks, *self._busy.values(), return_exceptions=True)
             await self.requests.close()
         finally:
+            await self.streams.close()
             await self.endpoint.stop()
             await self.link.close()
             await self.runtime.close()
@@ -267,6 +270,11 @@ class Agent:
                 await self.runtime.remove_container(container.container_id)
         known = wanted.keys() | actual.keys()
         self.sessions.forget(keep=known)
+        self.streams.forget(keep={sid for sid, c in actual.items() if c.running})
+        for session_id, assignment in wanted.items():
+            running = actual.get(session_id)
+            if assignment.apps and assignment.desired == "running" and running and running.running:
+                self.streams.autostart(session_id, assignment.apps)
         # Sockets for every container (adopted ones too, after a restart) and starting session.
         await self.endpoint.sync(actual.keys() | self._busy.keys())
         for session_id in sorted(known):

@@ -121,8 +121,6 @@ def build(
         "built first when missing.")] = None,
     torch_index: Annotated[str, typer.Option(
         help="pytorch -cpu versions: PyTorch's CPU wheel index URL.")] = "",
-    ttyd_binary: Annotated[Path | None, typer.Option(
-        help="notebook: a ttyd executable to serve the web terminal on port 7681.")] = None,
 ) -> None:
     """Build a session image from a recipe, e.g. `gpuslice image build scipy --version 1.5.2`."""
     from gpuslice.images.base import DEFAULT_CACHE_DIR, BaseImageOptions, default_extra_ca_bundle
@@ -132,7 +130,7 @@ def build(
     options = RecipeOptions(
         base_image=base_image,
         extra_ca_bundle=extra_ca_bundle if extra_ca_bundle else default_extra_ca_bundle(),
-        torch_index_url=torch_index, ttyd_binary=ttyd_binary, force=force,
+        torch_index_url=torch_index, force=force,
     )
     try:
         plan(recipe, version, options)  # an impossible request fails before Docker is asked

@@ -26,8 +26,9 @@ COMMANDS = {
     "version": Lazy("gpuslice.cli.version:version", "Print the version."),
     "session": Lazy(
         "gpuslice.cli.session:app",
-        "Compute sessions: create, list, show, stats, logs, destroy, exec."
+        "Compute sessions: create, list, show, stats, logs, destroy, exec, shell.",
     ),
+    "app": Lazy("gpuslice.cli.app:app", "A session's apps: list them, open one in a browser."),
     "image": Lazy("gpuslice.cli.image:app", "Session images: build, list, aliases."),
     "top": Lazy(
         "gpuslice.cli.top:top",

@@ -1,4 +1,4 @@
-"""`gpuslice session ...`: create, list, show, stats, logs, destroy, exec, commit."""
+"""`gpuslice session ...`: create, list, show, stats, logs, destroy, exec, shell, commit."""
 
 from __future__ import annotations
 
@@ -26,9 +26,10 @@ from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 from gpuslice.common.resources import MiB, parse_cpu, parse_fgpu, parse_mem
 
 if TYPE_CHECKING:
+    from gpuslice.client.terminal import Terminal
     from gpuslice.common.schemas.sessions import ReclaimPublic, SessionPublic
 
-app = typer.Typer(help="Compute sessions: create, list, show, stats, logs, destroy, exec.",
+app = typer.Typer(help="Compute sessions: create, list, show, stats, logs, destroy, exec, shell.",
                   no_args_is_help=True)
 
 
@@ -50,6 +51,9 @@ def create(
     env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable.")] = None,
     priority: Annotated[int, typer.Option(help="Higher runs first (bounded by policy).")] = 0,
     gpu_model: Annotated[str | None, typer.Option(help="Only GPUs of this model.")] = None,
+    app_: Annotated[list[str] | None, typer.Option(
+        "--app", help="An app of the image to start with the session, e.g. jupyter "
+        "(repeatable; others start when first opened).")] = None,
     wait: Annotated[bool, typer.Option(help="Wait until the sessions run (or wait).")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 300,
     as_json: JsonOpt = False,
@@ -70,6 +74,7 @@ def create(
         created = client.create_sessions(
             image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
             command=argv, env=variables, priority=priority, gpu_model=gpu_model,
+            apps=app_ or [],
         )
         if wait:
             created = [_wait_started(client, s, timeout) for s in created]
@@ -243,6 +248,28 @@ def exec_(
     sys.stdout.write(result.stdout)
     sys.stderr.write(result.stderr)
     raise typer.Exit(result.exit_code)
+
+
+@app.command("shell")
+@friendly
+def shell(
+    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    terminal: Annotated[str | None, typer.Option(
+        help="Reattach to this terminal (its id is shown when a connection is lost).")] = None,
+) -> None:
+    """An interactive shell in a running session (its terminal); exits with the shell's
+    exit code. Keys go as they are: Ctrl-C reaches the shell, Ctrl-D or `exit` ends it."""
+    from gpuslice.cli import _shell
+
+    with _client() as client:
+        sid = client.get_session(ref).id
+
+        def open_terminal(again: str | None) -> Terminal:
+            rows, cols = _shell.size()
+            return client.terminal(sid, rows=rows, cols=cols, terminal=again or terminal)
+
+        code = _shell.run(open_terminal)
+    raise typer.Exit(code)
 
 
 @app.command("commit")

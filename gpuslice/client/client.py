@@ -19,7 +19,9 @@ from gpuslice.client.config import ClientConfig, load_config
 from gpuslice.client.errors import ApiError
 
 if TYPE_CHECKING:
+    from gpuslice.client.terminal import Terminal
     from gpuslice.common.schemas.agents import JoinTokenCreated, NodePublic
+    from gpuslice.common.schemas.apps import AppList, AppPublic
     from gpuslice.common.schemas.common import Page
     from gpuslice.common.schemas.images import (
         ImageAliasPublic,
@@ -106,11 +108,13 @@ class Client:
         mem: int | str = "1g", count: int = 1, name: str | None = None,
         type: str = "interactive", command: list[str] | None = None,
         env: dict[str, str] | None = None, priority: int = 0, gpu_model: str | None = None,
+        apps: list[str] | None = None,
     ) -> list[SessionPublic]:
+        """Launch sessions; ``apps``: apps of the image to start as soon as each runs."""
         body = {
             "image": image, "resources": {"gpu": gpu, "cpu": cpu, "mem": mem}, "count": count,
             "name": name, "type": type, "command": command, "env": env or {},
-            "priority": priority, "gpu_model": gpu_model,
+            "priority": priority, "gpu_model": gpu_model, "apps": apps or [],
         }
         return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
 
@@ -188,6 +192,29 @@ class Client:
         """Usage per user and UTC day (``since``: ``7d`` or a date; admins: any ``user``)."""
         params = {k: v for k, v in (("user", user), ("since", since), ("until", until)) if v}
         return self._call("GET", "/usage", schemas.monitoring.UsageReport, params=params)
+    # ------------------------------------------------------------ apps and terminals
+
+    def list_apps(self, ref: str) -> AppList:
+        """A running session's apps (its terminal and its image's) with states and URLs."""
+        sid = self.get_session(ref).id
+        return self._call("GET", f"/sessions/{sid}/apps", schemas.apps.AppList)
+
+    def start_app(self, ref: str, name: str, timeout: float = 600.0) -> AppPublic:
+        """Start an app unless it runs and wait until it answers: its URL (a browser opens it
+        after logging in). ``ApiError`` ``app_failed`` with its exit code and last lines."""
+        sid = self.get_session(ref).id
+        return self._call("POST", f"/sessions/{sid}/apps/{name}/start", schemas.apps.AppPublic,
+                          timeout=httpx.Timeout(30.0, read=timeout))
+
+    def terminal(self, ref: str, *, rows: int = 24, cols: int = 80,
+                 terminal: str | None = None) -> Terminal:
+        """A shell in a running session (see ``gpuslice.client.terminal``); ``terminal``: the
+        id of one whose connection dropped within the last minute, to reattach to it."""
+        from gpuslice.client.terminal import Terminal
+
+        sid = self.get_session(ref).id
+        url = "ws" + self.url.removeprefix("http") + f"{API}/sessions/{sid}/terminal"
+        return Terminal.open(url, self.token, rows=rows, cols=cols, terminal=terminal)
 
     # ------------------------------------------------------------ images
 

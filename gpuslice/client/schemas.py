@@ -13,9 +13,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpuslice.common.schemas import agents, common, images, monitoring, sessions, users
+    from gpuslice.common.schemas import agents, apps, common, images, monitoring, sessions, users
 
-__all__ = ["agents", "common", "images", "monitoring", "sessions", "users"]
+__all__ = ["agents", "apps", "common", "images", "monitoring", "sessions", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -9,7 +9,14 @@ image that still works):
 - ``gpuslice.image.min-gpu`` / ``.min-cpu`` / ``.min-mem``: minimum resources a session of the
   image needs (``0.5``, ``1``, ``2g``)
 - ``gpuslice.image.gpu``: ``true`` if the image can use a GPU
-- ``gpuslice.image.apps``: JSON list of ``{"name", "protocol", "port"}`` the image serves
+- ``gpuslice.image.apps``: JSON list of the apps the image serves, each
+  ``{"name", "protocol", "port"}`` plus, for apps the platform starts (on first open or at
+  session start), ``"command"`` (argv; ``{port}``, ``{base_path}`` and ``{token}`` are filled
+  in as by Python's ``str.format``, so a literal brace is doubled), ``"base_path"`` (true
+  when the command places the app under its proxy path, e.g. Jupyter's
+  ``--ServerApp.base_url={base_path}``; false: the proxy strips the path prefix) and
+  ``"start_timeout"`` (seconds before a start that does not answer is a failure, default 60).
+  The name ``terminal`` is the platform's own (every session has a terminal).
 - ``gpuslice.image.owner`` / ``.origin-session``: set on images committed from a session
 """
 
@@ -17,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,13 +49,37 @@ LABEL_ORIGIN_SESSION = "gpuslice.image.origin-session"
 
 _APP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 _PROTOCOLS = frozenset({"http", "tcp", "ws"})
+#: What an app's start command may name: filled in when the app is started.
+APP_PLACEHOLDERS = frozenset({"port", "base_path", "token"})
+#: Every session's own app (a TTY exec): an image cannot declare an app of that name.
+TERMINAL_APP = "terminal"
+_FORMAT = string.Formatter()
+DEFAULT_START_TIMEOUT = 60
 
 
 @dataclass(frozen=True, slots=True)
 class ImageApp:
+    """An app an image serves: reached by the proxy at ``port`` inside the container, and
+    started with ``command`` (when it has one) the first time it is opened."""
+
     name: str
     protocol: str
     port: int
+    command: tuple[str, ...] = ()
+    base_path: bool = False
+    start_timeout: int = DEFAULT_START_TIMEOUT  # seconds
+
+    def argv(self, *, port: int, base_path: str, token: str) -> list[str]:
+        """The start command with its placeholders filled in."""
+        return [arg.format(port=port, base_path=base_path, token=token) for arg in self.command]
+
+    def to_label(self) -> dict[str, Any]:
+        item: dict[str, Any] = {"name": self.name, "protocol": self.protocol, "port": self.port}
+        if self.command:
+            item |= {"command": list(self.command), "base_path": self.base_path}
+        if self.start_timeout != DEFAULT_START_TIMEOUT:
+            item["start_timeout"] = self.start_timeout
+        return item
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +130,7 @@ class ImageMeta:
         if self.frameworks:
             labels[LABEL_FRAMEWORKS] = json.dumps(self.frameworks, sort_keys=True)
         if self.apps:
-            labels[LABEL_APPS] = json.dumps(
-                [{"name": a.name, "protocol": a.protocol, "port": a.port} for a in self.apps]
-            )
+            labels[LABEL_APPS] = json.dumps([a.to_label() for a in self.apps])
         for key, value, unit in ((LABEL_MIN_GPU, self.min_gpu, 1000),
                                  (LABEL_MIN_CPU, self.min_cpu, 1000)):
             if value:
@@ -138,12 +168,20 @@ def _apps(raw: str | None, problems: list[str]) -> tuple[ImageApp, ...]:
     except ValueError:
         problems.append(f"{LABEL_APPS}: not JSON")
         return ()
-    apps = []
+    apps: list[ImageApp] = []
     for item in value if isinstance(value, list) else [None]:
         if not isinstance(item, dict) or not _valid_app(item):
             problems.append(f"{LABEL_APPS}: {item!r} is not {{name, protocol, port}}")
             continue
-        apps.append(ImageApp(item["name"], item["protocol"], item["port"]))
+        why = _app_problem(item, apps)
+        if why:
+            problems.append(f"{LABEL_APPS}: {item['name']}: {why}")
+            continue
+        apps.append(ImageApp(
+            item["name"], item["protocol"], item["port"], tuple(item.get("command") or ()),
+            bool(item.get("base_path", False)),
+            int(item.get("start_timeout", DEFAULT_START_TIMEOUT)),
+        ))
     return tuple(apps)
 
 
@@ -154,3 +192,32 @@ def _valid_app(item: dict[str, Any]) -> bool:
         and item.get("protocol") in _PROTOCOLS
         and isinstance(port, int) and 1 <= port <= 65535
     )
+
+
+def _app_problem(item: dict[str, Any], earlier: list[ImageApp]) -> str:
+    """Why an app's optional fields are unusable ("" when they are fine)."""
+    if item["name"] == TERMINAL_APP:
+        return "the name is the platform's own terminal"
+    if any(a.name == item["name"] for a in earlier):
+        return "declared twice"
+    command = item.get("command", [])
+    if not isinstance(command, list) or len(command) > 64 or not all(
+        isinstance(arg, str) and len(arg) <= 1024 for arg in command
+    ):
+        return "command must be a list of at most 64 strings"
+    try:
+        named = {field for arg in command for _, field, _, _ in _FORMAT.parse(arg) if field}
+    except ValueError as exc:  # a lone brace
+        return f"command: {exc} (a literal brace is written twice)"
+    unknown = named - APP_PLACEHOLDERS
+    if unknown:
+        return (f"command names {', '.join(sorted(unknown))}; placeholders are "
+                f"{', '.join(sorted(APP_PLACEHOLDERS))}")
+    if not isinstance(item.get("base_path", False), bool):
+        return "base_path must be true or false"
+    if item.get("base_path") and not any("{base_path}" in arg for arg in command):
+        return "base_path is true but the command never names {base_path}"
+    timeout = item.get("start_timeout", DEFAULT_START_TIMEOUT)
+    if not isinstance(timeout, int) or isinstance(timeout, bool) or not 1 <= timeout <= 3600:
+        return "start_timeout must be whole seconds from 1 to 3600"
+    return ""

@@ -2,19 +2,23 @@
 
 Idempotent like the base image: the image carries ``gpuslice.recipe-digest``, a hash of the
 build context, build arguments, labels and the base image's id, and is not rebuilt while that
-matches. The standard base image is ensured first (built when missing); a user-given base
-image is used as it is, pulled when it is not present.
+matches. The standard base image is ensured first (built when missing), and so is a recipe's
+base recipe (``mlflow`` builds FROM ``scipy``); a user-given base image is used as it is,
+pulled when it is not present. Apps the base image declares (its ``gpuslice.image.apps``
+label) are kept beside the recipe's own: a framework image built FROM the notebook image
+still serves Jupyter.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import time
 
 import aiodocker
 
-from gpuslice.common.images import DEFAULT_SESSION_IMAGE
+from gpuslice.common.images import DEFAULT_SESSION_IMAGE, LABEL_APPS, ImageMeta
 from gpuslice.images.base import (
     DIGEST_LABEL,
     BaseImageOptions,
@@ -24,7 +28,7 @@ from gpuslice.images.base import (
     build_context_image,
     ensure_base_image,
 )
-from gpuslice.images.recipe_defs import BuildPlan, RecipeOptions, plan
+from gpuslice.images.recipe_defs import BuildPlan, RecipeOptions, base_of, get_recipe, plan
 from gpuslice.images.rootfs import ImageBuildError, Progress
 
 
@@ -39,7 +43,13 @@ async def build_recipe(
     """Build ``name`` at ``version`` (default: the recipe's) unless it is up to date."""
     started = time.monotonic()
     build = plan(name, version, options)  # raises before any Docker work if impossible
-    await _ensure_base(docker, build.base_image, options, progress, base_options)
+    base_recipe = get_recipe(name).base_recipe
+    if base_recipe is not None and build.base_image == base_of(get_recipe(name)):
+        await build_recipe(docker, *base_recipe, RecipeOptions(
+            extra_ca_bundle=options.extra_ca_bundle), progress, base_options)
+    else:
+        await _ensure_base(docker, build.base_image, options, progress, base_options)
+    build = _with_base_apps(build, await _labels(docker, build.base_image))
     digest = recipe_digest(build, await _image_id(docker, build.base_image))
     if not options.force and await _has_digest(docker, build.tag, digest):
         progress(f"{name}: {build.tag} is up to date")
@@ -53,6 +63,24 @@ async def build_recipe(
     )
     progress(f"{name}: built {build.tag}")
     return BuildResult(build.tag, True, time.monotonic() - started)
+
+
+def _with_base_apps(build: BuildPlan, base_labels: dict[str, str]) -> BuildPlan:
+    """The plan with the base image's apps first, then the recipe's (a name in both: the
+    recipe's)."""
+    inherited = ImageMeta.from_labels(base_labels).apps
+    if not inherited:
+        return build
+    own = ImageMeta.from_labels(build.labels).apps
+    names = {a.name for a in own}
+    apps = [a for a in inherited if a.name not in names] + list(own)
+    labels = {**build.labels, LABEL_APPS: json.dumps([a.to_label() for a in apps])}
+    return dataclasses.replace(build, labels=labels)
+
+
+async def _labels(docker: aiodocker.Docker, image: str) -> dict[str, str]:
+    info = await docker.images.inspect(image)
+    return dict((info.get("Config") or {}).get("Labels") or {})
 
 
 def recipe_digest(build: BuildPlan, base_id: str) -> str:

@@ -16,7 +16,8 @@ from gpuslice.common.images import DEFAULT_SESSION_IMAGE, ImageApp, ImageMeta
 from gpuslice.images.rootfs import ImageBuildError
 
 GIB = 1024**3
-PYTHON = "3.11"  # the Debian bookworm base's Python; wheels must exist for it
+PYTHON = "3.11"
+TENSORBOARD_VERSION = "2.20.0"  # the Debian bookworm base's Python; wheels must exist for it
 RECIPE_LABEL = "gpuslice.image"  # which recipe built an image ("base", "scipy", ...)
 
 
@@ -44,6 +45,10 @@ class Recipe:
     apps: tuple[ImageApp, ...] = ()
     ci: bool = False  # small enough to build in CI
     unavailable: dict[str, str] = field(default_factory=dict)  # version -> why not, what instead
+    # Built FROM this recipe's image (name, version) rather than the base: built first if
+    # missing. ``--base-image`` still replaces it.
+    base_recipe: tuple[str, str] | None = None
+    extra_files: tuple[str, ...] = ()  # more files of recipes/<name>/ for the build context
 
     def find(self, version: str | None) -> RecipeVersion:
         wanted = version or self.default
@@ -63,7 +68,6 @@ class RecipeOptions:
     base_image: str | None = None  # default: the standard gpuslice base (built if missing)
     extra_ca_bundle: Path | None = None
     torch_index_url: str = ""
-    ttyd_binary: Path | None = None
     force: bool = False
 
 
@@ -92,7 +96,8 @@ def _torch(torch: str, vision: str, variant: str) -> RecipeVersion:
     cuda = variant == "cuda"
     return RecipeVersion(
         version=f"{torch}-{variant}",
-        build_args={"TORCH_VERSION": torch, "TORCHVISION_VERSION": vision},
+        build_args={"TORCH_VERSION": torch, "TORCHVISION_VERSION": vision,
+                    "TENSORBOARD_VERSION": TENSORBOARD_VERSION},
         frameworks={"python": PYTHON, "torch": torch, "torchvision": vision},
         gpu=cuda, min_gpu=500 if cuda else 0, min_cpu=1000, min_mem=4 * GIB if cuda else 2 * GIB,
     )
@@ -106,6 +111,43 @@ def _tf(version: str, package: str, *, python: str = PYTHON, needs: str = "") ->
         gpu=True, min_cpu=1000, min_mem=4 * GIB, needs_base_image=needs,
     )
 
+
+JUPYTER = ImageApp(
+    "jupyter", "http", 8888,
+    command=(
+        "jupyter", "lab", "--no-browser", "--ServerApp.ip=0.0.0.0", "--ServerApp.port={port}",
+        "--ServerApp.port_retries=0", "--ServerApp.base_url={base_path}",
+        "--IdentityProvider.token={token}", "--ServerApp.allow_remote_access=True",
+        # Jupyter drops outputs over 1 MB/s by default: a plot or a big table is no flood.
+        "--ServerApp.iopub_data_rate_limit=1000000000",
+    ),
+    base_path=True,
+)
+# MLflow's UI reads the runs the session logs (MLFLOW_TRACKING_URI, set by the mlflow image).
+# The proxy presents itself to apps as localhost:<port>, hence --allowed-hosts.
+MLFLOW = ImageApp(
+    "mlflow", "http", 5000,
+    command=(
+        "sh", "-c",
+        'store="$MLFLOW_TRACKING_URI"; [ -n "$store" ] || store="sqlite:///$HOME/mlflow.db"; '
+        "exec mlflow server --host 0.0.0.0 --port {port} --workers 1 "
+        '--static-prefix {base_path} --allowed-hosts "localhost:{port}" '
+        '--backend-store-uri "$store" --artifacts-destination "$HOME/mlartifacts"',
+    ),
+    base_path=True, start_timeout=120,
+)
+# TensorBoard reads $TENSORBOARD_LOGDIR (a session variable), else ~/runs (PyTorch's
+# SummaryWriter writes ./runs): never the whole home, where storage folders are mounted.
+TENSORBOARD = ImageApp(
+    "tensorboard", "http", 6006,
+    command=(
+        "sh", "-c",
+        'logdir="$TENSORBOARD_LOGDIR"; [ -n "$logdir" ] || logdir="$HOME/runs"; '
+        'exec tensorboard --logdir "$logdir" --host 0.0.0.0 --port {port} '
+        "--path_prefix {base_path}",
+    ),
+    base_path=True, start_timeout=90,
+)
 
 TF1_REASON = (
     "TensorFlow 1.15 wheels exist only for Python 3.5-3.7, and the Debian bookworm base has "
@@ -141,6 +183,7 @@ RECIPES: dict[str, Recipe] = {
                 _torch("2.4.1", "0.19.1", "cpu"),
             ),
             default="2.5.1-cuda",
+            apps=(TENSORBOARD,),
         ),
         Recipe(
             name="tensorflow",
@@ -154,25 +197,47 @@ RECIPES: dict[str, Recipe] = {
             ),
             default="2.17.1",
             unavailable=dict.fromkeys(("1.15", "1.15.0", "1.15.4"), TF1_REASON),
+            apps=(TENSORBOARD,),
         ),
         Recipe(
             name="notebook",
-            description="JupyterLab (port 8888, with its terminal); ttyd (port 7681) when "
-            "--ttyd-binary is given",
+            description="JupyterLab with the IPython kernel (app jupyter, port 8888)",
             title="JupyterLab {version}",
             versions=(
                 RecipeVersion(
                     version="4.2.5",
-                    build_args={"JUPYTERLAB_VERSION": "4.2.5"},
-                    frameworks={"python": PYTHON, "jupyterlab": "4.2.5"},
+                    build_args={"JUPYTERLAB_VERSION": "4.2.5", "IPYKERNEL_VERSION": "6.29.5"},
+                    frameworks={"python": PYTHON, "jupyterlab": "4.2.5", "ipykernel": "6.29.5"},
                 ),
             ),
             default="4.2.5",
-            apps=(ImageApp("jupyter", "http", 8888),),
+            apps=(JUPYTER,),
+            ci=True,
+        ),
+        Recipe(
+            name="mlflow",
+            description="MLflow and TensorBoard on the scipy image (scikit-learn 1.5.2); apps "
+            "mlflow (port 5000) and tensorboard (port 6006); --version is MLflow's",
+            title="MLflow {version} with scikit-learn (CPU)",
+            versions=(
+                RecipeVersion(
+                    version="3.5.1",
+                    build_args={"MLFLOW_VERSION": "3.5.1",
+                                "TENSORBOARD_VERSION": TENSORBOARD_VERSION,
+                                "SQLALCHEMY_VERSION": "2.0.44"},
+                    frameworks={"python": PYTHON, "mlflow": "3.5.1",
+                                "tensorboard": TENSORBOARD_VERSION,
+                                "scikit-learn": "1.5.2"},
+                ),
+            ),
+            default="3.5.1",
+            apps=(MLFLOW, TENSORBOARD),
+            ci=True,
+            base_recipe=("scipy", "1.5.2"),
+            extra_files=("train_diabetes.py",),
         ),
     )
 }
-TERMINAL_APP = ImageApp("terminal", "http", 7681)
 
 
 def get_recipe(name: str) -> Recipe:
@@ -195,7 +260,6 @@ def plan(name: str, version: str | None, options: RecipeOptions) -> BuildPlan:
     if item.needs_base_image and not options.base_image:
         raise ImageBuildError(f"{name} {item.version}: {item.needs_base_image}")
     build_args = dict(item.build_args)
-    apps = recipe.apps
     if name == "pytorch":
         if item.version.endswith("-cpu") and not options.torch_index_url:
             raise ImageBuildError(
@@ -205,35 +269,41 @@ def plan(name: str, version: str | None, options: RecipeOptions) -> BuildPlan:
             )
         if item.version.endswith("-cpu"):
             build_args["TORCH_INDEX_URL"] = options.torch_index_url
-    if name == "notebook" and options.ttyd_binary is not None:
-        apps = (TERMINAL_APP, *apps)
-    base_image = options.base_image or DEFAULT_SESSION_IMAGE
+    base_image = options.base_image or base_of(recipe)
     meta = ImageMeta(
         title=recipe.title.format(version=item.version),
         frameworks=item.frameworks,
         min_gpu=item.min_gpu, min_cpu=item.min_cpu, min_mem=item.min_mem,
-        gpu=item.gpu, apps=apps,
+        gpu=item.gpu, apps=recipe.apps,
     )
     return BuildPlan(
         recipe=name,
         version=item.version,
         tag=f"gpuslice/{name}:{item.version}",
         base_image=base_image,
-        context=_context(name, options),
+        context=_context(recipe, options),
         build_args={"BASE_IMAGE": base_image, **build_args},
         labels={**meta.to_labels(), RECIPE_LABEL: name},
     )
 
 
-def _context(name: str, options: RecipeOptions) -> dict[str, bytes]:
+def base_of(recipe: Recipe) -> str:
+    """The image a recipe builds FROM by default: its base recipe's, or the standard base."""
+    if recipe.base_recipe is None:
+        return DEFAULT_SESSION_IMAGE
+    name, version = recipe.base_recipe
+    return f"gpuslice/{name}:{version}"
+
+
+def _context(recipe: Recipe, options: RecipeOptions) -> dict[str, bytes]:
     root = resources.files("gpuslice.images").joinpath("recipes")
     files = {
-        "Dockerfile": root.joinpath(name, "Dockerfile").read_bytes(),
+        "Dockerfile": root.joinpath(recipe.name, "Dockerfile").read_bytes(),
         "extra-ca.sh": root.joinpath("common", "extra-ca.sh").read_bytes(),
         "extra-ca.crt": _read_optional(options.extra_ca_bundle, "extra CA bundle"),
     }
-    if name == "notebook":
-        files["ttyd"] = _read_optional(options.ttyd_binary, "ttyd binary")
+    for extra in recipe.extra_files:
+        files[extra] = root.joinpath(recipe.name, extra).read_bytes()
     return files
 
 

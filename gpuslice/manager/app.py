@@ -10,10 +10,12 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 from fastapi import APIRouter, FastAPI
+from fastapi.staticfiles import StaticFiles
 
 from gpuslice.manager.api import errors
 from gpuslice.manager.api.routes import (
     agents,
+    apps,
     auth,
     health,
     images,
@@ -27,7 +29,13 @@ from gpuslice.manager.db import migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
+from gpuslice.manager.proxy import pages
+from gpuslice.manager.proxy import routes as proxy_routes
+from gpuslice.manager.proxy.dispatch import ProxyDispatch
 from gpuslice.manager.services import channel
+from gpuslice.manager.services.apps.access import Gate
+from gpuslice.manager.services.apps.links import LinkPool
+from gpuslice.manager.services.apps.traffic import ActivityMeter
 from gpuslice.manager.services.monitoring import loops as monitoring_loops
 from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
 from gpuslice.manager.services.nodes.liveness import sweep_lost
@@ -57,10 +65,14 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     app.state.metrics = ManagerMetrics()
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (health, auth, users, policies, sessions, images, nodes, agents, monitoring):
+    for module in (health, auth, users, policies, sessions, apps, images, nodes, agents,
+                   monitoring):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(monitoring.scrape)  # /metrics, where Prometheus looks by default
+    app.include_router(proxy_routes.router)  # /login, for browsers
+    app.mount("/assets", StaticFiles(directory=pages.STATIC), name="assets")
+    app.add_middleware(ProxyDispatch)  # /s/<session>/<app>/…: the apps, before the router
     return app
 
 
@@ -75,6 +87,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     sessionmaker = make_sessionmaker(engine, hub)
     app.state.hub, app.state.engine, app.state.sessionmaker = hub, engine, sessionmaker
     app.state.channel = channel.Channel(sessionmaker, hub, settings.nodes.assignment_poll)
+    app.state.links = LinkPool(app.state.channel, settings.apps, settings.nodes.advertise_url)
+    app.state.gate = Gate(sessionmaker, settings.apps)
+    app.state.activity = ActivityMeter(sessionmaker)
     try:
         if settings.database.migrate_on_start:
             await migrate.upgrade(engine)
@@ -86,6 +101,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             for task in loops:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
+            await app.state.links.close()
+            await app.state.activity.close()
     finally:
         await engine.dispose()
 

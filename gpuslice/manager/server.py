@@ -17,9 +17,16 @@ class ManagerServer(uvicorn.Server):
     """uvicorn that tells the app's long-polls and event streams to finish when asked to exit."""
 
     def __init__(self, app: FastAPI, host: str, port: int) -> None:
+        apps = app.state.settings.apps
         super().__init__(uvicorn.Config(
             app, host=host, port=port, log_level="warning",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+            # Terminals, notebooks and agents' links: pinged so that idle ones stay open
+            # through proxies that drop quiet connections; messages as big as apps send; no
+            # compression (the proxy passes messages on: compressing each hop costs more CPU
+            # than it saves on a LAN).
+            ws_ping_interval=apps.ping_interval, ws_ping_timeout=apps.ping_timeout,
+            ws_max_size=apps.max_message, ws_per_message_deflate=False,
         ))
         self.app = app
 

@@ -68,6 +68,12 @@ class NodeSettings(BaseModel):
         description="Long-poll fallback: seconds between database checks, so that a change "
         "made by another manager replica still reaches the agent.",
     )
+    advertise_url: str | None = Field(
+        default=None, pattern=r"^https?://[^\s]+$",
+        description="This manager replica's URL as agents reach it, where they open terminal "
+        "and app streams (with several replicas, each its own); default: the URL each agent "
+        "is configured with.",
+    )
 
     @field_validator("fgpu_per_gpu", mode="before")
     @classmethod
@@ -88,6 +94,11 @@ class AuthSettings(BaseModel):
         default=12 * 3600, ge=60, le=90 * 86400, description="Seconds a login token lasts."
     )
     admin_username: str = Field(default="admin", description="The admin created on first start.")
+    allowed_origins: list[str] = Field(
+        default_factory=list, max_length=100,
+        description="Web origins (https://host[:port]) besides the manager's own from which a "
+        "browser holding the login cookie may write (POST, PUT, DELETE, WebSocket).",
+    )
 
 
 class SessionSettings(BaseModel):
@@ -105,6 +116,49 @@ class SessionSettings(BaseModel):
     commit_timeout: float = Field(
         default=600.0, ge=1, le=3600,
         description="Seconds a commit request waits for the agent to snapshot the container.",
+    )
+
+
+class AppsSettings(BaseModel):
+    admin_access: bool = Field(
+        default=False,
+        description="Admins may open other users' apps and terminals. Off by default: an app "
+        "runs its owner's code in the browser that opens it.",
+    )
+    dial_back_timeout: float = Field(
+        default=10.0, ge=0.5, le=300,
+        description="Seconds to wait for a node's agent to open a stream (504 after).",
+    )
+    link_idle: float = Field(
+        default=30.0, ge=1, le=3600,
+        description="Seconds an idle link to an agent is kept for the next app request.",
+    )
+    max_links: int = Field(
+        default=32, ge=1, le=1000,
+        description="Most streams (requests, WebSockets, terminals) one session has at once.",
+    )
+    ping_interval: float = Field(
+        default=20.0, ge=0.1, le=600,
+        description="Seconds between WebSocket pings (browsers, CLI and agent links): idle "
+        "terminals and notebooks stay open through proxies that drop quiet connections.",
+    )
+    ping_timeout: float = Field(
+        default=20.0, ge=0.1, le=600,
+        description="Seconds a WebSocket peer has to answer a ping before it is dropped.",
+    )
+    max_message: int = Field(
+        default=64 * 1024 * 1024, ge=1024 * 1024, le=4 * 1024**3,
+        description="Largest WebSocket message relayed, bytes (a notebook's output can be big).",
+    )
+    terminal_keep: float = Field(
+        default=60.0, ge=0, le=86400,
+        description="Seconds a terminal's shell outlives its dropped connection, so that a "
+        "reconnect finds it (its recent output replayed).",
+    )
+    auth_cache: float = Field(
+        default=5.0, ge=0, le=300,
+        description="Seconds the proxy reuses who may reach an app for a login (0: look up "
+        "every request); a logout or a stopped session takes effect within this time.",
     )
 
 
@@ -174,6 +228,7 @@ class ManagerSettings(BaseSettings):
     sessions: SessionSettings = Field(default_factory=SessionSettings)
     registry: RegistrySettings = Field(default_factory=RegistrySettings)
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
+    apps: AppsSettings = Field(default_factory=AppsSettings)
 
     @field_validator("data_dir")
     @classmethod

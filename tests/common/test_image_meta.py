@@ -1,3 +1,5 @@
+import json
+
 from gpuslice.common.images import (
     LABEL_APPS,
     LABEL_FRAMEWORKS,
@@ -34,3 +36,31 @@ def test_malformed_labels_are_ignored_and_named():
     assert meta.frameworks == {}
     assert meta.apps == (ImageApp("jupyter", "http", 8888),)
     assert len(meta.problems) == 3
+
+
+def test_apps_say_how_they_start():
+    app = ImageApp("board", "http", 6006, command=("board", "--port={port}", "--root={base_path}",
+                                                   "--key={token}", "{{literal}}"),
+                   base_path=True, start_timeout=90)
+    meta = ImageMeta(apps=(app,))
+    assert ImageMeta.from_labels(meta.to_labels()) == meta
+    assert app.argv(port=1, base_path="/s/x/board", token="k") == [
+        "board", "--port=1", "--root=/s/x/board", "--key=k", "{literal}"]
+
+
+def test_unusable_app_declarations_are_named_and_dropped():
+    def problems(**app: object) -> tuple[str, ...]:
+        item = {"name": "x", "protocol": "http", "port": 80} | app
+        meta = ImageMeta.from_labels({LABEL_APPS: json.dumps([item])})
+        assert meta.apps == ()
+        return meta.problems
+
+    assert "the platform's own terminal" in problems(name="terminal")[0]
+    assert "placeholders are base_path, port, token" in problems(command=["x", "{home}"])[0]
+    assert "a literal brace is written twice" in problems(command=["x", "{"])[0]
+    assert "never names {base_path}" in problems(command=["x"], base_path=True)[0]
+    assert "start_timeout" in problems(command=["x"], start_timeout=0)[0]
+    assert "list of at most 64 strings" in problems(command="x --port 1")[0]
+    twice = ImageMeta.from_labels({LABEL_APPS: json.dumps(
+        [{"name": "x", "protocol": "http", "port": 1}] * 2)})
+    assert len(twice.apps) == 1 and "declared twice" in twice.problems[0]

@@ -1,6 +1,6 @@
 """Image recipes as pure functions: versions → build arguments, labels, tags, clear refusals.
 
-The big recipes (pytorch, tensorflow, notebook) are never built in CI; what they would be
+The big recipes (pytorch, tensorflow) are never built in CI; what they would be
 given is checked here, including that every build argument is one their Dockerfile declares.
 """
 
@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from gpuslice.cli.main import app
-from gpuslice.common.images import DEFAULT_SESSION_IMAGE, ImageApp, ImageMeta
+from gpuslice.common.images import DEFAULT_SESSION_IMAGE, ImageMeta
 from gpuslice.images import ImageBuildError
-from gpuslice.images.build import recipe_digest
+from gpuslice.images.build import _with_base_apps, recipe_digest
 from gpuslice.images.recipe_defs import RECIPES, RecipeOptions, plan
 
 GIB = 1024**3
@@ -60,7 +60,7 @@ def test_scipy_versions_pin_a_known_good_set() -> None:
 def test_an_unknown_version_lists_the_known_ones() -> None:
     with pytest.raises(ImageBuildError, match=r"scipy has no version '0.9'; known: 1.3.2, 1.5.2"):
         plan("scipy", "0.9", RecipeOptions())
-    with pytest.raises(ImageBuildError, match="no recipe named 'jax'; known: notebook, pytorch"):
+    with pytest.raises(ImageBuildError, match="no recipe named 'jax'; known: mlflow, notebook"):
         plan("jax", None, RecipeOptions())
 
 
@@ -93,18 +93,37 @@ def test_pytorch_variants() -> None:
     assert ImageMeta.from_labels(cpu.labels).gpu is False
 
 
-def test_notebook_apps_and_ttyd(tmp_path: Path) -> None:
-    plain = plan("notebook", None, RecipeOptions())
-    assert ImageMeta.from_labels(plain.labels).apps == (ImageApp("jupyter", "http", 8888),)
-    assert plain.context["ttyd"] == b""
-    ttyd = tmp_path / "ttyd"
-    ttyd.write_bytes(b"\x7fELF")
-    with_ttyd = plan("notebook", None, RecipeOptions(ttyd_binary=ttyd))
-    assert ImageMeta.from_labels(with_ttyd.labels).apps == (
-        ImageApp("terminal", "http", 7681), ImageApp("jupyter", "http", 8888))
-    assert with_ttyd.context["ttyd"] == b"\x7fELF"
-    with pytest.raises(ImageBuildError, match="ttyd binary .* does not exist"):
-        plan("notebook", None, RecipeOptions(ttyd_binary=tmp_path / "nope"))
+def test_recipe_apps_start_with_their_base_path_and_token() -> None:
+    [jupyter] = ImageMeta.from_labels(plan("notebook", None, RecipeOptions()).labels).apps
+    argv = jupyter.argv(port=8888, base_path="/s/abc/jupyter", token="t0ken")
+    assert "--ServerApp.base_url=/s/abc/jupyter" in argv and "--ServerApp.port=8888" in argv
+    assert "--IdentityProvider.token=t0ken" in argv  # Jupyter's token is never empty
+    assert jupyter.base_path and (jupyter.name, jupyter.port) == ("jupyter", 8888)
+
+    mlflow = plan("mlflow", None, RecipeOptions())
+    assert mlflow.base_image == "gpuslice/scipy:1.5.2"  # scikit-learn and friends from there
+    assert set(mlflow.context) >= {"train_diabetes.py"}
+    apps = {a.name: a for a in ImageMeta.from_labels(mlflow.labels).apps}
+    assert set(apps) == {"mlflow", "tensorboard"}
+    [script] = apps["mlflow"].argv(port=5000, base_path="/s/abc/mlflow", token="t")[2:]
+    assert "--static-prefix /s/abc/mlflow" in script
+    assert '--allowed-hosts "localhost:5000"' in script
+    [script] = apps["tensorboard"].argv(port=6006, base_path="/s/abc/tensorboard", token="t")[2:]
+    assert "--path_prefix /s/abc/tensorboard" in script and "--port 6006" in script
+    for framework in ("pytorch", "tensorflow"):
+        labels = plan(framework, None, RecipeOptions(torch_index_url=TORCH_INDEX)).labels
+        assert [a.name for a in ImageMeta.from_labels(labels).apps] == ["tensorboard"]
+    assert plan("mlflow", None, RecipeOptions(base_image="my/base:1")).base_image == "my/base:1"
+
+
+def test_an_image_built_from_another_keeps_its_apps() -> None:
+    notebook = plan("notebook", None, RecipeOptions()).labels
+    torch = plan("pytorch", "2.5.1-cuda", RecipeOptions(base_image="gpuslice/notebook:4.2.5"))
+    merged = _with_base_apps(torch, notebook)
+    assert [a.name for a in ImageMeta.from_labels(merged.labels).apps] == [
+        "jupyter", "tensorboard"]
+    assert ImageMeta.from_labels(merged.labels).gpu is True  # the rest is the recipe's own
+    assert _with_base_apps(torch, {}) == torch
 
 
 def test_extra_ca_goes_into_the_context_and_the_digest(tmp_path: Path) -> None:

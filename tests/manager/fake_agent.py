@@ -2,8 +2,10 @@
 
 It registers with a join token, sends heartbeats, follows its assignments by long-poll, reports
 PREPARING then RUNNING for new sessions and TERMINATED (with its last output) for sessions to
-stop, and answers the requests that come with its assignments (logs, exec, commit). The only
-fake in the manager's tests (there is no container runtime here).
+stop, and answers the requests that come with its assignments (logs, exec, commit, apps). Given
+the manager's WebSocket address (``ws_url``: a real server), it dials stream links back and
+plays the apps on them (``fake_streams.py``). The only fake in the manager's tests (there is no
+container runtime here).
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ def echo(request: dict[str, Any]) -> dict[str, Any]:
         "exit_code": 0, "stdout": " ".join(ask["command"]) + "\n",
         "stderr": f"in {request['session_id']} within {ask['timeout_ms'] / 1000:g}s\n",
     }
+
+
+def ready_apps(request: dict[str, Any]) -> dict[str, Any]:
+    """The default apps answer: every app ready."""
+    return {"apps": [{"name": a["name"], "state": "ready"} for a in request["ask"]["apps"]]}
 
 
 def requests_of(answer: dict[str, Any], kind: str) -> list[dict[str, Any]]:
@@ -52,6 +59,8 @@ class FakeAgent:
         fgpu_per_gpu: float | None = None,
         auto_run: bool = True,
         exec_answer: ExecAnswer = echo,
+        ws_url: str | None = None,
+        apps_answer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     ) -> None:
         self.client = client
         self.join_token = join_token
@@ -68,6 +77,13 @@ class FakeAgent:
         self.commit_error = ""  # answer commit requests with this error when set
         self.node_id = ""
         self.usage: dict[str, dict[str, Any]] = {}  # session id -> its sample (SessionUsage)
+        self.credential = ""
+        self.ws_url = ws_url  # where to dial stream links back (None: never)
+        self.apps_answer = apps_answer or ready_apps
+        self.links: list[dict[str, Any]] = []  # stream requests dialled back for
+        self.opened: list[dict[str, Any]] = []  # what the manager opened on those links
+        self.assignments: dict[str, dict[str, Any]] = {}  # the latest, by session
+        self._link_tasks: set[asyncio.Task[None]] = set()
         self.running: set[str] = set()
         self.seen: list[dict[str, Any]] = []  # every assignments answer
         self._task: asyncio.Task[None] | None = None
@@ -79,11 +95,15 @@ class FakeAgent:
         r = await self.client.post("/api/v1/agents/register", json=body)
         r.raise_for_status()
         self.node_id = r.json()["node_id"]
-        self.client.headers["Authorization"] = f"Bearer {r.json()['credential']}"
+        self.credential = r.json()["credential"]
+        self.client.headers["Authorization"] = f"Bearer {self.credential}"
         await self.heartbeat()
         self._task = asyncio.create_task(self._follow())
 
     async def stop(self) -> None:
+        for task in list(self._link_tasks):
+            task.cancel()
+        await asyncio.gather(*self._link_tasks, return_exceptions=True)
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -133,6 +153,7 @@ class FakeAgent:
     async def _reconcile(self, answer: dict[str, Any]) -> None:
         for item in answer["sessions"]:
             sid = item["session_id"]
+            self.assignments[sid] = item
             if item["desired"] == "stopped":
                 self.running.discard(sid)
                 await self.report(sid, "TERMINATED", reason="stopped", logs=f"bye from {sid}\n")
@@ -152,6 +173,16 @@ class FakeAgent:
             if req["id"] not in self.executed:
                 self.executed.append(req["id"])
                 await self.answer_exec(req["id"], self.exec_answer(req))
+        for req in requests_of(answer, "apps"):
+            await self.answer(req["id"], "apps", self.apps_answer(req))
+        for req in requests_of(answer, "stream"):
+            self.links.append(req)
+            if self.ws_url is not None:
+                from tests.manager.fake_streams import serve_link
+
+                task = asyncio.create_task(serve_link(self, req))
+                self._link_tasks.add(task)
+                task.add_done_callback(self._link_tasks.discard)
 
     async def _commit(self, req: dict[str, Any]) -> None:
         ask = req["ask"]

@@ -26,6 +26,7 @@ import pytest
 
 from gpuslice.client import Client
 from tests.dockerd import base_image, can_restart_dockerd, docker_ready, restart_dockerd
+from tests.platform import app_image
 
 __all__ = ["base_image", "can_restart_dockerd", "docker_ready", "restart_dockerd"]
 
@@ -104,6 +105,26 @@ class Platform:
         return next(line.split(": ", 1)[1] for line in text.splitlines()
                     if line.startswith("password: "))
 
+    def session(self, name: str, image: str, *args: str) -> str:
+        """Create a session and wait until it runs: its id."""
+        for _ in range(50):  # a new image reaches the catalog with the node's next heartbeat
+            done = self.cli("session", "create", "--name", name, "--image", image, "--wait",
+                            "--json", *args)
+            if done.returncode == 0 or "unknown image" not in done.stderr:
+                break
+            time.sleep(0.2)
+        assert done.returncode == 0, done.stderr
+        [created] = json.loads(done.stdout)
+        assert created["status"] == "RUNNING", created["status_reason"]
+        return str(created["id"])
+
+    def login(self, username: str, password: str) -> tuple[str, str]:
+        """A login token, and the login cookie a browser gets with it."""
+        answer = httpx.post(f"{self.url}/api/v1/auth/login",
+                            json={"username": username, "password": password})
+        assert answer.status_code == 200, answer.text
+        return answer.json()["access_token"], answer.cookies["gpuslice_login"]
+
     def wait_status(self, ref: str, statuses: set[str], timeout: float = 30.0) -> dict:
         deadline = time.monotonic() + timeout
         while True:
@@ -140,10 +161,17 @@ def _remove_node_containers(node: str) -> None:
 @pytest.fixture
 def platform(base_image: str, tmp_path: Path) -> Iterator[Platform]:
     """`gpuslice up` with one mock 8 GiB GPU and 2 fGPU per GPU."""
+    yield from run_up(tmp_path)
+
+
+def run_up(tmp_path: Path, settings: dict[str, str] | None = None) -> Iterator[Platform]:
+    """`gpuslice up` (with these ``GPUSLICE_*`` manager settings), stopped and its node's
+    containers removed afterwards. The body of the `up` fixtures."""
     port, node = free_port(), f"node-{uuid.uuid4().hex[:8]}"
     env = _base_env(tmp_path)
     up = Process([GPUSLICE, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                  "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", "2", "--node-name", node], env)
+                  "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", "2", "--node-name", node],
+                 env | (settings or {}))
     plat = Platform(f"http://127.0.0.1:{port}", tmp_path / "data", node, env, [up])
     try:
         up.wait_for("gpuslice is up")
@@ -165,11 +193,13 @@ def restart_up(plat: Platform, sig: int = signal.SIGINT) -> Process:
     return again
 
 
-def run_split(tmp_path: Path, manager_settings: dict[str, str]) -> Iterator[Platform]:
-    """`gpuslice manager serve` (with these ``GPUSLICE_*`` settings) and `gpuslice agent serve`
-    as two processes, logged in as the admin; both stopped and the node's containers removed
-    afterwards. The body of the split fixtures."""
-    port, node = free_port(), f"node-{uuid.uuid4().hex[:8]}"
+def run_split(tmp_path: Path, manager_settings: dict[str, str], *, port: int | None = None,
+              agent_url: str | None = None) -> Iterator[Platform]:
+    """`gpuslice manager serve` (with these ``GPUSLICE_*`` settings, on ``port``) and `gpuslice
+    agent serve` (reaching it at ``agent_url``, by default directly) as two processes, logged
+    in as the admin; both stopped and the node's containers removed afterwards. The body of
+    the split fixtures."""
+    port, node = port or free_port(), f"node-{uuid.uuid4().hex[:8]}"
     env = _base_env(tmp_path)
     manager_env = env | {"GPUSLICE_DATA_DIR": str(tmp_path / "data"),
                          "GPUSLICE_NODES__HEARTBEAT_INTERVAL": "1"} | manager_settings
@@ -181,7 +211,7 @@ def run_split(tmp_path: Path, manager_settings: dict[str, str]) -> Iterator[Plat
                 stdin=plat.admin_password() + "\n")
         token = plat.ok("admin", "token", "create", "--name", node, "--json")
         agent_env = env | {
-            "GPUSLICE_AGENT_MANAGER_URL": plat.url,
+            "GPUSLICE_AGENT_MANAGER_URL": agent_url or plat.url,
             "GPUSLICE_AGENT_JOIN_TOKEN": json.loads(token)["token"],
             "GPUSLICE_AGENT_NODE_NAME": node,
             "GPUSLICE_AGENT_DATA_DIR": str(tmp_path / "agent"),
@@ -221,3 +251,14 @@ def _wait_http(url: str, process: Process, timeout: float = 60.0) -> None:
         if process.popen.poll() is not None or time.monotonic() > deadline:
             raise AssertionError(f"manager did not answer at {url}:\n{process.output}")
         time.sleep(0.2)
+
+
+@pytest.fixture(scope="session")
+def apps_image(base_image: str) -> Iterator[str]:
+    """A session image serving the proxy tests' apps (``app_image.py``), removed afterwards."""
+    tag = f"gpuslice-test/apps:{uuid.uuid4().hex[:10]}"
+    app_image.build(tag, base_image)
+    try:
+        yield tag
+    finally:
+        app_image.remove(tag)

@@ -32,6 +32,7 @@ from gpuslice.agent.runtime.engine import (
     one_shot_stats,
     parse_stats,
 )
+from gpuslice.agent.runtime.execs import ExecOps
 from gpuslice.agent.runtime.image_ops import ImageOps
 from gpuslice.agent.runtime.models import (
     ContainerRuntimeError,
@@ -73,7 +74,7 @@ class Backoff:
         await asyncio.sleep(delay)
 
 
-class DockerRuntime(ImageOps):
+class DockerRuntime(ImageOps, ExecOps):
     """Runs a node's session containers. Use as ``async with DockerRuntime(node_name=...)``."""
 
     def __init__(

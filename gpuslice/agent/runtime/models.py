@@ -61,6 +61,9 @@ class ContainerState:
     session_type: str
     node: str
     allocation: Mapping[str, Any] = field(default_factory=dict)
+    # Its address on its Docker network: the agent reaches the session's apps there, from the
+    # node (never through a published port). Empty when it has none (not running).
+    ip_address: str = ""
 
     @property
     def running(self) -> bool:
@@ -96,7 +99,15 @@ class ContainerState:
             session_type=labels.get(LABEL_TYPE, ""),
             node=labels.get(LABEL_NODE, ""),
             allocation=allocation,
+            ip_address=_ip_address(info.get("NetworkSettings") or {}),
         )
+
+
+def _ip_address(network: Mapping[str, Any]) -> str:
+    for attached in (network.get("Networks") or {}).values():
+        if attached and attached.get("IPAddress"):
+            return str(attached["IPAddress"])
+    return str(network.get("IPAddress") or "")
 
 
 @dataclass(frozen=True, slots=True)

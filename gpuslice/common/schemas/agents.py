@@ -162,6 +162,25 @@ class SliceAssignment(BaseModel):
     sm_percent: int = Field(description="Compute share in whole percent (`sm_percent`).")
 
 
+_APP_NAME = r"^[a-z][a-z0-9-]{0,31}$"
+
+
+class AppLaunch(BaseModel):
+    """One app of a session: where it listens in the container, and how to start it there (the
+    command is the image's, its placeholders filled in by the manager)."""
+
+    name: str = Field(pattern=_APP_NAME)
+    port: int = Field(ge=1, le=65535)
+    command: list[Annotated[str, Field(max_length=4096)]] = Field(
+        default_factory=list, max_length=64,
+        description="argv run as the session's user; empty: the platform does not start it.",
+    )
+    start_timeout_ms: int = Field(
+        default=60_000, ge=1000, le=3_600_000,
+        description="How long a start may take before the app counts as failed.",
+    )
+
+
 class Assignment(BaseModel):
     """A session the node must run (or stop: `desired` is `stopped` when it is TERMINATING)."""
 
@@ -180,6 +199,10 @@ class Assignment(BaseModel):
         default=False,
         description="The image is in the registry and this node lacks it: pull it, reporting "
         "progress as PREPARING reasons.",
+    )
+    apps: list[AppLaunch] = Field(
+        default_factory=list, max_length=32,
+        description="Apps to start as soon as the session runs (asked for at its creation).",
     )
 
 
@@ -213,7 +236,35 @@ class CommitAsk(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
 
 
-Ask = Annotated[LogsAsk | ExecAsk | CommitAsk, Field(discriminator="kind")]
+class StreamAsk(BaseModel):
+    """Open a link for the session's streams (a terminal, an app's HTTP or WebSocket traffic):
+    dial ``{manager_url}/api/v1/agents/me/streams/{request id}`` back as a WebSocket,
+    authenticated as the node. The link carries one stream at a time, each named by its first
+    message (``common.schemas.streams``); the agent closes it after ``idle_ms`` without one."""
+
+    kind: Literal["stream"] = "stream"
+    manager_url: str | None = Field(
+        default=None, max_length=2048, pattern=r"^https?://",
+        description="The manager replica that waits for the link; none: the agent's own.",
+    )
+    idle_ms: int = Field(default=30_000, ge=1000, le=3_600_000)
+    ping_ms: int = Field(
+        default=20_000, ge=100, le=600_000, description="WebSocket pings on the link."
+    )
+
+
+class AppsAsk(BaseModel):
+    """The state of a session's apps; with ``start`` (one of ``apps``), start that one first
+    unless it runs, and answer once it answers on its port, fails, or passes its timeout."""
+
+    kind: Literal["apps"] = "apps"
+    apps: list[AppLaunch] = Field(max_length=32)
+    start: str | None = Field(default=None, pattern=_APP_NAME)
+
+
+Ask = Annotated[
+    LogsAsk | ExecAsk | CommitAsk | StreamAsk | AppsAsk, Field(discriminator="kind")
+]
 
 
 class AgentRequest(BaseModel):
@@ -250,7 +301,32 @@ class CommitAnswer(BaseModel):
     error: str = Field(default="", max_length=2000, description="Why it could not commit.")
 
 
-Answer = Annotated[LogsAnswer | ExecAnswer | CommitAnswer, Field(discriminator="kind")]
+class AppState(StrEnum):
+    STOPPED = "stopped"  # not started (or gone since, e.g. after an agent restart)
+    STARTING = "starting"
+    READY = "ready"  # answers on its port
+    FAILED = "failed"
+
+
+class AppStatus(BaseModel):
+    """One app as the node sees it."""
+
+    name: str = Field(pattern=_APP_NAME)
+    state: AppState
+    exit_code: int | None = Field(default=None, ge=-(2**31), le=2**31 - 1)
+    logs: str = Field(default="", max_length=16_384, description="Its last lines of output.")
+    message: str = Field(default="", max_length=2000, description="Why it is in this state.")
+
+
+class AppsAnswer(BaseModel):
+    kind: Literal["apps"] = "apps"
+    apps: list[AppStatus] = Field(default_factory=list, max_length=32)
+    error: str = Field(default="", max_length=2000, description="Why nothing could be done.")
+
+
+Answer = Annotated[
+    LogsAnswer | ExecAnswer | CommitAnswer | AppsAnswer, Field(discriminator="kind")
+]
 
 
 class Assignments(BaseModel):

@@ -76,6 +76,11 @@ class SessionCreate(BaseModel):
         le=PRIORITY_BOUND,
         description="Higher runs first; bounded by the user's resource policy.",
     )
+    apps: list[Annotated[str, Field(max_length=32)]] = Field(
+        default_factory=list, max_length=32,
+        description="Apps of the image to start as soon as the session runs, e.g. "
+        "[\"jupyter\"] (others start when first opened).",
+    )
 
     @field_validator("name")
     @classmethod

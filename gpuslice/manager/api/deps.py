@@ -10,6 +10,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.schemas.users import Role
+from gpuslice.manager.api import browser
 from gpuslice.manager.db.models import ApiToken, NodeRow, SessionRow, User
 from gpuslice.manager.errors import Forbidden, Unauthorized
 from gpuslice.manager.events import Hub
@@ -59,12 +60,22 @@ Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 def _secret(credentials: HTTPAuthorizationCredentials | None) -> str:
     if credentials is None or not credentials.credentials:
-        raise Unauthorized("send `Authorization: Bearer <token>` (POST /api/v1/auth/login)")
+        raise Unauthorized(
+            "send `Authorization: Bearer <token>` (POST /api/v1/auth/login), or log in (/login)"
+        )
     return credentials.credentials
 
 
-async def _current(db: DbDep, credentials: Bearer) -> tuple[User, ApiToken]:
-    return await auth.authenticate(db, _secret(credentials))
+async def _current(
+    request: Request, db: DbDep, credentials: Bearer, settings: SettingsDep
+) -> tuple[User, ApiToken]:
+    # A browser's login cookie stands in for the bearer token; it writes only from our origin.
+    cookie = None if credentials is not None else browser.login_cookie(request)
+    if cookie is None:
+        return await auth.authenticate(db, _secret(credentials))
+    if request.method not in browser.SAFE_METHODS:
+        browser.check_origin(request, settings.auth.allowed_origins)
+    return await auth.authenticate(db, cookie)
 
 
 async def _current_user(current: Annotated[tuple[User, ApiToken], Depends(_current)]) -> User:

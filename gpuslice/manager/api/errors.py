@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -40,6 +40,21 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected)
 
 
+def status_of(exc: errors.DomainError) -> int:
+    """The HTTP status of a domain error (one with its own ``status`` keeps it)."""
+    own = getattr(exc, "status", None)
+    return own if isinstance(own, int) else next(s for cls, s in STATUS if isinstance(exc, cls))
+
+
+async def deny(websocket: WebSocket, exc: errors.DomainError) -> None:
+    """Refuse a WebSocket upgrade with the error as an HTTP answer (never a 101)."""
+    response = _answer(status_of(exc), exc.code, exc.message, exc.field)
+    try:
+        await websocket.send_denial_response(response)
+    except RuntimeError:  # a server without the denial extension: a bare 403
+        await websocket.close(1008)
+
+
 def _answer(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
     body = ErrorBody(code=code, message=message, field=field).model_dump()
@@ -47,8 +62,7 @@ def _answer(status: int, code: str, message: str, field: str | None = None) -> J
 
 
 async def _domain(_request: Request, exc: errors.DomainError) -> JSONResponse:
-    status = next(s for cls, s in STATUS if isinstance(exc, cls))
-    return _answer(status, exc.code, exc.message, exc.field)
+    return _answer(status_of(exc), exc.code, exc.message, exc.field)
 
 
 async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:

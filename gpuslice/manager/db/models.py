@@ -232,6 +232,11 @@ class SessionRow(Base):
     # The last time a person used the session through the platform (terminal or app traffic),
     # written at most every `activity.EVERY`; NULL: no such use seen. Idle rules read it.
     last_activity_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # 256 random bits (hex) each app's token is derived from (services/apps/catalog.py): apps
+    # need it in clear, so it is kept, never logged, and only handed to the session's agent.
+    app_secret: Mapped[str | None] = mapped_column(String(64))
+    # Apps of the image to start as soon as the session runs (SessionCreate.apps).
+    start_apps: Mapped[list[str] | None] = mapped_column(JSON)
     # The last output the agent sent with TERMINATED/ERROR (up to 1 MiB): never loaded with the
     # row (listings would drag megabytes along); read it with select(SessionRow.final_logs).
     final_logs: Mapped[str | None] = mapped_column(

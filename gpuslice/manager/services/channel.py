@@ -19,6 +19,11 @@ request channel", has them with their reasons):
   manager). Each ask chooses its own wait.
 - **No transaction across the wait**: every look opens a short session; answers wake waiters
   in this process at once and other replicas' waiters at their next poll of the database.
+
+Streams (terminals, apps) use the same rows: :meth:`Channel.post` stores a ``stream`` request
+without waiting for an answer, and the agent, instead of answering, dials back; :func:`claim`
+is the dial-back's check (the same conditional UPDATE as an answer: only the addressed node,
+once, before expiry). Pairing the dialled link with its waiter is ``services/apps/links.py``.
 """
 
 from __future__ import annotations
@@ -34,18 +39,19 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gpuslice.common.schemas.agents import (
     AgentRequest,
     Answer,
+    AppsAnswer,
     Ask,
     CommitAnswer,
     ExecAnswer,
     LogsAnswer,
     NodeStatus,
 )
-from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.base import new_id, utcnow
 from gpuslice.manager.db.models import AgentRequestRow, NodeRow
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.events import Hub, wait_for, wake_after_commit
 
-A = TypeVar("A", LogsAnswer, ExecAnswer, CommitAnswer)
+A = TypeVar("A", LogsAnswer, ExecAnswer, CommitAnswer, AppsAnswer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +82,28 @@ class Channel:
         async with self.sessionmaker() as db:
             request_id = await _store(db, node_id, session_id, question, timeout, about)
         return await self._await(request_id, expect, timeout)
+
+    async def post(
+        self,
+        node_id: str,
+        question: Ask,
+        *,
+        timeout: float,
+        session_id: str | None = None,
+        about: str = "this node",
+        request_id: str | None = None,
+    ) -> str:
+        """Store a request the agent acts on without answering (a stream: it dials back) and
+        return its id (``request_id`` when given); it expires after ``timeout`` seconds.
+        ``Conflict`` ``node_lost`` as for :meth:`ask`."""
+        async with self.sessionmaker() as db:
+            return await _store(db, node_id, session_id, question, timeout, about, request_id)
+
+    async def forget(self, request_id: str) -> None:
+        """Delete a request its waiter no longer needs (a stream paired, or given up on)."""
+        async with self.sessionmaker() as db:
+            await db.execute(delete(AgentRequestRow).where(AgentRequestRow.id == request_id))
+            await db.commit()
 
     async def _await(self, request_id: str, expect: type[A], timeout: float) -> A | None:
         deadline = time.monotonic() + timeout
@@ -153,6 +181,29 @@ async def answer(db: AsyncSession, node_id: str, request_id: str, body: Answer) 
     await db.commit()
 
 
+async def claim(db: AsyncSession, node_id: str, request_id: str, kind: str) -> str | None:
+    """Take a request of ``kind`` addressed to ``node_id`` that was delivered and is neither
+    taken nor expired: the session it concerns (``""`` for none), or ``None`` when there is no
+    such request (another node's looks the same). Commits."""
+    result = await db.execute(
+        update(AgentRequestRow)
+        .where(
+            AgentRequestRow.id == request_id,
+            AgentRequestRow.node_id == node_id,
+            AgentRequestRow.kind == kind,
+            AgentRequestRow.delivered_at.is_not(None),
+            AgentRequestRow.answered_at.is_(None),
+            AgentRequestRow.expires_at > utcnow(),
+        )
+        .values(answered_at=utcnow())
+        .returning(AgentRequestRow.session_id)
+        .execution_options(synchronize_session=False)
+    )
+    row = result.first()
+    await db.commit()
+    return None if row is None else (row.session_id or "")
+
+
 async def purge(db: AsyncSession, grace: timedelta) -> None:
     """Delete requests expired more than ``grace`` ago: their waiter has gone."""
     await db.execute(delete(AgentRequestRow).where(AgentRequestRow.expires_at < utcnow() - grace))
@@ -166,12 +217,13 @@ async def _store(
     question: Ask,
     timeout: float,
     about: str,
+    request_id: str | None = None,
 ) -> str:
     status = await db.scalar(select(NodeRow.status).where(NodeRow.id == node_id))
     if status != NodeStatus.ALIVE:
         raise Conflict(f"the node of {about} is lost; it cannot be reached", code="node_lost")
     row = AgentRequestRow(
-        kind=question.kind, node_id=node_id, session_id=session_id,
+        id=request_id or new_id(), kind=question.kind, node_id=node_id, session_id=session_id,
         payload=question.model_dump(mode="json"),
         expires_at=utcnow() + timedelta(seconds=timeout),
     )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, status
+from fastapi import APIRouter, Query, Request, WebSocket, status
 
 from gpuslice.common.schemas.agents import (
     Answer,
@@ -24,7 +24,10 @@ from gpuslice.manager.api.deps import (
     SessionmakerDep,
     SettingsDep,
 )
+from gpuslice.manager.api.errors import deny
+from gpuslice.manager.errors import DomainError
 from gpuslice.manager.services import channel
+from gpuslice.manager.services.apps.links import LinkPool
 from gpuslice.manager.services.nodes import assignments, heartbeats, registration, reports
 
 router = APIRouter(prefix="/agents", tags=["agents"])
@@ -78,3 +81,24 @@ async def answer_request(request_id: str, body: Answer, db: DbDep, node: Current
     """Answer a request that came with the assignments, with an answer of its `kind`. Only the
     node it was sent to may, once, while it is awaited: 404 otherwise (422 for another kind)."""
     await channel.answer(db, node.id, request_id, body)
+
+
+@router.websocket("/me/streams/{request_id}")
+async def stream_link(websocket: WebSocket, request_id: str) -> None:
+    """The link for a `stream` request, dialled back by the node it was sent to (once, before
+    it expires; 404 otherwise); it carries the streams `common.schemas.streams` describes."""
+    pool: LinkPool = websocket.app.state.links
+    try:
+        async with websocket.app.state.sessionmaker() as db:
+            node = await registration.authenticate_node(db, _bearer(websocket))
+        session_id = await pool.claim(node.id, request_id)
+    except DomainError as err:
+        await deny(websocket, err)
+        return
+    await websocket.accept()
+    await pool.attach(request_id, websocket, node.id, session_id)
+
+
+def _bearer(websocket: WebSocket) -> str:
+    kind, _, secret = websocket.headers.get("authorization", "").partition(" ")
+    return secret.strip() if kind.lower() == "bearer" else ""

@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Request, Response, status
 
 from gpuslice.common.schemas.users import (
     ApiTokenCreate,
@@ -10,6 +10,7 @@ from gpuslice.common.schemas.users import (
     TokenPublic,
     UserPublic,
 )
+from gpuslice.manager.api import browser
 from gpuslice.manager.api.deps import CurrentToken, CurrentUser, DbDep, SettingsDep
 from gpuslice.manager.services import auth, users
 
@@ -17,16 +18,23 @@ router = APIRouter(prefix="/auth", tags=["auth"])
 
 
 @router.post("/login")
-async def login(body: LoginRequest, db: DbDep, settings: SettingsDep) -> TokenPublic:
-    """Exchange a username and password for a bearer token that expires."""
+async def login(
+    body: LoginRequest, db: DbDep, settings: SettingsDep, request: Request, response: Response
+) -> TokenPublic:
+    """Exchange a username and password for a bearer token that expires; browsers also get it
+    as the HttpOnly login cookie (`gpuslice_login`), which expires with it."""
     token, row = await auth.login(db, body.username, body.password, settings.auth.login_token_ttl)
+    browser.set_login_cookie(response, request, token, row.expires_at)
     return TokenPublic(access_token=token, expires_at=row.expires_at)
 
 
 @router.post("/logout", status_code=status.HTTP_204_NO_CONTENT)
-async def logout(db: DbDep, user: CurrentUser, token: CurrentToken) -> None:
-    """Revoke the token this request was made with."""
+async def logout(
+    db: DbDep, user: CurrentUser, token: CurrentToken, request: Request, response: Response
+) -> None:
+    """Revoke the token this request was made with (and clear the login cookie)."""
     await auth.revoke_token(db, user, token.id)
+    browser.clear_login_cookie(response, request)
 
 
 @router.get("/me")

@@ -18,6 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
+from gpuslice.common.images import ImageMeta
 from gpuslice.common.resources import slice_fraction, sm_percent
 from gpuslice.common.schemas.agents import Assignment, Assignments, SliceAssignment
 from gpuslice.common.schemas.common import ExactResources
@@ -25,6 +26,7 @@ from gpuslice.common.schemas.sessions import HOLDING, SessionStatus, SessionType
 from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, User
 from gpuslice.manager.events import Hub, wait_for
 from gpuslice.manager.services import channel
+from gpuslice.manager.services.apps import catalog as apps_catalog
 from gpuslice.manager.services.images.reports import pulls_for, removals_for
 
 
@@ -67,9 +69,11 @@ async def _build(db: AsyncSession, node_id: str, version: int, deliver: bool) ->
         )
     ).all()
     pulls = await pulls_for(db, node_id, {row.image for row, _owner in rows})
+    metas = {image: await apps_catalog.image_meta(db, image)
+             for image in {row.image for row, _owner in rows if row.start_apps}}
     answer = Assignments(
         node_id=node_id, version=version,
-        sessions=[_assignment(row, owner, row.image in pulls) for row, owner in rows],
+        sessions=[_assignment(row, owner, row.image in pulls, metas) for row, owner in rows],
         requests=await channel.deliver(db, node_id) if deliver else [],
         remove_images=await removals_for(db, node_id),
         rescan=rescan or 0,
@@ -78,15 +82,20 @@ async def _build(db: AsyncSession, node_id: str, version: int, deliver: bool) ->
     return answer
 
 
-def _assignment(row: SessionRow, owner: str, pull: bool) -> Assignment:
+def _assignment(
+    row: SessionRow, owner: str, pull: bool, metas: dict[str, ImageMeta]
+) -> Assignment:
     status = SessionStatus(row.status)
+    apps = []
+    if row.start_apps and row.app_secret and row.image in metas:  # to start once it runs
+        apps = apps_catalog.launches(row.id, row.app_secret, metas[row.image], row.start_apps)
     return Assignment(
         session_id=row.id, name=row.name, owner=owner, image=row.image,
         type=SessionType(row.type), command=row.command, env=row.env, status=status,
         desired="stopped" if status is SessionStatus.TERMINATING else "running",
         resources=ExactResources(gpu=row.gpu, cpu=row.cpu, mem=row.mem),
         slices=[_slice(a) for a in row.allocations if a.released_at is None],
-        pull=pull,
+        pull=pull, apps=apps,
     )
 
 

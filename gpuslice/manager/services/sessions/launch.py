@@ -20,6 +20,7 @@ from gpuslice.manager.db.base import new_id, utcnow
 from gpuslice.manager.db.models import ResourcePolicy, SessionRow, User
 from gpuslice.manager.errors import InvalidRequest, StaleStatus
 from gpuslice.manager.scheduler import Quota, Request, check_request
+from gpuslice.manager.services.apps import catalog as apps_catalog
 from gpuslice.manager.services.images import catalog
 from gpuslice.manager.services.lifecycle import record_created, transition
 from gpuslice.manager.services.policies import quota_of
@@ -41,6 +42,7 @@ async def create_sessions(
         db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
     )
     await _check_feasible(db, body, quota_of(policy), settings.nodes.device_capacity)
+    start_apps = apps_catalog.check_startable(image.meta, body.apps, image.reference)
     now = utcnow()
     rows = [
         SessionRow(
@@ -48,6 +50,7 @@ async def create_sessions(
             type=body.type, command=body.command, env=body.env, priority=body.priority,
             gpu=body.resources.gpu, cpu=body.resources.cpu, mem=body.resources.mem,
             gpu_model=body.gpu_model, status=SessionStatus.PENDING, status_reason=QUEUED,
+            app_secret=apps_catalog.new_secret(), start_apps=start_apps or None,
             # one microsecond apart: the queue (and listings) keep the order they were asked in
             created_at=now + timedelta(microseconds=i), updated_at=now,
         )

@@ -1,0 +1,49 @@
+"""A session's apps: list them, start one, and the terminal's WebSocket."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request, WebSocket
+
+from gpuslice.common.schemas.apps import AppList, AppPublic
+from gpuslice.common.schemas.streams import TERMINAL_ID
+from gpuslice.manager.api.deps import ChannelDep, CurrentUser, DbDep, SettingsDep
+from gpuslice.manager.proxy import serve
+from gpuslice.manager.services.apps import states
+
+router = APIRouter(prefix="/sessions", tags=["apps"])
+AppName = Annotated[str, Path(pattern=r"^[a-z][a-z0-9-]{0,31}$")]
+
+
+@router.get("/{session_id}/apps")
+async def list_apps(session_id: str, request: Request, db: DbDep, user: CurrentUser,
+                    channel: ChannelDep, settings: SettingsDep) -> AppList:
+    """The apps of a RUNNING session (its terminal, and its image's), each with its state
+    (`stopped`, `starting`, `ready`, `failed`) and the URL a browser opens it at. Its owner's
+    (admins': with `apps.admin_access`); 409 `not_running`."""
+    return await states.list_apps(channel, db, user, session_id, settings,
+                                  str(request.base_url))
+
+
+@router.post("/{session_id}/apps/{name}/start")
+async def start_app(session_id: str, name: AppName, request: Request, db: DbDep,
+                    user: CurrentUser, channel: ChannelDep, settings: SettingsDep) -> AppPublic:
+    """Start an app unless it runs, and wait until it answers (up to its start timeout): its
+    state `ready` and URL; 409 `app_failed` with its exit code and last lines."""
+    return await states.start_app(channel, db, user, session_id, name, settings,
+                                  str(request.base_url))
+
+
+@router.websocket("/{session_id}/terminal")
+async def terminal(
+    websocket: WebSocket,
+    session_id: str,
+    terminal: Annotated[str | None, Query(pattern=TERMINAL_ID)] = None,
+    rows: Annotated[int, Query(ge=1, le=1000)] = 24,
+    cols: Annotated[int, Query(ge=1, le=1000)] = 80,
+) -> None:
+    """The session's terminal: binary messages are its bytes both ways, text messages
+    `{"op": "resize", "rows", "cols"}` from the client and `attached` (the terminal's id: pass
+    it as `terminal` to reconnect to the same shell) and `exit` (its code) from the server."""
+    await serve.serve_terminal(websocket, session_id, terminal, rows, cols)

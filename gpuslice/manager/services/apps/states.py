@@ -1,0 +1,87 @@
+"""The state of a session's apps, and starting one, by asking the session's agent (``apps``
+requests on the channel): the agent alone knows what runs in the container."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpuslice.common.schemas.agents import AppLaunch, AppsAnswer, AppsAsk, AppState, AppStatus
+from gpuslice.common.schemas.apps import AppList, AppPublic
+from gpuslice.manager.db.models import User
+from gpuslice.manager.errors import AgentTimeout, Conflict
+from gpuslice.manager.services.apps import access, catalog
+from gpuslice.manager.services.apps.catalog import SessionApp
+from gpuslice.manager.services.channel import Channel
+from gpuslice.manager.settings import ManagerSettings
+
+LOG_LINES = 20  # of a failed app's output, in the error that says it failed
+
+
+async def list_apps(channel: Channel, db: AsyncSession, viewer: User, session_id: str,
+                    settings: ManagerSettings, base_url: str) -> AppList:
+    """Every app of a RUNNING session the viewer may open, with its state and URL."""
+    row = await access.openable(db, viewer, session_id, settings.apps)
+    meta = await catalog.image_meta(db, row.image)
+    secret = await catalog.secret_of(db, row)
+    apps = catalog.apps_of(meta)
+    launches = [catalog.launch(row.id, secret, a.image_app) for a in apps if a.image_app]
+    assert row.node_id is not None  # openable() checked it runs on a node
+    answer = AppsAnswer()
+    if launches:
+        answer = await _ask(channel, row.node_id, row.id, f"session {row.name}",
+                            AppsAsk(apps=launches), settings.sessions.log_timeout)
+    states = {s.name: s for s in answer.apps}
+    return AppList(session_id=row.id, apps=[
+        _public(row.id, app, states.get(app.name), base_url) for app in apps
+    ])
+
+
+async def start_app(channel: Channel, db: AsyncSession, viewer: User, session_id: str,
+                    name: str, settings: ManagerSettings, base_url: str) -> AppPublic:
+    """Start the app unless it runs, and wait until it answers (up to its start timeout):
+    ``ready``; ``Conflict`` ``app_failed`` with its exit code and last lines otherwise."""
+    route = await access.route(db, viewer, session_id, name, settings.apps)
+    if route.launch is None:  # the terminal: nothing to start
+        return _public(route.session_id, route.app, None, base_url)
+    wait = route.launch.start_timeout_ms / 1000 + settings.sessions.log_timeout
+    answer = await _ask(channel, route.node_id, route.session_id,
+                        f"session {route.session_name}",
+                        AppsAsk(apps=[route.launch], start=name), wait)
+    status = next((s for s in answer.apps if s.name == name), None)
+    if status is None or status.state is not AppState.READY:
+        raise Conflict(failure(route.launch, status), code="app_failed")
+    return _public(route.session_id, route.app, status, base_url)
+
+
+def failure(launch: AppLaunch, status: AppStatus | None) -> str:
+    """Why an app is not running, with its exit code and last lines when it has them."""
+    if status is None:
+        return f"{launch.name}: the agent did not say"
+    lines = "".join(status.logs.splitlines(keepends=True)[-LOG_LINES:]).rstrip()
+    code = f" (exit code {status.exit_code})" if status.exit_code is not None else ""
+    text = f"{launch.name} failed to start{code}: {status.message}"
+    return f"{text}\n{lines}" if lines else text
+
+
+async def _ask(channel: Channel, node_id: str, session_id: str, about: str, ask: AppsAsk,
+               timeout: float) -> AppsAnswer:
+    answer = await channel.ask(node_id, ask, AppsAnswer, timeout=timeout,
+                               session_id=session_id, about=about)
+    if answer is None:
+        raise AgentTimeout(f"the agent of {about} did not report its apps within {timeout:g} s")
+    if answer.error:
+        raise Conflict(answer.error, code="apps_failed")
+    return answer
+
+
+def _public(session_id: str, app: SessionApp, status: AppStatus | None,
+            base_url: str) -> AppPublic:
+    state = AppState.READY if app.image_app is None else (
+        status.state if status is not None else AppState.STOPPED)
+    return AppPublic(
+        name=app.name, protocol=app.protocol, port=app.port, state=state,
+        url=f"{base_url.rstrip('/')}{catalog.base_path(session_id, app.name)}/",
+        exit_code=status.exit_code if status else None,
+        logs=status.logs if status and status.state is AppState.FAILED else "",
+        message=status.message if status else "",
+    )
