@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +16,7 @@ from gpuslice.manager.api import errors
 from gpuslice.manager.api.routes import (
     agents,
     auth,
+    folders,
     health,
     images,
     nodes,
@@ -29,6 +31,8 @@ from gpuslice.manager.loops import supervise
 from gpuslice.manager.services import channel
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
+from gpuslice.manager.services.storage.fs import StorageFS
+from gpuslice.manager.services.storage.usage import measure_all
 from gpuslice.manager.services.users import ensure_admin
 from gpuslice.manager.settings import ManagerSettings
 
@@ -53,7 +57,7 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     app.state.settings = settings
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (health, auth, users, policies, sessions, images, nodes, agents):
+    for module in (health, auth, users, policies, sessions, images, nodes, agents, folders):
         api.include_router(module.router)
     app.include_router(api)
     return app
@@ -70,6 +74,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     sessionmaker = make_sessionmaker(engine, hub)
     app.state.hub, app.state.engine, app.state.sessionmaker = hub, engine, sessionmaker
     app.state.channel = channel.Channel(sessionmaker, hub, settings.nodes.assignment_poll)
+    app.state.storage = await _storage(settings)
     try:
         if settings.database.migrate_on_start:
             await migrate.upgrade(engine)
@@ -108,7 +113,27 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler
     )
     sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval)
+
+    async def measure() -> None:
+        await measure_all(sessionmaker, app.state.storage)
+
+    storage = supervise("storage usage", measure, interval=settings.storage.usage_interval)
     return [
         asyncio.create_task(scheduler, name="gpuslice-scheduler"),
         asyncio.create_task(sweeper, name="gpuslice-node-sweep"),
+        asyncio.create_task(storage, name="gpuslice-storage-usage"),
     ]
+
+
+async def _storage(settings: ManagerSettings) -> StorageFS:
+    """The storage root, made private to the manager (folders inside belong to the session
+    user, so that sessions and the API can both change their files)."""
+    owner = settings.storage.uid_gid
+    storage = StorageFS(settings.storage_root, owner)
+    await asyncio.to_thread(storage.prepare)
+    if os.geteuid() not in (0, owner[0]):
+        log.warning(
+            "the manager runs as uid %d, neither root nor the session user %d: it cannot give "
+            "folders to the session user, and files sessions write may not be deletable "
+            "through the API (run it as root or as uid %d)", os.geteuid(), owner[0], owner[0])
+    return storage

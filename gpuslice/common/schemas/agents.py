@@ -131,6 +131,20 @@ class SliceAssignment(BaseModel):
     sm_percent: int = Field(description="Compute share in whole percent (`sm_percent`).")
 
 
+class FolderMount(BaseModel):
+    """A storage folder the session mounts: ``<storage_root>/<path>`` at ``/home/work/<name>``.
+
+    ``path`` is relative to the storage root every node mounts at the same place. The agent
+    checks both itself (a session with a bad mount fails alone, never the whole answer): it
+    refuses a path that resolves outside the root (``..``, symbolic links) and a name that is
+    not one path component.
+    """
+
+    path: str = Field(min_length=1, max_length=1024)
+    name: str = Field(min_length=1, max_length=255)
+    read_only: bool
+
+
 class Assignment(BaseModel):
     """A session the node must run (or stop: `desired` is `stopped` when it is TERMINATING)."""
 
@@ -149,6 +163,10 @@ class Assignment(BaseModel):
         default=False,
         description="The image is in the registry and this node lacks it: pull it, reporting "
         "progress as PREPARING reasons.",
+    )
+    mounts: list[FolderMount] = Field(
+        default_factory=list, max_length=64,
+        description="Storage folders to mount (dot-folders of the owner included).",
     )
 
 

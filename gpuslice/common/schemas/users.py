@@ -85,6 +85,9 @@ class PolicyCreate(BaseModel):
     max_private_images: int | None = Field(
         default=None, ge=0, le=100_000, description="Private images (session commits) at once."
     )
+    max_storage: MemIn | None = Field(
+        default=None, description="Bytes one's own storage folders may hold, e.g. 100g."
+    )
 
 
 class PolicyUpdate(BaseModel):
@@ -96,6 +99,7 @@ class PolicyUpdate(BaseModel):
     max_mem: MemIn | None = None
     max_priority: int = Field(default=0, ge=-100, le=100)
     max_private_images: int | None = Field(default=None, ge=0, le=100_000)
+    max_storage: MemIn | None = None
 
 
 class PolicyPublic(BaseModel):
@@ -107,4 +111,5 @@ class PolicyPublic(BaseModel):
     max_mem: int | None
     max_priority: int
     max_private_images: int | None = None
+    max_storage: int | None = None
     created_at: datetime

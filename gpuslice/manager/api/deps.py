@@ -17,6 +17,8 @@ from gpuslice.manager.services import auth
 from gpuslice.manager.services.channel import Channel
 from gpuslice.manager.services.nodes.registration import authenticate_node
 from gpuslice.manager.services.sessions.views import get_visible
+from gpuslice.manager.services.storage.folders import Access, get_access
+from gpuslice.manager.services.storage.fs import StorageFS
 from gpuslice.manager.settings import ManagerSettings
 
 _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token>`")
@@ -43,7 +45,12 @@ def _channel(request: Request) -> Channel:
     return request.app.state.channel
 
 
+def _storage(request: Request) -> StorageFS:
+    return request.app.state.storage
+
+
 DbDep = Annotated[AsyncSession, Depends(_db)]
+StorageDep = Annotated[StorageFS, Depends(_storage)]
 SettingsDep = Annotated[ManagerSettings, Depends(_settings)]
 HubDep = Annotated[Hub, Depends(_hub)]
 SessionmakerDep = Annotated[async_sessionmaker[AsyncSession], Depends(_sessionmaker)]
@@ -97,3 +104,13 @@ async def _current_node(db: DbDep, credentials: Bearer) -> NodeRow:
 
 
 CurrentNode = Annotated[NodeRow, Depends(_current_node)]
+
+
+async def _folder_access(
+    db: DbDep, user: CurrentUser, folder_id: Annotated[str, Path()]
+) -> Access:
+    return await get_access(db, user, folder_id)
+
+
+# The one gate for "may this caller use this folder, and how?": otherwise a 404.
+FolderAccess = Annotated[Access, Depends(_folder_access)]

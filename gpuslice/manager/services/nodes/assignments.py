@@ -19,13 +19,19 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
 from gpuslice.common.resources import slice_fraction, sm_percent
-from gpuslice.common.schemas.agents import Assignment, Assignments, SliceAssignment
+from gpuslice.common.schemas.agents import (
+    Assignment,
+    Assignments,
+    FolderMount,
+    SliceAssignment,
+)
 from gpuslice.common.schemas.common import ExactResources
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus, SessionType
 from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, User
 from gpuslice.manager.events import Hub, wait_for
 from gpuslice.manager.services import channel
 from gpuslice.manager.services.images.reports import pulls_for, removals_for
+from gpuslice.manager.services.storage import mounts
 
 
 async def long_poll(
@@ -67,9 +73,11 @@ async def _build(db: AsyncSession, node_id: str, version: int, deliver: bool) ->
         )
     ).all()
     pulls = await pulls_for(db, node_id, {row.image for row, _owner in rows})
+    folders = await mounts.assignment_mounts(db, [row for row, _owner in rows])
     answer = Assignments(
         node_id=node_id, version=version,
-        sessions=[_assignment(row, owner, row.image in pulls) for row, owner in rows],
+        sessions=[_assignment(row, owner, row.image in pulls, folders.get(row.id, []))
+                  for row, owner in rows],
         requests=await channel.deliver(db, node_id) if deliver else [],
         remove_images=await removals_for(db, node_id),
         rescan=rescan or 0,
@@ -78,7 +86,9 @@ async def _build(db: AsyncSession, node_id: str, version: int, deliver: bool) ->
     return answer
 
 
-def _assignment(row: SessionRow, owner: str, pull: bool) -> Assignment:
+def _assignment(
+    row: SessionRow, owner: str, pull: bool, folders: list[FolderMount]
+) -> Assignment:
     status = SessionStatus(row.status)
     return Assignment(
         session_id=row.id, name=row.name, owner=owner, image=row.image,
@@ -86,7 +96,7 @@ def _assignment(row: SessionRow, owner: str, pull: bool) -> Assignment:
         desired="stopped" if status is SessionStatus.TERMINATING else "running",
         resources=ExactResources(gpu=row.gpu, cpu=row.cpu, mem=row.mem),
         slices=[_slice(a) for a in row.allocations if a.released_at is None],
-        pull=pull,
+        pull=pull, mounts=folders,
     )
 
 

@@ -25,6 +25,7 @@ from gpuslice.manager.services.lifecycle import record_created, transition
 from gpuslice.manager.services.policies import quota_of
 from gpuslice.manager.services.scheduling.passes import alive_nodes
 from gpuslice.manager.services.sessions.views import describe_many, visible
+from gpuslice.manager.services.storage import mounts
 from gpuslice.manager.settings import ManagerSettings
 
 QUEUED = "waiting for the scheduler"
@@ -40,13 +41,15 @@ async def create_sessions(
     image = await catalog.resolve(
         db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
     )
-    await _check_feasible(db, body, quota_of(policy), settings.nodes.device_capacity)
+    await _check_feasible(db, body, quota_of(policy), settings)
+    folders = await mounts.resolve(db, user, body.folders)
     now = utcnow()
     rows = [
         SessionRow(
             id=new_id(), name=_name(body, i), owner_id=user.id, image=image.reference,
             type=body.type, command=body.command, env=body.env, priority=body.priority,
             gpu=body.resources.gpu, cpu=body.resources.cpu, mem=body.resources.mem,
+            gpu_mem=body.resources.gpu_mem, folders=folders,
             gpu_model=body.gpu_model, status=SessionStatus.PENDING, status_reason=QUEUED,
             # one microsecond apart: the queue (and listings) keep the order they were asked in
             created_at=now + timedelta(microseconds=i), updated_at=now,
@@ -110,14 +113,16 @@ def _check_priority(
 
 
 async def _check_feasible(
-    db: AsyncSession, body: SessionCreate, quota: Quota, default_capacity: int
+    db: AsyncSession, body: SessionCreate, quota: Quota, settings: ManagerSettings
 ) -> None:
     nodes = await alive_nodes(db)
-    req = Request("new", "user", body.resources.to_resources(), 0.0, body.priority, body.gpu_model)
-    impossible = check_request(req, nodes, Quota(), default_capacity)
+    req = Request("new", "user", body.resources.to_resources(), 0.0, body.priority, body.gpu_model,
+                  gpu_mem=body.resources.gpu_mem or 0)
+    capacity, step = settings.nodes.device_capacity, settings.scheduler.step_milli
+    impossible = check_request(req, nodes, Quota(), capacity, step)
     if impossible:
         raise InvalidRequest(impossible, field="resources", code="impossible_request")
-    over_quota = check_request(req, nodes, quota, default_capacity)
+    over_quota = check_request(req, nodes, quota, capacity, step)
     if over_quota:
         raise InvalidRequest(over_quota, field="resources", code="quota_exceeded")
 
