@@ -19,8 +19,11 @@ from gpuslice.manager.api.routes import (
     folders,
     health,
     images,
+    model_store,
+    models,
     nodes,
     policies,
+    session_calls,
     sessions,
     users,
 )
@@ -29,6 +32,8 @@ from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
 from gpuslice.manager.services import channel
+from gpuslice.manager.services.models import make_store
+from gpuslice.manager.services.models.catalog import purge_stale
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.storage.fs import StorageFS
@@ -57,7 +62,8 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     app.state.settings = settings
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (health, auth, users, policies, sessions, images, nodes, agents, folders):
+    for module in (health, auth, users, policies, sessions, images, nodes, agents, folders,
+                   models, model_store, session_calls):
         api.include_router(module.router)
     app.include_router(api)
     return app
@@ -75,6 +81,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.hub, app.state.engine, app.state.sessionmaker = hub, engine, sessionmaker
     app.state.channel = channel.Channel(sessionmaker, hub, settings.nodes.assignment_poll)
     app.state.storage = await _storage(settings)
+    app.state.model_store = make_store(settings)
+    await app.state.model_store.start()
     try:
         if settings.database.migrate_on_start:
             await migrate.upgrade(engine)
@@ -87,6 +95,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
     finally:
+        await app.state.model_store.close()
         await engine.dispose()
 
 
@@ -118,10 +127,18 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         await measure_all(sessionmaker, app.state.storage)
 
     storage = supervise("storage usage", measure, interval=settings.storage.usage_interval)
+
+    async def purge_uploads() -> None:
+        async with sessionmaker() as db:
+            await purge_stale(db, app.state.model_store, settings.model_store.upload_timeout)
+
+    uploads = supervise("model uploads", purge_uploads,
+                        interval=min(3600.0, settings.model_store.upload_timeout / 4))
     return [
         asyncio.create_task(scheduler, name="gpuslice-scheduler"),
         asyncio.create_task(sweeper, name="gpuslice-node-sweep"),
         asyncio.create_task(storage, name="gpuslice-storage-usage"),
+        asyncio.create_task(uploads, name="gpuslice-model-uploads"),
     ]
 
 

@@ -85,8 +85,12 @@ async def destroy_sessions(
             await db.commit()
             break
         except StaleStatus:  # the scheduler or the agent moved one meanwhile; look again
+            viewer_id = viewer.id
             await db.rollback()
             db.expunge_all()
+            # the rollback expired the viewer too: load it again (an expired, detached row
+            # cannot be read)
+            viewer = await db.get(User, viewer_id) or viewer
     return await describe_many(db, [i for i in wanted if i in mine])
 
 

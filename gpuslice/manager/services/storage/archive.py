@@ -3,34 +3,30 @@
 Out: a tar stream made on the fly from descriptor-walked files (1 MiB reads), with regular
 files and directories only: links, devices, pipes and sockets are left out (a link could point
 outside the folder; a device file is no data). In: a tar (or tar.gz) stream fed from the
-request body through a bounded queue into a thread that extracts into a staging directory
-beside the folders; every entry's name must pass the path rules and be a file or a directory.
-Only a complete, valid archive is moved into the folder (file by file, each atomically): a
-broken or refused one leaves the folder as it was.
+request body (``services.bridge``: bounded memory) to a thread that extracts into a staging
+directory beside the folders; every entry's name must pass the path rules and be a file or a
+directory. Only a complete, valid archive is moved into the folder (file by file, each
+atomically): a broken or refused one leaves the folder as it was.
 """
 
 from __future__ import annotations
 
-import asyncio
-import io
 import os
-import queue
 import secrets
 import shutil
 import stat
 import tarfile
-import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import BinaryIO
 
 from gpuslice.common.storage_paths import PathRuleError, clean_path
 from gpuslice.manager.errors import InvalidRequest
+from gpuslice.manager.services.bridge import Interrupted, feed_thread
 from gpuslice.manager.services.storage.fs import FILE_MODE, StorageFS
 
 CHUNK = 1024 * 1024
 BLOCK = tarfile.BLOCKSIZE
-_QUEUE_DEPTH = 8  # chunks of the body between the request and the extracting thread
-_EOF = b""
 
 
 class QuotaExceeded(InvalidRequest):
@@ -135,79 +131,16 @@ async def unpack(
     ``budget``: bytes the owner's quota leaves (None: no limit). Raises ``InvalidRequest``
     naming a refused entry, ``QuotaExceeded``; the folder is changed only on success.
     """
-    chunks: queue.Queue[bytes] = queue.Queue(maxsize=_QUEUE_DEPTH)
-    reader = _QueueReader(chunks)
-    work = asyncio.create_task(asyncio.to_thread(
-        _extract_and_place, fs, top, path, reader, budget, max_entries,
-    ))
     try:
-        async for chunk in _rechunk(body):
-            if not await _put(chunks, chunk, work):
-                break
-        else:
-            await _put(chunks, _EOF, work)
-        return await work
-    finally:
-        reader.abandon()
-        if not work.done():
-            await asyncio.gather(work, return_exceptions=True)
-
-
-async def _rechunk(body: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
-    pending = bytearray()
-    async for piece in body:
-        pending += piece
-        if len(pending) >= CHUNK:
-            yield bytes(pending)
-            pending.clear()
-    if pending:
-        yield bytes(pending)
-
-
-async def _put(chunks: queue.Queue[bytes], chunk: bytes, work: asyncio.Task[Unpacked]) -> bool:
-    """Hand ``chunk`` to the extracting thread; False once it stopped (done or failed)."""
-    while not work.done():
-        try:
-            await asyncio.to_thread(chunks.put, chunk, True, 0.25)
-            return True
-        except queue.Full:
-            continue
-    return False
-
-
-class _QueueReader(io.RawIOBase):
-    """A file for ``tarfile`` that reads the request body's chunks from a queue."""
-
-    def __init__(self, chunks: queue.Queue[bytes]) -> None:
-        self.chunks = chunks
-        self.buffer = b""
-        self.ended = False
-        self.gone = threading.Event()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, target: bytearray | memoryview) -> int:  # type: ignore[override]
-        while not self.buffer and not self.ended:
-            if self.gone.is_set():
-                raise InvalidRequest("the upload was interrupted", code="upload_interrupted")
-            try:
-                self.buffer = self.chunks.get(timeout=0.25)
-            except queue.Empty:
-                continue
-            self.ended = self.buffer == _EOF
-        size = min(len(target), len(self.buffer))
-        target[:size] = self.buffer[:size]
-        self.buffer = self.buffer[size:]
-        return size
-
-    def abandon(self) -> None:
-        self.gone.set()
+        return await feed_thread(
+            body, lambda reader: _extract_and_place(fs, top, path, reader, budget, max_entries)
+        )
+    except Interrupted:
+        raise InvalidRequest("the upload was interrupted", code="upload_interrupted") from None
 
 
 def _extract_and_place(
-    fs: StorageFS, top: int, path: str, reader: _QueueReader, budget: int | None,
-    max_entries: int,
+    fs: StorageFS, top: int, path: str, reader: BinaryIO, budget: int | None, max_entries: int
 ) -> Unpacked:
     uploads = fs.uploads_fd()
     staging_name = f"archive-{secrets.token_hex(8)}"
@@ -229,11 +162,11 @@ def _extract_and_place(
 
 
 def _extract(
-    fs: StorageFS, staging: int, reader: _QueueReader, budget: int | None, max_entries: int
+    fs: StorageFS, staging: int, reader: BinaryIO, budget: int | None, max_entries: int
 ) -> Unpacked:
     done = Unpacked()
     try:
-        with tarfile.open(fileobj=io.BufferedReader(reader, CHUNK), mode="r|*") as tar:
+        with tarfile.open(fileobj=reader, mode="r|*") as tar:
             for member in tar:
                 if done.files + done.dirs >= max_entries:
                     raise InvalidRequest(f"the archive holds more than {max_entries} entries",

@@ -27,9 +27,10 @@ from gpuslice.common.schemas.storage import (
 )
 from gpuslice.manager.db.models import User
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
+from gpuslice.manager.services.bridge import file_chunks, write_all
 from gpuslice.manager.services.storage import archive
 from gpuslice.manager.services.storage.folders import Access
-from gpuslice.manager.services.storage.fs import FILE_MODE, Entry, StorageFS, iter_fd, rule
+from gpuslice.manager.services.storage.fs import FILE_MODE, Entry, StorageFS, rule
 from gpuslice.manager.services.storage.fs import rule_or_root as rule_dir
 from gpuslice.manager.services.storage.usage import add_usage, room_for
 
@@ -93,7 +94,7 @@ async def download(fs: StorageFS, access: Access, path: str, start: int = 0) -> 
         os.close(fd)
         raise InvalidRequest(f"the file has {size} bytes; cannot start at {start}",
                              field="range", code="range_not_satisfiable")
-    return Download(_closing(fd, iter_fd(fd, start, CHUNK)), size, start)
+    return Download(file_chunks(fd, start), size, start)
 
 
 def download_archive(fs: StorageFS, access: Access, path: str) -> Iterator[bytes]:
@@ -166,13 +167,13 @@ async def _receive(part: int, offset: int, size: int, body: AsyncIterator[bytes]
                                      "announced (size - offset)", field="size")
             pending += chunk
             if len(pending) >= CHUNK:
-                await asyncio.to_thread(_write_all, part, bytes(pending))
+                await asyncio.to_thread(write_all, part, bytes(pending))
                 received += len(pending)
                 pending.clear()
     except ClientDisconnect:
         pass  # keep what came: the client resumes from it
     if pending:
-        await asyncio.to_thread(_write_all, part, bytes(pending))
+        await asyncio.to_thread(write_all, part, bytes(pending))
         received += len(pending)
     return received
 
@@ -197,19 +198,6 @@ def _size_of(fs: StorageFS, top: int, path: str) -> int | None:
     except NotFound:
         return None
     return entry.size
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _closing(fd: int, chunks: Iterator[bytes]) -> Iterator[bytes]:
-    try:
-        yield from chunks
-    finally:
-        os.close(fd)
 
 
 def _public(entry: Entry) -> FileEntry:

@@ -19,7 +19,6 @@ import hashlib
 import os
 import shutil
 import stat
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -357,12 +356,3 @@ def _ids(fd: int) -> tuple[int, int]:
     st = os.fstat(fd)
     return st.st_uid, st.st_gid
 
-
-def iter_fd(fd: int, offset: int, chunk: int) -> Iterator[bytes]:
-    """Chunks of the open file ``fd`` from ``offset`` to its end (blocking reads)."""
-    while True:
-        data = os.pread(fd, chunk, offset)
-        if not data:
-            return
-        offset += len(data)
-        yield data
