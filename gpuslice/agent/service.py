@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+from gpuslice.agent import model_calls
 from gpuslice.agent.accelerators import Accelerator, detect
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import decide
@@ -78,6 +79,7 @@ class Agent:
         self.endpoint = SessionEndpoint(
             settings.data_dir, data=self, link=self.link, user=settings.session_user
         )
+        model_calls.install(self.endpoint)
         self.requests = RequestRunner(RequestContext(
             runtime=self.runtime, link=self.link, say=self.say,
             images_changed=self._heartbeat_now.set,

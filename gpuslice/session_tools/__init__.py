@@ -1,6 +1,7 @@
 """Programs that run *inside* session containers: ``gpuslice-smi`` (the session's GPU slice and
-what it uses; also ``nvidia-smi`` on nodes without a real GPU) and the client of the in-session
-endpoint they share (``gpuslice_endpoint.py``).
+what it uses; also ``nvidia-smi`` on nodes without a real GPU), ``gpuslice-save`` (a file or
+directory to the model store), ``gpuslice-run`` (what a ``gpuslice run`` session runs around
+the script), and the client of the in-session endpoint they share (``gpuslice_endpoint.py``).
 
 This package owns those files and where they go: the agent's runtime mounts them read-only at
 ``CONTAINER_TOOLS_DIR``, first on the session's ``PATH`` and on its ``PYTHONPATH`` (so code in a
@@ -19,7 +20,10 @@ CONTAINER_TOOLS_DIR = "/opt/gpuslice/bin"
 #: The in-session endpoint's socket inside a container (the agent serves it).
 CONTAINER_ENDPOINT_DIR = "/run/gpuslice"
 CONTAINER_ENDPOINT = f"{CONTAINER_ENDPOINT_DIR}/agent.sock"
-_ALWAYS = ("gpuslice-smi", "gpuslice_smi.py", "gpuslice_endpoint.py")
+_ALWAYS = (
+    "gpuslice-smi", "gpuslice_smi.py", "gpuslice_endpoint.py", "gpuslice-save",
+    "gpuslice_save.py", "gpuslice-run", "gpuslice_run.py",
+)
 _SIMULATED = ("nvidia-smi",)  # only where no real nvidia-smi exists: mock nodes
 
 
