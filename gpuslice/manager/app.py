@@ -23,6 +23,7 @@ from gpuslice.manager.api.routes import (
     models,
     nodes,
     policies,
+    runs,
     session_calls,
     sessions,
     users,
@@ -63,7 +64,7 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
     for module in (health, auth, users, policies, sessions, images, nodes, agents, folders,
-                   models, model_store, session_calls):
+                   models, model_store, session_calls, runs):
         api.include_router(module.router)
     app.include_router(api)
     return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -34,19 +35,13 @@ QUEUED = "waiting for the scheduler"
 async def create_sessions(
     db: AsyncSession, user: User, body: SessionCreate, settings: ManagerSettings
 ) -> list[SessionPublic]:
-    """Validate against the image (alias, visibility, minimums), priority bound, cluster shape
-    and quota; insert PENDING rows."""
-    policy = await db.get(ResourcePolicy, user.policy_id) if user.policy_id else None
-    _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
-    image = await catalog.resolve(
-        db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
-    )
-    await _check_feasible(db, body, quota_of(policy), settings)
-    folders = await mounts.resolve(db, user, body.folders)
+    """Validate against the image (alias, visibility, minimums), priority bound, cluster shape,
+    quota and folders; insert PENDING rows."""
+    image, folders = await check_create(db, user, body, settings)
     now = utcnow()
     rows = [
         SessionRow(
-            id=new_id(), name=_name(body, i), owner_id=user.id, image=image.reference,
+            id=new_id(), name=_name(body, i), owner_id=user.id, image=image,
             type=body.type, command=body.command, env=body.env, priority=body.priority,
             gpu=body.resources.gpu, cpu=body.resources.cpu, mem=body.resources.mem,
             gpu_mem=body.resources.gpu_mem, folders=folders,
@@ -61,6 +56,20 @@ async def create_sessions(
     await record_created(db, rows, "created")
     await db.commit()
     return await describe_many(db, [r.id for r in rows])
+
+
+async def check_create(
+    db: AsyncSession, user: User, body: SessionCreate, settings: ManagerSettings
+) -> tuple[str, list[dict[str, Any]]]:
+    """Everything ``create_sessions`` checks, without creating anything: the image reference
+    to run and the folders to mount. Raises what creating would."""
+    policy = await db.get(ResourcePolicy, user.policy_id) if user.policy_id else None
+    _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
+    image = await catalog.resolve(
+        db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
+    )
+    await _check_feasible(db, body, quota_of(policy), settings)
+    return image.reference, await mounts.resolve(db, user, body.folders)
 
 
 async def destroy_sessions(
