@@ -82,6 +82,9 @@ def policy_set(
     max_private_images: Annotated[
         int | None, typer.Option(help="Private images (session commits) at once.")
     ] = None,
+    max_storage: Annotated[
+        str | None, typer.Option(help="What one's storage folders may hold, e.g. 100g.")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Set a user's quota (limits left out are unlimited)."""
@@ -91,13 +94,15 @@ def policy_set(
         parse_cpu(max_cpu, field="--max-cpu")
     if max_mem is not None:
         parse_mem(max_mem, field="--max-mem")
+    if max_storage is not None:
+        parse_mem(max_storage, field="--max-storage")
     if max_sessions is not None and max_sessions < 0:
         raise CliError("--max-sessions: must be zero or more", 2)
     if max_private_images is not None and max_private_images < 0:
         raise CliError("--max-private-images: must be zero or more", 2)
     limits = {"max_gpu": max_gpu, "max_cpu": max_cpu, "max_mem": max_mem,
               "max_sessions": max_sessions, "max_priority": max_priority,
-              "max_private_images": max_private_images}
+              "max_private_images": max_private_images, "max_storage": max_storage}
     with Client.from_config() as client:
         policy = client.set_user_policy(username, **limits)
     if as_json:
@@ -107,7 +112,9 @@ def policy_set(
         f"{username}: at most {_limit(policy.max_sessions)} sessions, "
         f"{_limit(policy.max_gpu)} fGPU, {_limit(policy.max_cpu)} CPU, "
         f"{mem(policy.max_mem) if policy.max_mem is not None else 'unlimited'} memory, "
-        f"{_limit(policy.max_private_images)} private images",
+        f"{_limit(policy.max_private_images)} private images, "
+        f"{mem(policy.max_storage) if policy.max_storage is not None else 'unlimited'} "
+        "of storage",
         markup=False,
     )
 

@@ -27,6 +27,17 @@ COMMANDS = {
     "session": Lazy(
         "gpuslice.cli.session:app", "Compute sessions: create, list, show, logs, destroy, exec."
     ),
+    "run": Lazy(
+        "gpuslice.cli.run:app",
+        "Run a training script on a GPU slice; list, show, logs, stop, delete runs.",
+    ),
+    "folder": Lazy(
+        "gpuslice.cli.folder:app",
+        "Storage folders: create, list, upload, download, share, delete.",
+    ),
+    "model": Lazy(
+        "gpuslice.cli.model:app", "Your models: list, show, download, upload, delete, URLs."
+    ),
     "image": Lazy("gpuslice.cli.image:app", "Session images: build, list, aliases."),
     "node": Lazy("gpuslice.cli.node:app", "Nodes and their GPUs (admins)."),
     "admin": Lazy("gpuslice.cli.admin:app", "Users, policies and join tokens (admins)."),

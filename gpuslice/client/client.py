@@ -17,6 +17,7 @@ import httpx
 from gpuslice.client import schemas
 from gpuslice.client.config import ClientConfig, load_config
 from gpuslice.client.errors import ApiError
+from gpuslice.client.storage import StorageCalls
 
 if TYPE_CHECKING:
     from gpuslice.common.schemas.agents import JoinTokenCreated, NodePublic
@@ -45,8 +46,10 @@ API = "/api/v1"
 M = TypeVar("M")
 
 
-class Client:
-    """A connection to a gpuslice manager as one user (or as nobody, before `login`)."""
+class Client(StorageCalls):
+    """A connection to a gpuslice manager as one user (or as nobody, before `login`).
+
+    Folders, models and runs: see ``StorageCalls`` (``gpuslice.client.storage``)."""
 
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -105,11 +108,17 @@ class Client:
         mem: int | str = "1g", count: int = 1, name: str | None = None,
         type: str = "interactive", command: list[str] | None = None,
         env: dict[str, str] | None = None, priority: int = 0, gpu_model: str | None = None,
+        gpu_mem: int | str | None = None, folders: list[str] | None = None,
     ) -> list[SessionPublic]:
+        """``gpu_mem`` (instead of ``gpu``): the GPU memory it needs; ``folders``: storage
+        folders to mount, ``NAME`` or ``NAME:ro``."""
+        resources: dict[str, Any] = {"gpu": gpu, "cpu": cpu, "mem": mem}
+        if gpu_mem is not None:
+            resources["gpu_mem"] = gpu_mem
         body = {
-            "image": image, "resources": {"gpu": gpu, "cpu": cpu, "mem": mem}, "count": count,
+            "image": image, "resources": resources, "count": count,
             "name": name, "type": type, "command": command, "env": env or {},
-            "priority": priority, "gpu_model": gpu_model,
+            "priority": priority, "gpu_model": gpu_model, "folders": folders or [],
         }
         return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
 
@@ -298,7 +307,8 @@ class Client:
 
     def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
-            response = self._http.request(method, API + path, headers=self._headers(), **kw)
+            headers = {**self._headers(), **kw.pop("headers", {})}
+            response = self._http.request(method, API + path, headers=headers, **kw)
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
         if response.status_code >= 400:
