@@ -16,7 +16,7 @@ import httpx
 
 from gpuslice.client import schemas
 from gpuslice.client.config import ClientConfig, load_config
-from gpuslice.client.errors import ApiError
+from gpuslice.client.errors import ApiError, error_of
 from gpuslice.client.storage import StorageCalls
 
 if TYPE_CHECKING:
@@ -320,15 +320,7 @@ class Client(StorageCalls):
 
 
 def _error_of(response: httpx.Response) -> ApiError:
-    try:
-        body = response.json()
-    except ValueError:
-        body = {}
-    if not isinstance(body, dict):
-        body = {}
-    message = body.get("message") or f"HTTP {response.status_code}: {response.text[:200]}"
-    return ApiError(message, status=response.status_code, code=body.get("code", "error"),
-                    field=body.get("field"))
+    return error_of(response.status_code, response.content)
 
 
 def _sse_data(lines: Iterable[str]) -> Iterator[str]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
-from gpuslice.client import schemas, transfer
+from gpuslice.client import fetch, schemas, transfer
 from gpuslice.client.errors import ApiError
 from gpuslice.client.transfer import Progress
 
@@ -37,6 +37,7 @@ _LONG = httpx.Timeout(30.0, read=600.0, write=600.0)
 class StorageCalls:
     """Folders, models and runs; ``Client`` provides ``_call``, ``_send``, ``_http``."""
 
+    url: str
     _http: httpx.Client
     _call: Callable[..., Any]
     _send: Callable[..., httpx.Response]
@@ -145,8 +146,8 @@ class StorageCalls:
                      progress: Progress | None = None) -> int:
         """Download a directory into ``local`` (tar stream, safely extracted); files count."""
         fid = self.find_folder(ref).id
-        with self._stream("GET", f"{API}/folders/{fid}/archive", {"path": path}) as response:
-            return transfer.extract(response.iter_bytes(transfer.CHUNK), local, progress)
+        with self._get(f"{API}/folders/{fid}/archive", {"path": path}) as answer:
+            return transfer.extract(fetch.chunks(answer), local, progress)
 
     # ------------------------------------------------------------ models
 
@@ -233,22 +234,24 @@ class StorageCalls:
         partial = local.with_name(f".{local.name}.part")
         have = partial.stat().st_size if partial.exists() else 0
         headers = {"Range": f"bytes={have}-"} if have else {}
-        with self._stream("GET", url, params, headers) as response:
-            if response.status_code != 206:
+        with self._get(url, params, headers) as answer:
+            if answer.status != 206:
                 have = 0  # the manager sends the whole file: start again
             if progress and have:
                 progress(have)
             with open(partial, "ab" if have else "wb") as out:
-                for piece in response.iter_bytes(transfer.CHUNK):
+                for piece in fetch.chunks(answer):
                     out.write(piece)
                     if progress:
                         progress(len(piece))
         os.replace(partial, local)
         return local.stat().st_size
 
-    def _stream(self, method: str, url: str, params: dict[str, str],
-                headers: dict[str, str] | None = None) -> _Streamed:
-        return _Streamed(self, method, url, params, headers or {})
+    def _get(self, url: str, params: dict[str, str],
+             headers: dict[str, str] | None = None) -> Any:
+        """A large answer to stream (``fetch``: http.client, for its CPU cost)."""
+        return fetch.get_stream(self.url, url, params, {**self._headers(), **(headers or {})},
+                                timeout=_LONG.read or 600.0)
 
 
 def transfer_parts(path: str) -> list[str]:
@@ -257,32 +260,3 @@ def transfer_parts(path: str) -> list[str]:
     if not parts or ".." in parts or path.startswith("/"):
         raise ApiError(f"the manager sent a file path that leaves the directory: {path!r}")
     return parts
-
-
-class _Streamed:
-    """A streamed answer as a context manager, errors as ``ApiError``."""
-
-    def __init__(self, client: StorageCalls, method: str, url: str, params: dict[str, str],
-                 headers: dict[str, str]) -> None:
-        self.client, self.method, self.url = client, method, url
-        self.params, self.headers = params, headers
-        self._context: Any = None
-
-    def __enter__(self) -> httpx.Response:
-        from gpuslice.client.client import _error_of
-
-        headers = {**self.client._headers(), **self.headers}
-        try:
-            self._context = self.client._http.stream(self.method, self.url, params=self.params,
-                                                     headers=headers, timeout=_LONG)
-            response: httpx.Response = self._context.__enter__()
-        except httpx.TransportError as exc:
-            raise ApiError(f"cannot reach the manager: {exc}", code="unreachable") from None
-        if response.status_code >= 400:
-            response.read()
-            self._context.__exit__(None, None, None)
-            raise _error_of(response)
-        return response
-
-    def __exit__(self, *exc: object) -> None:
-        self._context.__exit__(*exc)

@@ -129,7 +129,8 @@ def file_chunks(source: BinaryIO, progress: Progress | None = None) -> Iterator[
         yield data
 
 
-def extract(chunks: Iterator[bytes], target: Path, progress: Progress | None = None) -> int:
+def extract(chunks: Iterator[bytes | memoryview], target: Path,
+            progress: Progress | None = None) -> int:
     """Unpack a tar stream into ``target`` with the standard library's ``data`` filter (no
     absolute paths, no ``..``, no links out, no devices); how many files came."""
     target.mkdir(parents=True, exist_ok=True)
@@ -151,8 +152,8 @@ def _header(name: str, kind: bytes, size: int, mode: int) -> bytes:
 class _ChunkReader(io.RawIOBase):
     """A readable file over an iterator of byte strings (no copies beyond one piece)."""
 
-    def __init__(self, chunks: Iterator[bytes], progress: Progress | None) -> None:
-        self.chunks = chunks
+    def __init__(self, chunks: Iterator[bytes | memoryview], progress: Progress | None) -> None:
+        self.chunks = chunks  # a piece may be a reused buffer: it is used up before the next
         self.progress = progress
         self.piece = memoryview(b"")
 

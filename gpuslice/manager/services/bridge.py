@@ -14,7 +14,7 @@ import io
 import os
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import BinaryIO, TypeVar
 
 T = TypeVar("T")
@@ -93,15 +93,19 @@ class _QueueReader(io.RawIOBase):
         return size
 
 
-def file_chunks(fd: int, start: int = 0, size: int = CHUNK) -> Iterator[bytes]:
-    """The open file ``fd`` from byte ``start`` to its end, in blocking reads of ``size``
-    (for a streamed answer, which runs them in a thread); closes ``fd`` when done or dropped."""
+async def file_stream(fd: int, start: int = 0, size: int = CHUNK) -> AsyncIterator[bytes]:
+    """The open file ``fd`` from byte ``start`` to its end, read in a thread one piece ahead
+    of what is being sent (reading and sending overlap); closes ``fd`` when done or dropped."""
+    offset = start
+    ahead = asyncio.ensure_future(asyncio.to_thread(os.pread, fd, size, offset))
     try:
-        offset = start
-        while data := os.pread(fd, size, offset):
+        while data := await ahead:
             offset += len(data)
+            ahead = asyncio.ensure_future(asyncio.to_thread(os.pread, fd, size, offset))
             yield data
     finally:
+        if not ahead.done():
+            await asyncio.gather(ahead, return_exceptions=True)  # never close under a read
         os.close(fd)
 
 

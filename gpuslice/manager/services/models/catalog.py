@@ -14,7 +14,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable
 from datetime import datetime, timedelta
 from typing import TypeVar
 
@@ -33,7 +33,7 @@ from gpuslice.common.storage_paths import PathRuleError, clean_path
 from gpuslice.manager.db.base import new_id, utcnow
 from gpuslice.manager.db.models import ModelRow, SessionRow
 from gpuslice.manager.errors import InvalidRequest, NotFound, Unavailable
-from gpuslice.manager.services.models.store import ModelStore, StoreError
+from gpuslice.manager.services.models.store import Chunks, ModelStore, StoreError
 
 log = logging.getLogger(__name__)
 UPLOADING, READY = "uploading", "ready"
@@ -137,7 +137,7 @@ async def delete_model(db: AsyncSession, store: ModelStore, owner_id: str, name:
 
 async def open_file(
     db: AsyncSession, store: ModelStore, owner_id: str, name: str, path: str
-) -> tuple[Iterator[bytes], int]:
+) -> tuple[Chunks, int]:
     row = await get_model(db, owner_id, name)
     path = _path(path)
     _announced(row, path)

@@ -16,12 +16,12 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from gpuslice.manager.services.bridge import file_chunks, rechunk, write_all
-from gpuslice.manager.services.models.store import ModelStore, Stored, StoreError
+from gpuslice.manager.services.bridge import file_stream, rechunk, write_all
+from gpuslice.manager.services.models.store import Chunks, ModelStore, Stored, StoreError
 
 SIGNING_KEY = ".signing-key"
 URL_PATH = "/api/v1/model-store/"
@@ -63,12 +63,12 @@ class LocalStore(ModelStore):
             partial.unlink(missing_ok=True)
             raise
 
-    async def open(self, key: str) -> tuple[Iterator[bytes], int]:
+    async def open(self, key: str) -> tuple[Chunks, int]:
         try:
             fd = await asyncio.to_thread(os.open, self._path(key), os.O_RDONLY)
         except FileNotFoundError:
             raise KeyError(key) from None
-        return file_chunks(fd), os.fstat(fd).st_size
+        return file_stream(fd), os.fstat(fd).st_size
 
     async def size(self, key: str) -> int | None:
         try:

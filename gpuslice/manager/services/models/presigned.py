@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from starlette.requests import Request
 
 from gpuslice.manager.errors import Forbidden, InvalidRequest, NotFound, Unavailable
 from gpuslice.manager.services.models.local import LocalStore
-from gpuslice.manager.services.models.store import ModelStore, StoreError
+from gpuslice.manager.services.models.store import Chunks, ModelStore, StoreError
 
 
 async def open_signed(
     store: ModelStore, key: str, expires: int, signature: str
-) -> tuple[Iterator[bytes], int]:
+) -> tuple[Chunks, int]:
     local = _checked(store, "GET", key, expires, signature)
     try:
         return await local.open(key)

@@ -20,7 +20,7 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from gpuslice.manager.services.bridge import Interrupted, feed_thread
-from gpuslice.manager.services.models.store import ModelStore, Stored, StoreError
+from gpuslice.manager.services.models.store import Chunks, ModelStore, Stored, StoreError
 from gpuslice.manager.settings import ModelStoreSettings
 
 log = logging.getLogger(__name__)
@@ -77,7 +77,7 @@ class S3Store(ModelStore):
                                     Key=full)
             raise StoreError(f"{sent} bytes came of the {size} announced")
 
-    async def open(self, key: str) -> tuple[Iterator[bytes], int]:
+    async def open(self, key: str) -> tuple[Chunks, int]:
         try:
             answer = await asyncio.to_thread(self._client.get_object, Bucket=self.bucket,
                                              Key=self.prefix + key)

@@ -11,6 +11,9 @@ import abc
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
+#: An object's bytes for a streamed answer: read in a thread either way.
+Chunks = AsyncIterator[bytes] | Iterator[bytes]
+
 
 class StoreError(Exception):
     """The store refused or could not be reached; the message says which and why."""
@@ -44,7 +47,7 @@ class ModelStore(abc.ABC):
         body of another length stores nothing and raises ``StoreError``."""
 
     @abc.abstractmethod
-    async def open(self, key: str) -> tuple[Iterator[bytes], int]:
+    async def open(self, key: str) -> tuple[Chunks, int]:
         """The bytes at ``key`` as blocking chunks (for a streamed answer) and their size;
         ``KeyError`` when there is nothing."""
 

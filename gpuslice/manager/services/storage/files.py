@@ -27,7 +27,7 @@ from gpuslice.common.schemas.storage import (
 )
 from gpuslice.manager.db.models import User
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
-from gpuslice.manager.services.bridge import file_chunks, write_all
+from gpuslice.manager.services.bridge import file_stream, write_all
 from gpuslice.manager.services.storage import archive
 from gpuslice.manager.services.storage.folders import Access
 from gpuslice.manager.services.storage.fs import FILE_MODE, Entry, StorageFS, rule
@@ -42,7 +42,7 @@ T = TypeVar("T")
 class Download:
     """An open file to stream: ``size`` bytes in all, sent from ``start``."""
 
-    chunks: Iterator[bytes]
+    chunks: AsyncIterator[bytes]
     size: int
     start: int
 
@@ -94,7 +94,7 @@ async def download(fs: StorageFS, access: Access, path: str, start: int = 0) -> 
         os.close(fd)
         raise InvalidRequest(f"the file has {size} bytes; cannot start at {start}",
                              field="range", code="range_not_satisfiable")
-    return Download(file_chunks(fd, start), size, start)
+    return Download(file_stream(fd, start), size, start)
 
 
 def download_archive(fs: StorageFS, access: Access, path: str) -> Iterator[bytes]:
@@ -159,22 +159,35 @@ async def _in_folder(fs: StorageFS, access: Access, op: Callable[[int], T]) -> T
 
 
 async def _receive(part: int, offset: int, size: int, body: AsyncIterator[bytes]) -> int:
-    received, pending = offset, bytearray()
+    """Write the body to ``part`` from ``offset``; the bytes now held. Pieces are gathered to
+    about 1 MiB and written in a thread while the next ones arrive (one write in flight)."""
+    received, pieces, gathered = offset, list[bytes](), 0
+    writing: asyncio.Future[None] | None = None
+
+    async def flush() -> None:
+        nonlocal writing, pieces, gathered
+        if writing is not None:
+            await writing
+        writing = asyncio.ensure_future(asyncio.to_thread(write_all, part, b"".join(pieces)))
+        pieces, gathered = [], 0
+
     try:
         async for chunk in body:
-            if received + len(pending) + len(chunk) > size:
+            if received + len(chunk) > size:
                 raise InvalidRequest(f"the body holds more than the {size - offset} bytes "
                                      "announced (size - offset)", field="size")
-            pending += chunk
-            if len(pending) >= CHUNK:
-                await asyncio.to_thread(write_all, part, bytes(pending))
-                received += len(pending)
-                pending.clear()
+            pieces.append(chunk)
+            gathered += len(chunk)
+            received += len(chunk)
+            if gathered >= CHUNK:
+                await flush()
     except ClientDisconnect:
         pass  # keep what came: the client resumes from it
-    if pending:
-        await asyncio.to_thread(write_all, part, bytes(pending))
-        received += len(pending)
+    finally:
+        if pieces:
+            await flush()
+        if writing is not None:
+            await writing
     return received
 
 
