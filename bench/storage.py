@@ -18,7 +18,6 @@ peak_growth_mib=…``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import socket
@@ -30,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -63,21 +63,20 @@ def _bench(client: Client, pid: int, work: Path, source: Path, size: int, runs: 
     copies, ups, downs, peaks = [], [], [], []
     baseline = _rss(pid)
     for i in range(runs):
-        target = work / f"copy-{i}.bin"
-        copies.append(_timed(lambda: subprocess.run(
-            ["cp", "--reflink=never", str(source), str(target)], check=True)))
+        target, name, back = work / f"copy-{i}.bin", f"big-{i}.bin", work / f"back-{i}.bin"
+        copies.append(_timed(subprocess.run, ["cp", "--reflink=never", str(source), str(target)],
+                             check=True))
         target.unlink()
         with _Peak(pid) as peak:
-            ups.append(_timed(lambda: client.upload_file(folder.id, source, f"big-{i}.bin")))
+            ups.append(_timed(client.upload_file, folder.id, source, name))
         peaks.append(peak.value - baseline)
-        back = work / f"back-{i}.bin"
         with _Peak(pid) as peak:
-            downs.append(_timed(lambda: client.download_file(folder.id, f"big-{i}.bin", back)))
+            downs.append(_timed(client.download_file, folder.id, name, back))
         peaks.append(peak.value - baseline)
         if back.stat().st_size != size:
             raise SystemExit(f"downloaded {back.stat().st_size} bytes of {size}")
         back.unlink()
-        client.delete_file(folder.id, f"big-{i}.bin")
+        client.delete_file(folder.id, name)
     mib = size / MiB
     copy, up, down = (mib / statistics.median(t) for t in (copies, ups, downs))
     growth = max(peaks) / MiB
@@ -124,9 +123,9 @@ def _start_manager(work: Path) -> tuple[subprocess.Popen[bytes], Client]:
     return manager, client
 
 
-def _timed(op: Callable[[], object]) -> float:
+def _timed(op: Callable[..., object], *args: Any, **kwargs: Any) -> float:
     started = time.perf_counter()
-    op()
+    op(*args, **kwargs)
     return time.perf_counter() - started
 
 

@@ -319,3 +319,26 @@ async def _mounts_of(agent: Any, session_id: str, until: Any = None) -> list[dic
             return found[0]["mounts"]
         await asyncio.sleep(0.1)
     raise AssertionError(f"{session_id} not assigned as expected: {r.json()}")
+
+
+async def test_what_sessions_write_past_the_quota_is_measured_and_reported(
+    make_user: UserFactory, settings: ManagerSettings, app: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from gpuslice.manager.services.storage.usage import measure_all
+
+    alice = await make_user("alice", policy={"max_storage": "1m"})
+    data = await folder(alice, "data")
+    await create(alice, folders=["data"])
+    big = on_disk(settings, data) / "written-in-a-session.bin"
+    big.write_bytes(b"x" * (2 * 1024 * 1024))  # as a session writes: past the API
+    (on_disk(settings, data) / "link").symlink_to("/etc")  # never followed when measuring
+    await measure_all(app.state.sessionmaker, app.state.storage)
+    usage = (await alice.get(f"{API}/usage")).json()
+    assert (usage["used"], usage["over_quota"]) == (2 * 1024 * 1024, True)
+    assert usage["measured_at"] is not None
+    [listed] = (await alice.get(API)).json()
+    assert (listed["size"], listed["files"]) == (2 * 1024 * 1024, 1)
+    assert "user alice uses 2 MiB of a 1 MiB quota (sessions: " in caplog.text
+    r = await put(alice, data["id"], "more.txt", b"x")
+    assert r.status_code == 422 and r.json()["code"] == "quota_exceeded"

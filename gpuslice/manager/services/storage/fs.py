@@ -76,15 +76,7 @@ class StorageFS:
 
     def make_folder(self, storage_path: str) -> None:
         """Create a folder's directory (its parents private to the manager)."""
-        parts = storage_path.split("/")
-        fd = self._root_fd()
-        try:
-            for depth, part in enumerate(parts):
-                top = depth == len(parts) - 1
-                fd = self._step(fd, part, create=True, mode=TOP_MODE if top else PRIVATE_MODE,
-                                own=top, shown=part)
-        finally:
-            os.close(fd)
+        os.close(self.folder_fd(storage_path))
 
     def remove_folder(self, storage_path: str) -> None:
         parent, _, name = storage_path.rpartition("/")
@@ -225,15 +217,6 @@ class StorageFS:
             )
         os.lseek(part, offset, os.SEEK_SET)
         return part
-
-    def drop_partial(self, name: str) -> None:
-        fd = self.uploads_fd()
-        try:
-            os.unlink(name, dir_fd=fd)
-        except FileNotFoundError:
-            pass
-        finally:
-            os.close(fd)
 
     def place(self, top: int, path: str, source_dir: int, source: str) -> Entry:
         """Move a finished file (``source`` in ``source_dir``) to ``path``, replacing a file
