@@ -34,7 +34,7 @@ from gpuslice.session_tools import CONTAINER_ENDPOINT
 
 log = logging.getLogger(__name__)
 SOCKET_IN_FILES = CONTAINER_ENDPOINT.lstrip("/")  # under a session's files directory
-MAX_BODY = 64 * 1024
+MAX_BODY = 2 * 1024 * 1024  # a JSON call (a model's file list: thousands of files)
 _CLAIMS = ("session_id", "session")
 
 

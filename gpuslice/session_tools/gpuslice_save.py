@@ -43,8 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         "session): e.g. gpuslice-save output --name resnet-1",
     )
     parser.add_argument("path", help="A file, or a directory (saved with what it holds).")
-    parser.add_argument("--name", help="The model's name (default: the run's name, or the "
-                        "path's last part).")
+    parser.add_argument("--name", help="The model's name (default: the path's last part).")
     args = parser.parse_args(argv)
     try:
         saved = save(args.path, args.name, say=lambda line: print(line, file=sys.stderr))
@@ -58,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 def save(path: str, name: str | None = None, say: object = None) -> Saved:
     """Save ``path`` as model ``name``; raises SaveError or gpuslice_endpoint.EndpointError."""
     tell = say if callable(say) else (lambda line: None)
-    name = name or os.environ.get("GPUSLICE_RUN_NAME") or _default_name(path)
+    name = name or _default_name(path)
     if not _NAME.match(name):
         raise SaveError(f"model name {name!r}: use 1-128 letters, digits, '.', '_' or '-'")
     files = _collect(path, tell)

@@ -224,7 +224,7 @@ async def test_directories_as_tar_streams_all_or_nothing(make_user: UserFactory)
     assert [e["path"] for e in listing] == ["code"]  # nothing of the refused archives landed
 
 
-async def test_an_interrupted_upload_resumes(make_user: UserFactory) -> None:
+async def test_an_interrupted_upload_resumes(make_user: UserFactory, app: Any) -> None:
     alice = await make_user("alice")
     data = await folder(alice, "data")
     whole = b"0123456789"
@@ -245,6 +245,13 @@ async def test_an_interrupted_upload_resumes(make_user: UserFactory) -> None:
     r = await alice.put(f"{API}/{data['id']}/content",
                         params={"path": "g.bin", "size": 3}, content=b"toolong")
     assert r.status_code == 422 and r.json()["field"] == "size"
+    # an upload nobody resumes is purged by the storage loop after a while
+    r = await alice.put(f"{API}/{data['id']}/content",
+                        params={"path": "h.bin", "size": 10}, content=b"abc")
+    assert r.status_code == 202
+    assert app.state.storage.purge_uploads(older_than=-1) >= 1
+    state = await alice.get(f"{API}/{data['id']}/uploads", params={"path": "h.bin"})
+    assert state.json()["offset"] == 0
 
 
 async def test_uploads_beyond_the_storage_quota_are_refused(make_user: UserFactory) -> None:

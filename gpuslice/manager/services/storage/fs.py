@@ -15,10 +15,12 @@ read, change and delete everything, and so can the manager (root, or that uid).
 from __future__ import annotations
 
 import errno
+import fcntl
 import hashlib
 import os
 import shutil
 import stat
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -190,6 +192,25 @@ class StorageFS:
         return self._step(self._root_fd(), UPLOADS, create=True, mode=PRIVATE_MODE,
                           shown=UPLOADS)
 
+    def purge_uploads(self, older_than: float) -> int:
+        """Delete partial uploads and archive staging left untouched for ``older_than``
+        seconds (a client that never resumed, a manager stopped mid-archive)."""
+        fd = self.uploads_fd()
+        cutoff, purged = time.time() - older_than, 0
+        try:
+            with os.scandir(fd) as found:
+                stale = [e.name for e in found
+                         if e.stat(follow_symlinks=False).st_mtime < cutoff]
+            for name in stale:
+                if stat.S_ISDIR(os.stat(name, dir_fd=fd, follow_symlinks=False).st_mode):
+                    shutil.rmtree(name, dir_fd=fd, ignore_errors=True)
+                else:
+                    os.unlink(name, dir_fd=fd)
+                purged += 1
+        finally:
+            os.close(fd)
+        return purged
+
     def partial_size(self, name: str) -> int:
         fd = self.uploads_fd()
         try:
@@ -200,14 +221,23 @@ class StorageFS:
             os.close(fd)
 
     def open_partial(self, name: str, offset: int) -> int:
-        """The partial upload, positioned at ``offset`` (0: started afresh). 409 ``upload_offset``
-        when the manager holds another amount than ``offset``."""
+        """The partial upload, locked and positioned at ``offset`` (0: started afresh). 409
+        ``upload_busy`` while another request sends it, ``upload_offset`` when the manager
+        holds another amount than ``offset``."""
         fd = self.uploads_fd()
         try:
             flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC
-            part = os.open(name, flags | (os.O_TRUNC if offset == 0 else 0), 0o600, dir_fd=fd)
+            part = os.open(name, flags, 0o600, dir_fd=fd)
         finally:
             os.close(fd)
+        try:  # held while this request writes; gone with the descriptor
+            fcntl.flock(part, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(part)
+            raise Conflict("this file is being uploaded by another request: wait for it, "
+                           "or resume once it stops", code="upload_busy") from None
+        if offset == 0:
+            os.ftruncate(part, 0)
         held = os.fstat(part).st_size
         if held != offset:
             os.close(part)

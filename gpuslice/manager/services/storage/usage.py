@@ -30,6 +30,7 @@ from gpuslice.manager.services.storage.archive import QuotaExceeded
 from gpuslice.manager.services.storage.fs import StorageFS
 
 log = logging.getLogger(__name__)
+UPLOADS_KEPT = 7 * 86400.0  # seconds an unfinished upload waits to be resumed
 
 
 async def usage_of(db: AsyncSession, user: User) -> StorageUsage:
@@ -89,7 +90,8 @@ async def add_usage(db: AsyncSession, folder_id: str, size: int, files: int) -> 
 
 
 async def measure_all(sessionmaker: async_sessionmaker[AsyncSession], fs: StorageFS) -> None:
-    """One pass of the storage loop: measure every folder, then report users over quota."""
+    """One pass of the storage loop: measure every folder, report users over quota, and
+    delete unfinished uploads nobody resumed for a week."""
     async with sessionmaker() as db:
         folders = [(f.id, f.storage_path) for f in await db.scalars(select(FolderRow))]
         await db.commit()
@@ -105,6 +107,10 @@ async def measure_all(sessionmaker: async_sessionmaker[AsyncSession], fs: Storag
             await db.commit()
     async with sessionmaker() as db:
         await report_over_quota(db)
+    try:
+        await asyncio.to_thread(fs.purge_uploads, UPLOADS_KEPT)
+    except OSError as exc:
+        log.warning("storage: cannot purge old partial uploads: %s", exc)
 
 
 async def report_over_quota(db: AsyncSession) -> list[str]:
