@@ -59,7 +59,10 @@ class _RunGroup(TyperGroup):
 
 app = typer.Typer(
     cls=_RunGroup, no_args_is_help=True,
-    help="Run a training script on a GPU slice; list, show, logs, stop, delete runs.",
+    help="Run a training script on a GPU slice; list, show, logs, stop, delete runs.\n\n"
+    "Start one with: gpuslice run SCRIPT [--gpu 0.5 | --gpu-mem 2048m] [--image I] "
+    "[--folder F] [--save-dir output] [--name N] [-- ARGS] (all options: gpuslice run start "
+    "--help).",
 )
 Ref = Annotated[str, typer.Argument(help="Run name or id.")]
 
