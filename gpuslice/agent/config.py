@@ -146,6 +146,12 @@ class AgentSettings(BaseSettings):
         pattern=r"^[1-9][0-9]*:[1-9][0-9]*$",
         description="uid:gid sessions run as; never root.",
     )
+    storage_root: Path | None = Field(
+        default=None,
+        description="Where the storage folders are on this node: the manager's storage root, "
+        "the same path on every node (mount the shared filesystem there). Unset: sessions "
+        "with folders cannot start here.",
+    )
 
     @field_validator("fgpu_per_gpu", mode="before")
     @classmethod

@@ -10,7 +10,9 @@ secret travels, none can be stolen, and a call that claims to be another session
 the calling session (:meth:`EndpointCall.relay`), and the manager answers them only for a session
 that runs on this node.
 
-Features add their calls with :meth:`SessionEndpoint.route`; this module serves ``GET /v1/session``
+Features add their calls with :meth:`SessionEndpoint.route` (JSON in, JSON out) or
+:meth:`SessionEndpoint.route_stream` (a body of any size, streamed on to the manager with
+:meth:`EndpointCall.relay_stream`, never held whole); this module serves ``GET /v1/session``
 (who am I, my slice) and ``GET /v1/usage`` (what I use now). Answers are JSON; errors are
 ``{code, message}`` and never a traceback.
 """
@@ -22,7 +24,7 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -34,7 +36,7 @@ from gpuslice.session_tools import CONTAINER_ENDPOINT
 
 log = logging.getLogger(__name__)
 SOCKET_IN_FILES = CONTAINER_ENDPOINT.lstrip("/")  # under a session's files directory
-MAX_BODY = 64 * 1024
+MAX_BODY = 2 * 1024 * 1024  # a JSON call (a model's file list: thousands of files)
 _CLAIMS = ("session_id", "session")
 
 
@@ -69,12 +71,30 @@ class EndpointCall:
         try:
             return await self.link.session_call(self.session_id, method, path, body)
         except LinkError as err:
-            status = err.status if 400 <= err.status < 500 else 502
-            raise EndpointError(status, "manager_refused" if err.status else "manager_unreachable",
-                                str(err)) from None
+            raise _relayed(err) from None
+
+    async def relay_stream(
+        self, method: str, path: str, params: Mapping[str, str], body: AsyncIterator[bytes],
+        size: int,
+    ) -> Any:
+        """Stream ``body`` (``size`` bytes) to the manager for this session, as it comes."""
+        try:
+            return await self.link.session_stream(self.session_id, method, path, params, body,
+                                                  size)
+        except LinkError as err:
+            raise _relayed(err) from None
+
+
+def _relayed(err: LinkError) -> EndpointError:
+    status = err.status if 400 <= err.status < 500 else 502
+    return EndpointError(status, "manager_refused" if err.status else "manager_unreachable",
+                         str(err))
 
 
 Handler = Callable[[EndpointCall], Awaitable[Any]]
+#: ``(call, body, size)``: the body as it arrives, and its Content-Length (None: not sent)
+StreamHandler = Callable[[EndpointCall, AsyncIterator[bytes], int | None], Awaitable[Any]]
+STREAM_CHUNK = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +120,7 @@ class SessionEndpoint:
             ("GET", "/v1/session"): self._session,
             ("GET", "/v1/usage"): self._usage,
         }
+        self._streams: dict[tuple[str, str], StreamHandler] = {}
         self._sites: dict[str, _Site] = {}
         self._sockets: dict[str, str] = {}  # the address a socket was bound at -> session id
         self._runner: web.AppRunner | None = None
@@ -108,6 +129,10 @@ class SessionEndpoint:
         """Add a call (``POST /v1/models/presign`` …); the handler gets an :class:`EndpointCall`
         and returns the JSON answer, or raises :class:`EndpointError`."""
         self._routes[(method.upper(), path)] = handler
+
+    def route_stream(self, method: str, path: str, handler: StreamHandler) -> None:
+        """Add a call whose body is streamed (``PUT /v1/models/file`` …), any size."""
+        self._streams[(method.upper(), path)] = handler
 
     def socket_path(self, session_id: str) -> Path:
         return self.files_root / "sessions" / session_id / SOCKET_IN_FILES
@@ -185,9 +210,16 @@ class SessionEndpoint:
     async def _dispatch(self, request: web.Request) -> web.Response:
         try:
             session_id = self._caller(request)
-            handler = self._routes.get((request.method, request.path))
+            where = (request.method, request.path)
+            streamed = self._streams.get(where)
+            if streamed is not None:
+                _refuse_other_session(session_id, request, {})
+                call = EndpointCall(session_id, dict(request.query), {}, self.link)
+                chunks = request.content.iter_chunked(STREAM_CHUNK)
+                return _json(200, await streamed(call, chunks, request.content_length))
+            handler = self._routes.get(where)
             if handler is None:
-                calls = ", ".join(f"{m} {p}" for m, p in sorted(self._routes))
+                calls = ", ".join(f"{m} {p}" for m, p in sorted({*self._routes, *self._streams}))
                 raise EndpointError(404, "no_such_call",
                                     f"no {request.method} {request.path}; calls: {calls}")
             body = await _body(request)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -33,6 +34,7 @@ from gpuslice.common.schemas.agents import (
 log = logging.getLogger(__name__)
 API = "/api/v1/agents"
 CREDENTIAL_FILE = "credential.json"
+STREAM_TIMEOUT = 300.0  # seconds a streamed call may wait for the next piece either way
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -162,6 +164,28 @@ class ManagerLink:
         return await self._request(
             method, f"{API}/me/sessions/{session_id}/{path.lstrip('/')}", None, content=content
         )
+
+    async def session_stream(
+        self, session_id: str, method: str, path: str, params: Mapping[str, str],
+        body: AsyncIterator[bytes], size: int,
+    ) -> object:
+        """A streamed call for one of this node's sessions (a file of a model being saved):
+        ``body`` goes on to the manager as it comes, ``size`` bytes, never held whole."""
+        if self.credential is None:
+            raise NotRegistered("not connected to the manager")
+        headers = {"Authorization": f"Bearer {self.credential.secret}",
+                   "Content-Length": str(size), "Content-Type": "application/octet-stream"}
+        url = f"{API}/me/sessions/{session_id}/{path.lstrip('/')}"
+        try:
+            response = await self._http.request(
+                method, url, params=dict(params), headers=headers, content=body,
+                timeout=httpx.Timeout(30.0, read=STREAM_TIMEOUT, write=STREAM_TIMEOUT),
+            )
+        except httpx.TransportError as exc:
+            raise LinkError(f"manager {self.manager_url} unreachable: {exc!r}") from None
+        if response.status_code >= 400:
+            raise LinkError(_message(response), response.status_code)
+        return response.json() if response.content else None
 
     # ------------------------------------------------------------ plumbing
 

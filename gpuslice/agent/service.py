@@ -23,7 +23,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from gpuslice.agent import usage_calls
+from gpuslice.agent import model_calls, usage_calls
 from gpuslice.agent.accelerators import Accelerator, detect
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import Act, Action, decide
@@ -85,6 +85,7 @@ class Agent:
             settings.data_dir, data=self, link=self.link, user=settings.session_user
         )
         self.streams = StreamService(self.runtime, self.link)
+        model_calls.install(self.endpoint)
         self.requests = RequestRunner(RequestContext(
             runtime=self.runtime, link=self.link, say=self.say,
             images_changed=self._heartbeat_now.set, streams=self.streams,

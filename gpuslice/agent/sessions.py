@@ -19,6 +19,7 @@ from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.manager_link import LinkError, ManagerLink
 from gpuslice.agent.runtime.adapter import session_spec
 from gpuslice.agent.runtime.docker import DockerRuntime
+from gpuslice.agent.runtime.folders import folder_mounts
 from gpuslice.agent.runtime.hardcaps import apply_hard_caps
 from gpuslice.agent.runtime.models import (
     ContainerRuntimeError,
@@ -104,7 +105,8 @@ class SessionActions:
                     await preparing
                     preparing = None
                 await self._pull(assignment)
-            spec = build_container_spec(session_spec(assignment), self.options)
+            folders = folder_mounts(self.settings.storage_root, assignment.mounts)
+            spec = build_container_spec(session_spec(assignment, folders), self.options)
             spec = apply_hard_caps(spec, self.settings.hard_caps)
             if self.endpoint is not None:  # its socket is there before the session starts
                 await self.endpoint.open(sid)

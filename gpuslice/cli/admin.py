@@ -86,6 +86,9 @@ def policy_set(
     max_private_images: Annotated[
         int | None, typer.Option(help="Private images (session commits) at once.")
     ] = None,
+    max_storage: Annotated[
+        str | None, typer.Option(help="What one's storage folders may hold, e.g. 100g.")
+    ] = None,
     idle_window: Annotated[str | None, typer.Option(
         help="Reclaim sessions idle this long, e.g. 30m (enables the idle rule).")] = None,
     idle_grace: Annotated[str | None, typer.Option(
@@ -109,6 +112,8 @@ def policy_set(
         parse_cpu(max_cpu, field="--max-cpu")
     if max_mem is not None:
         parse_mem(max_mem, field="--max-mem")
+    if max_storage is not None:
+        parse_mem(max_storage, field="--max-storage")
     if max_sessions is not None and max_sessions < 0:
         raise CliError("--max-sessions: must be zero or more", 2)
     if max_private_images is not None and max_private_images < 0:
@@ -117,7 +122,8 @@ def policy_set(
                       idle_combine)
     limits = {"max_gpu": max_gpu, "max_cpu": max_cpu, "max_mem": max_mem,
               "max_sessions": max_sessions, "max_priority": max_priority,
-              "max_private_images": max_private_images, "idle": idle,
+              "max_private_images": max_private_images, "max_storage": max_storage,
+              "idle": idle,
               "max_lifetime": None if max_lifetime is None
               else parse_duration(max_lifetime, field="--max-lifetime", minimum=1)}
     with Client.from_config() as client:
@@ -129,7 +135,9 @@ def policy_set(
         f"{username}: at most {_limit(policy.max_sessions)} sessions, "
         f"{_limit(policy.max_gpu)} fGPU, {_limit(policy.max_cpu)} CPU, "
         f"{mem(policy.max_mem) if policy.max_mem is not None else 'unlimited'} memory, "
-        f"{_limit(policy.max_private_images)} private images; {_reclaim_rules(policy)}",
+        f"{_limit(policy.max_private_images)} private images, "
+        f"{mem(policy.max_storage) if policy.max_storage is not None else 'unlimited'} "
+        f"of storage; {_reclaim_rules(policy)}",
         markup=False,
     )
 

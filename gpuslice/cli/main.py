@@ -29,6 +29,17 @@ COMMANDS = {
         "Compute sessions: create, list, show, stats, logs, destroy, exec, shell.",
     ),
     "app": Lazy("gpuslice.cli.app:app", "A session's apps: list them, open one in a browser."),
+    "run": Lazy(
+        "gpuslice.cli.run:app",
+        "Run a training script on a GPU slice; list, show, logs, stop, delete runs.",
+    ),
+    "folder": Lazy(
+        "gpuslice.cli.folder:app",
+        "Storage folders: create, list, upload, download, share, delete.",
+    ),
+    "model": Lazy(
+        "gpuslice.cli.model:app", "Your models: list, show, download, upload, delete, URLs."
+    ),
     "image": Lazy("gpuslice.cli.image:app", "Session images: build, list, aliases."),
     "top": Lazy(
         "gpuslice.cli.top:top",

@@ -5,7 +5,8 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Any, ParamSpec, TypeVar
 
@@ -81,6 +82,39 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | No
     console.print(out)
 
 
+@contextmanager
+def transfer_bar(description: str, total: int) -> Iterator[Callable[[int], None]]:
+    """A progress bar of bytes on stderr when it is a terminal (nothing when piped); yields
+    the function to call with the bytes moved (negative: back, after a resume)."""
+    if not sys.stderr.isatty():
+        yield lambda moved: None
+        return
+    from rich.progress import (  # only commands that move files pay for it
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TimeRemainingColumn,
+        TransferSpeedColumn,
+    )
+
+    columns = (TextColumn("{task.description}"), BarColumn(),
+               DownloadColumn(binary_units=True), TransferSpeedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=err_console) as bar:
+        task = bar.add_task(description, total=total or None)
+        yield lambda moved: bar.update(task, advance=moved)
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask before something that cannot be undone; ``--yes`` (or no terminal) must say so."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise CliError(f"{question} Add --yes to do it without a question.", 2)
+    if not typer.confirm(question, default=False, err=True):
+        raise CliError("nothing done", 1)
+
+
 def ago(when: datetime | None) -> str:
     if when is None:
         return "-"
@@ -108,3 +142,19 @@ def number(value: Any) -> str:
 def _is_model(data: object) -> bool:
     # A pydantic model, known without importing pydantic: `gpuslice --help` does without it.
     return callable(getattr(data, "model_dump", None))
+
+
+def print_new(text: str, printed: list[str]) -> list[str]:
+    """Print the lines of a log tail that follow the lines printed before (``printed``: the
+    last lines printed); the new last lines."""
+    lines = text.splitlines(keepends=True)
+    start = 0
+    anchor = printed[-5:]
+    if anchor:
+        for i in range(len(lines) - len(anchor), -1, -1):
+            if lines[i:i + len(anchor)] == anchor:
+                start = i + len(anchor)
+                break
+    sys.stdout.write("".join(lines[start:]))
+    sys.stdout.flush()
+    return lines[-5:] if lines else printed

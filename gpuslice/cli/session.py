@@ -18,6 +18,7 @@ from gpuslice.cli.output import (
     mem,
     number,
     print_json,
+    print_new,
     table,
 )
 from gpuslice.client import Client, schemas
@@ -42,6 +43,8 @@ def _client() -> Client:
 def create(
     image: Annotated[str, typer.Option(help="Image to run.")] = DEFAULT_SESSION_IMAGE,
     gpu: Annotated[str, typer.Option(help="fGPU, e.g. 0.5 or 2 (0: no GPU).")] = "0",
+    gpu_mem: Annotated[str | None, typer.Option(
+        "--gpu-mem", help="Instead of --gpu: the GPU memory it needs, e.g. 2048m.")] = None,
     cpu: Annotated[str, typer.Option(help="CPU cores, e.g. 0.5 or 4.")] = "1",
     mem_: Annotated[str, typer.Option("--mem", help="Memory, e.g. 512m or 2g.")] = "1g",
     count: Annotated[int, typer.Option(help="How many identical sessions (1-100).")] = 1,
@@ -54,12 +57,18 @@ def create(
     app_: Annotated[list[str] | None, typer.Option(
         "--app", help="An app of the image to start with the session, e.g. jupyter "
         "(repeatable; others start when first opened).")] = None,
+    folder: Annotated[list[str] | None, typer.Option(
+        help="Mount a storage folder at /home/work/NAME: NAME or NAME:ro (repeat).")] = None,
     wait: Annotated[bool, typer.Option(help="Wait until the sessions run (or wait).")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 300,
     as_json: JsonOpt = False,
 ) -> None:
     """Launch sessions; they start PENDING and run as soon as the scheduler places them."""
     parse_fgpu(gpu, field="--gpu")
+    if gpu_mem is not None:
+        if parse_fgpu(gpu, field="--gpu"):
+            raise CliError("give --gpu or --gpu-mem, not both", 2)
+        parse_mem(gpu_mem, field="--gpu-mem")
     parse_cpu(cpu, field="--cpu")
     parse_mem(mem_, field="--mem", minimum=6 * MiB)
     if not 1 <= count <= 100:
@@ -74,7 +83,7 @@ def create(
         created = client.create_sessions(
             image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
             command=argv, env=variables, priority=priority, gpu_model=gpu_model,
-            apps=app_ or [],
+            apps=app_ or [], gpu_mem=gpu_mem, folders=folder or [],
         )
         if wait:
             created = [_wait_started(client, s, timeout) for s in created]
@@ -134,7 +143,11 @@ def show(ref: Annotated[str, typer.Argument(help="Session id or name.")],
     if session.result is not None:
         lines.append(("result", f"{session.result.value} (exit code {session.exit_code})"))
     lines.append(("resources",
-                  f"{number(res.gpu)} fGPU, {number(res.cpu)} CPU, {mem(res.mem)} memory"))
+                  f"{number(res.gpu)} fGPU, {number(res.cpu)} CPU, {mem(res.mem)} memory"
+                  + (f" (asked: {mem(res.gpu_mem)} of GPU memory)" if res.gpu_mem else "")))
+    for folder in session.folders:
+        lines.append((f"/home/work/{folder.name}",
+                      "folder (read-only)" if folder.read_only else "folder"))
     if session.placement:
         lines.append(("node", session.placement.node_name))
         for dev in session.placement.devices:
@@ -207,12 +220,12 @@ def logs(ref: Annotated[str, typer.Argument(help="Session id or name.")],
     status = schemas.sessions.SessionStatus
     with _client() as client:
         session = client.get_session(ref)
-        seen = _print_new(client.session_logs(session.id, tail).logs, [])
+        seen = print_new(client.session_logs(session.id, tail).logs, [])
         while follow and session.status not in schemas.sessions.FINAL:
             time.sleep(1.0)
             session = client.get_session(session.id)
             if session.status in (status.RUNNING, status.TERMINATING):
-                seen = _print_new(client.session_logs(session.id, tail).logs, seen)
+                seen = print_new(client.session_logs(session.id, tail).logs, seen)
 
 
 @app.command("destroy")
@@ -337,21 +350,6 @@ def _session_table(sessions: list[SessionPublic], owner_column: bool = False) ->
                 mem(s.resources.mem), node, s.image, ago(s.created_at), reason]
         )
     table(columns, rows)
-
-
-def _print_new(text: str, printed: list[str]) -> list[str]:
-    """Print the lines of a log tail that follow the lines printed before."""
-    lines = text.splitlines(keepends=True)
-    start = 0
-    anchor = printed[-5:]
-    if anchor:
-        for i in range(len(lines) - len(anchor), -1, -1):
-            if lines[i:i + len(anchor)] == anchor:
-                start = i + len(anchor)
-                break
-    sys.stdout.write("".join(lines[start:]))
-    sys.stdout.flush()
-    return lines[-5:] if lines else printed
 
 
 def _env_pair(item: str) -> tuple[str, str]:

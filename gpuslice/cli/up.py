@@ -16,7 +16,7 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -25,6 +25,9 @@ from gpuslice.cli.output import CliError, friendly
 from gpuslice.client import ApiError, Client, ClientConfig, load_config, save_config
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 from gpuslice.common.resources import parse_mem
+
+if TYPE_CHECKING:
+    from gpuslice.manager.settings import ManagerSettings
 
 DEFAULT_DATA_DIR = Path("~/.local/share/gpuslice")
 _MOCK_RE = re.compile(r"^(?P<count>\d+)x(?P<mem>[0-9.]+[A-Za-z]*)(?::(?P<model>.+))?$")
@@ -97,9 +100,10 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
             node_name=options.node_name, manager_url=url, join_token=join.token,
             data_dir=options.data_dir / "agent", accelerator="auto",
             gpu=[MockGpu(**g) for g in options.mock_gpus],
+            storage_root=settings.storage_root,  # one machine: the manager's storage root
         ), say=say)
         agent_task = asyncio.create_task(agent.run(stop))
-        _announce(say, url, options, cli_note, credentials)
+        _announce(say, url, options, cli_note, credentials, settings)
         done, _ = await asyncio.wait(
             [agent_task, serving, asyncio.create_task(stop.wait())],
             return_when=asyncio.FIRST_COMPLETED,
@@ -212,13 +216,16 @@ def _log_in_cli(admin: Client, url: str) -> str:
 
 
 def _announce(say: Callable[[str], None], url: str, options: UpOptions, cli_note: str,
-              credentials: Path) -> None:
+              credentials: Path, settings: ManagerSettings) -> None:
     say("")
     say("gpuslice is up")
     say(f"  API          {url}/api/v1  (docs: {url}/docs)")
     say(f"  admin login  in {credentials} (readable only by you)")
     say(f"  CLI          {cli_note}: try `gpuslice session create --gpu 0.5`")
     say(f"  fGPU         1 GPU = {options.fgpu_per_gpu} fGPU")
+    say(f"  storage      folders in {settings.storage_root} (try `gpuslice folder create data`)")
+    say(f"  models       local store in {settings.model_dir} (`gpuslice run train.py` saves "
+        "there)")
     say("Ctrl-C stops it; running sessions keep running and are re-adopted at the next start.")
 
 

@@ -16,7 +16,8 @@ import httpx
 
 from gpuslice.client import schemas
 from gpuslice.client.config import ClientConfig, load_config
-from gpuslice.client.errors import ApiError
+from gpuslice.client.errors import ApiError, error_of
+from gpuslice.client.storage import StorageCalls
 
 if TYPE_CHECKING:
     from gpuslice.client.terminal import Terminal
@@ -48,8 +49,10 @@ API = "/api/v1"
 M = TypeVar("M")
 
 
-class Client:
-    """A connection to a gpuslice manager as one user (or as nobody, before `login`)."""
+class Client(StorageCalls):
+    """A connection to a gpuslice manager as one user (or as nobody, before `login`).
+
+    Folders, models and runs: see ``StorageCalls`` (``gpuslice.client.storage``)."""
 
     def __init__(self, url: str, token: str | None = None, *, timeout: float = 30.0,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -109,12 +112,19 @@ class Client:
         type: str = "interactive", command: list[str] | None = None,
         env: dict[str, str] | None = None, priority: int = 0, gpu_model: str | None = None,
         apps: list[str] | None = None,
+        gpu_mem: int | str | None = None, folders: list[str] | None = None,
     ) -> list[SessionPublic]:
-        """Launch sessions; ``apps``: apps of the image to start as soon as each runs."""
+        """Launch sessions. ``apps``: apps of the image to start as soon as each runs;
+        ``gpu_mem`` (instead of ``gpu``): the GPU memory it needs; ``folders``: storage
+        folders to mount, ``NAME`` or ``NAME:ro``."""
+        resources: dict[str, Any] = {"gpu": gpu, "cpu": cpu, "mem": mem}
+        if gpu_mem is not None:
+            resources["gpu_mem"] = gpu_mem
         body = {
-            "image": image, "resources": {"gpu": gpu, "cpu": cpu, "mem": mem}, "count": count,
+            "image": image, "resources": resources, "count": count,
             "name": name, "type": type, "command": command, "env": env or {},
             "priority": priority, "gpu_model": gpu_model, "apps": apps or [],
+            "folders": folders or [],
         }
         return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
 
@@ -347,7 +357,8 @@ class Client:
 
     def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
-            response = self._http.request(method, API + path, headers=self._headers(), **kw)
+            headers = {**self._headers(), **kw.pop("headers", {})}
+            response = self._http.request(method, API + path, headers=headers, **kw)
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
         if response.status_code >= 400:
@@ -359,15 +370,7 @@ class Client:
 
 
 def _error_of(response: httpx.Response) -> ApiError:
-    try:
-        body = response.json()
-    except ValueError:
-        body = {}
-    if not isinstance(body, dict):
-        body = {}
-    message = body.get("message") or f"HTTP {response.status_code}: {response.text[:200]}"
-    return ApiError(message, status=response.status_code, code=body.get("code", "error"),
-                    field=body.get("field"))
+    return error_of(response.status_code, response.content)
 
 
 def _sse_data(lines: Iterable[str]) -> Iterator[str]:

@@ -13,3 +13,19 @@ class ApiError(Exception):
         self.status = status
         self.code = code
         self.field = field
+
+
+def error_of(status: int, content: bytes) -> ApiError:
+    """The manager's error answer (``{code, message, field}``) as an ``ApiError``."""
+    import json
+
+    try:
+        body = json.loads(content)
+    except ValueError:
+        body = {}
+    if not isinstance(body, dict):
+        body = {}
+    message = body.get("message") or (
+        f"HTTP {status}: {content[:200].decode(errors='replace')}")
+    return ApiError(message, status=status, code=body.get("code", "error"),
+                    field=body.get("field"))

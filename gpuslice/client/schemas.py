@@ -2,7 +2,7 @@
 
 ``schemas.sessions.SessionPublic`` imports ``gpuslice.common.schemas.sessions`` the first time it
 is read. Building the pydantic models of a schema module takes longer than most API calls, and
-a command needs one or two of the five modules: the SDK and the CLI reach the schemas through
+a command needs one or two of these modules: the SDK and the CLI reach the schemas through
 here, and name them at the top of a module only for type checkers (under ``TYPE_CHECKING``).
 """
 
@@ -13,9 +13,21 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpuslice.common.schemas import agents, apps, common, images, monitoring, sessions, users
+    from gpuslice.common.schemas import (
+        agents,
+        apps,
+        common,
+        images,
+        models,
+        monitoring,
+        runs,
+        sessions,
+        storage,
+        users,
+    )
 
-__all__ = ["agents", "apps", "common", "images", "monitoring", "sessions", "users"]
+__all__ = ["agents", "apps", "common", "images", "models", "monitoring", "runs", "sessions",
+           "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -239,3 +239,24 @@ def slice_share(amount: int, gpu_milli: int, device_capacity_milli: int) -> int:
     if device_capacity_milli <= 0:
         raise ValueError("device capacity must be positive")
     return amount * gpu_milli // device_capacity_milli
+
+
+def gpu_for_memory(
+    memory: int, device_mem: int, device_capacity_milli: int, step_milli: int
+) -> int | None:
+    """The smallest slice (milli-fGPU) of a device whose memory is at least ``memory`` bytes.
+
+    Slices are multiples of ``step_milli`` (the cluster's fGPU step), or the whole device when
+    no multiple below it is enough; the memory of a slice is :func:`slice_share` of the
+    device's (rounded down), so the answer ``g`` is the least with ``device_mem * g //
+    capacity >= memory``. ``None`` when even the whole device has less memory than that.
+    Exact integers throughout: 2 GiB of an 8 GiB device with 2 fGPU per GPU is 500 (0.5 fGPU).
+    """
+    if memory <= 0 or device_mem <= 0 or device_capacity_milli <= 0 or step_milli <= 0:
+        raise ValueError("memory, device memory, capacity and step must be positive")
+    if device_mem < memory:
+        return None
+    # floor(device_mem * g / cap) >= memory  <=>  device_mem * g >= memory * cap
+    least = -(-memory * device_capacity_milli // device_mem)
+    stepped = -(-least // step_milli) * step_milli
+    return min(stepped, device_capacity_milli)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -17,11 +18,16 @@ from gpuslice.manager.api.routes import (
     agents,
     apps,
     auth,
+    folders,
     health,
     images,
+    model_store,
+    models,
     monitoring,
     nodes,
     policies,
+    runs,
+    session_calls,
     sessions,
     users,
 )
@@ -38,8 +44,12 @@ from gpuslice.manager.services.apps.links import LinkPool
 from gpuslice.manager.services.apps.traffic import ActivityMeter
 from gpuslice.manager.services.monitoring import loops as monitoring_loops
 from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
+from gpuslice.manager.services.models import make_store
+from gpuslice.manager.services.models.catalog import purge_stale
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
+from gpuslice.manager.services.storage.fs import StorageFS
+from gpuslice.manager.services.storage.usage import measure_all
 from gpuslice.manager.services.users import ensure_admin
 from gpuslice.manager.settings import ManagerSettings
 
@@ -66,7 +76,7 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
     for module in (health, auth, users, policies, sessions, apps, images, nodes, agents,
-                   monitoring):
+                   monitoring, folders, models, model_store, session_calls, runs):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(monitoring.scrape)  # /metrics, where Prometheus looks by default
@@ -90,6 +100,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.links = LinkPool(app.state.channel, settings.apps, settings.nodes.advertise_url)
     app.state.gate = Gate(sessionmaker, settings.apps)
     app.state.activity = ActivityMeter(sessionmaker)
+    app.state.storage = await _storage(settings)
+    app.state.model_store = make_store(settings)
+    await app.state.model_store.start()
     try:
         if settings.database.migrate_on_start:
             await migrate.upgrade(engine)
@@ -104,6 +117,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             await app.state.links.close()
             await app.state.activity.close()
     finally:
+        await app.state.model_store.close()
         await engine.dispose()
 
 
@@ -131,8 +145,36 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler
     )
     sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval)
+
+    async def measure() -> None:
+        await measure_all(sessionmaker, app.state.storage)
+
+    storage = supervise("storage usage", measure, interval=settings.storage.usage_interval)
+
+    async def purge_uploads() -> None:
+        async with sessionmaker() as db:
+            await purge_stale(db, app.state.model_store, settings.model_store.upload_timeout)
+
+    uploads = supervise("model uploads", purge_uploads,
+                        interval=min(3600.0, settings.model_store.upload_timeout / 4))
     return [
         asyncio.create_task(scheduler, name="gpuslice-scheduler"),
         asyncio.create_task(sweeper, name="gpuslice-node-sweep"),
         *monitoring_loops.start(sessionmaker, settings),
+        asyncio.create_task(storage, name="gpuslice-storage-usage"),
+        asyncio.create_task(uploads, name="gpuslice-model-uploads"),
     ]
+
+
+async def _storage(settings: ManagerSettings) -> StorageFS:
+    """The storage root, made private to the manager (folders inside belong to the session
+    user, so that sessions and the API can both change their files)."""
+    owner = settings.storage.uid_gid
+    storage = StorageFS(settings.storage_root, owner)
+    await asyncio.to_thread(storage.prepare)
+    if os.geteuid() not in (0, owner[0]):
+        log.warning(
+            "the manager runs as uid %d, neither root nor the session user %d: it cannot give "
+            "folders to the session user, and files sessions write may not be deletable "
+            "through the API (run it as root or as uid %d)", os.geteuid(), owner[0], owner[0])
+    return storage

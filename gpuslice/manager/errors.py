@@ -57,3 +57,9 @@ class AgentTimeout(DomainError):
     """A node agent did not answer in time."""
 
     code = "agent_timeout"
+
+
+class Unavailable(DomainError):
+    """A service the manager depends on (e.g. the model store) cannot be used now."""
+
+    code = "unavailable"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
@@ -19,7 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from gpuslice.common.resources import ResourceError, parse_fgpu_per_gpu
+from gpuslice.common.resources import ResourceError, parse_fgpu, parse_fgpu_per_gpu
 from gpuslice.manager.scheduler import Policy, SchedulerConfig, Strategy
 
 
@@ -44,9 +44,31 @@ class SchedulerSettings(BaseModel):
         default=600.0, ge=0, le=7 * 86400,
         description="Backfill: seconds a request waits before capacity is reserved for it.",
     )
+    fgpu_step: Decimal = Field(
+        default=Decimal("0.01"),
+        description="The cluster's fGPU step: a request by GPU memory (`--gpu-mem`) gets the "
+        "smallest multiple of it whose memory is enough (0.01: any fGPU amount).",
+    )
+
+    @field_validator("fgpu_step", mode="before")
+    @classmethod
+    def _check_step(cls, value: object) -> Decimal:
+        try:
+            milli = parse_fgpu(value, field="fgpu_step")
+        except ResourceError as exc:
+            raise ValueError(exc.message) from None
+        if milli <= 0:
+            raise ValueError("fgpu_step: must be more than zero, e.g. 0.01 or 0.25")
+        return Decimal(milli) / 1000
+
+    @property
+    def step_milli(self) -> int:
+        return int(self.fgpu_step * 1000)
 
     def core_config(self) -> SchedulerConfig:
-        return SchedulerConfig(self.policy, self.strategy, self.max_wait_before_reserve)
+        return SchedulerConfig(
+            self.policy, self.strategy, self.max_wait_before_reserve, fgpu_step=self.step_milli
+        )
 
 
 class NodeSettings(BaseModel):
@@ -208,6 +230,68 @@ class MonitoringSettings(BaseModel):
             raise ValueError("monitoring.hour_retention_days must be at least "
                              "minute_retention_days")
         return self
+class StorageSettings(BaseModel):
+    root: Path | None = Field(
+        default=None,
+        description="The storage root holding every folder; in a cluster a shared filesystem "
+        "mounted at the same path on the manager and every node (the agents' storage_root). "
+        "Default: <data_dir>/storage.",
+    )
+    owner: str = Field(
+        default="1000:1000", pattern=r"^[0-9]+:[0-9]+$",
+        description="uid:gid that owns folders and the files the manager writes: the agents' "
+        "session_user, so sessions and the API can both change them.",
+    )
+    usage_interval: float = Field(
+        default=60.0, ge=1, le=86400, description="Seconds between measurements of usage."
+    )
+    max_listing: int = Field(
+        default=10_000, ge=10, le=1_000_000, description="Most entries one listing returns."
+    )
+    max_archive_entries: int = Field(
+        default=100_000, ge=1, le=10_000_000,
+        description="Most files and directories one directory upload (tar) may hold.",
+    )
+
+    @property
+    def uid_gid(self) -> tuple[int, int]:
+        uid, gid = self.owner.split(":")
+        return int(uid), int(gid)
+
+
+class ModelStoreSettings(BaseModel):
+    backend: Literal["local", "s3"] = Field(
+        default="local",
+        description="local: a directory on the manager (embedded default); s3: any S3 API "
+        "(MinIO in production).",
+    )
+    local_dir: Path | None = Field(
+        default=None, description="The local store's directory. Default: <data_dir>/models."
+    )
+    s3_endpoint_url: str | None = Field(
+        default=None, pattern=r"^https?://[^\s]+$",
+        description="The S3 API's URL, e.g. https://minio.example.org:9000 (unset: AWS). "
+        "Sessions upload to it directly with short-lived URLs: it must be reachable from nodes.",
+    )
+    s3_bucket: str = Field(
+        default="gpuslice-models", min_length=3, max_length=63, description="The bucket."
+    )
+    s3_region: str = Field(default="us-east-1", max_length=64, description="The S3 region.")
+    s3_access_key: SecretStr | None = Field(default=None, description="S3 access key id.")
+    s3_secret_key: SecretStr | None = Field(default=None, description="S3 secret key.")
+    s3_prefix: str = Field(
+        default="", max_length=200, pattern=r"^([A-Za-z0-9._-]+/)*$",
+        description="Key prefix inside the bucket (e.g. `gpuslice/`); each user's models are "
+        "under <prefix>users/<user id>/.",
+    )
+    url_ttl: int = Field(
+        default=300, ge=1, le=3600,
+        description="Seconds a presigned URL for a session's upload lasts.",
+    )
+    upload_timeout: float = Field(
+        default=86400.0, ge=60, le=30 * 86400,
+        description="Seconds after which an upload never completed is deleted.",
+    )
 
 
 class ManagerSettings(BaseSettings):
@@ -229,11 +313,21 @@ class ManagerSettings(BaseSettings):
     registry: RegistrySettings = Field(default_factory=RegistrySettings)
     monitoring: MonitoringSettings = Field(default_factory=MonitoringSettings)
     apps: AppsSettings = Field(default_factory=AppsSettings)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    model_store: ModelStoreSettings = Field(default_factory=ModelStoreSettings)
 
     @field_validator("data_dir")
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser()
+
+    @property
+    def storage_root(self) -> Path:
+        return (self.storage.root or self.data_dir / "storage").expanduser()
+
+    @property
+    def model_dir(self) -> Path:
+        return (self.model_store.local_dir or self.data_dir / "models").expanduser()
 
     @property
     def database_url(self) -> str:

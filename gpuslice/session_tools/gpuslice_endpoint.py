@@ -11,7 +11,7 @@ import http.client
 import json
 import os
 import socket
-from typing import Any
+from typing import Any, BinaryIO
 
 DEFAULT_SOCKET = "/run/gpuslice/agent.sock"
 
@@ -33,12 +33,24 @@ class _UnixConnection(http.client.HTTPConnection):
 
 def call(method: str, path: str, body: Any = None, timeout: float = 30.0) -> Any:
     """``method path`` on the endpoint with an optional JSON body; the JSON answer."""
+    payload = None if body is None else json.dumps(body).encode()
+    headers = {"Content-Type": "application/json"} if payload is not None else {}
+    return _send(method, path, payload, headers, timeout)
+
+
+def send_file(method: str, path: str, source: BinaryIO, size: int,
+              timeout: float = 300.0) -> Any:
+    """``method path`` with the ``size`` bytes of the open file ``source`` as the body, sent as
+    they are read (any size; never in memory whole); the JSON answer."""
+    headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+    return _send(method, path, source, headers, timeout)
+
+
+def _send(method: str, path: str, body: Any, headers: dict[str, str], timeout: float) -> Any:
     where = os.environ.get("GPUSLICE_ENDPOINT", DEFAULT_SOCKET)
     connection = _UnixConnection(where, timeout)
     try:
-        payload = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"} if payload is not None else {}
-        connection.request(method, path, body=payload, headers=headers)
+        connection.request(method, path, body=body, headers=headers)
         response = connection.getresponse()
         data = response.read()
     except OSError as exc:

@@ -6,7 +6,7 @@ import random
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuslice.common.resources import GiB, Resources
+from gpuslice.common.resources import GiB, MiB, Resources, slice_share
 from gpuslice.manager.scheduler import (
     Device,
     Node,
@@ -25,6 +25,7 @@ MODELS = ("Mock A100", "Mock T4")
 POOLS = ("default", "big")
 USERS = ("alice", "bob", "carol")
 SLICES = (100, 250, 500, 750, 1000)
+GPU_MEMORY = (512 * MiB, 1500 * MiB, 2 * GiB, 3 * GiB + 1, 8 * GiB, 12 * GiB, 20 * GiB)
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -33,7 +34,7 @@ def _tens(x: int) -> int:
 
 
 @st.composite
-def clusters(draw, pools=POOLS, models=MODELS, fgpu=(1, 2, 4)):
+def clusters(draw, pools=POOLS, models=MODELS, fgpu=(1, 2, 4), mems=(8 * GiB, 12 * GiB)):
     nodes = []
     for i in range(draw(st.integers(1, 6))):
         cap = draw(st.sampled_from(fgpu)) * 1000
@@ -41,8 +42,8 @@ def clusters(draw, pools=POOLS, models=MODELS, fgpu=(1, 2, 4)):
         for d in range(draw(st.integers(0, 4))):
             used = draw(st.sampled_from([0, 0, 250, 500, 750, cap // 2, cap])
                         | st.integers(0, cap // 10).map(lambda x: x * 10))
-            devices.append(Device(d, f"GPU-{i}-{d}", draw(st.sampled_from(models)), 8 * GiB, 80,
-                                  used))
+            devices.append(Device(d, f"GPU-{i}-{d}", draw(st.sampled_from(models)),
+                                  draw(st.sampled_from(mems)), 80, used))
         cpu = draw(st.integers(1, 32)) * 1000
         mem = draw(st.integers(1, 64)) * GiB
         nodes.append(Node(
@@ -57,10 +58,12 @@ def clusters(draw, pools=POOLS, models=MODELS, fgpu=(1, 2, 4)):
 def requests(draw, whole=True, pools=POOLS, models=(None, *MODELS), cpu_max=8, mem_max=16):
     out = []
     for i in range(draw(st.integers(0, 30))):
-        kind = draw(st.sampled_from(("slice", "whole", "none") if whole else ("slice",)))
+        kinds = ("slice", "whole", "none", "memory") if whole else ("slice",)
+        kind = draw(st.sampled_from(kinds))
         gpu = {"slice": lambda: draw(st.sampled_from(SLICES) | st.integers(1, 100).map(_tens)),
                "whole": lambda: draw(st.integers(1, 4)) * 1000,
-               "none": lambda: 0}[kind]()
+               "none": lambda: 0, "memory": lambda: 0}[kind]()
+        gpu_mem = draw(st.sampled_from(GPU_MEMORY)) if kind == "memory" else 0
         res = Resources(
             gpu, draw(st.integers(1, cpu_max)) * 500, draw(st.integers(1, mem_max)) * GiB
         )
@@ -68,7 +71,7 @@ def requests(draw, whole=True, pools=POOLS, models=(None, *MODELS), cpu_max=8, m
             f"r{i:02d}", draw(st.sampled_from(USERS)), res,
             enqueued_at=float(draw(st.integers(0, 50))),
             priority=draw(st.integers(0, 2)), gpu_model=draw(st.sampled_from(models)),
-            pool=draw(st.sampled_from(pools)),
+            pool=draw(st.sampled_from(pools)), gpu_mem=gpu_mem,
         ))
     return out
 
@@ -93,6 +96,7 @@ configs = st.builds(
     policy=st.sampled_from(list(Policy)),
     strategy=st.sampled_from(list(Strategy)),
     max_wait_before_reserve=st.sampled_from([0.0, 20.0, 1e9]),
+    fgpu_step=st.sampled_from([10, 50, 250, 300]),
 )
 
 
@@ -113,7 +117,12 @@ def test_capacity_and_quotas_are_never_exceeded(nodes, queue, user_states, confi
         r = by_id[p.request_id]
         n = nodes_by_id[p.node_id]
         assert n.pool == r.pool
-        assert sum(s.gpu for s in p.slices) == r.resources.gpu
+        assert sum(s.gpu for s in p.slices) == p.resources.gpu
+        assert (p.resources.cpu, p.resources.mem) == (r.resources.cpu, r.resources.mem)
+        if r.gpu_mem:
+            _check_memory_slice(r, p, n, config.fgpu_step)
+        else:
+            assert p.resources == r.resources
         assert len({s.index for s in p.slices}) == len(p.slices)
         if len(p.slices) > 1:
             assert all(s.gpu == n.device_capacity for s in p.slices)
@@ -123,13 +132,24 @@ def test_capacity_and_quotas_are_never_exceeded(nodes, queue, user_states, confi
                 model = next(d.model for d in n.devices if d.index == s.index)
                 assert r.gpu_model.casefold() in model.casefold()
         used[r.user][0] += 1
-        used[r.user][1] = used[r.user][1] + r.resources
+        used[r.user][1] = used[r.user][1] + p.resources
     for uid, state in user_states.items():
         q, (count, res) = state.quota, used[uid]
         assert q.max_sessions is None or count <= q.max_sessions
         assert q.max_gpu is None or res.gpu <= q.max_gpu
         assert q.max_cpu is None or res.cpu <= q.max_cpu
         assert q.max_mem is None or res.mem <= q.max_mem
+
+
+def _check_memory_slice(r, p, n, step):
+    """A request by GPU memory gets one slice: enough memory, and no smaller step would do."""
+    [piece] = p.slices
+    device = next(d for d in n.devices if d.index == piece.index)
+    cap = n.device_capacity
+    assert piece.mem == slice_share(device.mem, piece.gpu, cap) >= r.gpu_mem
+    assert 0 < piece.gpu <= cap and (piece.gpu % step == 0 or piece.gpu == cap)
+    for smaller in range(step, piece.gpu, step):
+        assert slice_share(device.mem, smaller, cap) < r.gpu_mem
 
 
 @SETTINGS
@@ -175,7 +195,7 @@ def _whole_free(nodes, placements):
 
 @SETTINGS
 @given(
-    clusters(pools=("default",), models=("Mock A100",), fgpu=(1,)),
+    clusters(pools=("default",), models=("Mock A100",), fgpu=(1,), mems=(8 * GiB,)),
     requests(whole=False, pools=("default",), models=(None,), cpu_max=1, mem_max=1),
     st.sampled_from([Policy.FIFO, Policy.BACKFILL]),
 )

@@ -8,16 +8,17 @@ device as the manager computed it once (``common.resources.slice_fraction`` and
 
 from __future__ import annotations
 
-from gpuslice.agent.runtime.spec import GpuSlice, SessionSpec, SpecError
+from gpuslice.agent.runtime.spec import GpuSlice, Mount, SessionSpec, SpecError
 from gpuslice.common.schemas.agents import Assignment, SliceAssignment
 
 #: A session without a GPU states a whole device as its node's unit (nothing depends on it).
 NO_DEVICE_CAPACITY = 1000
 
 
-def session_spec(assignment: Assignment) -> SessionSpec:
+def session_spec(assignment: Assignment, folders: tuple[Mount, ...] = ()) -> SessionSpec:
     """What the runtime needs to run ``assignment``; :class:`SpecError` if its slices disagree
-    on the size of a device (one node has one fGPU per GPU)."""
+    on the size of a device (one node has one fGPU per GPU). ``folders``: its storage folders,
+    checked against this node's storage root (``runtime/folders.py``)."""
     return SessionSpec(
         session_id=assignment.session_id,
         owner=assignment.owner,
@@ -29,6 +30,7 @@ def session_spec(assignment: Assignment) -> SessionSpec:
         env=dict(assignment.env),
         slices=tuple(gpu_slice(s) for s in assignment.slices),
         device_capacity=_device_capacity(assignment.slices),
+        folders=folders,
     )
 
 

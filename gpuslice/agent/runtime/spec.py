@@ -78,6 +78,7 @@ class SessionSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     slices: tuple[GpuSlice, ...] = ()
     device_capacity: int = 1000  # one whole device in milli-fGPU (fgpu_per_gpu × 1000)
+    folders: tuple[Mount, ...] = ()  # storage folders, checked (``runtime/folders.py``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +285,7 @@ def build_container_spec(session: SessionSpec, options: SpecOptions) -> Containe
         slices=slices,
         device_capacity=session.device_capacity,
         device_uuids=uuids if options.device_requests else (),
+        mounts=session.folders,
         log_max_size=options.log_max_size,
     )
 

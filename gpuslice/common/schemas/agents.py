@@ -181,6 +181,20 @@ class AppLaunch(BaseModel):
     )
 
 
+class FolderMount(BaseModel):
+    """A storage folder the session mounts: ``<storage_root>/<path>`` at ``/home/work/<name>``.
+
+    ``path`` is relative to the storage root every node mounts at the same place. The agent
+    checks both itself (a session with a bad mount fails alone, never the whole answer): it
+    refuses a path that resolves outside the root (``..``, symbolic links) and a name that is
+    not one path component.
+    """
+
+    path: str = Field(min_length=1, max_length=1024)
+    name: str = Field(min_length=1, max_length=255)
+    read_only: bool
+
+
 class Assignment(BaseModel):
     """A session the node must run (or stop: `desired` is `stopped` when it is TERMINATING)."""
 
@@ -203,6 +217,10 @@ class Assignment(BaseModel):
     apps: list[AppLaunch] = Field(
         default_factory=list, max_length=32,
         description="Apps to start as soon as the session runs (asked for at its creation).",
+    )
+    mounts: list[FolderMount] = Field(
+        default_factory=list, max_length=64,
+        description="Storage folders to mount (dot-folders of the owner included).",
     )
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Generic, TypeVar
 
-from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer
+from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer, model_validator
 
 from gpuslice.common.resources import (
     ResourceError,
@@ -57,22 +57,36 @@ class ResourcesIn(BaseModel):
     gpu: FgpuIn = Field(default=0, description="fGPU, e.g. 0.5 or 2; 0 for a CPU-only session.")
     cpu: CpuIn = Field(default=1000, description="CPU cores, e.g. 0.5 or 4 (default 1).")
     mem: MemIn = Field(default=1024**3, description="Memory, e.g. 512m or 2g (default 1g).")
+    gpu_mem: MemIn | None = Field(
+        default=None,
+        description="Instead of `gpu`: the GPU memory the job needs, e.g. 2048m. The scheduler "
+        "gives it the smallest slice (in the cluster's fGPU step) of the GPU it chooses whose "
+        "memory is at least that.",
+    )
+
+    @model_validator(mode="after")
+    def _one_way_to_ask(self) -> ResourcesIn:
+        if self.gpu_mem is not None and self.gpu:
+            raise ValueError("ask for gpu (fGPU) or gpu_mem (GPU memory), not both")
+        return self
 
     def to_resources(self) -> Resources:
         return Resources(self.gpu, self.cpu, self.mem)
 
 
 class ResourcesPublic(BaseModel):
-    """An amount of resources: ``gpu`` in fGPU, ``cpu`` in cores, ``mem`` in bytes."""
+    """An amount of resources: ``gpu`` in fGPU, ``cpu`` in cores, ``mem`` in bytes;
+    ``gpu_mem`` when the session asked by GPU memory (``gpu`` is then its slice once placed)."""
 
     gpu: Number
     cpu: Number
     mem: int
+    gpu_mem: int | None = None
 
     @classmethod
-    def of(cls, gpu: int, cpu: int, mem: int) -> ResourcesPublic:
+    def of(cls, gpu: int, cpu: int, mem: int, gpu_mem: int | None = None) -> ResourcesPublic:
         """From exact integers (milli-fGPU, milli-cores, bytes)."""
-        return cls(gpu=fgpu_decimal(gpu), cpu=fgpu_decimal(cpu), mem=mem)
+        return cls(gpu=fgpu_decimal(gpu), cpu=fgpu_decimal(cpu), mem=mem, gpu_mem=gpu_mem)
 
 
 class ExactResources(BaseModel):

@@ -10,6 +10,11 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, field_validator
 
 from gpuslice.common.schemas.common import Number, ResourcesIn, ResourcesPublic
+from gpuslice.common.schemas.storage import (
+    MAX_SESSION_FOLDERS,
+    SessionFolder,
+    parse_folder_request,
+)
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -81,6 +86,18 @@ class SessionCreate(BaseModel):
         description="Apps of the image to start as soon as the session runs, e.g. "
         "[\"jupyter\"] (others start when first opened).",
     )
+    folders: list[str] = Field(
+        default_factory=list, max_length=MAX_SESSION_FOLDERS,
+        description="Storage folders to mount at /home/work/<name>: `NAME` (read-write where "
+        "allowed) or `NAME:ro`; the owner's dot-folders are mounted anyway.",
+    )
+
+    @field_validator("folders")
+    @classmethod
+    def _check_folders(cls, value: list[str]) -> list[str]:
+        for item in value:
+            parse_folder_request(item)
+        return value
 
     @field_validator("name")
     @classmethod
@@ -164,6 +181,9 @@ class SessionPublic(BaseModel):
     result: SessionResult | None
     exit_code: int | None
     placement: PlacementPublic | None
+    folders: list[SessionFolder] = Field(
+        default_factory=list, description="Storage folders it mounts (dot-folders too)."
+    )
     created_at: datetime
     updated_at: datetime
     history: list[StatusChange] | None = Field(

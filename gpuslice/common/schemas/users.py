@@ -90,6 +90,8 @@ class PolicyCreate(BaseModel):
     max_lifetime: int | None = Field(
         default=None, ge=1, le=MAX_SECONDS,
         description="Seconds a session may run before it is reclaimed (none: no limit).",
+    max_storage: MemIn | None = Field(
+        default=None, description="Bytes one's own storage folders may hold, e.g. 100g."
     )
 
 
@@ -104,6 +106,7 @@ class PolicyUpdate(BaseModel):
     max_private_images: int | None = Field(default=None, ge=0, le=100_000)
     idle: IdleRule | None = None
     max_lifetime: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
+    max_storage: MemIn | None = None
 
 
 class PolicyPublic(BaseModel):
@@ -117,4 +120,5 @@ class PolicyPublic(BaseModel):
     max_private_images: int | None = None
     idle: IdleRule | None = None
     max_lifetime: int | None = None
+    max_storage: int | None = None
     created_at: datetime

@@ -7,18 +7,23 @@ from typing import Annotated
 
 from fastapi import Depends, Path, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gpuslice.common.schemas.sessions import HOLDING
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.api import browser
 from gpuslice.manager.db.models import ApiToken, NodeRow, SessionRow, User
-from gpuslice.manager.errors import Forbidden, Unauthorized
+from gpuslice.manager.errors import Forbidden, NotFound, Unauthorized
 from gpuslice.manager.events import Hub
 from gpuslice.manager.services import auth
 from gpuslice.manager.services.channel import Channel
 from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
+from gpuslice.manager.services.models.store import ModelStore
 from gpuslice.manager.services.nodes.registration import authenticate_node
 from gpuslice.manager.services.sessions.views import get_visible
+from gpuslice.manager.services.storage.folders import Access, get_access
+from gpuslice.manager.services.storage.fs import StorageFS
 from gpuslice.manager.settings import ManagerSettings
 
 _bearer = HTTPBearer(auto_error=False, description="`Authorization: Bearer <token>`")
@@ -47,9 +52,17 @@ def _channel(request: Request) -> Channel:
 
 def _metrics(request: Request) -> ManagerMetrics:
     return request.app.state.metrics
+def _storage(request: Request) -> StorageFS:
+    return request.app.state.storage
+
+
+def _model_store(request: Request) -> ModelStore:
+    return request.app.state.model_store
 
 
 DbDep = Annotated[AsyncSession, Depends(_db)]
+StorageDep = Annotated[StorageFS, Depends(_storage)]
+ModelStoreDep = Annotated[ModelStore, Depends(_model_store)]
 SettingsDep = Annotated[ManagerSettings, Depends(_settings)]
 HubDep = Annotated[Hub, Depends(_hub)]
 SessionmakerDep = Annotated[async_sessionmaker[AsyncSession], Depends(_sessionmaker)]
@@ -114,3 +127,30 @@ async def _current_node(db: DbDep, credentials: Bearer) -> NodeRow:
 
 
 CurrentNode = Annotated[NodeRow, Depends(_current_node)]
+
+
+async def _folder_access(
+    db: DbDep, user: CurrentUser, folder_id: Annotated[str, Path()]
+) -> Access:
+    return await get_access(db, user, folder_id)
+
+
+# The one gate for "may this caller use this folder, and how?": otherwise a 404.
+FolderAccess = Annotated[Access, Depends(_folder_access)]
+
+
+async def _node_session(
+    db: DbDep, node: CurrentNode, session_id: Annotated[str, Path()]
+) -> SessionRow:
+    row = await db.scalar(select(SessionRow).where(
+        SessionRow.id == session_id, SessionRow.node_id == node.id,
+        SessionRow.status.in_(list(HOLDING))))
+    await db.commit()  # the gate of calls that stream: hold no transaction meanwhile
+    if row is None:
+        raise NotFound(f"session {session_id} is not running on this node", field="session_id")
+    return row
+
+
+# The one gate for calls a node relays from inside a session (the in-session endpoint): the
+# session must be placed on the calling node, and acts for its owner only.
+NodeSession = Annotated[SessionRow, Depends(_node_session)]

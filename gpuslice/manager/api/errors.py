@@ -20,6 +20,7 @@ STATUS: list[tuple[type[errors.DomainError], int]] = [
     (errors.Forbidden, 403),
     (errors.Conflict, 409),
     (errors.AgentTimeout, 504),
+    (errors.Unavailable, 503),
     (errors.InvalidRequest, 422),
     (errors.DomainError, 400),
 ]

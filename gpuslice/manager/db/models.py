@@ -45,6 +45,7 @@ class ResourcePolicy(Base):
     # longest a session may run, in seconds; NULL: none.
     idle_rule: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     max_lifetime: Mapped[int | None] = mapped_column(Integer)
+    max_storage: Mapped[int | None] = mapped_column(BigInteger)  # bytes of one's own folders
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -220,6 +221,10 @@ class SessionRow(Base):
     cpu: Mapped[int] = mapped_column(BigInteger)
     mem: Mapped[int] = mapped_column(BigInteger)
     gpu_model: Mapped[str | None] = mapped_column(String(128))
+    # Asked by GPU memory (bytes): ``gpu`` is 0 until placed, then the slice chosen.
+    gpu_mem: Mapped[int | None] = mapped_column(BigInteger)
+    # Storage folders it mounts: [{folder_id, name, read_only}], resolved when it was created.
+    folders: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
     status: Mapped[str] = mapped_column(String(16))
     status_reason: Mapped[str] = mapped_column(Text, default="")
     wait_code: Mapped[str | None] = mapped_column(String(32))
@@ -406,3 +411,89 @@ class UsageDaily(Base):
     gpu_ms: Mapped[int] = mapped_column(BigInteger, default=0)
     gpu_mem_sum: Mapped[int] = mapped_column(BigInteger, default=0)
     gpu_util_sum: Mapped[int] = mapped_column(BigInteger, default=0)
+class FolderRow(Base):
+    """A storage folder: a user's own (``owner_id``) or a shared one (no owner, admins').
+
+    Its files are at ``<storage root>/<storage_path>`` (by ids, so renaming is a row change).
+    ``scope`` is the owner's id or ``shared``: names are unique within a scope.
+    """
+
+    __tablename__ = "folders"
+    __table_args__ = (UniqueConstraint("scope", "name", name="uq_folders_scope_name"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    scope: Mapped[str] = mapped_column(String(36))
+    name: Mapped[str] = mapped_column(String(80))
+    owner_id: Mapped[str | None] = mapped_column(
+        ForeignKey("users.id", ondelete="RESTRICT"), index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # Measured by the storage loop (and raised by uploads through the API in between).
+    size: Mapped[int | None] = mapped_column(BigInteger)
+    files: Mapped[int | None] = mapped_column(BigInteger)
+    measured_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+    @property
+    def shared(self) -> bool:
+        return self.owner_id is None
+
+    @property
+    def storage_path(self) -> str:
+        if self.owner_id is None:
+            return f"shared/{self.id}"
+        return f"users/{self.owner_id}/{self.id}"
+
+
+class FolderGrant(Base):
+    """A folder shared with a user, read-only (``ro``) or read-write (``rw``)."""
+
+    __tablename__ = "folder_grants"
+
+    folder_id: Mapped[str] = mapped_column(
+        ForeignKey("folders.id", ondelete="CASCADE"), primary_key=True
+    )
+    user_id: Mapped[str] = mapped_column(
+        ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
+    )
+    permission: Mapped[str] = mapped_column(String(2))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class ModelRow(Base):
+    """One save of a model: its files are under the owner's prefix, ``<owner>/<name>/<version>/``.
+
+    ``uploading`` until its files are complete, then ``ready``; a new ready save of a name
+    replaces the older one (whose files are deleted). ``file_list``: [{path, size}].
+    """
+
+    __tablename__ = "models"
+    __table_args__ = (Index("ix_models_owner_name", "owner_id", "name"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    owner_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="RESTRICT"))
+    name: Mapped[str] = mapped_column(String(128))
+    version: Mapped[str] = mapped_column(String(36))
+    status: Mapped[str] = mapped_column(String(16))  # uploading | ready
+    size: Mapped[int] = mapped_column(BigInteger, default=0)
+    files: Mapped[int] = mapped_column(Integer, default=0)
+    file_list: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    session_id: Mapped[str | None] = mapped_column(
+        ForeignKey("sessions.id", ondelete="SET NULL"), index=True
+    )
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    completed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+
+
+class RunRow(Base):
+    """A `gpuslice run`: the batch session that runs a script, and what it was asked to do."""
+
+    __tablename__ = "runs"
+
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), primary_key=True
+    )
+    owner_id: Mapped[str] = mapped_column(ID, index=True)
+    script: Mapped[str] = mapped_column(Text)
+    args: Mapped[list[str]] = mapped_column(JSON, default=list)
+    save_dir: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -26,7 +26,8 @@ from gpuslice.manager.scheduler.model import (
 from gpuslice.manager.scheduler.reasons import capacity_reason, quota_block
 from gpuslice.manager.scheduler.state import ClusterState, Found, GroupIndex, NodeState
 
-Shape = tuple[str, str | None, int, int, int]
+# (pool, GPU model, fGPU, cpu, memory, GPU memory): requests of one shape fit or fail alike
+Shape = tuple[str, str | None, int, int, int, int]
 
 
 def queue_order(queue: Iterable[Request]) -> list[Request]:
@@ -45,7 +46,7 @@ def schedule(
 
     Pure: the inputs are not changed, and the same inputs give the same result.
     """
-    run = _Pass(ClusterState(nodes, config.strategy), users, config, now)
+    run = _Pass(ClusterState(nodes, config.strategy, config.fgpu_step), users, config, now)
     order = queue_order(queue)
     if config.policy is Policy.DRF:
         run.drf(order)
@@ -119,26 +120,42 @@ class _Pass:
     def try_place(self, req: Request) -> Found | None:
         """Place ``req`` if its quota and the cluster allow; record why not otherwise."""
         user = self.users.get(req.user)
-        if user is not None:
-            blocked = quota_block(req, user)
-            if blocked is not None:
-                self.outcome[req.id] = (WaitCode.QUOTA, blocked)
-                return None
-        res = req.resources
-        shape: Shape = (req.pool, req.gpu_model, res.gpu, res.cpu, res.mem)
+        # By GPU memory the slice depends on the device: its smallest one counts for the quota
+        # until a device is found, then the slice found there.
+        want = self._least(req) if req.gpu_mem else req.resources
+        if user is not None and self._quota_blocks(req, want, user):
+            return None
+        shape = _shape(req)
         found = None if shape in self.failed else self.state.find(req)
         if found is None:
             # capacity only shrinks during a pass, so this shape cannot fit later in it either
             self.failed.add(shape)
             self.outcome[req.id] = (WaitCode.CAPACITY, "")
             return None
+        got = found.placement.resources
+        if user is not None and got != want and self._quota_blocks(req, got, user):
+            return None
         self.state.allocate(found)
         self.placed.placements.append(found.placement)
         if user is None:
             user = self.users[req.user] = UserState()
         user.sessions += 1
-        user.used = user.used + res
+        user.used = user.used + got
         return found
+
+    def _quota_blocks(self, req: Request, want: Resources, user: UserState) -> bool:
+        blocked = quota_block(want, user)
+        if blocked is not None:
+            self.outcome[req.id] = (WaitCode.QUOTA, blocked)
+        return blocked is not None
+
+    def _least(self, req: Request) -> Resources:
+        """A request by GPU memory with the smallest slice any matching device would give."""
+        amounts = [
+            gpu for g in self.state.matching_groups(req.pool, req.gpu_model)
+            if (gpu := g.gpu_of(req, self.state.step)) is not None
+        ]
+        return Resources(min(amounts, default=0), req.resources.cpu, req.resources.mem)
 
     def _hold_for(self, req: Request) -> None:
         """Backfill: keep the capacity closest to fitting ``req`` from later requests."""
@@ -151,13 +168,16 @@ class _Pass:
         """The capacity closest to fitting ``req``: the freest device, or the node with the most
         entirely free devices, among those that could hold it when empty."""
         res = req.resources
-        if res.gpu == 0:
+        if res.gpu == 0 and not req.gpu_mem:
             nodes = [ns for ns in self.state.pool_nodes.get(req.pool, ()) if _could_host(ns, res)]
             best = max(nodes, key=lambda ns: (ns.cpu_free, ns.mem_free, -ns.rank), default=None)
             return None if best is None else _Hold(best, [])
         candidates: list[tuple[tuple[int, int], _Hold]] = []
         for group in self.state.matching_groups(req.pool, req.gpu_model):
-            k = group.kind(res.gpu)
+            gpu = group.gpu_of(req, self.state.step)
+            if gpu is None:
+                continue
+            k = group.kind(gpu)
             hold = (
                 self._freest_device(group, res) if k == 0
                 else self._freest_node(group, k, res) if k > 0 else None
@@ -236,8 +256,7 @@ class _Pass:
                 ahead = position - 1
                 text = f"waiting behind {ahead} earlier session{'s' if ahead != 1 else ''} (fifo)"
             elif code is WaitCode.CAPACITY:
-                res = req.resources
-                shape = (req.pool, req.gpu_model, res.gpu, res.cpu, res.mem)
+                shape = _shape(req)
                 if shape not in explained:
                     explained[shape] = capacity_reason(self.state, req)
                 code, text = explained[shape]
@@ -257,6 +276,11 @@ class _Pass:
         if req.pool in held_pools:
             return "; some capacity is held for sessions that have waited longer"
         return ""
+
+
+def _shape(req: Request) -> Shape:
+    res = req.resources
+    return (req.pool, req.gpu_model, res.gpu, res.cpu, res.mem, req.gpu_mem)
 
 
 def _could_host(ns: NodeState, res: Resources) -> bool:

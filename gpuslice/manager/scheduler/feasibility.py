@@ -5,22 +5,30 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuslice.common.resources import format_cpu, format_fgpu, format_mem
-from gpuslice.manager.scheduler.model import Node, Quota, Request
+from gpuslice.manager.scheduler.model import Device, Node, Quota, Request, request_gpu
 
 
 def check_request(
-    req: Request, nodes: Sequence[Node], quota: Quota, default_device_capacity: int
+    req: Request, nodes: Sequence[Node], quota: Quota, default_device_capacity: int,
+    step: int = 10,
 ) -> str | None:
     """A message saying why ``req`` can never be scheduled, or None if it could be one day.
 
-    Checks, in order: the GPU shape (above one GPU it must be whole GPUs), the user's quota
-    totals, and whether any node in the request's pool could hold it when entirely free. With no
-    node in the pool yet the request may wait: nodes can join later.
+    Checks, in order: the GPU shape (above one GPU it must be whole GPUs; by GPU memory, a GPU
+    must have that much), the user's quota totals, and whether any node in the request's pool
+    could hold it when entirely free. With no node in the pool yet the request may wait: nodes
+    can join later. ``step``: the cluster's fGPU step (milli-fGPU), for requests by memory.
     """
+    if req.gpu_mem:
+        return (
+            _memory_error(req, nodes)
+            or _quota_error(req, quota, _least_gpu(req, nodes, step))
+            or _capacity_error(req, nodes, step)
+        )
     return (
         _shape_error(req, nodes, default_device_capacity)
-        or _quota_error(req, quota)
-        or _capacity_error(req, nodes)
+        or _quota_error(req, quota, req.resources.gpu)
+        or _capacity_error(req, nodes, step)
     )
 
 
@@ -41,12 +49,39 @@ def _shape_error(req: Request, nodes: Sequence[Node], default_device_capacity: i
     )
 
 
-def _quota_error(req: Request, quota: Quota) -> str | None:
+def _memory_error(req: Request, nodes: Sequence[Node]) -> str | None:
+    """By GPU memory: refused when no GPU in the pool (of the model asked) has that much."""
+    devices = [d for n in nodes if n.pool == req.pool for d in _matching(n, req)]
+    if not devices or any(d.mem >= req.gpu_mem for d in devices):
+        return None
+    largest = max(devices, key=lambda d: d.mem)
+    return (
+        f"needs {format_mem(req.gpu_mem)} of GPU memory on one GPU, more than any GPU in pool "
+        f"'{req.pool}' has: the most possible is {format_mem(largest.mem)} (a whole "
+        f"{largest.model})"
+    )
+
+
+def _least_gpu(req: Request, nodes: Sequence[Node], step: int) -> int:
+    """The smallest slice a request by memory would take on any device (0: none known yet)."""
+    amounts = [
+        gpu for n in nodes if n.pool == req.pool for d in _matching(n, req)
+        if (gpu := request_gpu(req, d.mem, n.device_capacity, step)) is not None
+    ]
+    return min(amounts, default=0)
+
+
+def _matching(node: Node, req: Request) -> list[Device]:
+    wanted = req.gpu_model.casefold() if req.gpu_model else None
+    return [d for d in node.devices if wanted is None or wanted in d.model.casefold()]
+
+
+def _quota_error(req: Request, quota: Quota, gpu: int) -> str | None:
     res = req.resources
     if quota.max_sessions is not None and quota.max_sessions < 1:
         return "your quota allows no sessions; ask an admin to raise max_sessions"
     checks = (
-        (quota.max_gpu, res.gpu, format_fgpu, "fGPU"),
+        (quota.max_gpu, gpu, format_fgpu, "fGPU"),
         (quota.max_cpu, res.cpu, format_cpu, "CPU"),
         (quota.max_mem, res.mem, format_mem, "of memory"),
     )
@@ -59,33 +94,39 @@ def _quota_error(req: Request, quota: Quota) -> str | None:
     return None
 
 
-def _capacity_error(req: Request, nodes: Sequence[Node]) -> str | None:
+def _capacity_error(req: Request, nodes: Sequence[Node], step: int) -> str | None:
     pool = [n for n in nodes if n.pool == req.pool]
-    if not pool or any(_could_hold(n, req) for n in pool):
+    if not pool or any(_could_hold(n, req, step) for n in pool):
         return None
     res = req.resources
     most_cpu = max(n.cpu for n in pool)
     most_mem = max(n.mem for n in pool)
     model = f" of model '{req.gpu_model}'" if req.gpu_model else ""
+    gpu = f"{format_fgpu(res.gpu)} fGPU"
+    if req.gpu_mem:
+        gpu = f"{format_mem(req.gpu_mem)} of GPU memory"
     return (
-        f"no node in pool '{req.pool}' could ever hold {format_fgpu(res.gpu)} fGPU{model}, "
+        f"no node in pool '{req.pool}' could ever hold {gpu}{model}, "
         f"{format_cpu(res.cpu)} CPU and {format_mem(res.mem)} of memory "
         f"(largest node: {format_cpu(most_cpu)} CPU, {format_mem(most_mem)}, "
         f"{max(len(n.devices) for n in pool)} GPUs)"
     )
 
 
-def _could_hold(node: Node, req: Request) -> bool:
+def _could_hold(node: Node, req: Request, step: int) -> bool:
     res = req.resources
     if res.cpu > node.cpu or res.mem > node.mem:
         return False
+    if req.gpu_mem:
+        return any(
+            request_gpu(req, d.mem, node.device_capacity, step) is not None
+            for d in _matching(node, req)
+        )
     if res.gpu == 0:
         return True
-    wanted = req.gpu_model.casefold() if req.gpu_model else None
     per_model: dict[str, int] = {}
-    for dev in node.devices:
-        if wanted is None or wanted in dev.model.casefold():
-            per_model[dev.model] = per_model.get(dev.model, 0) + 1
+    for dev in _matching(node, req):
+        per_model[dev.model] = per_model.get(dev.model, 0) + 1
     cap = node.device_capacity
     if not per_model:
         return False

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from gpuslice.common.resources import Resources, slice_share
+from gpuslice.common.resources import Resources, gpu_for_memory, slice_share
 
 
 class Policy(StrEnum):
@@ -84,6 +84,9 @@ class Request:
     """One PENDING session asking for resources.
 
     ``enqueued_at`` is seconds since the epoch (or any monotonic clock shared with ``now``).
+    ``gpu_mem`` > 0 asks by GPU memory instead of fGPU (``resources.gpu`` is then 0): on the
+    device chosen, the smallest slice in the cluster's fGPU step whose memory is at least
+    that (``common.resources.gpu_for_memory``); such a request is for one device.
     """
 
     id: str
@@ -93,6 +96,7 @@ class Request:
     priority: int = 0
     gpu_model: str | None = None
     pool: str = "default"
+    gpu_mem: int = 0  # bytes of GPU memory on one device; 0: ``resources.gpu`` says the slice
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +112,9 @@ class DeviceSlice:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
+    """Where a request starts. ``resources.gpu`` is the slice it got (for a request by GPU
+    memory, the amount chosen on that device)."""
+
     request_id: str
     node_id: str
     resources: Resources
@@ -130,12 +137,20 @@ class SchedulerConfig:
     strategy: Strategy = Strategy.BINPACK
     max_wait_before_reserve: float = 600.0  # seconds (backfill only)
     max_reservations: int = 16  # requests that may hold capacity in one pass (backfill only)
+    fgpu_step: int = 10  # milli-fGPU: requests by GPU memory get a multiple of it (0.01 fGPU)
 
 
 @dataclass(slots=True)
 class PassResult:
     placements: list[Placement] = field(default_factory=list)
     waiting: dict[str, Waiting] = field(default_factory=dict)
+
+
+def request_gpu(req: Request, device_mem: int, device_capacity: int, step: int) -> int | None:
+    """The slice ``req`` needs on a device of ``device_mem`` bytes (``None``: too small)."""
+    if req.gpu_mem <= 0:
+        return req.resources.gpu
+    return gpu_for_memory(req.gpu_mem, device_mem, device_capacity, step)
 
 
 def make_slice(node: Node, device: Device, gpu: int) -> DeviceSlice:

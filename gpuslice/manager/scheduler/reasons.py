@@ -7,9 +7,10 @@ from gpuslice.manager.scheduler.model import Request, UserState, WaitCode
 from gpuslice.manager.scheduler.state import ClusterState, GroupIndex, NodeState
 
 
-def quota_block(req: Request, user: UserState) -> str | None:
-    """The quota that keeps ``req`` from starting now, or None if its user's quota allows it."""
-    quota, used, want = user.quota, user.used, req.resources
+def quota_block(want: Resources, user: UserState) -> str | None:
+    """The quota that keeps a request for ``want`` from starting now, or None if its user's
+    quota allows it."""
+    quota, used = user.quota, user.used
     if quota.max_sessions is not None and user.sessions + 1 > quota.max_sessions:
         return f"user quota: {user.sessions} of {quota.max_sessions} sessions in use"
     checks = (
@@ -32,7 +33,7 @@ def capacity_reason(state: ClusterState, req: Request) -> tuple[WaitCode, str]:
     pool_nodes = state.pool_nodes.get(req.pool)
     if not pool_nodes:
         return WaitCode.NO_NODE, f"no schedulable node in resource pool '{req.pool}'"
-    if res.gpu == 0:
+    if res.gpu == 0 and not req.gpu_mem:
         return WaitCode.CAPACITY, _host_reason(res, pool_nodes, "")
     groups = state.matching_groups(req.pool, req.gpu_model)
     if not groups:
@@ -41,10 +42,17 @@ def capacity_reason(state: ClusterState, req: Request) -> tuple[WaitCode, str]:
             f"no node in pool '{req.pool}' has a GPU matching model '{req.gpu_model}' "
             f"(models here: {', '.join(models)})"
         )
-    singles = [g for g in groups if g.kind(res.gpu) == 0]
-    wholes = [(g, g.kind(res.gpu)) for g in groups if g.kind(res.gpu) > 0]
+    amounts = [(g, gpu) for g in groups if (gpu := g.gpu_of(req, state.step)) is not None]
+    if not amounts:  # by GPU memory, more than any device here has
+        largest = max(g.mem for g in groups)
+        return WaitCode.NO_NODE, (
+            f"needs {format_mem(req.gpu_mem)} of GPU memory on one GPU; the largest GPU in "
+            f"pool '{req.pool}' has {format_mem(largest)}"
+        )
+    singles = [(g, gpu) for g, gpu in amounts if g.kind(gpu) == 0]
+    wholes = [(g, g.kind(gpu)) for g, gpu in amounts if g.kind(gpu) > 0]
     if singles:
-        return WaitCode.CAPACITY, _slice_reason(state, res, singles)
+        return WaitCode.CAPACITY, _slice_reason(state, req, singles)
     if wholes:
         return WaitCode.CAPACITY, _whole_reason(state, res, wholes)
     caps = sorted({format_fgpu(g.cap) for g in groups})
@@ -54,24 +62,33 @@ def capacity_reason(state: ClusterState, req: Request) -> tuple[WaitCode, str]:
     )
 
 
-def _slice_reason(state: ClusterState, res: Resources, groups: list[GroupIndex]) -> str:
-    need = f"needs {format_fgpu(res.gpu)} fGPU on one GPU"
-    largest, where = 0, ""
-    for group in groups:
+def _slice_reason(
+    state: ClusterState, req: Request, groups: list[tuple[GroupIndex, int]]
+) -> str:
+    """``groups``: the groups that could hold the request on one device, with its slice there."""
+    least = min(gpu for _, gpu in groups)
+    need = f"needs {format_fgpu(least)} fGPU on one GPU"
+    if req.gpu_mem:
+        memory = format_mem(req.gpu_mem)
+        need = f"needs {memory} of GPU memory ({format_fgpu(least)} fGPU) on one GPU"
+    largest, where, fits = 0, "", False
+    for group, gpu in groups:
+        if group.amounts and group.amounts[-1] >= gpu:
+            fits = True
         if group.amounts and group.amounts[-1] > largest:
             largest = group.amounts[-1]
             _, rank, pos = group.slices[largest][0]
             ns = state.nodes[rank]
             where = f" ({ns.node.name} GPU {ns.node.devices[pos].index})"
-    if largest < res.gpu:
+    if not fits:
         if largest == 0:
             return f"{need}; no GPU has a free slice"
         return f"{need}; the largest free slice is {format_fgpu(largest)} fGPU{where}"
     hosts = [
-        ns for g in groups for ns in g.nodes
-        if any(ns.free(p) >= res.gpu and p not in ns.held for p in ns.groups[g.key])
+        ns for g, gpu in groups for ns in g.nodes
+        if any(ns.free(p) >= gpu and p not in ns.held for p in ns.groups[g.key])
     ]
-    return _host_reason(res, hosts, f"{need} and, on the same node, ")
+    return _host_reason(req.resources, hosts, f"{need} and, on the same node, ")
 
 
 def _whole_reason(

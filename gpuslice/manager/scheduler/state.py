@@ -1,6 +1,7 @@
 """The cluster's free capacity during one scheduling pass, indexed for fast placement.
 
-Devices are grouped by (pool, GPU model, device capacity). In each group, devices with free
+Devices are grouped by (pool, GPU model, device capacity, device memory), so that every device
+of a group takes the same slice for a request by GPU memory. In each group, devices with free
 capacity sit in buckets keyed by their free milli-fGPU, and nodes in buckets keyed by how many
 entirely free devices they have. A placement is then a bisect plus a short walk instead of a scan
 of every device. Within one pass capacity only shrinks (placements and holds), which is what lets
@@ -22,9 +23,11 @@ from gpuslice.manager.scheduler.model import (
     Request,
     Strategy,
     make_slice,
+    request_gpu,
 )
 
-GroupKey = tuple[str, str, int]  # (pool, model, device capacity in milli-fGPU)
+# (pool, model, device capacity in milli-fGPU, device memory in bytes)
+GroupKey = tuple[str, str, int, int]
 DeviceKey = tuple[int, int, int]  # (tie-break, node rank, device position)
 NodeKey = tuple[int, int]  # (0, node rank)
 BucketKey = DeviceKey | NodeKey
@@ -63,18 +66,23 @@ class Found:
 
 
 class GroupIndex:
-    """Free capacity of one (pool, model, capacity) group."""
+    """Free capacity of one (pool, model, capacity, memory) group."""
 
-    __slots__ = ("key", "cap", "slices", "amounts", "whole", "counts", "nodes")
+    __slots__ = ("key", "cap", "mem", "slices", "amounts", "whole", "counts", "nodes")
 
     def __init__(self, key: GroupKey) -> None:
         self.key = key
         self.cap = key[2]
+        self.mem = key[3]
         self.slices: dict[int, SortedList] = {}  # free milli-fGPU -> device keys
         self.amounts = SortedList()  # the free amounts that have devices
         self.whole: dict[int, SortedList] = {}  # entirely free devices on a node -> node keys
         self.counts = SortedList()
         self.nodes: list[NodeState] = []  # nodes with devices in this group, by rank
+
+    def gpu_of(self, req: Request, step: int) -> int | None:
+        """The slice ``req`` takes on a device of this group (``None``: it cannot hold it)."""
+        return request_gpu(req, self.mem, self.cap, step)
 
     def kind(self, gpu: int) -> int:
         """0: one slice of one device; k > 0: k whole devices; -1: not placeable here."""
@@ -111,8 +119,9 @@ def _remove(
 class ClusterState:
     """Nodes, their free capacity and the group indexes for one pass. Inputs are not mutated."""
 
-    def __init__(self, nodes: Sequence[Node], strategy: Strategy) -> None:
+    def __init__(self, nodes: Sequence[Node], strategy: Strategy, step: int = 10) -> None:
         self.strategy = strategy
+        self.step = step  # milli-fGPU: what a request by GPU memory is rounded up to
         self.nodes: list[NodeState] = []
         self.groups: dict[GroupKey, GroupIndex] = {}
         self.pool_nodes: dict[str, list[NodeState]] = {}
@@ -138,14 +147,17 @@ class ClusterState:
     def find(self, req: Request) -> Found | None:
         """The best placement for ``req`` under the strategy, or None if nothing fits now."""
         res = req.resources
-        if res.gpu == 0:
+        if res.gpu == 0 and not req.gpu_mem:
             ns = self._find_cpu_only(req.pool, res.cpu, res.mem)
             return None if ns is None else self._placement(req, ns, [], None)
         best: Candidate | None = None
         for group in self.matching_groups(req.pool, req.gpu_model):
-            k = group.kind(res.gpu)
+            gpu = group.gpu_of(req, self.step)
+            if gpu is None:
+                continue  # a request by memory that these devices cannot hold
+            k = group.kind(gpu)
             found = (
-                self._find_slice(group, res.gpu, res.cpu, res.mem) if k == 0
+                self._find_slice(group, gpu, res.cpu, res.mem) if k == 0
                 else self._find_whole(group, k, res.cpu, res.mem) if k > 0 else None
             )
             if found is not None and (best is None or found[0] < best[0]):
@@ -189,7 +201,7 @@ class ClusterState:
             sum(d.used for d in devices),
         )
         for pos, dev in enumerate(devices):
-            key = (node.pool, dev.model, node.device_capacity)
+            key = (node.pool, dev.model, node.device_capacity, dev.mem)
             ns.groups.setdefault(key, []).append(pos)
         self.nodes.append(ns)
         self.pool_nodes.setdefault(node.pool, []).append(ns)
@@ -220,7 +232,7 @@ class ClusterState:
         for pos in positions:
             free = cap - devices[pos].used
             if free > 0 and pos not in ns.held:
-                group = self.groups[(ns.node.pool, devices[pos].model, cap)]
+                group = self.groups[(ns.node.pool, devices[pos].model, cap, devices[pos].mem)]
                 op(group.slices, group.amounts, free, (pos if spread else 0, ns.rank, pos))
         for key in self._groups_of(ns, positions):
             count = len(ns.whole_free(key))
@@ -268,7 +280,8 @@ class ClusterState:
     def _placement(
         self, req: Request, ns: NodeState, positions: list[int], group: GroupIndex | None
     ) -> Found:
-        gpu = req.resources.gpu
+        gpu = 0 if group is None else group.gpu_of(req, self.step) or 0
         per_device = gpu if len(positions) <= 1 else ns.node.device_capacity
         slices = tuple(make_slice(ns.node, ns.node.devices[p], per_device) for p in positions)
-        return Found(Placement(req.id, ns.node.id, req.resources, slices), ns, positions)
+        res = Resources(gpu, req.resources.cpu, req.resources.mem)
+        return Found(Placement(req.id, ns.node.id, res, slices), ns, positions)

@@ -20,7 +20,12 @@ from sqlalchemy.orm import selectinload
 
 from gpuslice.common.images import ImageMeta
 from gpuslice.common.resources import slice_fraction, sm_percent
-from gpuslice.common.schemas.agents import Assignment, Assignments, SliceAssignment
+from gpuslice.common.schemas.agents import (
+    Assignment,
+    Assignments,
+    FolderMount,
+    SliceAssignment,
+)
 from gpuslice.common.schemas.common import ExactResources
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus, SessionType
 from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, User
@@ -28,6 +33,7 @@ from gpuslice.manager.events import Hub, wait_for
 from gpuslice.manager.services import channel
 from gpuslice.manager.services.apps import catalog as apps_catalog
 from gpuslice.manager.services.images.reports import pulls_for, removals_for
+from gpuslice.manager.services.storage import mounts
 
 
 async def long_poll(
@@ -71,9 +77,11 @@ async def _build(db: AsyncSession, node_id: str, version: int, deliver: bool) ->
     pulls = await pulls_for(db, node_id, {row.image for row, _owner in rows})
     metas = {image: await apps_catalog.image_meta(db, image)
              for image in {row.image for row, _owner in rows if row.start_apps}}
+    folders = await mounts.assignment_mounts(db, [row for row, _owner in rows])
     answer = Assignments(
         node_id=node_id, version=version,
-        sessions=[_assignment(row, owner, row.image in pulls, metas) for row, owner in rows],
+        sessions=[_assignment(row, owner, row.image in pulls, metas, folders.get(row.id, []))
+                  for row, owner in rows],
         requests=await channel.deliver(db, node_id) if deliver else [],
         remove_images=await removals_for(db, node_id),
         rescan=rescan or 0,
@@ -83,7 +91,8 @@ async def _build(db: AsyncSession, node_id: str, version: int, deliver: bool) ->
 
 
 def _assignment(
-    row: SessionRow, owner: str, pull: bool, metas: dict[str, ImageMeta]
+    row: SessionRow, owner: str, pull: bool, metas: dict[str, ImageMeta],
+    folders: list[FolderMount],
 ) -> Assignment:
     status = SessionStatus(row.status)
     apps = []
@@ -95,7 +104,7 @@ def _assignment(
         desired="stopped" if status is SessionStatus.TERMINATING else "running",
         resources=ExactResources(gpu=row.gpu, cpu=row.cpu, mem=row.mem),
         slices=[_slice(a) for a in row.allocations if a.released_at is None],
-        pull=pull, apps=apps,
+        pull=pull, apps=apps, mounts=folders,
     )
 
 

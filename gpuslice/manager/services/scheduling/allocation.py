@@ -65,9 +65,10 @@ async def apply_placement(
         )
     if allocations:
         await db.execute(insert(Allocation), allocations)
+    # gpu: a session asked by GPU memory holds the slice chosen on its device from now on
     await transition(
         db, row, SessionStatus.SCHEDULED, f"scheduled on node {node_name}",
-        node_id=placement.node_id,
+        node_id=placement.node_id, gpu=res.gpu,
     )
 
 

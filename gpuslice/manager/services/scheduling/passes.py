@@ -127,7 +127,7 @@ def _node(row: NodeRow) -> Node:
 def _request(row: SessionRow) -> Request:
     return Request(
         row.id, row.owner_id, Resources(row.gpu, row.cpu, row.mem), row.created_at.timestamp(),
-        row.priority, row.gpu_model, row.pool,
+        row.priority, row.gpu_model, row.pool, gpu_mem=row.gpu_mem or 0,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -26,6 +27,7 @@ from gpuslice.manager.services.lifecycle import record_created, transition
 from gpuslice.manager.services.policies import quota_of
 from gpuslice.manager.services.scheduling.passes import alive_nodes
 from gpuslice.manager.services.sessions.views import describe_many, visible
+from gpuslice.manager.services.storage import mounts
 from gpuslice.manager.settings import ManagerSettings
 
 QUEUED = "waiting for the scheduler"
@@ -34,21 +36,16 @@ QUEUED = "waiting for the scheduler"
 async def create_sessions(
     db: AsyncSession, user: User, body: SessionCreate, settings: ManagerSettings
 ) -> list[SessionPublic]:
-    """Validate against the image (alias, visibility, minimums), priority bound, cluster shape
-    and quota; insert PENDING rows."""
-    policy = await db.get(ResourcePolicy, user.policy_id) if user.policy_id else None
-    _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
-    image = await catalog.resolve(
-        db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
-    )
-    await _check_feasible(db, body, quota_of(policy), settings.nodes.device_capacity)
-    start_apps = apps_catalog.check_startable(image.meta, body.apps, image.reference)
+    """Validate against the image (alias, visibility, minimums), priority bound, cluster shape,
+    quota, folders and apps; insert PENDING rows."""
+    image, folders, start_apps = await check_create(db, user, body, settings)
     now = utcnow()
     rows = [
         SessionRow(
-            id=new_id(), name=_name(body, i), owner_id=user.id, image=image.reference,
+            id=new_id(), name=_name(body, i), owner_id=user.id, image=image,
             type=body.type, command=body.command, env=body.env, priority=body.priority,
             gpu=body.resources.gpu, cpu=body.resources.cpu, mem=body.resources.mem,
+            gpu_mem=body.resources.gpu_mem, folders=folders,
             gpu_model=body.gpu_model, status=SessionStatus.PENDING, status_reason=QUEUED,
             app_secret=apps_catalog.new_secret(), start_apps=start_apps or None,
             # one microsecond apart: the queue (and listings) keep the order they were asked in
@@ -61,6 +58,21 @@ async def create_sessions(
     await record_created(db, rows, "created")
     await db.commit()
     return await describe_many(db, [r.id for r in rows])
+
+
+async def check_create(
+    db: AsyncSession, user: User, body: SessionCreate, settings: ManagerSettings
+) -> tuple[str, list[dict[str, Any]], list[str]]:
+    """Everything ``create_sessions`` checks, without creating anything: the image reference
+    to run, the folders to mount and the apps to start. Raises what creating would."""
+    policy = await db.get(ResourcePolicy, user.policy_id) if user.policy_id else None
+    _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
+    image = await catalog.resolve(
+        db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
+    )
+    await _check_feasible(db, body, quota_of(policy), settings)
+    start_apps = apps_catalog.check_startable(image.meta, body.apps, image.reference)
+    return image.reference, await mounts.resolve(db, user, body.folders), start_apps
 
 
 async def destroy_sessions(
@@ -85,8 +97,12 @@ async def destroy_sessions(
             await db.commit()
             break
         except StaleStatus:  # the scheduler or the agent moved one meanwhile; look again
+            viewer_id = viewer.id
             await db.rollback()
             db.expunge_all()
+            # the rollback expired the viewer too: load it again (an expired, detached row
+            # cannot be read)
+            viewer = await db.get(User, viewer_id) or viewer
     return await describe_many(db, [i for i in wanted if i in mine])
 
 
@@ -113,14 +129,16 @@ def _check_priority(
 
 
 async def _check_feasible(
-    db: AsyncSession, body: SessionCreate, quota: Quota, default_capacity: int
+    db: AsyncSession, body: SessionCreate, quota: Quota, settings: ManagerSettings
 ) -> None:
     nodes = await alive_nodes(db)
-    req = Request("new", "user", body.resources.to_resources(), 0.0, body.priority, body.gpu_model)
-    impossible = check_request(req, nodes, Quota(), default_capacity)
+    req = Request("new", "user", body.resources.to_resources(), 0.0, body.priority, body.gpu_model,
+                  gpu_mem=body.resources.gpu_mem or 0)
+    capacity, step = settings.nodes.device_capacity, settings.scheduler.step_milli
+    impossible = check_request(req, nodes, Quota(), capacity, step)
     if impossible:
         raise InvalidRequest(impossible, field="resources", code="impossible_request")
-    over_quota = check_request(req, nodes, quota, default_capacity)
+    over_quota = check_request(req, nodes, quota, capacity, step)
     if over_quota:
         raise InvalidRequest(over_quota, field="resources", code="quota_exceeded")
 

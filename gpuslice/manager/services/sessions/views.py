@@ -19,6 +19,7 @@ from gpuslice.common.schemas.sessions import (
     SessionType,
     StatusChange,
 )
+from gpuslice.common.schemas.storage import SessionFolder
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, StatusHistory, User
 from gpuslice.manager.errors import Forbidden, NotFound
@@ -129,12 +130,14 @@ def to_public(
     return SessionPublic(
         id=row.id, name=row.name, owner_id=row.owner_id, owner=owner_name, image=row.image,
         type=SessionType(row.type), command=row.command, env=row.env, priority=row.priority,
-        resources=ResourcesPublic.of(row.gpu, row.cpu, row.mem), gpu_model=row.gpu_model,
+        resources=ResourcesPublic.of(row.gpu, row.cpu, row.mem, row.gpu_mem),
+        gpu_model=row.gpu_model,
         status=status, status_reason=row.status_reason,
         wait_code=row.wait_code if status is SessionStatus.PENDING else None,
         queue_position=row.queue_position if status is SessionStatus.PENDING else None,
         result=SessionResult(row.result) if row.result else None, exit_code=row.exit_code,
         placement=placement, created_at=row.created_at, updated_at=row.updated_at,
+        folders=[SessionFolder(**f) for f in row.folders or []],
         history=history,
     )
 

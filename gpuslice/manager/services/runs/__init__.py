@@ -1,0 +1,6 @@
+"""`gpuslice run`: a training script as a batch session (``runs.py``). A run is its session
+plus a ``runs`` row (the script, its arguments, its save directory); its model is the one its
+session saved. Invariants: a run's code is in its owner's ``runs`` folder, under
+``runs/<name>/``, before the run is created (the manager checks the script is there); at most
+one run of a name is not over at a time; the session runs ``gpuslice-run`` around the script,
+so its exit code is the script's."""

@@ -1,0 +1,237 @@
+"""Folders: who may use which (the one rule), creating, renaming, deleting, sharing.
+
+Access (``Access.level``): ``owner`` for a user's own folders and, for admins, shared folders;
+``rw`` / ``ro`` through a grant; nothing otherwise, answered exactly like a folder that does
+not exist (404, same message) so nobody learns another user's folders exist. Admins get no
+access to users' own folders: those hold people's data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpuslice.common.schemas.sessions import FINAL
+from gpuslice.common.schemas.storage import (
+    FolderCreate,
+    FolderGrantCreate,
+    FolderGrantPublic,
+    FolderPublic,
+    FolderUpdate,
+    Permission,
+)
+from gpuslice.common.schemas.users import Role
+from gpuslice.manager.db.models import FolderGrant, FolderRow, SessionRow, User
+from gpuslice.manager.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from gpuslice.manager.services.storage.fs import StorageFS
+
+log = logging.getLogger(__name__)
+SHARED = "shared"
+
+
+@dataclass(frozen=True, slots=True)
+class Access:
+    """A folder and what the caller may do with it."""
+
+    folder: FolderRow
+    level: str  # owner | rw | ro
+
+    @property
+    def writable(self) -> bool:
+        return self.level in ("owner", "rw")
+
+    def require_write(self) -> None:
+        if not self.writable:
+            raise Forbidden(f"folder {self.folder.name} is shared with you read-only",
+                            code="read_only")
+
+    def require_owner(self, what: str) -> None:
+        if self.level != "owner":
+            raise Forbidden(f"only the owner of folder {self.folder.name} may {what}")
+
+
+async def get_access(db: AsyncSession, user: User, folder_id: str) -> Access:
+    """The folder if ``user`` may use it; otherwise 404, as for a folder that does not exist."""
+    row = await db.get(FolderRow, folder_id)
+    level = None if row is None else await _level(db, user, row)
+    await db.commit()  # the gate of routes that stream: hold no transaction meanwhile
+    if row is None or level is None:
+        raise NotFound(f"no folder {folder_id}", field="folder_id")
+    return Access(row, level)
+
+
+async def list_folders(db: AsyncSession, user: User) -> list[FolderPublic]:
+    """One's own folders, those shared with one, and (admins) every shared folder."""
+    own = (await db.scalars(select(FolderRow).where(FolderRow.owner_id == user.id))).all()
+    granted = (await db.execute(
+        select(FolderRow, FolderGrant.permission)
+        .join(FolderGrant, FolderGrant.folder_id == FolderRow.id)
+        .where(FolderGrant.user_id == user.id)
+    )).all()
+    levels: dict[str, tuple[FolderRow, str]] = {r.id: (r, "owner") for r in own}
+    for row, permission in granted:
+        levels.setdefault(row.id, (row, permission))
+    if user.role == Role.ADMIN:
+        for row in await db.scalars(select(FolderRow).where(FolderRow.owner_id.is_(None))):
+            levels[row.id] = (row, "owner")
+    ordered = sorted(levels.values(), key=lambda item: (item[0].shared, item[0].name))
+    return [await describe(db, row, level) for row, level in ordered]
+
+
+async def create_folder(
+    db: AsyncSession, fs: StorageFS, user: User, body: FolderCreate
+) -> FolderPublic:
+    if body.shared and user.role != Role.ADMIN:
+        raise Forbidden("only admins create shared folders", field="shared")
+    if body.shared and body.name.startswith("."):
+        raise InvalidRequest("dot-folders cannot be shared: they belong to one user's "
+                             "sessions", field="name", code="dot_folder")
+    row = FolderRow(scope=SHARED if body.shared else user.id, name=body.name,
+                    owner_id=None if body.shared else user.id, size=0, files=0)
+    db.add(row)
+    try:
+        await db.flush()
+    except IntegrityError:
+        await db.rollback()
+        raise _exists(body.name, body.shared) from None
+    try:
+        await asyncio.to_thread(fs.make_folder, row.storage_path)
+    except OSError as exc:
+        await db.rollback()
+        raise Conflict(f"the storage cannot hold a new folder: {exc.strerror}",
+                       code="storage_error") from None
+    await db.commit()
+    return await describe(db, row, "owner")
+
+
+async def rename_folder(db: AsyncSession, access: Access, body: FolderUpdate) -> FolderPublic:
+    access.require_owner("rename it")
+    row = access.folder
+    if body.name.startswith(".") and (row.shared or await _grants(db, row.id)):
+        raise InvalidRequest("a shared folder cannot become a dot-folder (dot-folders are "
+                             "never shared); revoke its grants first", field="name",
+                             code="dot_folder")
+    row.name = body.name
+    try:
+        await db.commit()
+    except IntegrityError:
+        await db.rollback()
+        raise _exists(body.name, row.shared) from None
+    return await describe(db, row, "owner")
+
+
+async def delete_folder(db: AsyncSession, fs: StorageFS, access: Access) -> None:
+    """Delete the folder and its files; refused while a session that is not over mounts it."""
+    access.require_owner("delete it")
+    row = access.folder
+    users = await mounted_by(db, row.id)
+    if users:
+        raise Conflict(f"folder {row.name} is mounted by session(s) {', '.join(users)}; "
+                       "destroy them first", code="folder_in_use")
+    path = row.storage_path
+    await db.delete(row)
+    await db.commit()
+    try:
+        await asyncio.to_thread(fs.remove_folder, path)
+    except OSError as exc:  # the row is gone: the leftover directory is unreachable
+        log.warning("folder %s deleted, but removing %s failed: %s", row.id, path, exc)
+
+
+async def mounted_by(db: AsyncSession, folder_id: str) -> list[str]:
+    """Names of sessions not over yet (PENDING to TERMINATING) that mount the folder."""
+    rows = await db.execute(
+        select(SessionRow.name, SessionRow.folders).where(SessionRow.status.not_in(list(FINAL)))
+    )
+    return sorted({name for name, folders in rows
+                   if any(f.get("folder_id") == folder_id for f in folders or [])})
+
+
+async def share(db: AsyncSession, access: Access, body: FolderGrantCreate) -> FolderGrantPublic:
+    """Grant a user read-only or read-write use of the folder (again: change it)."""
+    access.require_owner("share it")
+    row = access.folder
+    if row.name.startswith("."):
+        raise InvalidRequest(f"{row.name} is a dot-folder: dot-folders are never shared",
+                             code="dot_folder")
+    user = await find_user(db, body.user)
+    if user.id == row.owner_id:
+        raise InvalidRequest(f"{user.username} owns {row.name} already", field="user")
+    grant = await db.get(FolderGrant, (row.id, user.id))
+    if grant is None:
+        grant = FolderGrant(folder_id=row.id, user_id=user.id, permission=body.permission)
+        db.add(grant)
+    else:
+        grant.permission = body.permission
+    await db.commit()
+    return FolderGrantPublic(user_id=user.id, username=user.username,
+                             permission=Permission(grant.permission), created_at=grant.created_at)
+
+
+async def revoke(db: AsyncSession, access: Access, user_ref: str) -> None:
+    """Take a grant back: running sessions keep their mount until they stop."""
+    access.require_owner("change who it is shared with")
+    user = await find_user(db, user_ref)
+    grant = await db.get(FolderGrant, (access.folder.id, user.id))
+    if grant is None:
+        raise NotFound(f"{access.folder.name} is not shared with {user.username}", field="user")
+    await db.delete(grant)
+    await db.commit()
+
+
+async def find_user_for(db: AsyncSession, viewer: User, ref: str) -> User:
+    """Another user, for an admin; a user may only name themself."""
+    if ref in (viewer.username, viewer.id):
+        return viewer
+    if viewer.role != Role.ADMIN:
+        raise Forbidden("only admins see other users' storage", field="user")
+    return await find_user(db, ref)
+
+
+async def find_user(db: AsyncSession, ref: str) -> User:
+    user = await db.scalar(select(User).where((User.username == ref) | (User.id == ref)))
+    if user is None:
+        raise NotFound(f"no user named {ref!r}", field="user")
+    return user
+
+
+async def describe(db: AsyncSession, row: FolderRow, level: str) -> FolderPublic:
+    owner = SHARED
+    if row.owner_id is not None:
+        owner = await db.scalar(select(User.username).where(User.id == row.owner_id)) or "?"
+    grants = await _grants(db, row.id) if level == "owner" else None
+    return FolderPublic(
+        id=row.id, name=row.name, owner_id=row.owner_id, owner=owner, shared=row.shared,
+        access=level,
+        auto_mount=row.name.startswith("."), size=row.size, files=row.files,
+        measured_at=row.measured_at, created_at=row.created_at, grants=grants,
+    )
+
+
+async def _grants(db: AsyncSession, folder_id: str) -> list[FolderGrantPublic]:
+    rows = (await db.execute(
+        select(FolderGrant, User.username)
+        .join(User, User.id == FolderGrant.user_id)
+        .where(FolderGrant.folder_id == folder_id)
+        .order_by(User.username)
+    )).all()
+    return [FolderGrantPublic(user_id=g.user_id, username=name,
+                              permission=Permission(g.permission), created_at=g.created_at)
+            for g, name in rows]
+
+
+async def _level(db: AsyncSession, user: User, row: FolderRow) -> str | None:
+    if row.owner_id == user.id or (row.shared and user.role == Role.ADMIN):
+        return "owner"
+    grant = await db.get(FolderGrant, (row.id, user.id))
+    return grant.permission if grant is not None else None
+
+
+def _exists(name: str, shared: bool) -> Conflict:
+    text = f"a shared folder named {name} exists" if shared else (
+        f"you already have a folder named {name}")
+    return Conflict(text, field="name", code="folder_exists")

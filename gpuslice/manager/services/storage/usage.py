@@ -1,0 +1,179 @@
+"""Storage usage and quotas: what each user's folders hold, measured, and the policy's limit.
+
+A user's usage is the sum of their own folders (dot-folders included; shared folders count
+for nobody). The storage loop measures every folder each ``storage.usage_interval`` (a walk
+that never follows links) and stores the figures on the folder rows; an upload through the
+API adds its bytes at once, so quotas hold between measurements. Uploads beyond the quota are
+refused; what sessions write is only seen by the next measurement, which reports users over
+their quota (with the sessions they run) in the manager's log and in every usage answer. Hard
+enforcement needs filesystem project quotas (XFS, or ext4 with the ``project`` feature) set
+by the node admin on the folder directories; see the storage README.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import stat
+from collections import defaultdict
+
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from gpuslice.common.resources import format_mem
+from gpuslice.common.schemas.sessions import FINAL
+from gpuslice.common.schemas.storage import StorageUsage
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import FolderRow, ResourcePolicy, SessionRow, User
+from gpuslice.manager.services.storage.archive import QuotaExceeded
+from gpuslice.manager.services.storage.fs import StorageFS
+
+log = logging.getLogger(__name__)
+UPLOADS_KEPT = 7 * 86400.0  # seconds an unfinished upload waits to be resumed
+
+
+async def usage_of(db: AsyncSession, user: User) -> StorageUsage:
+    used, count, measured = (await db.execute(
+        select(func.coalesce(func.sum(FolderRow.size), 0), func.count(),
+               func.min(FolderRow.measured_at))
+        .where(FolderRow.owner_id == user.id)
+    )).one()
+    quota = await quota_of(db, user.id)
+    await db.commit()
+    return StorageUsage(
+        user_id=user.id, username=user.username, used=int(used), quota=quota,
+        over_quota=quota is not None and used > quota, folders=count, measured_at=measured,
+    )
+
+
+async def quota_of(db: AsyncSession, user_id: str) -> int | None:
+    return await db.scalar(
+        select(ResourcePolicy.max_storage)
+        .join(User, User.policy_id == ResourcePolicy.id)
+        .where(User.id == user_id)
+    )
+
+
+async def room_for(db: AsyncSession, folder: FolderRow, incoming: int) -> int | None:
+    """Bytes the folder's owner may still add (None: no limit); ``QuotaExceeded`` when
+    ``incoming`` is more than that."""
+    if folder.owner_id is None:
+        return None
+    quota = await quota_of(db, folder.owner_id)
+    if quota is None:
+        await db.commit()
+        return None
+    used = await db.scalar(
+        select(func.coalesce(func.sum(FolderRow.size), 0))
+        .where(FolderRow.owner_id == folder.owner_id)
+    ) or 0
+    await db.commit()
+    room = max(0, quota - int(used))
+    if incoming > room:
+        raise QuotaExceeded(
+            f"this needs {format_mem(incoming)} but the storage quota of {format_mem(quota)} "
+            f"leaves {format_mem(room)} free ({format_mem(int(used))} used)", field="size",
+        )
+    return room
+
+
+async def add_usage(db: AsyncSession, folder_id: str, size: int, files: int) -> None:
+    """Count an upload at once (the next measurement replaces the figures)."""
+    await db.execute(
+        update(FolderRow).where(FolderRow.id == folder_id).values(
+            size=func.coalesce(FolderRow.size, 0) + size,
+            files=func.coalesce(FolderRow.files, 0) + files,
+        )
+    )
+    await db.commit()
+
+
+async def measure_all(sessionmaker: async_sessionmaker[AsyncSession], fs: StorageFS) -> None:
+    """One pass of the storage loop: measure every folder, report users over quota, and
+    delete unfinished uploads nobody resumed for a week."""
+    async with sessionmaker() as db:
+        folders = [(f.id, f.storage_path) for f in await db.scalars(select(FolderRow))]
+        await db.commit()
+    for folder_id, path in folders:
+        try:
+            size, files = await asyncio.to_thread(measure, fs, path)
+        except OSError as exc:
+            log.warning("storage: cannot measure folder %s: %s", folder_id, exc)
+            continue
+        async with sessionmaker() as db:
+            await db.execute(update(FolderRow).where(FolderRow.id == folder_id).values(
+                size=size, files=files, measured_at=utcnow()))
+            await db.commit()
+    async with sessionmaker() as db:
+        await report_over_quota(db)
+    try:
+        await asyncio.to_thread(fs.purge_uploads, UPLOADS_KEPT)
+    except OSError as exc:
+        log.warning("storage: cannot purge old partial uploads: %s", exc)
+
+
+async def report_over_quota(db: AsyncSession) -> list[str]:
+    """Log every user whose folders hold more than their quota, with the sessions they run
+    (those may be writing past it); the usernames."""
+    rows = (await db.execute(
+        select(User.id, User.username, ResourcePolicy.max_storage,
+               func.coalesce(func.sum(FolderRow.size), 0))
+        .join(ResourcePolicy, User.policy_id == ResourcePolicy.id)
+        .join(FolderRow, FolderRow.owner_id == User.id)
+        .where(ResourcePolicy.max_storage.is_not(None))
+        .group_by(User.id, User.username, ResourcePolicy.max_storage)
+    )).all()
+    over = [(uid, name, quota, int(used)) for uid, name, quota, used in rows if used > quota]
+    if not over:
+        await db.commit()
+        return []
+    running: dict[str, list[str]] = defaultdict(list)
+    for owner, session in await db.execute(
+        select(SessionRow.owner_id, SessionRow.name)
+        .where(SessionRow.owner_id.in_([o[0] for o in over]),
+               SessionRow.status.not_in(list(FINAL)))
+    ):
+        running[owner].append(session)
+    await db.commit()
+    for uid, name, quota, used in over:
+        sessions = ", ".join(sorted(running[uid])) or "none running"
+        log.warning("storage: user %s uses %s of a %s quota (sessions: %s)", name,
+                    format_mem(used), format_mem(quota), sessions)
+    return [o[1] for o in over]
+
+
+def measure(fs: StorageFS, storage_path: str) -> tuple[int, int]:
+    """Bytes and count of the regular files under a folder; links are not followed."""
+    top = fs.folder_fd(storage_path)
+    try:
+        return _walk(top)
+    finally:
+        os.close(top)
+
+
+def _walk(fd: int) -> tuple[int, int]:
+    size = files = 0
+    with os.scandir(fd) as found:
+        entries = list(found)
+    for entry in entries:
+        try:
+            st = entry.stat(follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISREG(st.st_mode):
+            size += st.st_size
+            files += 1
+        elif stat.S_ISDIR(st.st_mode):
+            try:
+                sub = os.open(entry.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
+                              dir_fd=fd)
+            except OSError:
+                continue
+            try:
+                more, count = _walk(sub)
+            finally:
+                os.close(sub)
+            size += more
+            files += count
+    return size, files

@@ -1,0 +1,213 @@
+"""The model store through the API, on both backends: the local store and a real S3 server
+(moto). What is checked is our scoping: per-user prefixes, who may see, presign and fetch."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from gpuslice.manager.services.models import catalog
+from gpuslice.manager.settings import ManagerSettings, load_settings
+from tests.s3 import s3_server
+
+from .conftest import IMAGE, AgentFactory, Client, UserFactory, create
+
+__all__ = ["s3_server"]
+
+
+@pytest.fixture(params=["local", "s3"])
+def settings(request: pytest.FixtureRequest, tmp_path: Path, database_url: str) -> ManagerSettings:
+    store = {} if request.param == "local" else request.getfixturevalue("s3_server").settings()
+    return load_settings(
+        data_dir=tmp_path / "data", database={"url": database_url}, scheduler={"interval": 1.0},
+        nodes={"node_timeout": 30, "sweep_interval": 0.2, "assignment_poll": 0.5},
+        sessions={"allowed_images": [IMAGE], "log_timeout": 3}, model_store=store,
+    )
+
+
+FILES = {"model.txt": b"weights: 42\n", "ckpt/step-1.bin": bytes(range(256)) * 4096}
+
+
+async def save(client: Client, name: str, files: dict[str, bytes] = FILES) -> dict[str, Any]:
+    listed = [{"path": p, "size": len(d)} for p, d in files.items()]
+    r = await client.post("/api/v1/model-uploads", json={"name": name, "files": listed})
+    assert r.status_code == 201, r.text
+    started = r.json()
+    assert started["mode"] == "stream"
+    for path, data in files.items():
+        r = await client.put(f"/api/v1/model-uploads/{started['upload_id']}/files",
+                             params={"path": path}, content=data)
+        assert r.status_code == 204, r.text
+    r = await client.post(f"/api/v1/model-uploads/{started['upload_id']}/complete")
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def fetch(app: FastAPI, url: str) -> httpx.Response:
+    """GET a presigned URL: the manager's own (local store) or the S3 server's."""
+    if url.startswith("http://manager/"):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app)) as client:
+            return await client.get(url)
+    async with httpx.AsyncClient() as client:
+        return await client.get(url)
+
+
+async def test_save_list_download_replace_delete(make_user: UserFactory, app: FastAPI) -> None:
+    alice = await make_user("alice")
+    saved = await save(alice, "resnet")
+    assert (saved["name"], saved["files"], saved["size"]) == (
+        "resnet", 2, sum(len(d) for d in FILES.values()))
+    assert [m["name"] for m in (await alice.get("/api/v1/models")).json()] == ["resnet"]
+    detail = (await alice.get("/api/v1/models/resnet")).json()
+    assert sorted(f["path"] for f in detail["file_list"]) == sorted(FILES)
+    for path, data in FILES.items():
+        r = await alice.get("/api/v1/models/resnet/files", params={"path": path})
+        assert r.status_code == 200 and r.content == data
+
+    store = app.state.model_store
+    owner = saved["owner_id"]
+    first = await store.listing(f"users/{owner}/resnet/")
+    assert len(first) == 2
+    await save(alice, "resnet", {"model.txt": b"v2"})  # a new save replaces the old one whole
+    after = await store.listing(f"users/{owner}/resnet/")
+    assert [s.size for s in after] == [2] and not {s.key for s in first} & {s.key for s in after}
+    r = await alice.get("/api/v1/models/resnet/files", params={"path": "ckpt/step-1.bin"})
+    assert r.status_code == 404
+
+    assert (await alice.delete("/api/v1/models/resnet")).status_code == 204
+    assert await store.listing(f"users/{owner}/") == []
+    assert (await alice.get("/api/v1/models")).json() == []
+
+
+async def test_another_user_cannot_list_presign_or_fetch(make_user: UserFactory,
+                                                         app: FastAPI) -> None:
+    alice, bob = await make_user("alice"), await make_user("bob")
+    await save(alice, "resnet")
+    assert (await bob.get("/api/v1/models")).json() == []
+    nobody = (await bob.get("/api/v1/models/no-such-model")).json()["message"]
+    for r in (
+        await bob.get("/api/v1/models/resnet"),
+        await bob.get("/api/v1/models/resnet/files", params={"path": "model.txt"}),
+        await bob.post("/api/v1/models/resnet/presign"),
+        await bob.delete("/api/v1/models/resnet"),
+    ):
+        assert r.status_code == 404 and r.json()["message"] == nobody.replace(
+            "no-such-model", "resnet"), r.text
+    # bob's own model of the same name is his, under his own prefix
+    mine = await save(bob, "resnet", {"model.txt": b"bob's"})
+    urls = (await bob.post("/api/v1/models/resnet/presign")).json()["urls"]
+    assert f"users/{mine['owner_id']}/resnet/" in urls["model.txt"]
+    assert (await fetch(app, urls["model.txt"])).content == b"bob's"
+    # an upload id of alice's is nobody else's to fill or complete
+    r = await alice.post("/api/v1/model-uploads",
+                         json={"name": "x", "files": [{"path": "a", "size": 1}]})
+    upload = r.json()["upload_id"]
+    r = await bob.put(f"/api/v1/model-uploads/{upload}/files", params={"path": "a"}, content=b"1")
+    assert r.status_code == 404
+    assert (await bob.post(f"/api/v1/model-uploads/{upload}/complete")).status_code == 404
+
+
+async def test_presigned_urls_are_scoped_and_expire(
+    make_user: UserFactory, app: FastAPI, settings: ManagerSettings
+) -> None:
+    alice = await make_user("alice")
+    saved = await save(alice, "resnet")
+    r = await alice.post("/api/v1/models/resnet/presign", params={"ttl": 1})
+    urls = r.json()["urls"]
+    assert set(urls) == set(FILES)
+    got = await fetch(app, urls["model.txt"])
+    assert got.status_code == 200 and got.content == FILES["model.txt"]
+    query = parse_qs(urlsplit(urls["model.txt"]).query)
+    assert f"users/{saved['owner_id']}/resnet/" in urlsplit(urls["model.txt"]).path
+    if settings.model_store.backend == "s3":
+        # the S3 server enforces expiry (MinIO, AWS; moto does not): we sign for 1 second
+        assert query["X-Amz-Expires"] == ["1"]
+        return
+    tampered = urls["model.txt"].replace("model.txt", "ckpt/step-1.bin")
+    r = await fetch(app, tampered)
+    assert r.status_code == 403 and "signature does not match" in r.json()["message"]
+    await asyncio.sleep(2.1)
+    r = await fetch(app, urls["model.txt"])
+    assert r.status_code == 403 and "expired" in r.json()["message"]
+
+
+async def test_a_session_saves_for_its_owner_only_through_its_node(
+    make_user: UserFactory, make_agent: AgentFactory, app: FastAPI, settings: ManagerSettings,
+) -> None:
+    alice = await make_user("alice")
+    node = await make_agent("node-1")
+    other = await make_agent("node-2", devices=[])
+    [session] = await create(alice, resources={"cpu": 1, "mem": "1g", "gpu": 0.5})
+    sid = session["id"]
+    for _ in range(100):
+        if (await alice.get(f"/api/v1/sessions/{sid}")).json()["status"] == "RUNNING":
+            break
+        await asyncio.sleep(0.1)
+    base = f"/api/v1/agents/me/sessions/{sid}/models"
+    body = {"name": "run-1", "files": [{"path": "model.txt", "size": 3}]}
+    assert (await other.client.post(f"{base}/uploads", json=body)).status_code == 404
+    r = await node.client.post(f"{base}/uploads", json=body)
+    assert r.status_code == 201, r.text
+    started = r.json()
+    if settings.model_store.backend == "s3":
+        assert started["mode"] == "presigned"
+        url = started["urls"]["model.txt"]
+        assert f"/users/{session['owner_id']}/run-1/" in url
+        async with httpx.AsyncClient() as s3:
+            assert (await s3.put(url, content=b"abc")).status_code == 200
+    else:
+        assert started["mode"] == "stream"
+        r = await node.client.put(f"{base}/file", content=b"abc",
+                                  params={"upload_id": started["upload_id"], "path": "model.txt"})
+        assert r.status_code == 204, r.text
+    r = await other.client.post(f"{base}/complete", json={"upload_id": started["upload_id"]})
+    assert r.status_code == 404
+    r = await node.client.post(f"{base}/complete", json={"upload_id": started["upload_id"]})
+    assert r.status_code == 200, r.text
+    [model] = (await alice.get("/api/v1/models")).json()
+    assert (model["name"], model["session_id"], model["session_name"]) == (
+        "run-1", sid, session["name"])
+    r = await alice.get("/api/v1/models/run-1/files", params={"path": "model.txt"})
+    assert r.content == b"abc"
+
+    await alice.delete(f"/api/v1/sessions/{sid}")
+    for _ in range(100):
+        if (await node.client.post(f"{base}/presign", json={"name": "run-1"})).status_code == 404:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError("an ended session still presigns")
+
+
+async def test_an_incomplete_upload_is_not_a_model_and_is_purged(
+    make_user: UserFactory, app: FastAPI, settings: ManagerSettings
+) -> None:
+    alice = await make_user("alice")
+    files = [{"path": "a.bin", "size": 4}, {"path": "b.bin", "size": 2}]
+    r = await alice.post("/api/v1/model-uploads", json={"name": "half", "files": files})
+    upload = r.json()["upload_id"]
+    await alice.put(f"/api/v1/model-uploads/{upload}/files", params={"path": "a.bin"},
+                    content=b"abcd")
+    r = await alice.put(f"/api/v1/model-uploads/{upload}/files", params={"path": "c.bin"},
+                        content=b"x")
+    assert r.status_code == 404 and "has no file c.bin" in r.json()["message"]
+    r = await alice.post(f"/api/v1/model-uploads/{upload}/complete")
+    assert r.status_code == 422 and r.json()["code"] == "upload_incomplete"
+    assert "b.bin is missing" in r.json()["message"]
+    assert (await alice.get("/api/v1/models")).json() == []
+    for bad in ("../x", "/abs"):
+        r = await alice.post("/api/v1/model-uploads",
+                             json={"name": "m", "files": [{"path": bad, "size": 1}]})
+        assert r.status_code == 422, r.text
+    assert (await alice.post("/api/v1/model-uploads", json={"name": "../m", "files": files})
+            ).status_code == 422
+    store = app.state.model_store
+    async with app.state.sessionmaker() as db:
+        assert await catalog.purge_stale(db, store, older_than=0) == 1
+    assert await store.listing("users/") == []

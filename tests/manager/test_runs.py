@@ -1,0 +1,114 @@
+"""Runs through the API: a script uploaded to `runs/<name>/`, run as a batch session on the
+slice asked (by fGPU or GPU memory), shown with its result, duration and saved model."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from .conftest import IMAGE, AgentFactory, Client, UserFactory
+from .fake_agent import gpu
+from .test_folders import folder, tar_of
+
+GiB = 1024**3
+
+
+async def upload_code(client: Client, name: str, files: dict[str, bytes | None]) -> None:
+    listed = (await client.get("/api/v1/folders")).json()
+    runs = next((f for f in listed if f["name"] == "runs"), None) or await folder(client, "runs")
+    r = await client.put(f"/api/v1/folders/{runs['id']}/archive", params={"path": name},
+                         content=tar_of(files))
+    assert r.status_code == 200, r.text
+
+
+async def start(client: Client, name: str, expect: int = 201, **body: Any) -> Any:
+    body = {"name": name, "script": "train.py", "image": IMAGE, **body}
+    body.setdefault("resources", {"gpu_mem": "2048m", "cpu": 1, "mem": "1g"})
+    r = await client.post("/api/v1/runs", json=body)
+    assert r.status_code == expect, r.text
+    return r.json()
+
+
+async def until(client: Client, run: str, status: str) -> dict[str, Any]:
+    for _ in range(100):
+        got = (await client.get(f"/api/v1/runs/{run}")).json()
+        if got["status"] == status:
+            return got
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"run {run} is {got['status']}, not {status}")
+
+
+async def test_a_run_on_a_slice_by_gpu_memory(make_user: UserFactory,
+                                              make_agent: AgentFactory) -> None:
+    alice = await make_user("alice")
+    agent = await make_agent("node-1", devices=[gpu(0, mem=8 * GiB)], fgpu_per_gpu=2)
+    data = await folder(alice, "data")
+    await upload_code(alice, "train-1", {"train.py": b"print('hi')\n", "conf": None})
+    run = await start(alice, "train-1", args=["--epochs", "2"], folders=["data:ro"])
+    assert (run["name"], run["script"], run["args"], run["model"]) == (
+        "train-1", "train.py", ["--epochs", "2"], None)
+    run = await until(alice, "train-1", "RUNNING")
+    session = (await alice.get(f"/api/v1/sessions/{run['id']}")).json()
+    assert session["resources"]["gpu"] == 0.5 and session["resources"]["gpu_mem"] == 2 * GiB
+    assert session["placement"]["devices"][0]["mem"] == 2 * GiB  # the caps apply 2 GiB
+    assert session["type"] == "batch" and session["env"]["GPUSLICE_RUN_NAME"] == "train-1"
+    assert session["command"] == [
+        "gpuslice-run", "--dir", "/home/work/runs/train-1", "--save-dir", "output",
+        "--model", "train-1", "--", "python3", "-u", "train.py", "--epochs", "2"]
+    assert [(f["name"], f["read_only"]) for f in session["folders"]] == [
+        ("runs", False), ("data", True)]
+    assert data["id"] in {f["folder_id"] for f in session["folders"]}
+    assert run["started_at"] is not None and run["duration_s"] >= 0
+
+    await start(alice, "train-1", expect=409)  # one run of a name at a time
+    sid = run["id"]
+    base = f"/api/v1/agents/me/sessions/{sid}/models"
+    started = (await agent.client.post(f"{base}/uploads", json={
+        "name": "train-1", "files": [{"path": "model.txt", "size": 2}]})).json()
+    await agent.client.put(f"{base}/file", content=b"ok",
+                           params={"upload_id": started["upload_id"], "path": "model.txt"})
+    await agent.client.post(f"{base}/complete", json={"upload_id": started["upload_id"]})
+    r = await alice.delete(f"/api/v1/runs/{sid}")
+    assert r.status_code == 409 and r.json()["code"] == "run_not_over"
+    await agent.report(sid, "TERMINATED", exit_code=0, logs="done\n")
+    done = await until(alice, "train-1", "TERMINATED")
+    assert (done["result"], done["exit_code"]) == ("SUCCESS", 0)
+    assert done["ended_at"] is not None and done["model"]["name"] == "train-1"
+    assert [r["name"] for r in (await alice.get("/api/v1/runs")).json()] == ["train-1"]
+
+    assert (await alice.delete("/api/v1/runs/train-1")).status_code == 204
+    assert (await alice.get("/api/v1/runs")).json() == []
+    runs_folder = next(f for f in (await alice.get("/api/v1/folders")).json()
+                       if f["name"] == "runs")
+    listing = (await alice.get(f"/api/v1/folders/{runs_folder['id']}/files")).json()
+    assert listing["entries"] == []  # its code went with it
+    assert [m["name"] for m in (await alice.get("/api/v1/models")).json()] == ["train-1"]
+
+
+async def test_a_failed_run_and_what_others_see(make_user: UserFactory,
+                                                make_agent: AgentFactory) -> None:
+    alice, bob = await make_user("alice"), await make_user("bob")
+    agent = await make_agent("node-1", devices=[gpu(0, mem=8 * GiB)], fgpu_per_gpu=2)
+    r = await alice.post("/api/v1/runs", json={"name": "x", "script": "train.py",
+                                               "image": IMAGE})
+    assert r.status_code == 422 and r.json()["code"] == "script_missing"
+    await upload_code(alice, "boom", {"train.py": b"raise SystemExit(3)\n"})
+    run = await start(alice, "boom", resources={"gpu": 0.5, "cpu": 1, "mem": "1g"})
+    await until(alice, "boom", "RUNNING")
+    await agent.report(run["id"], "TERMINATED", exit_code=3, logs="Traceback...\n")
+    done = await until(alice, "boom", "TERMINATED")
+    assert (done["result"], done["exit_code"], done["model"]) == ("FAILED", 3, None)
+    for path in (f"/api/v1/runs/{run['id']}", "/api/v1/runs/boom"):
+        r = await bob.get(path)
+        assert r.status_code == 404
+    assert (await bob.get("/api/v1/runs")).json() == []
+    assert (await bob.delete(f"/api/v1/runs/{run['id']}")).status_code == 404
+    big = {"name": "big", "script": "train.py", "image": IMAGE,
+           "resources": {"gpu_mem": "12g", "cpu": 1, "mem": "1g"}}
+    for path in ("/api/v1/runs/check", "/api/v1/runs"):  # before any code is sent
+        r = await alice.post(path, json=big)
+        assert r.status_code == 422 and "the most possible is 8 GiB" in r.json()["message"]
+    fine = {**big, "resources": {"gpu_mem": "1g", "cpu": 1, "mem": "1g"}}
+    assert (await alice.post("/api/v1/runs/check", json=fine)).status_code == 204
+    assert (await alice.post("/api/v1/runs/check", json={**fine, "folders": ["nope"]})
+            ).status_code == 422
