@@ -31,6 +31,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from gpuslice.common.logs import LogSettings
 from gpuslice.common.resources import ResourceError, parse_cpu, parse_fgpu_per_gpu, parse_mem
 
 ENV_PREFIX = "GPUSLICE_AGENT_"
@@ -118,6 +119,7 @@ class AgentSettings(BaseSettings):
         "held in milli-fGPU.",
     )
     hard_caps: HardCapsSettings = Field(default_factory=HardCapsSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
     reserved_cpu: int = Field(
         # already in milli-cores: the default is not run through the cores parser below
         default=500, ge=0, validate_default=False,

@@ -39,6 +39,7 @@ from gpuslice.agent.runtime.spec import DeviceInfo, SpecOptions, container_name
 from gpuslice.agent.sessions import SessionActions
 from gpuslice.agent.usage import UsageCollector
 from gpuslice.agent.watchdog import check as watchdog_check
+from gpuslice.common.logs import bind
 from gpuslice.common.schemas.agents import Assignments, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 
@@ -97,6 +98,7 @@ class Agent:
         try:
             await self._wait_for_docker(stop)
             credential = await self._connect(stop)
+            bind(node_id=credential.node_id)  # the loops below start after: they inherit it
             self.say(
                 f"agent {self.settings.node_name}: joined {self.link.manager_url} "
                 f"as node {credential.node_id}"

@@ -25,7 +25,7 @@ from gpuslice.manager.api.routes import (
 from gpuslice.manager.db import migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
-from gpuslice.manager.loops import supervise
+from gpuslice.manager.loops import LoopState, supervise
 from gpuslice.manager.services import channel
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
@@ -70,6 +70,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     sessionmaker = make_sessionmaker(engine, hub)
     app.state.hub, app.state.engine, app.state.sessionmaker = hub, engine, sessionmaker
     app.state.channel = channel.Channel(sessionmaker, hub, settings.nodes.assignment_poll)
+    app.state.schema_head = migrate.head()
     try:
         if settings.database.migrate_on_start:
             await migrate.upgrade(engine)
@@ -104,10 +105,17 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         async with sessionmaker() as db:
             await channel.purge(db, _REQUEST_GRACE)
 
+    states = {
+        "scheduler": LoopState("scheduler", settings.scheduler.interval),
+        "node_sweep": LoopState("node sweep", settings.nodes.sweep_interval),
+    }
+    app.state.loops = states  # read by the readiness check
     scheduler = supervise(
-        "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler
+        "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler,
+        state=states["scheduler"],
     )
-    sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval)
+    sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval,
+                        state=states["node_sweep"])
     return [
         asyncio.create_task(scheduler, name="gpuslice-scheduler"),
         asyncio.create_task(sweeper, name="gpuslice-node-sweep"),

@@ -19,6 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from gpuslice.common.logs import LogSettings
 from gpuslice.common.resources import ResourceError, parse_fgpu_per_gpu
 from gpuslice.manager.scheduler import Policy, SchedulerConfig, Strategy
 
@@ -139,6 +140,7 @@ class ManagerSettings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     sessions: SessionSettings = Field(default_factory=SessionSettings)
     registry: RegistrySettings = Field(default_factory=RegistrySettings)
+    log: LogSettings = Field(default_factory=LogSettings)
 
     @field_validator("data_dir")
     @classmethod

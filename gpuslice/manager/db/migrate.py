@@ -6,6 +6,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -19,6 +20,21 @@ def alembic_config(connection: Connection | None = None) -> Config:
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection
     return config
+
+
+def head() -> str:
+    """The newest revision this code knows (one head: the tree is linear)."""
+    found = ScriptDirectory.from_config(alembic_config()).get_heads()
+    if len(found) != 1:
+        raise RuntimeError(f"the migration tree has {len(found)} heads: {found}")
+    return found[0]
+
+
+def previous(revision: str) -> str | None:
+    """The revision ``revision`` was migrated from (None for the first)."""
+    script = ScriptDirectory.from_config(alembic_config()).get_revision(revision)
+    down = script.down_revision if script is not None else None
+    return down if isinstance(down, str) or down is None else down[0]
 
 
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
