@@ -53,7 +53,7 @@ class Agent:
     """One node's agent. ``await agent.run(stop)`` until ``stop`` is set.
 
     ``accelerator`` and ``link`` default to the detected one and a link to
-    ``settings.manager_url``.
+    ``settings.manager_urls`` (failing over between them).
     """
 
     def __init__(
@@ -69,7 +69,7 @@ class Agent:
         self.accelerator = accelerator
         self.runtime = DockerRuntime(node_name=settings.node_name, files_root=settings.data_dir,
                                      docker_url=settings.docker_url)
-        self.link = link or ManagerLink(settings.manager_url, settings.data_dir)
+        self.link = link or ManagerLink(settings.manager_urls, settings.data_dir)
         self.desired: Assignments | None = None
         self._kick = asyncio.Event()
         self._busy: dict[str, asyncio.Task[None]] = {}  # session id -> its running work
