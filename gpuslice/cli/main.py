@@ -29,7 +29,9 @@ COMMANDS = {
     ),
     "image": Lazy("gpuslice.cli.image:app", "Session images: build, list, aliases."),
     "node": Lazy("gpuslice.cli.node:app", "Nodes and their GPUs (admins)."),
-    "admin": Lazy("gpuslice.cli.admin:app", "Users, policies and join tokens (admins)."),
+    "admin": Lazy(
+        "gpuslice.cli.admin:app", "Users, policies, join tokens, configuration, backups (admins)."
+    ),
     "token": Lazy("gpuslice.cli.token:app", "Your API tokens."),
     "manager": Lazy("gpuslice.cli.manager:app", "Run the manager alone (multi-node installs)."),
     "agent": Lazy("gpuslice.cli.agent:app", "Run a node agent alone (multi-node installs)."),
