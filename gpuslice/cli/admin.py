@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from gpuslice.cli import admin_backup
+from gpuslice.cli import admin_backup, admin_config
 from gpuslice.cli.output import (
     CliError,
     JsonOpt,
@@ -31,6 +31,7 @@ join_app = typer.Typer(help="Join tokens that node agents register with.", no_ar
 app.add_typer(user_app, name="user")
 app.add_typer(policy_app, name="policy")
 app.add_typer(join_app, name="token")
+app.add_typer(admin_config.app, name="config")
 app.command("backup")(admin_backup.backup)
 app.command("restore")(admin_backup.restore)
 

@@ -21,6 +21,8 @@ from gpuslice.client.errors import ApiError
 if TYPE_CHECKING:
     from gpuslice.common.schemas.agents import JoinTokenCreated, NodePublic
     from gpuslice.common.schemas.common import Page
+    from gpuslice.common.schemas.config import ConfigImportResult
+    from gpuslice.common.schemas.health import Readiness
     from gpuslice.common.schemas.images import (
         ImageAliasPublic,
         ImagePublic,
@@ -271,6 +273,29 @@ class Client:
             self._call("PATCH", f"/users/{user.id}", schemas.users.UserPublic,
                        json={"policy_id": policy.id})
         return policy
+
+    def export_config(self, password_hashes: bool = False) -> dict[str, Any]:
+        """The platform's configuration document (policies, users, aliases, the image
+        catalog), as the manager wrote it: ready to store and to import elsewhere."""
+        document: dict[str, Any] = self.get_json(
+            "/config", params={"password_hashes": password_hashes})
+        return document
+
+    def import_config(self, document: dict[str, Any], dry_run: bool = False
+                      ) -> ConfigImportResult:
+        """Merge a configuration document by name, all or nothing (``dry_run``: only count)."""
+        return self._call("POST", "/config/import", schemas.config.ConfigImportResult,
+                          json=document, params={"dry_run": dry_run})
+
+    def readiness(self) -> Readiness:
+        """Whether this manager replica is ready for traffic, check by check (503 included)."""
+        try:
+            response = self._http.get(f"{API}/health/ready")
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+        if response.status_code not in (200, 503):
+            raise _error_of(response)
+        return schemas.health.Readiness.model_validate_json(response.content)
 
     # ------------------------------------------------------------ raw
 

@@ -13,9 +13,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpuslice.common.schemas import agents, common, images, sessions, users
+    from gpuslice.common.schemas import agents, common, config, health, images, sessions, users
 
-__all__ = ["agents", "common", "images", "sessions", "users"]
+__all__ = ["agents", "common", "config", "health", "images", "sessions", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

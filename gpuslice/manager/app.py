@@ -15,6 +15,7 @@ from gpuslice.manager.api import errors
 from gpuslice.manager.api.routes import (
     agents,
     auth,
+    config,
     health,
     images,
     nodes,
@@ -53,7 +54,7 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     app.state.settings = settings
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
-    for module in (health, auth, users, policies, sessions, images, nodes, agents):
+    for module in (health, auth, users, policies, sessions, images, nodes, agents, config):
         api.include_router(module.router)
     app.include_router(api)
     return app

@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 
 from gpuslice.common.schemas.common import CpuIn, FgpuIn, MemIn, Number
 
-_USERNAME = r"^[a-z_][a-z0-9_.-]{0,63}$"
+USERNAME_PATTERN = r"^[a-z_][a-z0-9_.-]{0,63}$"
 
 
 class Role(StrEnum):
@@ -50,7 +50,7 @@ class ApiTokenCreated(ApiTokenPublic):
 
 
 class UserCreate(BaseModel):
-    username: str = Field(pattern=_USERNAME)
+    username: str = Field(pattern=USERNAME_PATTERN)
     password: str = Field(min_length=8, max_length=1024)
     role: Role = Role.USER
     policy_id: str | None = None

@@ -1,7 +1,9 @@
-"""`gpuslice admin backup / restore` against a running manager's database, as admins run them."""
+"""`gpuslice admin backup / restore / config` against a running manager, as admins run them."""
 
 from __future__ import annotations
 
+import json
+import stat
 import subprocess
 from pathlib import Path
 
@@ -57,3 +59,29 @@ def test_bad_files_are_one_line_each(manager: Manager, tmp_path: Path) -> None:
         1, f"error: {junk} is not a gpuslice backup (not gzip)")
     directory = _run(manager, tmp_path, "backup", str(tmp_path))
     assert directory.returncode == 2 and "is a directory" in directory.stderr
+
+
+def test_config_export_then_import(manager: Manager, tmp_path: Path) -> None:
+    file = tmp_path / "config.json"
+    done = manager.cli("admin", "config", "export", str(file))
+    assert done.returncode == 0, done.stderr
+    assert stat.S_IMODE(file.stat().st_mode) == 0o600
+    document = json.loads(file.read_text())
+    assert [u["username"] for u in document["users"]] == ["admin"]
+    document["users"].append({"username": "newcomer"})
+    file.write_text(json.dumps(document))
+    dry = manager.cli("admin", "config", "import", str(file), "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "would import" in dry.stdout and "users: 1 new, 0 changed, 1 unchanged" in dry.stdout
+    assert "note: 1 new user(s) have no password yet" in dry.stdout
+    done = manager.cli("admin", "config", "import", str(file))
+    assert done.returncode == 0 and "users: 1 new" in done.stdout
+    again = manager.cli("admin", "config", "import", str(file), "--json")
+    assert json.loads(again.stdout)["sections"]["users"] == {
+        "created": 0, "updated": 0, "unchanged": 2}
+    document["users"].append({"username": "x", "policy": "missing"})
+    file.write_text(json.dumps(document))
+    bad = manager.cli("admin", "config", "import", str(file))
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == ("error: users.2.policy: no policy named 'missing' (neither "
+                                  "in the document's policies nor on this manager)")
