@@ -91,6 +91,10 @@ def configure(settings: LogSettings | None = None, *, stream: IO[str] | None = N
     # uvicorn's own loggers propagate to the root: one format for the whole process
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).handlers.clear()
+    # httpx writes a line per request at INFO (every heartbeat): events only, unless debugging
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(logging.DEBUG if settings.level == "debug"
+                                         else logging.WARNING)
 
 
 class ContextFilter(logging.Filter):
