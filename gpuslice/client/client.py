@@ -196,8 +196,35 @@ class Client:
         return self._call("POST", "/images/rescan", schemas.images.ImageRescan)
 
     def events(self, session_id: str | None = None, since: int | None = None,
-               timeout: float | None = None) -> Iterator[StatusChange]:
-        """Status changes one may see, as they happen (server-sent events)."""
+               timeout: float | None = None, reconnect: float = 30.0) -> Iterator[StatusChange]:
+        """Status changes one may see, as they happen (server-sent events).
+
+        A stream that breaks (its manager replica stopped or died; a load balancer then sends
+        the next connection to another) is opened again after the last event received, so none
+        is missed or repeated; ``reconnect`` is how many seconds in a row of failing to
+        reconnect are tolerated before `ApiError` (0: never reconnect).
+        """
+        failing_since: float | None = None
+        delay = 0.2
+        while True:
+            try:
+                for change in self._event_stream(session_id, since, timeout):
+                    failing_since, delay = None, 0.2
+                    since = change.id
+                    yield change
+                if not reconnect:
+                    return
+            except ApiError as err:
+                if err.code != "unreachable" or not reconnect:
+                    raise
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > reconnect:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _event_stream(self, session_id: str | None, since: int | None,
+                      timeout: float | None) -> Iterator[StatusChange]:
         params: dict[str, Any] = {}
         if session_id:
             params["session_id"] = session_id
@@ -208,11 +235,16 @@ class Client:
                 "GET", f"{API}/sessions/events", params=params, headers=self._headers(),
                 timeout=httpx.Timeout(timeout or 30.0, read=timeout),
             ) as response:
+                if response.status_code in (502, 503, 504):  # a load balancer: no replica yet
+                    raise ApiError(f"the manager at {self.url} answered {response.status_code}",
+                                   status=response.status_code, code="unreachable")
                 if response.status_code >= 400:
                     response.read()
                     raise _error_of(response)
                 for data in _sse_data(response.iter_lines()):
                     yield schemas.sessions.StatusChange.model_validate_json(data)
+        except httpx.ReadTimeout:  # the caller's bound on the wait for an event: not a failure
+            raise ApiError(f"no status change within {timeout or 0:g}s", code="timeout") from None
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
 
