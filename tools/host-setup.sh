@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs and starts what gpuslice needs on a Debian host, idempotently:
 #   Docker Engine (docker.io) and debootstrap (to build session images without a registry);
-#   with --postgres also PostgreSQL, with a `gpuslice` role and database for the test suite,
-#   and systemd-analyze (package systemd; nothing is started) to check the service units.
+#   with --postgres (the test suite) also PostgreSQL with a `gpuslice` role and database,
+#   HAProxy (the load balancer of the multi-node test; not started here) and systemd-analyze
+#   (package systemd; nothing is started) to check the service units.
 # Runs as root, or through sudo.
 set -euo pipefail
 
@@ -27,6 +28,9 @@ if [ "$want_pg" = 1 ] && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1
 fi
 if [ "$want_pg" = 1 ] && ! command -v systemd-analyze >/dev/null 2>&1; then
   packages+=(systemd)
+fi
+if [ "$want_pg" = 1 ] && ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
+  packages+=(haproxy)
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
   log "installing ${packages[*]}"
