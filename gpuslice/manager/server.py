@@ -20,6 +20,8 @@ class ManagerServer(uvicorn.Server):
         super().__init__(uvicorn.Config(
             app, host=host, port=port, log_level="warning",
             timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+            # the process's own logging (one line per event, text or JSON) carries uvicorn's
+            log_config=None,
         ))
         self.app = app
 

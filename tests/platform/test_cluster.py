@@ -66,6 +66,23 @@ def test_a_cluster_loses_a_manager_then_a_node_and_is_backed_up_busy(
     _a_manager_dies(cluster, a)
     _a_node_dies_and_comes_back(cluster, a, b, on_b, waiting)
     _backup_while_busy(cluster, tmp_path, carol)
+    _logs_are_json_lines_without_secrets(cluster, carol)
+
+
+def _logs_are_json_lines_without_secrets(cluster: Cluster, carol: dict[str, str]) -> None:
+    secrets = [cluster.token(), carol["api_token"], cluster.admin_password(),
+               *(env["GPUSLICE_AGENT_JOIN_TOKEN"] for env in cluster.agent_env.values())]
+    secrets += [json.loads((cluster.tmp / "agents" / node / "credential.json").read_text())[
+        "secret"] for node in cluster.agent_env]
+    contexts = set()
+    for process in [*cluster.managers.values(), *cluster.agents.values()]:
+        for line in process.lines:
+            record = json.loads(line)  # one JSON object per line, nothing else
+            assert {"ts", "level", "logger", "msg"} <= set(record), line
+            contexts |= {key for key in ("session_id", "node_id") if key in record}
+            leaked = [s for s in secrets if s in line]
+            assert not leaked, f"a secret in a log line: {line}"
+    assert contexts == {"session_id", "node_id"}
 
 
 def _a_manager_dies(cluster: Cluster, a: str) -> None:
@@ -97,10 +114,10 @@ def _a_node_dies_and_comes_back(
     orphans = cluster.containers(b)
     assert set(on_b) <= set(orphans)
     cluster.kill(cluster.agents[b])
-    lost = wait_until("b's sessions end in ERROR: node lost", lambda: [
+    wait_until("b's sessions end in ERROR: node lost", lambda: len([
         s for s in cluster.sessions() if s["id"] in on_b and s["status"] == "ERROR"
-        and s["status_reason"] == "node lost"], NODE_TIMEOUT_S + 20)
-    assert len(lost) == 2
+        and s["status_reason"] == "node lost"]) == 2, NODE_TIMEOUT_S + 20,
+        state=lambda: cluster.summary(on_b))
     started = wait_until("the waiting session starts on a", lambda: next((
         s for s in cluster.sessions() if s["id"] == waiting and s["status"] == "RUNNING"), None),
         60)
