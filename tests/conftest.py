@@ -39,18 +39,30 @@ async def new_database(tmp_path: Path, name: str = "test") -> AsyncIterator[str]
 @asynccontextmanager
 async def new_pg_database(server: str) -> AsyncIterator[str]:
     """A database of its own on the PostgreSQL ``server`` (a URL), dropped afterwards."""
-    name = f"gpuslice_test_{uuid.uuid4().hex[:16]}"
-    admin = create_async_engine(server, isolation_level="AUTOCOMMIT")
+    url = await create_pg_database(server, f"gpuslice_test_{uuid.uuid4().hex[:16]}")
     try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-        try:
-            yield make_url(server).set(database=name).render_as_string(hide_password=False)
-        finally:
-            async with admin.connect() as conn:
-                await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        yield url
     finally:
-        await admin.dispose()
+        await drop_pg_database(server, url)
+
+
+async def create_pg_database(server: str, name: str) -> str:
+    """Create database ``name`` on ``server``; its URL."""
+    await _admin(server, f'CREATE DATABASE "{name}"')
+    return make_url(server).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_pg_database(server: str, url: str) -> None:
+    await _admin(server, f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+
+
+async def _admin(server: str, statement: str) -> None:
+    engine = create_async_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
 
 
 @pytest.fixture

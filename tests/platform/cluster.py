@@ -26,10 +26,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
-from sqlalchemy import text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
 
+from tests.conftest import create_pg_database, drop_pg_database
 from tests.platform.conftest import GPUSLICE, Process, free_port, remove_node_containers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +82,8 @@ class Cluster:
     def start(self, managers: int = 2) -> None:
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
         self.env["GPUSLICE_CLIENT_CONFIG"] = str(self.tmp / "client.json")
-        self.database_url = _run(_create_database(self.pg_server, self.prefix))
+        name = f"gpuslice_{self.prefix.replace('-', '_')}"
+        self.database_url = asyncio.run(create_pg_database(self.pg_server, name))
         for index in range(1, managers + 1):
             self.start_manager(f"m{index}")
         self.start_balancer()
@@ -212,7 +211,7 @@ class Cluster:
         for node in self.agent_env:
             remove_node_containers(node)
         if self.database_url:
-            _run(_drop_database(self.pg_server, self.database_url))
+            asyncio.run(drop_pg_database(self.pg_server, self.database_url))
 
 
 def _ready(url: str, process: Process | None) -> bool:
@@ -231,27 +230,3 @@ def _haproxy() -> str:
         raise AssertionError("haproxy is not installed (tools/host-setup.sh --postgres does it)")
     return found
 
-
-def _run(coroutine: Any) -> Any:
-    return asyncio.run(coroutine)
-
-
-async def _create_database(server: str, prefix: str) -> str:
-    name = f"gpuslice_{prefix.replace('-', '_')}"
-    engine = create_async_engine(server, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    finally:
-        await engine.dispose()
-    return make_url(server).set(database=name).render_as_string(hide_password=False)
-
-
-async def _drop_database(server: str, url: str) -> None:
-    name = make_url(url).database
-    engine = create_async_engine(server, isolation_level="AUTOCOMMIT")
-    try:
-        async with engine.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await engine.dispose()
