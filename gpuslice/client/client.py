@@ -235,10 +235,7 @@ class Client:
                 "GET", f"{API}/sessions/events", params=params, headers=self._headers(),
                 timeout=httpx.Timeout(timeout or 30.0, read=timeout),
             ) as response:
-                if response.status_code in (502, 503, 504):  # a load balancer: no replica yet
-                    raise ApiError(f"the manager at {self.url} answered {response.status_code}",
-                                   status=response.status_code, code="unreachable")
-                if response.status_code >= 400:
+                if response.status_code >= 400:  # a balancer's 502/503 is "unreachable"
                     response.read()
                     raise _error_of(response)
                 for data in _sse_data(response.iter_lines()):
@@ -373,6 +370,12 @@ def _error_of(response: httpx.Response) -> ApiError:
         body = {}
     if not isinstance(body, dict):
         body = {}
+    if not body and response.status_code in (502, 503, 504):
+        # a load balancer's own page: the replica it chose died or none is ready
+        return ApiError(
+            f"no manager answered behind {response.request.url.host} (HTTP "
+            f"{response.status_code} from the proxy in front of it); try again in a moment",
+            status=response.status_code, code="unreachable")
     message = body.get("message") or f"HTTP {response.status_code}: {response.text[:200]}"
     return ApiError(message, status=response.status_code, code=body.get("code", "error"),
                     field=body.get("field"))
