@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,6 +98,7 @@ class ManagerLink:
         *,
         timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        verify: ssl.SSLContext | str | bool = True,
     ) -> None:
         items = manager_urls.split(",") if isinstance(manager_urls, str) else manager_urls
         self.urls = list(dict.fromkeys(u.strip().rstrip("/") for u in items if u.strip()))
@@ -105,7 +107,9 @@ class ManagerLink:
         self._current = 0
         self.data_dir = data_dir
         self.credential: Credential | None = None
-        self._http = httpx.AsyncClient(timeout=timeout, transport=transport)
+        # One client for every replica: the same certificate checks (``verify``: a CA bundle
+        # path or context) whichever replica a call goes to after a failover.
+        self._http = httpx.AsyncClient(timeout=timeout, transport=transport, verify=verify)
 
     @property
     def manager_url(self) -> str:
