@@ -42,8 +42,10 @@ test-sqlite:
 	$(PY) -m pytest -q -p no:cacheprovider
 
 # The manager's tests are the ones that talk to the database; each gets a database of its own.
+# The multi-node cluster (two managers on PostgreSQL, two agents) runs here too.
 test-pg:
-	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/manager
+	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/manager \
+		tests/platform/test_cluster.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

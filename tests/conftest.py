@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -23,20 +24,49 @@ def pg_url() -> str | None:
     return url.set(drivername="postgresql+asyncpg").render_as_string(hide_password=False)
 
 
+@asynccontextmanager
+async def new_database(tmp_path: Path, name: str = "test") -> AsyncIterator[str]:
+    """A new, empty database: an SQLite file in ``tmp_path``, or a database of its own on the
+    server `GPUSLICE_TEST_PG` names (dropped afterwards)."""
+    server = pg_url()
+    if server is None:
+        yield f"sqlite+aiosqlite:///{tmp_path / f'{name}.db'}"
+        return
+    async with new_pg_database(server) as url:
+        yield url
+
+
+@asynccontextmanager
+async def new_pg_database(server: str) -> AsyncIterator[str]:
+    """A database of its own on the PostgreSQL ``server`` (a URL), dropped afterwards."""
+    url = await create_pg_database(server, f"gpuslice_test_{uuid.uuid4().hex[:16]}")
+    try:
+        yield url
+    finally:
+        await drop_pg_database(server, url)
+
+
+async def create_pg_database(server: str, name: str) -> str:
+    """Create database ``name`` on ``server``; its URL."""
+    await _admin(server, f'CREATE DATABASE "{name}"')
+    return make_url(server).set(database=name).render_as_string(hide_password=False)
+
+
+async def drop_pg_database(server: str, url: str) -> None:
+    await _admin(server, f'DROP DATABASE IF EXISTS "{make_url(url).database}" WITH (FORCE)')
+
+
+async def _admin(server: str, statement: str) -> None:
+    engine = create_async_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
+
+
 @pytest.fixture
 async def database_url(tmp_path: Path) -> AsyncIterator[str]:
     """A new, empty database for this test only."""
-    server = pg_url()
-    if server is None:
-        yield f"sqlite+aiosqlite:///{tmp_path / 'test.db'}"
-        return
-    name = f"gpuslice_test_{uuid.uuid4().hex[:16]}"
-    admin = create_async_engine(server, isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield make_url(server).set(database=name).render_as_string(hide_password=False)
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await admin.dispose()
+    async with new_database(tmp_path) as url:
+        yield url

@@ -2,7 +2,9 @@
 # Installs and starts what gpuslice needs on a Debian host, idempotently:
 #   Docker Engine (docker.io) and debootstrap (to build session images without a registry);
 #   npm (the browser terminal's xterm.js comes from the npm registry: tools/build-web.sh);
-#   with --postgres also PostgreSQL, with a `gpuslice` role and database for the test suite;
+#   with --postgres also PostgreSQL, with a `gpuslice` role and database for the test suite,
+#   HAProxy (the load balancer of the multi-node test; not started here) and systemd-analyze
+#   (package systemd; nothing is started) to check the service units;
 #   with --prometheus also the Prometheus server binary (the monitoring tests start their own
 #   on a free port; the package's own service is not left running);
 #   with --browser also headless Chromium (the tests drive the terminal and JupyterLab in it).
@@ -36,6 +38,12 @@ fi
 if [ "$want_browser" = 1 ] && ! command -v chromium-headless-shell >/dev/null 2>&1 \
     && ! command -v chromium >/dev/null 2>&1; then
   packages+=(chromium-headless-shell)
+fi
+if [ "$want_pg" = 1 ] && ! command -v systemd-analyze >/dev/null 2>&1; then
+  packages+=(systemd)
+fi
+if [ "$want_pg" = 1 ] && ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
+  packages+=(haproxy)
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
   log "installing ${packages[*]}"

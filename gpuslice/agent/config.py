@@ -19,6 +19,7 @@ Example ``agent.toml``::
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 from typing import Any, Literal
@@ -31,9 +32,11 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from gpuslice.common.logs import LogSettings
 from gpuslice.common.resources import ResourceError, parse_cpu, parse_fgpu_per_gpu, parse_mem
 
 ENV_PREFIX = "GPUSLICE_AGENT_"
+_URL = re.compile(r"^https?://[^\s/,]+(/[^\s,]*)?$")
 DEFAULT_DATA_DIR = Path("/var/lib/gpuslice/agent")
 
 
@@ -95,7 +98,9 @@ class AgentSettings(BaseSettings):
         description="This node's name in the cluster (default: the host name).",
     )
     manager_url: str = Field(
-        default="http://127.0.0.1:8080", description="Where the manager's API listens."
+        default="http://127.0.0.1:8080",
+        description="Where the manager's API listens; several replicas comma-separated (or a "
+        "TOML list): the agent uses one and fails over to the next when it stops answering.",
     )
     join_token: SecretStr | None = Field(
         default=None, description="Token from the manager to join the cluster (first start)."
@@ -118,6 +123,7 @@ class AgentSettings(BaseSettings):
         "held in milli-fGPU.",
     )
     hard_caps: HardCapsSettings = Field(default_factory=HardCapsSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
     reserved_cpu: int = Field(
         # already in milli-cores: the default is not run through the cores parser below
         default=500, ge=0, validate_default=False,
@@ -152,6 +158,16 @@ class AgentSettings(BaseSettings):
         "the same path on every node (mount the shared filesystem there). Unset: sessions "
         "with folders cannot start here.",
     )
+
+    @field_validator("manager_url", mode="before")
+    @classmethod
+    def _parse_manager_urls(cls, value: object) -> str:
+        return ",".join(split_manager_urls(value))
+
+    @property
+    def manager_urls(self) -> list[str]:
+        """The manager replicas, in the order the agent tries them."""
+        return self.manager_url.split(",")
 
     @field_validator("fgpu_per_gpu", mode="before")
     @classmethod
@@ -189,6 +205,26 @@ class AgentSettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Precedence: explicit arguments, then the environment, then the TOML file.
         return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
+
+
+def split_manager_urls(value: object) -> list[str]:
+    """``"http://a:8080, http://b:8080"`` or a list of them → the URLs, checked, no duplicates."""
+    items = value if isinstance(value, list | tuple) else str(value).split(",")
+    urls: list[str] = []
+    for item in items:
+        url = str(item).strip().rstrip("/")
+        if not url:
+            continue
+        if not _URL.match(url):
+            raise ValueError(
+                f"manager_url: {url!r} is not an http:// or https:// address (several replicas "
+                "are separated by commas)"
+            )
+        if url not in urls:
+            urls.append(url)
+    if not urls:
+        raise ValueError("manager_url: give at least one http:// or https:// address")
+    return urls
 
 
 def load_agent_settings(path: Path | None = None, **overrides: Any) -> AgentSettings:

@@ -4,6 +4,16 @@ The node's credential, got once with a join token, is kept in ``<data_dir>/crede
 (mode 0600), so a restarted agent is the same node and re-reports what it still runs. A file
 written before the wire counted milliseconds (``heartbeat_interval`` in seconds) is still read,
 and written again in the current form: an agent must not need a new join token to upgrade.
+
+**Several managers.** The link knows every replica's URL (``manager_url`` may list several) and
+sends each call to one of them, the *current* one. When a call cannot reach it (connection
+refused or reset, timeout) or a load balancer in front answers 502/503, the call fails as usual
+(the agent's loops retry it) and the link moves on to the next URL, once per failure of the
+current one: two loops failing together do not skip a replica. Every call is idempotent, so
+retrying on another replica is safe. The credential belongs to the cluster: it is used with any
+of the URLs it was stored with, so adding a replica to the list needs no new join token.
+A request that names a replica (a stream the manager asks for, whose user waits on one replica)
+is dialled at that replica's URL, whatever the current one: see `auth_headers`.
 """
 
 from __future__ import annotations
@@ -11,8 +21,9 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
+import ssl
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
@@ -50,12 +61,20 @@ class NotRegistered(LinkError):
     """This node has no valid credential and no join token to get one."""
 
 
+# Answers of a load balancer whose backend is gone: another replica may do better.
+FAIL_OVER_STATUS = frozenset({502, 503})
+
+
 @dataclass(frozen=True, slots=True)
 class Credential:
-    manager_url: str
+    manager_url: str  # the replica it was got from
     node_id: str
     secret: str
     heartbeat_interval_ms: int
+    manager_urls: tuple[str, ...] = field(default=())  # every replica it may be used with
+
+    def usable_with(self, urls: Sequence[str]) -> bool:
+        return bool({self.manager_url, *self.manager_urls} & set(urls))
 
 
 def registration(settings: AgentSettings) -> NodeRegister | None:
@@ -71,22 +90,40 @@ def registration(settings: AgentSettings) -> NodeRegister | None:
 
 
 class ManagerLink:
-    """Typed calls to the manager's agent API, authenticated as this node."""
+    """Typed calls to the manager's agent API, authenticated as this node, on one of its
+    replicas (``manager_urls``: one URL, a comma-separated list or a sequence)."""
 
     def __init__(
         self,
-        manager_url: str,
+        manager_urls: str | Sequence[str],
         data_dir: Path,
         *,
         timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        verify: ssl.SSLContext | str | bool = True,
     ) -> None:
-        self.manager_url = manager_url.rstrip("/")
+        items = manager_urls.split(",") if isinstance(manager_urls, str) else manager_urls
+        self.urls = list(dict.fromkeys(u.strip().rstrip("/") for u in items if u.strip()))
+        if not self.urls:
+            raise ValueError("ManagerLink needs at least one manager URL")
+        self._current = 0
         self.data_dir = data_dir
         self.credential: Credential | None = None
-        self._http = httpx.AsyncClient(
-            base_url=self.manager_url, timeout=timeout, transport=transport
-        )
+        # One client for every replica: the same certificate checks (``verify``: a CA bundle
+        # path or context) whichever replica a call goes to after a failover.
+        self._http = httpx.AsyncClient(timeout=timeout, transport=transport, verify=verify)
+
+    @property
+    def manager_url(self) -> str:
+        """The replica calls go to now."""
+        return self.urls[self._current]
+
+    def auth_headers(self) -> dict[str, str]:
+        """What authenticates this node to any replica (for a call dialled at a URL of the
+        manager's choosing, e.g. a stream's dial-back to the replica that holds its user)."""
+        if self.credential is None:
+            raise NotRegistered("not connected to the manager")
+        return {"Authorization": f"Bearer {self.credential.secret}"}
 
     async def close(self) -> None:
         await self._http.aclose()
@@ -94,14 +131,16 @@ class ManagerLink:
     # ------------------------------------------------------------ identity
 
     async def connect(self, body: NodeRegister | None) -> Credential:
-        """Use the stored credential for this manager, or register with the join token."""
+        """Use the stored credential for these managers, or register with the join token."""
         stored = self._load()
-        if stored is not None and stored.manager_url == self.manager_url:
+        if stored is not None and stored.usable_with(self.urls):
             self.credential = stored
-            return stored
+            if not set(self.urls) <= {stored.manager_url, *stored.manager_urls}:
+                self._save(stored)  # remember the replicas added since
+            return self.credential
         if body is None:
             raise NotRegistered(
-                f"this node is not registered with {self.manager_url}: give it a join token "
+                f"this node is not registered with {', '.join(self.urls)}: give it a join token "
                 "(GPUSLICE_AGENT_JOIN_TOKEN; an admin makes one: `gpuslice admin token create`)"
             )
         answer = await self._post(f"{API}/register", body, NodeRegistered, auth=False)
@@ -201,23 +240,33 @@ class ManagerLink:
     ) -> object:
         headers = {"Content-Type": "application/json"}
         if auth:
-            if self.credential is None:
-                raise NotRegistered("not connected to the manager")
-            headers["Authorization"] = f"Bearer {self.credential.secret}"
+            headers.update(self.auth_headers())
+        url = self.manager_url
         try:
             response = await self._http.request(
                 method,
-                path,
+                url + path,
                 headers=headers,
                 **kw,  # type: ignore[arg-type]
             )
         except httpx.TransportError as exc:
-            raise LinkError(f"manager {self.manager_url} unreachable: {exc!r}") from None
+            self._fail_over(url, repr(exc))
+            raise LinkError(f"manager {url} unreachable: {exc!r}") from None
         if response.status_code >= 400:
+            if response.status_code in FAIL_OVER_STATUS:
+                self._fail_over(url, f"HTTP {response.status_code}")
             raise LinkError(_message(response), response.status_code)
         if model is None:
             return response.json() if response.content else None
         return model.model_validate_json(response.content)
+
+    def _fail_over(self, failed: str, why: str) -> None:
+        """Move to the next replica, unless another call already moved away from ``failed``."""
+        if len(self.urls) < 2 or self.manager_url != failed:
+            return
+        self._current = (self._current + 1) % len(self.urls)
+        log.warning("manager %s does not answer (%s); now using %s", failed, why,
+                    self.manager_url)
 
     def _load(self) -> Credential | None:
         path = self.data_dir / CREDENTIAL_FILE
@@ -227,7 +276,10 @@ class ManagerLink:
                 interval_ms = int(raw["heartbeat_interval_ms"])
             else:  # the seconds of a file from before the wire counted milliseconds
                 interval_ms = round(float(raw["heartbeat_interval"]) * 1000)
-            credential = Credential(raw["manager_url"], raw["node_id"], raw["secret"], interval_ms)
+            credential = Credential(
+                raw["manager_url"], raw["node_id"], raw["secret"], interval_ms,
+                tuple(str(u) for u in raw.get("manager_urls", ())),
+            )
         except (OSError, ValueError, KeyError, TypeError):
             return None
         if "heartbeat_interval_ms" not in raw:
@@ -235,6 +287,7 @@ class ManagerLink:
         return credential
 
     def _save(self, credential: Credential) -> None:
+        known = tuple(dict.fromkeys([*credential.manager_urls, *self.urls]))
         self.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         path = self.data_dir / CREDENTIAL_FILE
         tmp = path.with_suffix(".tmp")
@@ -243,6 +296,7 @@ class ManagerLink:
             json.dump(
                 {
                     "manager_url": credential.manager_url,
+                    "manager_urls": list(known),
                     "node_id": credential.node_id,
                     "secret": credential.secret,
                     "heartbeat_interval_ms": credential.heartbeat_interval_ms,

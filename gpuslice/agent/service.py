@@ -44,20 +44,23 @@ from gpuslice.agent.sessions import SessionActions
 from gpuslice.agent.streams import StreamService
 from gpuslice.agent.usage import UsageCollector
 from gpuslice.agent.watchdog import find_overuse, slice_limits
-from gpuslice.common.schemas.agents import Assignments
+from gpuslice.common.logs import bind
+from gpuslice.common.schemas.agents import Assignments, Heartbeat
 from gpuslice.common.schemas.sessions import SessionStatus
 
 log = logging.getLogger("gpuslice.agent")
 LONG_POLL_S = 25.0
 RECONCILE_SAFETY_S = 10.0
 DEFAULT_HEARTBEAT_MS = 5000
+# The longest a heartbeat waits for a fresh report before it sends the last one again.
+COLLECT_BUDGET_S = 1.0
 
 
 class Agent:
     """One node's agent. ``await agent.run(stop)`` until ``stop`` is set.
 
     ``accelerator`` and ``link`` default to the detected one and a link to
-    ``settings.manager_url``.
+    ``settings.manager_urls`` (failing over between them).
     """
 
     def __init__(
@@ -73,7 +76,7 @@ class Agent:
         self.accelerator = accelerator
         self.runtime = DockerRuntime(node_name=settings.node_name, files_root=settings.data_dir,
                                      docker_url=settings.docker_url)
-        self.link = link or ManagerLink(settings.manager_url, settings.data_dir)
+        self.link = link or ManagerLink(settings.manager_urls, settings.data_dir)
         self.desired: Assignments | None = None
         self._kick = asyncio.Event()
         self._busy: dict[str, asyncio.Task[None]] = {}  # session id -> its running work
@@ -109,6 +112,7 @@ class Agent:
         try:
             await self._wait_for_docker(stop)
             credential = await self._connect(stop)
+            bind(node_id=credential.node_id)  # the loops below start after: they inherit it
             self.say(
                 f"agent {self.settings.node_name}: joined {self.link.manager_url} "
                 f"as node {credential.node_id}"
@@ -185,23 +189,46 @@ class Agent:
             delay = min(delay * 2, 15.0)
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
+        """Heartbeat every interval. Liveness never waits on a busy Docker Engine (listing
+        containers blocks for seconds while others are being created): past a short budget
+        the last complete report goes again and the fresh one follows when it is ready, so a
+        node starting many sessions is not taken for lost."""
         collector = self.usage_collector
         assert collector is not None, "run() makes the collector before the loops"
-        while not stop.is_set():
-            body = await collector.heartbeat()
-            await self.runtime.prune_files(keep=set(self._busy))
-            try:
-                await self.link.heartbeat(body)
-            except LinkError as err:
-                if err.status == 401:
-                    await self._reregister()
-                raise
-            collector.sent()
-            credential = self.link.credential
-            interval_ms = credential.heartbeat_interval_ms if credential else DEFAULT_HEARTBEAT_MS
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._heartbeat_now.wait(), interval_ms / 1000)
-            self._heartbeat_now.clear()
+        body: Heartbeat | None = None
+        collecting: asyncio.Task[Heartbeat] | None = None
+        try:
+            while not stop.is_set():
+                credential = self.link.credential
+                interval_ms = (credential.heartbeat_interval_ms if credential
+                               else DEFAULT_HEARTBEAT_MS)
+                collecting = collecting or asyncio.create_task(self._collect())
+                budget = None if body is None else min(COLLECT_BUDGET_S, interval_ms / 2000)
+                done, _ = await asyncio.wait({collecting}, timeout=budget)
+                if done:
+                    body, collecting = collecting.result(), None
+                assert body is not None
+                try:
+                    await self.link.heartbeat(body)
+                except LinkError as err:
+                    if err.status == 401:
+                        await self._reregister()
+                    raise
+                if done:  # its samples reached the manager (a report sent again has no new)
+                    collector.sent()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._heartbeat_now.wait(), interval_ms / 1000)
+                self._heartbeat_now.clear()
+        finally:
+            if collecting is not None:
+                collecting.cancel()
+
+    async def _collect(self) -> Heartbeat:
+        collector = self.usage_collector
+        assert collector is not None, "run() makes the collector before the loops"
+        body = await collector.heartbeat()
+        await self.runtime.prune_files(keep=set(self._busy))
+        return body
 
     async def _assignment_loop(self, stop: asyncio.Event) -> None:
         version = None

@@ -28,6 +28,7 @@ from gpuslice.agent.runtime.models import (
     ImagePullError,
 )
 from gpuslice.agent.runtime.spec import SpecError, SpecOptions, build_container_spec
+from gpuslice.common.logs import bind
 from gpuslice.common.schemas.agents import Assignment, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 
@@ -60,6 +61,7 @@ class SessionActions:
     async def do(self, action: Action, assignment: Assignment | None) -> None:
         """Carry out ``action``; Docker or the manager being away is retried by the next pass."""
         sid = action.session_id
+        bind(session_id=sid)  # this step runs as its own task: its log lines name the session
         try:
             if action.act is Act.START and assignment is not None:
                 await self.start(assignment)

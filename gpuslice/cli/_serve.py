@@ -6,8 +6,12 @@ import asyncio
 import logging
 import signal
 from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING
 
 from gpuslice.cli.output import console
+
+if TYPE_CHECKING:
+    from gpuslice.common.logs import LogSettings
 
 
 def run_until_signal(main: Callable[[asyncio.Event], Coroutine[None, None, None]]) -> None:
@@ -19,11 +23,21 @@ def say(text: str) -> None:
     console.print(text, markup=False)
 
 
-def log_to_stderr(quiet: bool = False) -> None:
-    logging.basicConfig(
-        level=logging.WARNING if quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+def log_say(name: str) -> Callable[[str], None]:
+    """A ``say`` for a service (`manager serve`, `agent serve`): what it tells its operator
+    goes to the log, one line per event in the configured format, like everything else."""
+    logger = logging.getLogger(name)
+    return logger.info
+
+
+def log_to_stderr(settings: LogSettings | None = None, quiet: bool = False) -> None:
+    """One line per event on stderr, text or JSON (see `gpuslice.common.logs`)."""
+    from gpuslice.common.logs import LogSettings, configure
+
+    settings = settings or LogSettings()
+    if quiet and settings.level in ("debug", "info"):
+        settings = settings.model_copy(update={"level": "warning"})
+    configure(settings)
 
 
 async def _until_signal(main: Callable[[asyncio.Event], Coroutine[None, None, None]]) -> None:

@@ -1,4 +1,5 @@
-"""`gpuslice admin ...`: users, their quotas, and the join tokens of node agents (admins)."""
+"""`gpuslice admin ...`: users, their quotas, the join tokens of node agents, the platform's
+configuration as JSON, and backups of its database (admins)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from gpuslice.cli import admin_backup, admin_config
 from gpuslice.cli.output import (
     CliError,
     JsonOpt,
@@ -25,13 +27,17 @@ from gpuslice.common.resources import parse_cpu, parse_fgpu, parse_mem
 if TYPE_CHECKING:
     from gpuslice.common.schemas.users import PolicyPublic
 
-app = typer.Typer(help="Users, policies and join tokens (admins).", no_args_is_help=True)
+app = typer.Typer(help="Users, policies, join tokens, configuration, backups (admins).",
+                  no_args_is_help=True)
 user_app = typer.Typer(help="Users.", no_args_is_help=True)
 policy_app = typer.Typer(help="Resource policies (quotas).", no_args_is_help=True)
 join_app = typer.Typer(help="Join tokens that node agents register with.", no_args_is_help=True)
 app.add_typer(user_app, name="user")
 app.add_typer(policy_app, name="policy")
 app.add_typer(join_app, name="token")
+app.add_typer(admin_config.app, name="config")
+app.command("backup")(admin_backup.backup)
+app.command("restore")(admin_backup.restore)
 
 
 @user_app.command("create")

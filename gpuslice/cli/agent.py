@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from gpuslice.cli._serve import log_to_stderr, run_until_signal, say
+from gpuslice.cli._serve import log_say, log_to_stderr, run_until_signal
 from gpuslice.cli.output import CliError, friendly
 
 app = typer.Typer(help="Run a node agent alone (multi-node installs).", no_args_is_help=True)
@@ -26,5 +26,6 @@ def agent_serve(
         settings = load_agent_settings(config)
     except (FileNotFoundError, ValueError) as err:
         raise CliError(f"agent settings: {err}", 2) from None
-    log_to_stderr()
+    log_to_stderr(settings.log)
+    say = log_say("gpuslice.agent")
     run_until_signal(lambda stop: Agent(settings, say=say).run(stop))

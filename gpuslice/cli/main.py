@@ -50,8 +50,13 @@ COMMANDS = {
         "Usage per user and UTC day: fGPU-hours, GPU-memory-hours, CPU-hours, sessions.",
     ),
     "node": Lazy("gpuslice.cli.node:app", "Nodes and their GPUs (admins)."),
-    "admin": Lazy("gpuslice.cli.admin:app", "Users, policies and join tokens (admins)."),
+    "admin": Lazy(
+        "gpuslice.cli.admin:app", "Users, policies, join tokens, configuration, backups (admins)."
+    ),
     "token": Lazy("gpuslice.cli.token:app", "Your API tokens."),
+    "service": Lazy(
+        "gpuslice.cli.service:app", "Run the manager or an agent as a systemd service."
+    ),
     "manager": Lazy("gpuslice.cli.manager:app", "Run the manager alone (multi-node installs)."),
     "agent": Lazy("gpuslice.cli.agent:app", "Run a node agent alone (multi-node installs)."),
 }

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuslice.cli._serve import log_to_stderr
-from gpuslice.cli.output import CliError, console, friendly
+from gpuslice.cli._serve import log_say, log_to_stderr
+from gpuslice.cli.output import CliError, friendly
 
 if TYPE_CHECKING:
     from gpuslice.manager.settings import ManagerSettings
@@ -28,9 +28,10 @@ def manager_serve(
     from gpuslice.manager.server import ManagerServer
 
     settings = _manager_settings(config)
-    log_to_stderr()
-    console.print(f"manager: http://{host}:{port} (API docs at /docs); data in "
-                  f"{settings.data_dir}", markup=False)
+    log_to_stderr(settings.log)
+    log_say("gpuslice.manager")(
+        f"manager: http://{host}:{port} (API docs at /docs); data in {settings.data_dir}"
+    )
     ManagerServer(create_app(settings), host, port).run()
 
 

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from gpuslice.common.schemas.agents import JoinTokenCreated, NodePublic
     from gpuslice.common.schemas.apps import AppList, AppPublic
     from gpuslice.common.schemas.common import Page
+    from gpuslice.common.schemas.config import ConfigImportResult
+    from gpuslice.common.schemas.health import Readiness
     from gpuslice.common.schemas.images import (
         ImageAliasPublic,
         ImagePublic,
@@ -253,8 +255,35 @@ class Client(StorageCalls):
         return self._call("POST", "/images/rescan", schemas.images.ImageRescan)
 
     def events(self, session_id: str | None = None, since: int | None = None,
-               timeout: float | None = None) -> Iterator[StatusChange]:
-        """Status changes one may see, as they happen (server-sent events)."""
+               timeout: float | None = None, reconnect: float = 30.0) -> Iterator[StatusChange]:
+        """Status changes one may see, as they happen (server-sent events).
+
+        A stream that breaks (its manager replica stopped or died; a load balancer then sends
+        the next connection to another) is opened again after the last event received, so none
+        is missed or repeated; ``reconnect`` is how many seconds in a row of failing to
+        reconnect are tolerated before `ApiError` (0: never reconnect).
+        """
+        failing_since: float | None = None
+        delay = 0.2
+        while True:
+            try:
+                for change in self._event_stream(session_id, since, timeout):
+                    failing_since, delay = None, 0.2
+                    since = change.id
+                    yield change
+                if not reconnect:
+                    return
+            except ApiError as err:
+                if err.code != "unreachable" or not reconnect:
+                    raise
+                failing_since = failing_since or time.monotonic()
+                if time.monotonic() - failing_since > reconnect:
+                    raise
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _event_stream(self, session_id: str | None, since: int | None,
+                      timeout: float | None) -> Iterator[StatusChange]:
         params: dict[str, Any] = {}
         if session_id:
             params["session_id"] = session_id
@@ -265,11 +294,13 @@ class Client(StorageCalls):
                 "GET", f"{API}/sessions/events", params=params, headers=self._headers(),
                 timeout=httpx.Timeout(timeout or 30.0, read=timeout),
             ) as response:
-                if response.status_code >= 400:
+                if response.status_code >= 400:  # a balancer's 502/503 is "unreachable"
                     response.read()
                     raise _error_of(response)
                 for data in _sse_data(response.iter_lines()):
                     yield schemas.sessions.StatusChange.model_validate_json(data)
+        except httpx.ReadTimeout:  # the caller's bound on the wait for an event: not a failure
+            raise ApiError(f"no status change within {timeout or 0:g}s", code="timeout") from None
         except httpx.TransportError as exc:
             raise self._unreachable(exc) from None
 
@@ -331,6 +362,29 @@ class Client(StorageCalls):
                        json={"policy_id": policy.id})
         return policy
 
+    def export_config(self, password_hashes: bool = False) -> dict[str, Any]:
+        """The platform's configuration document (policies, users, aliases, the image
+        catalog), as the manager wrote it: ready to store and to import elsewhere."""
+        document: dict[str, Any] = self.get_json(
+            "/config", params={"password_hashes": password_hashes})
+        return document
+
+    def import_config(self, document: dict[str, Any], dry_run: bool = False
+                      ) -> ConfigImportResult:
+        """Merge a configuration document by name, all or nothing (``dry_run``: only count)."""
+        return self._call("POST", "/config/import", schemas.config.ConfigImportResult,
+                          json=document, params={"dry_run": dry_run})
+
+    def readiness(self) -> Readiness:
+        """Whether this manager replica is ready for traffic, check by check (503 included)."""
+        try:
+            response = self._http.get(f"{API}/health/ready")
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+        if response.status_code not in (200, 503):
+            raise _error_of(response)
+        return schemas.health.Readiness.model_validate_json(response.content)
+
     # ------------------------------------------------------------ raw
 
     def get_json(self, path: str, params: dict[str, Any] | None = None) -> Any:
@@ -370,7 +424,7 @@ class Client(StorageCalls):
 
 
 def _error_of(response: httpx.Response) -> ApiError:
-    return error_of(response.status_code, response.content)
+    return error_of(response.status_code, response.content, host=response.request.url.host)
 
 
 def _sse_data(lines: Iterable[str]) -> Iterator[str]:

@@ -15,8 +15,9 @@ class ApiError(Exception):
         self.field = field
 
 
-def error_of(status: int, content: bytes) -> ApiError:
-    """The manager's error answer (``{code, message, field}``) as an ``ApiError``."""
+def error_of(status: int, content: bytes, host: str | None = None) -> ApiError:
+    """The manager's error answer (``{code, message, field}``) as an ``ApiError``; a load
+    balancer's own 502/503/504 page in front of ``host`` as ``unreachable``."""
     import json
 
     try:
@@ -25,6 +26,12 @@ def error_of(status: int, content: bytes) -> ApiError:
         body = {}
     if not isinstance(body, dict):
         body = {}
+    if not body and status in (502, 503, 504):
+        # a load balancer's own page: the replica it chose died or none is ready
+        where = f" behind {host}" if host else ""
+        return ApiError(
+            f"no manager answered{where} (HTTP {status} from the proxy in front of it); try "
+            "again in a moment", status=status, code="unreachable")
     message = body.get("message") or (
         f"HTTP {status}: {content[:200].decode(errors='replace')}")
     return ApiError(message, status=status, code=body.get("code", "error"),

@@ -17,6 +17,8 @@ if TYPE_CHECKING:
         agents,
         apps,
         common,
+        config,
+        health,
         images,
         models,
         monitoring,
@@ -26,8 +28,8 @@ if TYPE_CHECKING:
         users,
     )
 
-__all__ = ["agents", "apps", "common", "images", "models", "monitoring", "runs", "sessions",
-           "storage", "users"]
+__all__ = ["agents", "apps", "common", "config", "health", "images", "models", "monitoring",
+           "runs", "sessions", "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

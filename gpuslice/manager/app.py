@@ -18,6 +18,7 @@ from gpuslice.manager.api.routes import (
     agents,
     apps,
     auth,
+    config,
     folders,
     health,
     images,
@@ -34,7 +35,7 @@ from gpuslice.manager.api.routes import (
 from gpuslice.manager.db import migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
-from gpuslice.manager.loops import supervise
+from gpuslice.manager.loops import LoopState, supervise
 from gpuslice.manager.proxy import pages
 from gpuslice.manager.proxy import routes as proxy_routes
 from gpuslice.manager.proxy.dispatch import ProxyDispatch
@@ -42,10 +43,10 @@ from gpuslice.manager.services import channel
 from gpuslice.manager.services.apps.access import Gate
 from gpuslice.manager.services.apps.links import LinkPool
 from gpuslice.manager.services.apps.traffic import ActivityMeter
-from gpuslice.manager.services.monitoring import loops as monitoring_loops
-from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
 from gpuslice.manager.services.models import make_store
 from gpuslice.manager.services.models.catalog import purge_stale
+from gpuslice.manager.services.monitoring import loops as monitoring_loops
+from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.storage.fs import StorageFS
@@ -76,7 +77,7 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
     for module in (health, auth, users, policies, sessions, apps, images, nodes, agents,
-                   monitoring, folders, models, model_store, session_calls, runs):
+                   monitoring, folders, models, model_store, session_calls, runs, config):
         api.include_router(module.router)
     app.include_router(api)
     app.include_router(monitoring.scrape)  # /metrics, where Prometheus looks by default
@@ -103,6 +104,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.storage = await _storage(settings)
     app.state.model_store = make_store(settings)
     await app.state.model_store.start()
+    app.state.schema_head = migrate.head()
     try:
         if settings.database.migrate_on_start:
             await migrate.upgrade(engine)
@@ -141,10 +143,17 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         async with sessionmaker() as db:
             await channel.purge(db, _REQUEST_GRACE)
 
+    states = {
+        "scheduler": LoopState("scheduler", settings.scheduler.interval),
+        "node_sweep": LoopState("node sweep", settings.nodes.sweep_interval),
+    }
+    app.state.loops = states  # read by the readiness check
     scheduler = supervise(
-        "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler
+        "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler,
+        state=states["scheduler"],
     )
-    sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval)
+    sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval,
+                        state=states["node_sweep"])
 
     async def measure() -> None:
         await measure_all(sessionmaker, app.state.storage)

@@ -1,14 +1,45 @@
-"""Supervised background loops: a failure is logged and the loop goes on (with backoff)."""
+"""Supervised background loops: a failure is logged and the loop goes on (with backoff).
+
+Each loop keeps a `LoopState` (when it last went round, its failures in a row): the readiness
+check (`services/health.py`) reads it to tell a load balancer whether this replica schedules.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 60.0
+# A loop that has not gone round for this many intervals (and at least STALE_MIN_S) is stuck.
+STALE_INTERVALS = 3
+STALE_MIN_S = 30.0
+
+
+@dataclass(slots=True)
+class LoopState:
+    """What a loop last did, in monotonic seconds; written only by its own task."""
+
+    name: str
+    interval: float
+    beat: float = field(default_factory=time.monotonic)  # the last pass began or ended
+    passes: int = 0
+    failures: int = 0  # in a row
+    last_error: str = ""
+
+    def problem(self, now: float | None = None) -> str | None:
+        """Why this loop is not healthy, or None."""
+        now = time.monotonic() if now is None else now
+        stale_after = max(self.interval * STALE_INTERVALS, STALE_MIN_S)
+        if now - self.beat > stale_after:
+            return f"{self.name} has not run for {now - self.beat:.0f} s"
+        if self.failures >= STALE_INTERVALS:
+            return f"{self.name} failed {self.failures} times in a row: {self.last_error}"
+        return None
 
 
 async def supervise(
@@ -18,23 +49,27 @@ async def supervise(
     interval: float,
     wake: asyncio.Event | None = None,
     jitter: float = 0.1,
+    state: LoopState | None = None,
 ) -> None:
     """Run ``body`` now, then again whenever ``wake`` is set or ``interval`` (± jitter) passes."""
-    failures = 0
+    state = state or LoopState(name, interval)
     while True:
         if wake is not None:
             wake.clear()  # before the pass: a wake-up during the pass triggers the next one
+        state.beat = time.monotonic()
         try:
             await body()
-            failures = 0
+            state.failures, state.passes = 0, state.passes + 1
         except asyncio.CancelledError:
             raise
-        except Exception:
-            failures += 1
-            log.exception("%s failed (%d in a row); retrying", name, failures)
+        except Exception as exc:
+            state.failures += 1
+            state.last_error = f"{type(exc).__name__}: {exc}"[:300]
+            log.exception("%s failed (%d in a row); retrying", name, state.failures)
+        state.beat = time.monotonic()
         delay = interval * (1 + random.uniform(-jitter, jitter))
-        if failures:
-            delay = min(max(delay, 0.1) * 2 ** min(failures, 10), MAX_BACKOFF_S)
+        if state.failures:
+            delay = min(max(delay, 0.1) * 2 ** min(state.failures, 10), MAX_BACKOFF_S)
         await _sleep(delay, wake)
 
 

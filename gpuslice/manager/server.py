@@ -27,6 +27,8 @@ class ManagerServer(uvicorn.Server):
             # than it saves on a LAN).
             ws_ping_interval=apps.ping_interval, ws_ping_timeout=apps.ping_timeout,
             ws_max_size=apps.max_message, ws_per_message_deflate=False,
+            # the process's own logging (one line per event, text or JSON) carries uvicorn's
+            log_config=None,
         ))
         self.app = app
 

@@ -19,6 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from gpuslice.common.logs import LogSettings
 from gpuslice.common.resources import ResourceError, parse_fgpu, parse_fgpu_per_gpu
 from gpuslice.manager.scheduler import Policy, SchedulerConfig, Strategy
 
@@ -315,6 +316,7 @@ class ManagerSettings(BaseSettings):
     apps: AppsSettings = Field(default_factory=AppsSettings)
     storage: StorageSettings = Field(default_factory=StorageSettings)
     model_store: ModelStoreSettings = Field(default_factory=ModelStoreSettings)
+    log: LogSettings = Field(default_factory=LogSettings)
 
     @field_validator("data_dir")
     @classmethod

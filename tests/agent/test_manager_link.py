@@ -5,6 +5,7 @@ The manager is stood in for at the HTTP edge (``httpx.MockTransport``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import stat
 from collections.abc import AsyncIterator
@@ -14,8 +15,14 @@ import httpx
 import pytest
 
 from gpuslice.agent.config import AgentSettings
-from gpuslice.agent.manager_link import CREDENTIAL_FILE, ManagerLink, registration
-from gpuslice.common.schemas.agents import NodeRegister
+from gpuslice.agent.manager_link import (
+    CREDENTIAL_FILE,
+    LinkError,
+    ManagerLink,
+    NotRegistered,
+    registration,
+)
+from gpuslice.common.schemas.agents import Heartbeat, NodeRegister
 
 MANAGER = "http://manager.test"
 
@@ -68,8 +75,8 @@ async def test_registering_stores_the_interval_in_ms(
     path = tmp_path / CREDENTIAL_FILE
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert json.loads(path.read_text()) == {
-        "manager_url": MANAGER, "node_id": "n-1", "secret": "gsn_secret",
-        "heartbeat_interval_ms": 2500,
+        "manager_url": MANAGER, "manager_urls": [MANAGER], "node_id": "n-1",
+        "secret": "gsn_secret", "heartbeat_interval_ms": 2500,
     }
 
 
@@ -96,3 +103,135 @@ async def test_a_credential_file_from_before_milliseconds_still_works_and_is_upg
     assert registrar.bodies == []
     assert json.loads(path.read_text())["heartbeat_interval_ms"] == 5000
     assert "heartbeat_interval" not in json.loads(path.read_text())
+
+
+# ------------------------------------------------------------ several managers
+
+OTHER = "http://manager-2.test"
+
+
+class Replicas:
+    """Two manager replicas behind one transport: ``down`` ones refuse connections, and
+    ``status`` makes one answer that (a load balancer without a backend: 502/503)."""
+
+    def __init__(self) -> None:
+        self.down: set[str] = set()
+        self.status: dict[str, int] = {}
+        self.calls: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        host = f"{request.url.scheme}://{request.url.host}"
+        self.calls.append(host)
+        if host in self.down:
+            raise httpx.ConnectError("connection refused", request=request)
+        if host in self.status:
+            return httpx.Response(self.status[host], text="no server is available")
+        if request.url.path.endswith("/register"):
+            return httpx.Response(200, json={
+                "node_id": "n-1", "credential": "gsn_secret", "heartbeat_interval_ms": 1000,
+            })
+        assert request.headers["Authorization"] == "Bearer gsn_secret"
+        return httpx.Response(200, json={"node_id": "n-1", "status": "ALIVE",
+                                         "assignment_version": 3})
+
+
+def heartbeat() -> Heartbeat:
+    return Heartbeat(cpu=1000, mem=1 << 30, devices=[])
+
+
+async def test_a_dead_replica_is_left_for_the_next_one(tmp_path: Path) -> None:
+    replicas = Replicas()
+    link = ManagerLink(f"{MANAGER},{OTHER}", tmp_path, transport=httpx.MockTransport(replicas))
+    try:
+        await link.connect(registration(settings(join_token="gsj_x")))
+        assert (await link.heartbeat(heartbeat())).assignment_version == 3
+        replicas.down.add(MANAGER)
+        with pytest.raises(LinkError, match="unreachable"):
+            await link.heartbeat(heartbeat())
+        assert link.manager_url == OTHER  # the loops' retry goes to the live one
+        assert (await link.heartbeat(heartbeat())).assignment_version == 3
+        assert replicas.calls[-1] == OTHER
+    finally:
+        await link.close()
+
+
+async def test_two_calls_failing_together_move_on_once(tmp_path: Path) -> None:
+    third = "http://manager-3.test"
+    replicas = Replicas()
+    arrived: list[str] = []
+
+    async def in_flight_together(request: httpx.Request) -> httpx.Response:
+        if replicas.down:  # the two heartbeats wait for each other, then both fail
+            arrived.append(str(request.url))
+            while len(arrived) % 2:
+                await asyncio.sleep(0.001)
+        return replicas(request)
+
+    link = ManagerLink([MANAGER, OTHER, third], tmp_path,
+                       transport=httpx.MockTransport(in_flight_together))
+    try:
+        await link.connect(registration(settings(join_token="gsj_x")))
+        replicas.down.add(MANAGER)
+        results = await asyncio.gather(link.heartbeat(heartbeat()), link.heartbeat(heartbeat()),
+                                       return_exceptions=True)
+        assert all(isinstance(r, LinkError) for r in results)
+        assert link.manager_url == OTHER  # not skipped to the third
+    finally:
+        await link.close()
+
+
+async def test_a_load_balancer_without_backend_counts_as_down(tmp_path: Path) -> None:
+    replicas = Replicas()
+    replicas.status[MANAGER] = 503
+    link = ManagerLink([MANAGER, OTHER], tmp_path, transport=httpx.MockTransport(replicas))
+    try:
+        with pytest.raises(LinkError) as failed:
+            await link.connect(registration(settings(join_token="gsj_x")))
+        assert failed.value.status == 503
+        assert (await link.connect(registration(settings(join_token="gsj_x")))).node_id == "n-1"
+        assert link.manager_url == OTHER
+    finally:
+        await link.close()
+
+
+async def test_the_credential_serves_every_replica_and_learns_new_ones(tmp_path: Path) -> None:
+    replicas = Replicas()
+    first = ManagerLink([MANAGER], tmp_path, transport=httpx.MockTransport(replicas))
+    await first.connect(registration(settings(join_token="gsj_x")))
+    await first.close()
+    # a replica is added in front: the node keeps its identity without a join token
+    second = ManagerLink([OTHER, MANAGER], tmp_path, transport=httpx.MockTransport(replicas))
+    try:
+        credential = await second.connect(None)
+        assert credential.node_id == "n-1"
+        stored = json.loads((tmp_path / CREDENTIAL_FILE).read_text())
+        assert stored["manager_urls"] == [MANAGER, OTHER]
+    finally:
+        await second.close()
+    # a cluster it never joined does not get its secret
+    stranger = ManagerLink(["http://elsewhere.test"], tmp_path,
+                           transport=httpx.MockTransport(replicas))
+    try:
+        with pytest.raises(NotRegistered, match="not registered with http://elsewhere.test"):
+            await stranger.connect(None)
+    finally:
+        await stranger.close()
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    ("http://a:8080", ["http://a:8080"]),
+    ("http://a:8080/, https://b:8443 ,http://a:8080", ["http://a:8080", "https://b:8443"]),
+    (["http://a:8080", "http://b:8080"], ["http://a:8080", "http://b:8080"]),
+])
+def test_manager_url_takes_several_replicas(value: object, expected: list[str]) -> None:
+    assert settings_with(value).manager_urls == expected
+
+
+@pytest.mark.parametrize("value", ["a:8080", "http://a:8080,ftp://b", " , "])
+def test_a_bad_manager_url_is_named(value: str) -> None:
+    with pytest.raises(ValueError, match="manager_url"):
+        settings_with(value)
+
+
+def settings_with(manager_url: object) -> AgentSettings:
+    return AgentSettings(node_name="lab-01", manager_url=manager_url)  # type: ignore[arg-type]

@@ -153,3 +153,27 @@ async def test_the_agent_runs_a_session_answers_once_and_stops_it(
     await until(lambda: "TERMINATED" in manager.statuses(sid))
     assert await agent.runtime.find(sid) is None
     assert list(manager.answers) == ["r-1"]
+
+
+async def test_heartbeats_go_on_while_docker_is_too_busy_to_report(
+    agent_running: Agent, manager: StandInManager
+) -> None:
+    # While dockerd creates containers, listing them can take many seconds; the node must
+    # still heartbeat (the last complete report again), or the manager calls it lost.
+    await until(lambda: len(manager.heartbeats) >= 1)
+    collector = agent_running.usage_collector
+    assert collector is not None
+    fresh, release = collector.heartbeat, asyncio.Event()
+
+    async def stuck() -> Any:
+        await release.wait()
+        return await fresh()
+
+    collector.heartbeat = stuck  # type: ignore[method-assign]
+    await asyncio.sleep(0.5)  # the collection in flight when it got stuck is done by now
+    seen = len(manager.heartbeats)
+    await until(lambda: len(manager.heartbeats) >= seen + 3, timeout=10)
+    assert manager.heartbeats[-1] == manager.heartbeats[seen - 1]  # the last report, again
+    release.set()
+    collector.heartbeat = fresh  # type: ignore[method-assign]
+    await until(lambda: len(manager.heartbeats) >= seen + 6)

@@ -13,6 +13,7 @@ from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import Client, UserFactory, client_for, login
 
 PUBLIC = {("POST", "/api/v1/auth/login"), ("GET", "/api/v1/health"),
+          ("GET", "/api/v1/health/live"), ("GET", "/api/v1/health/ready"),
           ("POST", "/api/v1/agents/register")}
 # The local model store's presigned URLs: the signature in the URL is the credential
 # (tests/manager/test_models.py: an altered or expired one is a 403).

@@ -149,7 +149,7 @@ def _base_env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def _remove_node_containers(node: str) -> None:
+def remove_node_containers(node: str) -> None:
     listed = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label=gpuslice.node={node}"],
         capture_output=True, text=True, check=False,
@@ -180,7 +180,7 @@ def run_up(tmp_path: Path, settings: dict[str, str] | None = None) -> Iterator[P
     finally:
         for process in plat.processes:
             process.stop()
-        _remove_node_containers(node)
+        remove_node_containers(node)
 
 
 def restart_up(plat: Platform, sig: int = signal.SIGINT) -> Process:
@@ -224,7 +224,7 @@ def run_split(tmp_path: Path, manager_settings: dict[str, str], *, port: int | N
     finally:
         for process in reversed(plat.processes):
             process.stop()
-        _remove_node_containers(node)
+        remove_node_containers(node)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from gpuslice.common.schemas.common import CpuIn, FgpuIn, MemIn, Number
 from gpuslice.common.schemas.monitoring import MAX_SECONDS, IdleRule
 
-_USERNAME = r"^[a-z_][a-z0-9_.-]{0,63}$"
+USERNAME_PATTERN = r"^[a-z_][a-z0-9_.-]{0,63}$"
 
 
 class Role(StrEnum):
@@ -51,7 +51,7 @@ class ApiTokenCreated(ApiTokenPublic):
 
 
 class UserCreate(BaseModel):
-    username: str = Field(pattern=_USERNAME)
+    username: str = Field(pattern=USERNAME_PATTERN)
     password: str = Field(min_length=8, max_length=1024)
     role: Role = Role.USER
     policy_id: str | None = None
@@ -90,6 +90,7 @@ class PolicyCreate(BaseModel):
     max_lifetime: int | None = Field(
         default=None, ge=1, le=MAX_SECONDS,
         description="Seconds a session may run before it is reclaimed (none: no limit).",
+    )
     max_storage: MemIn | None = Field(
         default=None, description="Bytes one's own storage folders may hold, e.g. 100g."
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Annotated
 
 from fastapi import Depends, Path, Request
@@ -10,16 +10,18 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gpuslice.common.logs import bind
 from gpuslice.common.schemas.sessions import HOLDING
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.api import browser
 from gpuslice.manager.db.models import ApiToken, NodeRow, SessionRow, User
 from gpuslice.manager.errors import Forbidden, NotFound, Unauthorized
 from gpuslice.manager.events import Hub
+from gpuslice.manager.loops import LoopState
 from gpuslice.manager.services import auth
 from gpuslice.manager.services.channel import Channel
-from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
 from gpuslice.manager.services.models.store import ModelStore
+from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
 from gpuslice.manager.services.nodes.registration import authenticate_node
 from gpuslice.manager.services.sessions.views import get_visible
 from gpuslice.manager.services.storage.folders import Access, get_access
@@ -52,12 +54,22 @@ def _channel(request: Request) -> Channel:
 
 def _metrics(request: Request) -> ManagerMetrics:
     return request.app.state.metrics
+
+
 def _storage(request: Request) -> StorageFS:
     return request.app.state.storage
 
 
 def _model_store(request: Request) -> ModelStore:
     return request.app.state.model_store
+
+
+def _loops(request: Request) -> Mapping[str, LoopState]:
+    return request.app.state.loops
+
+
+def _schema_head(request: Request) -> str:
+    return request.app.state.schema_head
 
 
 DbDep = Annotated[AsyncSession, Depends(_db)]
@@ -68,6 +80,8 @@ HubDep = Annotated[Hub, Depends(_hub)]
 SessionmakerDep = Annotated[async_sessionmaker[AsyncSession], Depends(_sessionmaker)]
 ChannelDep = Annotated[Channel, Depends(_channel)]
 MetricsDep = Annotated[ManagerMetrics, Depends(_metrics)]
+LoopsDep = Annotated[Mapping[str, LoopState], Depends(_loops)]
+SchemaHeadDep = Annotated[str, Depends(_schema_head)]
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
@@ -115,7 +129,9 @@ AdminUser = Annotated[User, Depends(_admin)]
 async def _visible_session(
     db: DbDep, user: CurrentUser, session_id: Annotated[str, Path()]
 ) -> SessionRow:
-    return await get_visible(db, user, session_id)
+    session = await get_visible(db, user, session_id)
+    bind(session_id=session.id)  # what this request logs names the session
+    return session
 
 
 # The one gate for "may this caller see this session?": another user's session is a 404.
@@ -123,7 +139,9 @@ VisibleSession = Annotated[SessionRow, Depends(_visible_session)]
 
 
 async def _current_node(db: DbDep, credentials: Bearer) -> NodeRow:
-    return await authenticate_node(db, _secret(credentials))
+    node = await authenticate_node(db, _secret(credentials))
+    bind(node_id=node.id)  # what this request logs names the node
+    return node
 
 
 CurrentNode = Annotated[NodeRow, Depends(_current_node)]

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, text
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -21,19 +23,58 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
+def head() -> str:
+    """The newest revision this code knows (one head: the tree is linear)."""
+    found = _scripts().get_heads()
+    if len(found) != 1:
+        raise RuntimeError(f"the migration tree has {len(found)} heads: {found}")
+    return found[0]
+
+
+def previous(revision: str) -> str | None:
+    """The revision ``revision`` was migrated from (None for the first)."""
+    script = _scripts().get_revision(revision)
+    down = script.down_revision if script is not None else None
+    return down if isinstance(down, str) or down is None else down[0]
+
+
+def known(revision: str) -> bool:
+    """Whether this code's migration tree has ``revision``."""
+    try:
+        return _scripts().get_revision(revision) is not None
+    except Exception:  # alembic raises its own errors for unknown or ambiguous ids
+        return False
+
+
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    await _run(engine, lambda cfg: command.upgrade(cfg, revision))
+    async with engine.begin() as conn:
+        await conn.run_sync(upgrade_on, revision)
 
 
 async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:
-    await _run(engine, lambda cfg: command.downgrade(cfg, revision))
-
-
-async def _run(engine: AsyncEngine, action: object) -> None:
-    def run(connection: Connection) -> None:
-        if connection.dialect.name == "postgresql":
-            connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _PG_LOCK_ID})
-        action(alembic_config(connection))  # type: ignore[operator]
-
     async with engine.begin() as conn:
-        await conn.run_sync(run)
+        await conn.run_sync(lambda c: _locked(c, lambda cfg: command.downgrade(cfg, revision)))
+
+
+def upgrade_on(connection: Connection, revision: str = "head") -> None:
+    """Upgrade inside the caller's transaction (a restore runs it with its own work)."""
+    _locked(connection, lambda cfg: command.upgrade(cfg, revision))
+
+
+def current_on(connection: Connection) -> str | None:
+    """The revision the connected database is at (None: never migrated)."""
+    if not inspect(connection).has_table("alembic_version"):
+        return None
+    return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def _locked(connection: Connection, action: Callable[[Config], None]) -> None:
+    # Managers upgrading at once on one PostgreSQL take turns: the lock lasts until the
+    # transaction ends, so the second finds the schema at head and does nothing.
+    if connection.dialect.name == "postgresql":
+        connection.execute(text("SELECT pg_advisory_xact_lock(:id)"), {"id": _PG_LOCK_ID})
+    action(alembic_config(connection))
+
+
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())

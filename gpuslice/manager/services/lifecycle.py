@@ -8,6 +8,7 @@ assignment version so the agent hears about it. All in the caller's transaction.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,6 +22,7 @@ from gpuslice.manager.db.models import Allocation, DeviceRow, NodeRow, SessionRo
 from gpuslice.manager.errors import IllegalTransition, StaleStatus
 from gpuslice.manager.events import wake_after_commit
 
+log = logging.getLogger(__name__)
 S = SessionStatus
 LEGAL: dict[SessionStatus, frozenset[SessionStatus]] = {
     S.PENDING: frozenset({S.SCHEDULED, S.CANCELLED, S.ERROR}),
@@ -70,6 +72,9 @@ async def transition(
         wake_after_commit(db, "scheduler")
     for key, value in fields.items():
         set_committed_value(row, key, value)
+    # One line per status change (the reason is the platform's text, never user data).
+    log.info("session %s: %s -> %s: %s", row.name, current.value, to.value, reason,
+             extra={"session_id": row.id, "node_id": node_id})
 
 
 async def record_created(db: AsyncSession, rows: Sequence[SessionRow], reason: str) -> None:

@@ -32,12 +32,13 @@ async def sweep_lost(sessionmaker: async_sessionmaker[AsyncSession], timeout: fl
                 update(NodeRow)
                 .where(NodeRow.status == NodeStatus.ALIVE, NodeRow.last_heartbeat_at < cutoff)
                 .values(status=NodeStatus.LOST)
-                .returning(NodeRow.name)
+                .returning(NodeRow.id, NodeRow.name)
             )
-        ).scalars().all()
+        ).all()
         await db.commit()
-        for name in lost:
-            log.warning("node %s missed its heartbeats for %.0f s: LOST", name, timeout)
+        for node_id, name in lost:
+            log.warning("node %s missed its heartbeats for %.0f s: LOST", name, timeout,
+                        extra={"node_id": node_id})
         stranded = (
             await db.scalars(
                 select(SessionRow)

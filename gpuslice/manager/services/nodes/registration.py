@@ -84,7 +84,7 @@ async def register(db: AsyncSession, body: NodeRegister, nodes: NodeSettings) ->
         node.credential_hash = token_digest(credential)
         node.pool = body.pool
     await db.commit()
-    log.info("node %s registered (%s)", node.name, node.id)
+    log.info("node %s registered", node.name, extra={"node_id": node.id})
     return NodeRegistered(
         node_id=node.id, credential=credential,
         heartbeat_interval_ms=round(nodes.heartbeat_interval * 1000),

@@ -1,0 +1,82 @@
+"""The platform's configuration as one JSON document: `gpuslice admin config export/import`.
+
+What an admin set up, by name (never by database id, so it moves between clusters): resource
+policies, users (password hashes only when asked), image aliases, and the image catalog's
+curation (allow list, visibility, owner). Sessions, nodes and history are not configuration:
+backups (`gpuslice admin backup`) hold those.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from gpuslice.common.schemas.images import ALIAS_PATTERN
+from gpuslice.common.schemas.users import USERNAME_PATTERN, PolicyCreate, Role
+
+FORMAT = "gpuslice-config"
+# argon2's encoded form, as the manager stores passwords ($argon2id$v=19$m=…,t=…,p=…$salt$hash)
+ARGON2_PATTERN = r"^\$argon2(id|i|d)\$v=\d+\$m=\d+,t=\d+,p=\d+\$[A-Za-z0-9+/]+\$[A-Za-z0-9+/]+$"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class PolicyConfig(PolicyCreate):
+    """A resource policy by name, its limits in user units (fGPU, cores, bytes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class UserConfig(_Strict):
+    username: str = Field(pattern=USERNAME_PATTERN)
+    role: Role = Role.USER
+    is_active: bool = True
+    policy: str | None = Field(default=None, max_length=64, description="A policy's name.")
+    password_hash: str | None = Field(
+        default=None, max_length=255, pattern=ARGON2_PATTERN,
+        description="Exported only when asked; a new user imported without one cannot log in "
+        "until an admin sets a password.",
+    )
+
+
+class AliasConfig(_Strict):
+    name: str = Field(pattern=ALIAS_PATTERN)
+    reference: str = Field(min_length=1, max_length=255)
+
+
+class ImageConfig(_Strict):
+    name: str = Field(min_length=1, max_length=255, description="The image reference.")
+    allowed: bool = Field(default=False, description="On the admin allow list.")
+    public: bool = True
+    owner: str | None = Field(default=None, pattern=USERNAME_PATTERN,
+                              description="The username owning a private image.")
+
+
+class ConfigDocument(_Strict):
+    """Everything `config import` applies; every list is optional, entries merge by name."""
+
+    format: Literal["gpuslice-config"] = "gpuslice-config"
+    version: Literal[1] = 1
+    exported_at: datetime | None = None
+    policies: list[PolicyConfig] = Field(default_factory=list, max_length=10_000)
+    users: list[UserConfig] = Field(default_factory=list, max_length=100_000)
+    aliases: list[AliasConfig] = Field(default_factory=list, max_length=10_000)
+    images: list[ImageConfig] = Field(default_factory=list, max_length=100_000)
+
+
+class SectionResult(BaseModel):
+    created: int = 0
+    updated: int = 0
+    unchanged: int = 0
+
+
+class ConfigImportResult(BaseModel):
+    """What an import did (or, with `dry_run`, would do), per section."""
+
+    dry_run: bool
+    sections: dict[str, SectionResult]
+    notes: list[str] = Field(default_factory=list, description="What the admin must still do.")

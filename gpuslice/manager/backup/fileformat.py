@@ -1,0 +1,252 @@
+"""The backup file: gzip'd JSON Lines, portable between SQLite and PostgreSQL.
+
+Line 1 is the `Header` (format, the schema revision, every table with its columns' portable
+kinds and row count, the manager's settings); then each table's rows in header order, one JSON
+array per row in column order; last the `Trailer` (total rows). A file that is truncated, cut at
+a line, damaged or of another format is refused before anything is written to a database.
+
+Values are stored by *kind*, the same on every engine: ``int``, ``float``, ``decimal`` (a string,
+exact), ``bool``, ``text``, ``datetime`` (ISO 8601 in UTC), ``date``, ``time``, ``bytes``
+(base64), ``uuid`` (a string) and ``json`` (the column's JSON text as the database holds it, so
+SQL NULL and JSON ``null`` stay apart).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import gzip
+import json
+import zlib
+from collections.abc import Callable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, Field, ValidationError
+from sqlalchemy import types as sqltypes
+from sqlalchemy.types import TypeEngine
+
+FORMAT = "gpuslice-backup"
+FORMAT_VERSION = 1
+
+Kind = Literal["int", "float", "decimal", "bool", "text", "datetime", "date", "time", "bytes",
+               "uuid", "json"]
+
+
+class BackupError(Exception):
+    """A backup or a restore that cannot be done; the message says why and what to do."""
+
+
+class ColumnInfo(BaseModel):
+    name: str
+    kind: Kind
+
+
+class TableInfo(BaseModel):
+    name: str
+    columns: list[ColumnInfo]
+    rows: int = Field(ge=0)
+
+
+class Header(BaseModel):
+    format: Literal["gpuslice-backup"]
+    format_version: int
+    created_at: dt.datetime
+    gpuslice_version: str
+    revision: str = Field(description="The Alembic revision the database was at.")
+    source: str = Field(description="The engine it was taken from: sqlite or postgresql.")
+    tables: list[TableInfo]
+    settings: dict[str, Any] = Field(
+        default_factory=dict, description="The manager's settings, secrets masked."
+    )
+
+    @property
+    def total_rows(self) -> int:
+        return sum(t.rows for t in self.tables)
+
+
+class Trailer(BaseModel):
+    end: Literal["gpuslice-backup"]
+    rows: int
+
+
+def kind_of(column_type: TypeEngine[Any], where: str) -> Kind:
+    """The portable kind of a column type (reflected from either engine)."""
+    checks: list[tuple[type[TypeEngine[Any]], Kind]] = [
+        (sqltypes.JSON, "json"), (sqltypes.Boolean, "bool"), (sqltypes.DateTime, "datetime"),
+        (sqltypes.Date, "date"), (sqltypes.Time, "time"), (sqltypes.Integer, "int"),
+        (sqltypes.Float, "float"), (sqltypes.Numeric, "decimal"),
+        (sqltypes.LargeBinary, "bytes"), (sqltypes.Uuid, "uuid"), (sqltypes.String, "text"),
+    ]
+    for cls, kind in checks:  # Float before Numeric, Enum (a String) as text
+        if isinstance(column_type, cls):
+            return kind
+    raise BackupError(f"{where} has type {column_type!r}, which backups do not know how to copy")
+
+
+def encode(kind: Kind, value: Any) -> Any:
+    """A database value as JSON (None stays None)."""
+    if value is None:
+        return None
+    if kind == "datetime":
+        return _utc(value).isoformat()
+    if kind in ("date", "time"):
+        return value.isoformat()
+    if kind == "decimal":
+        return str(value)
+    if kind == "bytes":
+        return base64.b64encode(value).decode()
+    if kind in ("uuid", "json"):
+        return str(value)
+    return value
+
+
+def decoder(kind: Kind, timezone: bool) -> Callable[[Any], Any]:
+    """From the JSON value back to what the target column takes (naive UTC without time zone)."""
+    if kind == "datetime":
+        def to_datetime(value: str) -> dt.datetime:
+            when = _utc(dt.datetime.fromisoformat(value))
+            return when if timezone else when.replace(tzinfo=None)
+        return to_datetime
+    parsers: dict[str, Callable[[Any], Any]] = {
+        "date": dt.date.fromisoformat, "time": dt.time.fromisoformat, "decimal": Decimal,
+        "bytes": base64.b64decode, "uuid": UUID,
+    }
+    return parsers.get(kind, _same)
+
+
+class Writer:
+    """Writes a backup to a file under a temporary name, renamed into place when complete."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.partial = path.with_name(f".{path.name}.partial")
+        self._out: IO[str] | None = None
+        self.rows = 0
+
+    def __enter__(self) -> Writer:
+        self.partial.unlink(missing_ok=True)
+        raw = self.partial.open("xb")
+        self.partial.chmod(0o600)  # it holds password hashes, environments and logs
+        self._out = gzip.open(raw, "wt", encoding="utf-8", compresslevel=6)
+        self._raw = raw
+        return self
+
+    def header(self, header: Header) -> None:
+        self._line(header.model_dump_json())
+
+    def row(self, values: list[Any]) -> None:
+        self._line(json.dumps(values, ensure_ascii=False, separators=(",", ":")))
+        self.rows += 1
+
+    def finish(self) -> None:
+        self._line(Trailer(end=FORMAT, rows=self.rows).model_dump_json())
+        assert self._out is not None
+        self._out.close()
+        self._raw.flush()
+        _fsync(self._raw)
+        self._raw.close()
+        self._out = None
+        self.partial.replace(self.path)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._out is not None:  # not finished: leave nothing behind
+            self._out.close()
+            self._raw.close()
+            self.partial.unlink(missing_ok=True)
+
+    def _line(self, text: str) -> None:
+        assert self._out is not None
+        self._out.write(text + "\n")
+
+
+class Reader:
+    """Reads a backup: `header`, then `rows(table)` for each table in order, then `finish`."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            self._file: IO[str] = gzip.open(path, "rt", encoding="utf-8")
+        except OSError as exc:
+            raise BackupError(f"cannot read {path}: {exc.strerror or exc}") from None
+        self._line_no = 0
+        self.header = self._read_header()
+
+    def close(self) -> None:
+        self._file.close()
+
+    def rows(self, table: TableInfo) -> Iterator[list[Any]]:
+        width = len(table.columns)
+        for _ in range(table.rows):
+            values = self._json(f"a row of table {table.name}")
+            if not isinstance(values, list) or len(values) != width:
+                raise self._damaged(f"a row of table {table.name} does not have {width} values")
+            yield values
+
+    def finish(self) -> None:
+        line = self._next("the end marker")
+        try:
+            trailer = Trailer.model_validate_json(line)
+        except ValidationError:
+            raise self._damaged("more rows than the header announces") from None
+        if trailer.rows != self.header.total_rows:
+            raise self._damaged(f"it ends after {trailer.rows} rows, not "
+                                f"{self.header.total_rows}")
+
+    def _read_header(self) -> Header:
+        first = self._next("its header")
+        try:
+            data = json.loads(first)
+        except ValueError:
+            raise BackupError(f"{self.path} is not a gpuslice backup") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise BackupError(f"{self.path} is not a gpuslice backup")
+        if data.get("format_version") != FORMAT_VERSION:
+            raise BackupError(
+                f"{self.path} is a backup of format {data.get('format_version')}; this gpuslice "
+                f"reads format {FORMAT_VERSION}: restore it with the version that wrote it"
+            )
+        try:
+            return Header.model_validate(data)
+        except ValidationError as exc:
+            raise self._damaged(f"its header is invalid ({exc.errors()[0]['msg']})") from None
+
+    def _next(self, what: str) -> str:
+        try:
+            line = self._file.readline()
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+            if isinstance(exc, gzip.BadGzipFile) and self._line_no == 0:
+                raise BackupError(f"{self.path} is not a gpuslice backup (not gzip)") from None
+            raise self._damaged(f"unreadable after line {self._line_no} ({exc})") from None
+        if not line.endswith("\n"):
+            raise self._damaged(f"it ends before {what} (line {self._line_no + 1}): the file "
+                                "is incomplete")
+        self._line_no += 1
+        return line
+
+    def _json(self, what: str) -> Any:
+        line = self._next(what)
+        try:
+            return json.loads(line)
+        except ValueError:
+            raise self._damaged(f"line {self._line_no} is not JSON") from None
+
+    def _damaged(self, detail: str) -> BackupError:
+        return BackupError(f"{self.path} is damaged: {detail}")
+
+
+def _utc(value: dt.datetime) -> dt.datetime:
+    # naive values are UTC: that is how the manager stores them on SQLite
+    return value.replace(tzinfo=dt.UTC) if value.tzinfo is None else value.astimezone(dt.UTC)
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _fsync(raw: IO[bytes]) -> None:
+    import os
+
+    os.fsync(raw.fileno())

@@ -1,0 +1,62 @@
+"""The platform's configuration as one JSON document: export, and an idempotent import.
+
+Invariants:
+
+- **By name, never by id**: policies, users, aliases and images are matched by their names, so
+  a document moves between clusters and importing it twice changes nothing the second time.
+- **All or nothing**: an import is one transaction; the first invalid entry (a policy or owner
+  that does not exist, a duplicate, a malformed reference) is a 422 naming it
+  (``users.3.policy``) and nothing is written. ``dry_run`` does the same work and rolls back.
+- **No secret leaves unless asked**: password hashes are exported only with
+  ``password_hashes``; an imported user without one cannot log in until an admin sets a
+  password (the answer's notes say who).
+- **An admin remains**: an import that would leave no active admin is refused.
+- Sections (`sections.SECTIONS`) are merged in order, each after those it refers to.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpuslice.common.schemas.config import ConfigDocument, ConfigImportResult
+from gpuslice.common.schemas.users import Role
+from gpuslice.manager.db.models import User
+from gpuslice.manager.errors import InvalidRequest
+from gpuslice.manager.services.config.sections import SECTIONS, Outcome
+
+
+async def export_config(db: AsyncSession, *, password_hashes: bool = False) -> ConfigDocument:
+    """The whole configuration, as of now."""
+    values = {s.name: await s.export(db, password_hashes=password_hashes) for s in SECTIONS}
+    await db.commit()
+    return ConfigDocument(exported_at=datetime.now(UTC), **values)
+
+
+async def import_config(
+    db: AsyncSession, doc: ConfigDocument, *, dry_run: bool = False
+) -> ConfigImportResult:
+    """Merge ``doc`` into the configuration in one transaction (rolled back for ``dry_run``)."""
+    outcome = Outcome()
+    try:
+        for section in SECTIONS:
+            await section.merge(db, doc, outcome)
+        admins = await db.scalar(select(func.count()).select_from(User).where(
+            User.role == Role.ADMIN, User.is_active.is_(True)))
+        if not admins:
+            raise InvalidRequest("users: the import would leave no active admin",
+                                 field="users")
+    except BaseException:
+        await db.rollback()
+        raise
+    if dry_run:
+        await db.rollback()
+    else:
+        await db.commit()
+    sections = {s.name: outcome.sections.get(s.name) for s in SECTIONS}
+    return ConfigImportResult.model_validate({
+        "dry_run": dry_run, "notes": outcome.notes,
+        "sections": {k: (v.model_dump() if v else {}) for k, v in sections.items()},
+    })

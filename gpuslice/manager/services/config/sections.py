@@ -1,0 +1,204 @@
+"""One class per section of the configuration document: how it is exported and merged.
+
+A section merges by name: an entry that does not exist is created, one that differs is updated,
+one that is equal is left alone (so importing the same document twice changes nothing). A new
+kind of configuration (e.g. storage folders and grants) is one more class in `SECTIONS`, after
+the sections it refers to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpuslice.common.resources import fgpu_decimal
+from gpuslice.common.schemas.config import (
+    AliasConfig,
+    ConfigDocument,
+    ImageConfig,
+    PolicyConfig,
+    SectionResult,
+    UserConfig,
+)
+from gpuslice.manager.db.models import Image, ImageAlias, ResourcePolicy, User
+from gpuslice.manager.errors import InvalidRequest
+from gpuslice.manager.services.images.catalog import reference_or_error
+
+# A password no argon2 verification accepts: a user imported without a hash cannot log in.
+NO_PASSWORD = "!imported-without-password"
+
+
+@dataclass
+class Outcome:
+    """What an import did, per section, and what the admin must still do."""
+
+    sections: dict[str, SectionResult] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def count(self, section: str, created: bool, changed: bool) -> None:
+        result = self.sections.setdefault(section, SectionResult())
+        if created:
+            result.created += 1
+        elif changed:
+            result.updated += 1
+        else:
+            result.unchanged += 1
+
+
+class Section(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]: ...
+
+    async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None: ...
+
+
+def _apply(row: Any, values: dict[str, Any]) -> bool:
+    """Set ``values`` on ``row``; whether anything changed."""
+    changed = False
+    for key, value in values.items():
+        if getattr(row, key) != value:
+            setattr(row, key, value)
+            changed = True
+    return changed
+
+
+class Policies:
+    name = "policies"
+
+    async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]:
+        rows = await db.scalars(select(ResourcePolicy).order_by(ResourcePolicy.name))
+        return [PolicyConfig.model_validate(_limits(r) | {"name": r.name}) for r in rows]
+
+    async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
+        _unique(doc.policies, "policies", lambda p: p.name)
+        for item in doc.policies:
+            row = await db.scalar(select(ResourcePolicy).where(ResourcePolicy.name == item.name))
+            values = item.model_dump(exclude={"name"})
+            if row is None:
+                db.add(ResourcePolicy(name=item.name, **values))
+            outcome.count(self.name, row is None, row is not None and _apply(row, values))
+        await db.flush()
+
+
+class Users:
+    name = "users"
+
+    async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]:
+        policies = await _pairs(db, ResourcePolicy.id, ResourcePolicy.name)
+        rows = await db.scalars(select(User).order_by(User.username))
+        return [UserConfig(
+            username=u.username, role=u.role, is_active=u.is_active,
+            policy=policies.get(u.policy_id) if u.policy_id else None,
+            password_hash=u.password_hash if password_hashes and u.password_hash.startswith(
+                "$argon2") else None,
+        ) for u in rows]
+
+    async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
+        _unique(doc.users, "users", lambda u: u.username)
+        policies = await _pairs(db, ResourcePolicy.name, ResourcePolicy.id)
+        without_password = []
+        for index, item in enumerate(doc.users):
+            if item.policy is not None and item.policy not in policies:
+                raise InvalidRequest(
+                    f"users.{index}.policy: no policy named {item.policy!r} (neither in the "
+                    "document's policies nor on this manager)", field=f"users.{index}.policy")
+            values: dict[str, Any] = {
+                "role": item.role.value, "is_active": item.is_active,
+                "policy_id": policies.get(item.policy) if item.policy else None,
+            }
+            if item.password_hash is not None:
+                values["password_hash"] = item.password_hash
+            row = await db.scalar(select(User).where(User.username == item.username))
+            if row is None:
+                values.setdefault("password_hash", NO_PASSWORD)
+                if values["password_hash"] == NO_PASSWORD:
+                    without_password.append(item.username)
+                db.add(User(username=item.username, **values))
+            outcome.count(self.name, row is None, row is not None and _apply(row, values))
+        if without_password:
+            outcome.notes.append(
+                f"{len(without_password)} new user(s) have no password yet and cannot log in "
+                f"until an admin sets one: {', '.join(without_password[:10])}"
+                + (", …" if len(without_password) > 10 else ""))
+        await db.flush()
+
+
+class Aliases:
+    name = "aliases"
+
+    async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]:
+        rows = await db.scalars(select(ImageAlias).order_by(ImageAlias.name))
+        return [AliasConfig(name=r.name, reference=r.reference) for r in rows]
+
+    async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
+        _unique(doc.aliases, "aliases", lambda a: a.name)
+        for index, item in enumerate(doc.aliases):
+            reference = reference_or_error(item.reference, f"aliases.{index}.reference")
+            row = await db.get(ImageAlias, item.name)
+            if row is None:
+                db.add(ImageAlias(name=item.name, reference=reference))
+            outcome.count(self.name, row is None,
+                          row is not None and _apply(row, {"reference": reference}))
+        await db.flush()
+
+
+class Images:
+    name = "images"
+
+    async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]:
+        owners = await _pairs(db, User.id, User.username)
+        rows = await db.scalars(
+            select(Image).where(Image.removed_at.is_(None)).order_by(Image.name))
+        return [ImageConfig(name=r.name, allowed=r.allowed, public=r.public,
+                            owner=owners.get(r.owner_id) if r.owner_id else None) for r in rows]
+
+    async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
+        _unique(doc.images, "images", lambda i: i.name)
+        users = await _pairs(db, User.username, User.id)
+        for index, item in enumerate(doc.images):
+            name = reference_or_error(item.name, f"images.{index}.name")
+            if item.owner is not None and item.owner not in users:
+                raise InvalidRequest(f"images.{index}.owner: no user named {item.owner!r}",
+                                     field=f"images.{index}.owner")
+            values = {"allowed": item.allowed, "public": item.public,
+                      "owner_id": users.get(item.owner) if item.owner else None}
+            row = await db.get(Image, name)
+            if row is None:
+                db.add(Image(name=name, labels={}, **values))
+            outcome.count(self.name, row is None, row is not None and _apply(row, values))
+        await db.flush()
+
+
+# In the order they are merged: a section after those it refers to (users name policies).
+SECTIONS: tuple[Section, ...] = (Policies(), Users(), Aliases(), Images())
+
+
+def _limits(row: ResourcePolicy) -> dict[str, Any]:
+    # the document carries user units; PolicyConfig parses them back into milli-units
+    return {
+        "max_sessions": row.max_sessions, "max_mem": row.max_mem,
+        "max_gpu": None if row.max_gpu is None else str(fgpu_decimal(row.max_gpu)),
+        "max_cpu": None if row.max_cpu is None else str(fgpu_decimal(row.max_cpu)),
+        "max_priority": row.max_priority, "max_private_images": row.max_private_images,
+    }
+
+
+async def _pairs(db: AsyncSession, key: Any, value: Any) -> dict[str, str]:
+    rows = (await db.execute(select(key, value))).tuples().all()
+    return dict(rows)
+
+
+def _unique(items: Sequence[Any], section: str, key: Any) -> None:
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        name = key(item)
+        if name in seen:
+            raise InvalidRequest(f"{section}.{index}: {name!r} appears twice in {section}",
+                                 field=f"{section}.{index}")
+        seen.add(name)

@@ -1,0 +1,1 @@
+"""Operating gpuslice on a machine: systemd units (`systemd.py`)."""

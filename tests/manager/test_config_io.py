@@ -1,0 +1,125 @@
+"""`GET /config` and `POST /config/import`: the configuration by name, merged all or nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+from gpuslice.manager.app import create_app
+from gpuslice.manager.settings import ManagerSettings
+from tests.conftest import new_database
+from tests.manager.conftest import Client, UserFactory, client_for, login
+
+
+async def _setup(admin: Client, make_user: UserFactory) -> None:
+    await make_user("alice", policy={"max_sessions": 4, "max_gpu": 1.5, "max_mem": "8g"})
+    await make_user("bob")
+    r = await admin.post("/api/v1/images/aliases", json={"name": "py", "reference": "python:3.11"})
+    assert r.status_code == 201
+    assert (await admin.post("/api/v1/images", json={"name": "ghcr.io/x/y:1"})).status_code == 201
+
+
+async def _export(admin: Client, **params: Any) -> dict[str, Any]:
+    r = await admin.get("/api/v1/config", params=params)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def test_export_is_by_name_and_without_password_hashes(
+    admin: Client, make_user: UserFactory
+) -> None:
+    await _setup(admin, make_user)
+    doc = await _export(admin)
+    assert doc["format"] == "gpuslice-config" and doc["version"] == 1
+    assert [p["name"] for p in doc["policies"]] == ["p-alice"]
+    assert doc["policies"][0]["max_gpu"] == 1.5 and doc["policies"][0]["max_mem"] == 8 * 1024**3
+    users = {u["username"]: u for u in doc["users"]}
+    assert users["alice"]["policy"] == "p-alice" and users["admin"]["role"] == "admin"
+    assert all(u["password_hash"] is None for u in doc["users"])
+    assert doc["aliases"] == [{"name": "py", "reference": "python:3.11"}]
+    assert {"name": "ghcr.io/x/y:1", "allowed": True, "public": True, "owner": None} in doc[
+        "images"]
+    hashed = await _export(admin, password_hashes=True)
+    assert all(u["password_hash"].startswith("$argon2") for u in hashed["users"])
+
+
+async def test_only_admins(make_user: UserFactory) -> None:
+    alice = await make_user("alice")
+    assert (await alice.get("/api/v1/config")).status_code == 403
+    assert (await alice.post("/api/v1/config/import", json={})).status_code == 403
+
+
+async def test_import_into_a_new_cluster_then_again_changes_nothing(
+    admin: Client, make_user: UserFactory, settings: ManagerSettings, tmp_path: Path
+) -> None:
+    await _setup(admin, make_user)
+    doc = await _export(admin, password_hashes=True)
+    async with new_database(tmp_path, "second") as url:
+        other = create_app(settings.model_copy(update={
+            "data_dir": tmp_path / "second",
+            "database": settings.database.model_copy(update={"url": url})}))
+        async with other.router.lifespan_context(other), client_for(other) as anon:
+            creds = dict(line.split(": ", 1) for line in (
+                tmp_path / "second" / "admin-credentials").read_text().splitlines())
+            async with client_for(other, await login(anon, "admin", creds["password"])) as adm:
+                first = (await adm.post("/api/v1/config/import", json=doc)).json()
+                assert first["sections"]["users"] == {"created": 2, "updated": 1,
+                                                      "unchanged": 0}
+                assert first["sections"]["policies"]["created"] == 1
+                assert first["notes"] == []
+                again = (await adm.post("/api/v1/config/import", json=doc)).json()
+                assert all(s["created"] == s["updated"] == 0
+                           for s in again["sections"].values())
+                # alice's hash came along: her password works on the new cluster
+                await login(anon, "alice", "password-alice")
+                moved = await _export(adm)
+        assert moved["policies"] == doc["policies"] and moved["aliases"] == doc["aliases"]
+
+
+async def test_a_bad_entry_names_itself_and_nothing_is_written(
+    app: FastAPI, admin: Client, make_user: UserFactory
+) -> None:
+    await _setup(admin, make_user)
+    before = await _export(admin)
+    doc = {"policies": [{"name": "new-one", "max_sessions": 2}],
+           "users": [{"username": "carol", "policy": "new-one"},
+                     {"username": "dave", "policy": "nope"}]}
+    r = await admin.post("/api/v1/config/import", json=doc)
+    assert r.status_code == 422
+    assert r.json()["field"] == "users.1.policy"
+    assert "no policy named 'nope'" in r.json()["message"]
+    after = await _export(admin)
+    assert after["policies"] == before["policies"] and after["users"] == before["users"]
+
+    for bad, field in [
+        ({"users": [{"username": "Bad Name"}]}, "users.0.username"),
+        ({"users": [{"username": "eve", "password_hash": "plain"}]}, "users.0.password_hash"),
+        ({"users": [{"username": "eve", "colour": "red"}]}, "users.0.colour"),
+        ({"aliases": [{"name": "x", "reference": "not a ref"}]}, "aliases.0.reference"),
+        ({"aliases": [{"name": "x", "reference": "a:1"}, {"name": "x", "reference": "b:1"}]},
+         "aliases.1"),
+        ({"images": [{"name": "a:1", "owner": "nobody"}]}, "images.0.owner"),
+        ({"version": 2}, "version"),
+        ({"users": [{"username": "admin", "role": "user"}]}, "users"),
+    ]:
+        r = await admin.post("/api/v1/config/import", json=bad)
+        assert r.status_code == 422, (bad, r.text)
+        assert r.json()["field"] == field, (bad, r.json())
+    final = await _export(admin)
+    assert {**final, "exported_at": None} == {**after, "exported_at": None}
+
+
+async def test_dry_run_counts_and_changes_nothing(admin: Client, make_user: UserFactory) -> None:
+    await _setup(admin, make_user)
+    doc = {"users": [{"username": "zed"}], "aliases": [{"name": "py", "reference": "python:3.12"}]}
+    r = await admin.post("/api/v1/config/import", json=doc, params={"dry_run": True})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["dry_run"] is True
+    assert body["sections"]["users"]["created"] == 1
+    assert body["sections"]["aliases"]["updated"] == 1
+    assert "cannot log in until an admin sets one: zed" in body["notes"][0]
+    assert "zed" not in {u["username"] for u in (await _export(admin))["users"]}
+    assert (await _export(admin))["aliases"][0]["reference"] == "python:3.11"

@@ -1,0 +1,109 @@
+"""systemd units: what `gpuslice service install` writes, checked by `systemd-analyze verify`."""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from gpuslice.ops import systemd
+
+GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
+needs_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
+                                   reason="systemd-analyze not installed (tools/host-setup.sh)")
+
+
+def _verify(unit_text: str, tmp_path: Path, name: str) -> None:
+    unit = tmp_path / name
+    unit.write_text(unit_text)
+    done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
+                          text=True, timeout=60, check=False)
+    # warnings (an unknown key or value) go to stderr with exit code 0: none allowed either
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+
+
+def _spec(part: systemd.Part, **values: object) -> systemd.UnitSpec:
+    return systemd.UnitSpec(part, systemd.executable(), **values)  # type: ignore[arg-type]
+
+
+@needs_analyze
+def test_the_manager_unit_is_valid(tmp_path: Path) -> None:
+    config = tmp_path / "manager 1.toml"
+    config.write_text("")
+    spec = _spec("manager", config=config, after=("postgresql.service",),
+                 serve_args=("--host", "0.0.0.0", "--port", "8080"))
+    text = systemd.render(spec)
+    _verify(text, tmp_path, spec.name)
+    assert "After=network-online.target postgresql.service" in text
+    assert f'--config "{config}" --host 0.0.0.0 --port 8080' in text
+    for line in ("Restart=on-failure", f"LimitNOFILE={systemd.LIMIT_NOFILE}",
+                 "EnvironmentFile=-/etc/gpuslice/manager.env", "WantedBy=multi-user.target"):
+        assert line in text.splitlines()
+
+
+@needs_analyze
+def test_the_agent_unit_of_another_user_is_valid(tmp_path: Path) -> None:
+    user = pwd.getpwuid(os.getuid()).pw_name
+    spec = _spec("agent", user=user, groups=("docker",), after=("docker.service",),
+                 serve_args=("--weird", "50%", "a$b"))
+    text = systemd.render(spec)
+    _verify(text, tmp_path, spec.name)
+    assert "After=network-online.target docker.service" in text
+    assert "SupplementaryGroups=docker" in text
+    assert "--weird 50%% a$$b" in text  # systemd's specifier and variable escapes
+
+
+def test_install_writes_the_unit_and_a_private_env_file_then_starts_it(tmp_path: Path) -> None:
+    calls: list[Sequence[str]] = []
+    spec = _spec("agent", env_dir=tmp_path / "etc")
+    unit = systemd.install(spec, calls.append, unit_dir=tmp_path / "units")
+    assert unit.read_text() == systemd.render(spec)
+    assert oct(spec.env_file.stat().st_mode & 0o777) == "0o600"
+    assert "GPUSLICE_AGENT_MANAGER_URL" in spec.env_file.read_text()
+    assert calls == [["systemctl", "daemon-reload"],
+                     ["systemctl", "enable", "--now", "gpuslice-agent.service"]]
+    spec.env_file.write_text("GPUSLICE_AGENT_JOIN_TOKEN=kept\n")
+    systemd.install(spec, calls.append, unit_dir=tmp_path / "units")  # again: env file kept
+    assert spec.env_file.read_text() == "GPUSLICE_AGENT_JOIN_TOKEN=kept\n"
+    calls.clear()
+    assert systemd.uninstall("agent", calls.append, unit_dir=tmp_path / "units") == unit
+    assert not unit.exists() and spec.env_file.exists()
+    assert calls == [["systemctl", "disable", "--now", "gpuslice-agent.service"],
+                     ["systemctl", "daemon-reload"]]
+    assert systemd.uninstall("agent", calls.append, unit_dir=tmp_path / "units") is None
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
+    return subprocess.run([GPUSLICE, "service", *args], capture_output=True, text=True,
+                          timeout=60, check=False, env=env)
+
+
+@pytest.mark.skipif(systemd.systemd_running(), reason="this machine runs systemd")
+def test_without_systemd_it_says_so_and_prints_the_unit() -> None:
+    done = _cli("install", "manager", "--", "--port", "9000")
+    assert done.returncode == 1
+    assert done.stderr.startswith("systemd is not running on this machine: nothing installed")
+    assert done.stdout.startswith("# Written by `gpuslice service install`")
+    assert "manager serve --port 9000" in done.stdout
+    printed = _cli("install", "agent", "--print")
+    assert printed.returncode == 0 and "agent serve" in printed.stdout
+
+
+def test_bad_input_is_one_line(tmp_path: Path) -> None:
+    for args, message in [
+        (("install", "scheduler"), "error: PART: 'scheduler' is not a part; use manager or agent"),
+        (("install", "manager", "--user", "no-such-user-x", "--print"),
+         "error: --user: there is no user 'no-such-user-x' on this machine"),
+        (("install", "agent", "--config", str(tmp_path / "none.toml"), "--print"),
+         f"error: --config: agent config {tmp_path / 'none.toml'} does not exist"),
+    ]:
+        done = _cli(*args)
+        assert done.returncode != 0 and done.stderr.startswith(message), done.stderr
+        assert "Traceback" not in done.stderr
