@@ -144,7 +144,7 @@ class Agent:
             except NotRegistered:
                 raise
             except LinkError as err:
-                if err.status in (400, 401, 403, 404, 422):
+                if err.status in (400, 401, 403, 404, 409, 422):
                     raise
                 self.say(f"agent: manager not reachable yet ({err}); retrying")
                 await _sleep_or_stop(stop, delay)

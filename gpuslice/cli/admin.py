@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import secrets
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -19,6 +19,9 @@ from gpuslice.cli.output import (
     table,
 )
 from gpuslice.client import Client
+
+if TYPE_CHECKING:
+    from gpuslice.common.schemas.agents import JoinTokenCreated
 from gpuslice.common.resources import parse_cpu, parse_fgpu, parse_mem
 
 app = typer.Typer(help="Users, policies and join tokens (admins).", no_args_is_help=True)
@@ -131,18 +134,27 @@ def policy_list(as_json: JsonOpt = False) -> None:
 @friendly
 def join_token_create(
     name: Annotated[str, typer.Option(help="What the token is for.")] = "agent",
-    hours: Annotated[int, typer.Option(help="Valid for this many hours.")] = 24,
+    hours: Annotated[int, typer.Option(help="Valid for this many hours.")] = 1,
+    node: Annotated[str | None, typer.Option(help="Only a node of this name may use it.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """A join token for `gpuslice agent serve` on a new node (shown once)."""
+    """A single-use join token for `gpuslice agent serve` on a new node (shown once)."""
     with Client.from_config() as client:
-        token = client.create_join_token(name, hours)
+        token = client.create_join_token(name, hours, node=node)
         url = client.url
+    print_join_token(token, url, hours, as_json)
+
+
+def print_join_token(token: JoinTokenCreated, url: str, hours: int, as_json: bool) -> None:
+    """The token and the command that uses it (`admin token create`, `node rekey`)."""
     if as_json:
-        print_json(token.model_dump(mode="json") | {"status": "active"})
+        print_json(token.model_dump(mode="json"))
         return
-    console.print(f"join token (shown once, valid {hours}h): {token.token}", markup=False)
-    console.print(f"on the node: GPUSLICE_AGENT_MANAGER_URL={url} "
+    what = f"node {token.node}" if token.node else "one node"
+    console.print(f"join token for {what} (shown once, single use, valid {hours}h): "
+                  f"{token.token}", markup=False)
+    name = f"GPUSLICE_AGENT_NODE_NAME={token.node} " if token.node else ""
+    console.print(f"on the node: GPUSLICE_AGENT_MANAGER_URL={url} {name}"
                   f"GPUSLICE_AGENT_JOIN_TOKEN={token.token} gpuslice agent serve", markup=False)
 
 

@@ -19,7 +19,7 @@ from gpuslice.client.config import ClientConfig, load_config
 from gpuslice.client.errors import ApiError
 
 if TYPE_CHECKING:
-    from gpuslice.common.schemas.agents import JoinTokenCreated, NodePublic
+    from gpuslice.common.schemas.agents import JoinTokenCreated, JoinTokenPublic, NodePublic
     from gpuslice.common.schemas.common import Page
     from gpuslice.common.schemas.images import (
         ImageAliasPublic,
@@ -236,9 +236,28 @@ class Client:
     def list_nodes(self) -> list[NodePublic]:
         return self._call("GET", "/nodes", list[schemas.agents.NodePublic])
 
-    def create_join_token(self, name: str, expires_in_hours: int | None = 24) -> JoinTokenCreated:
-        body = {"name": name, "expires_in_hours": expires_in_hours}
+    def create_join_token(
+        self, name: str, expires_in_hours: int = 1, *, node: str | None = None,
+        rekey: bool = False,
+    ) -> JoinTokenCreated:
+        """A single-use join token; ``node`` binds it to that node name, ``rekey`` lets it
+        replace that existing node's credential."""
+        body = {"name": name, "expires_in_hours": expires_in_hours, "node": node, "rekey": rekey}
         return self._call("POST", "/join-tokens", schemas.agents.JoinTokenCreated, json=body)
+
+    def list_join_tokens(self) -> list[JoinTokenPublic]:
+        return self._call("GET", "/join-tokens", list[schemas.agents.JoinTokenPublic])
+
+    def find_node(self, ref: str) -> NodePublic:
+        for node in self.list_nodes():
+            if ref in (node.name, node.id):
+                return node
+        raise ApiError(f"no node named '{ref}'", status=404, code="not_found")
+
+    def revoke_node(self, ref: str) -> NodePublic:
+        """Refuse a node's credential from now on and end its sessions (admins)."""
+        node = self.find_node(ref)
+        return self._call("POST", f"/nodes/{node.id}/revoke", schemas.agents.NodePublic)
 
     def create_user(self, username: str, password: str, role: str = "user") -> UserPublic:
         body = {"username": username, "password": password, "role": role}

@@ -10,8 +10,9 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 
 from fastapi import APIRouter, FastAPI
+from starlette.types import Scope
 
-from gpuslice.manager.api import errors
+from gpuslice.manager.api import edge, errors
 from gpuslice.manager.api.routes import (
     agents,
     auth,
@@ -27,6 +28,7 @@ from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
 from gpuslice.manager.services import channel
+from gpuslice.manager.services.nodes import registration
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.users import ensure_admin
@@ -34,6 +36,8 @@ from gpuslice.manager.settings import ManagerSettings
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
+# Every API router, in the order they are matched (the edge learns their routes from here).
+ROUTES = (health, auth, users, policies, sessions, images, nodes, agents)
 # Requests are purged this long after their expiry (their waiter died with its manager).
 _REQUEST_GRACE = timedelta(minutes=1)
 
@@ -52,11 +56,22 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     )
     app.state.settings = settings
     errors.install(app)
+    routers = [module.router for module in ROUTES]
+    app.add_middleware(
+        edge.Edge, limits=settings.limits, routers=[(API_PREFIX, r) for r in routers],
+        node_credential=_is_node,
+    )
     api = APIRouter(prefix=API_PREFIX)
-    for module in (health, auth, users, policies, sessions, images, nodes, agents):
-        api.include_router(module.router)
+    for router in routers:
+        api.include_router(router)
     app.include_router(api)
     return app
+
+
+async def _is_node(scope: Scope, secret: str) -> bool:
+    """Whether ``secret`` is a node's credential (the edge lets nodes send larger bodies)."""
+    async with scope["app"].state.sessionmaker() as db:
+        return await registration.is_node_credential(db, secret)
 
 
 @asynccontextmanager

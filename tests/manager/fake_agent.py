@@ -85,7 +85,8 @@ class FakeAgent:
     async def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # a test that revoked or re-keyed this node has seen its loop end with a 401
+            with contextlib.suppress(asyncio.CancelledError, httpx.HTTPStatusError):
                 await self._task
         await self.client.aclose()
 

@@ -10,6 +10,7 @@ from typing import Annotated
 from pydantic import BaseModel, Field, field_validator
 
 from gpuslice.common.schemas.common import Number, ResourcesIn, ResourcesPublic
+from gpuslice.common.text import Line
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -55,7 +56,7 @@ class SessionCreate(BaseModel):
 
     image: str = Field(min_length=1, max_length=255, description="Image name, e.g. `torch:2.3`.")
     resources: ResourcesIn = Field(default_factory=ResourcesIn)
-    gpu_model: str | None = Field(
+    gpu_model: Line | None = Field(
         default=None, max_length=128, description="Only place on GPUs of this model."
     )
     count: int = Field(default=1, ge=1, le=MAX_COUNT, description="How many identical sessions.")
@@ -99,7 +100,7 @@ class SessionCreate(BaseModel):
 class SessionDestroy(BaseModel):
     """Destroy several sessions at once."""
 
-    ids: list[str] = Field(min_length=1, max_length=1000)
+    ids: list[Annotated[str, Field(max_length=64)]] = Field(min_length=1, max_length=1000)
 
 
 class AllocationPublic(BaseModel):

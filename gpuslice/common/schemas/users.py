@@ -8,6 +8,7 @@ from enum import StrEnum
 from pydantic import BaseModel, Field
 
 from gpuslice.common.schemas.common import CpuIn, FgpuIn, MemIn, Number
+from gpuslice.common.text import Line
 
 _USERNAME = r"^[a-z_][a-z0-9_.-]{0,63}$"
 
@@ -18,7 +19,7 @@ class Role(StrEnum):
 
 
 class LoginRequest(BaseModel):
-    username: str = Field(min_length=1, max_length=64)
+    username: Line = Field(min_length=1, max_length=64)
     password: str = Field(min_length=1, max_length=1024)
 
 
@@ -31,7 +32,7 @@ class TokenPublic(BaseModel):
 
 
 class ApiTokenCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=64)
+    name: Line = Field(min_length=1, max_length=64)
     expires_in_days: int | None = Field(
         default=None, ge=1, le=3650, description="Omit for a token that lasts until revoked."
     )
@@ -76,7 +77,7 @@ class UserPublic(BaseModel):
 class PolicyCreate(BaseModel):
     """Limits on what one user's allocated sessions may hold together; omit a field = no limit."""
 
-    name: str = Field(min_length=1, max_length=64)
+    name: Line = Field(min_length=1, max_length=64)
     max_sessions: int | None = Field(default=None, ge=0, le=100_000)
     max_gpu: FgpuIn | None = None
     max_cpu: CpuIn | None = None

@@ -20,6 +20,7 @@ from gpuslice.common.schemas.sessions import (
     StatusChange,
 )
 from gpuslice.common.schemas.users import Role
+from gpuslice.common.text import scrub
 from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, StatusHistory, User
 from gpuslice.manager.errors import Forbidden, NotFound
 
@@ -109,7 +110,7 @@ def change_of(row: StatusHistory) -> StatusChange:
     return StatusChange(
         id=row.id, session_id=row.session_id,
         from_status=SessionStatus(row.from_status) if row.from_status else None,
-        status=SessionStatus(row.to_status), reason=row.reason, at=row.at,
+        status=SessionStatus(row.to_status), reason=scrub(row.reason), at=row.at,
     )
 
 
@@ -126,11 +127,14 @@ def to_public(
             node_id=row.node_id, node_name=node_name,
             devices=[_slice(a) for a in row.allocations if a.released_at is None],
         )
+    # Stored text is answered as it is, but for what no answer can carry (text.scrub): one bad
+    # row must never break a listing.
     return SessionPublic(
-        id=row.id, name=row.name, owner_id=row.owner_id, owner=owner_name, image=row.image,
-        type=SessionType(row.type), command=row.command, env=row.env, priority=row.priority,
-        resources=ResourcesPublic.of(row.gpu, row.cpu, row.mem), gpu_model=row.gpu_model,
-        status=status, status_reason=row.status_reason,
+        id=row.id, name=scrub(row.name), owner_id=row.owner_id, owner=owner_name,
+        image=scrub(row.image), type=SessionType(row.type), command=scrub(row.command),
+        env=scrub(row.env), priority=row.priority,
+        resources=ResourcesPublic.of(row.gpu, row.cpu, row.mem), gpu_model=scrub(row.gpu_model),
+        status=status, status_reason=scrub(row.status_reason),
         wait_code=row.wait_code if status is SessionStatus.PENDING else None,
         queue_position=row.queue_position if status is SessionStatus.PENDING else None,
         result=SessionResult(row.result) if row.result else None, exit_code=row.exit_code,
