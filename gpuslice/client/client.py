@@ -25,6 +25,7 @@ if TYPE_CHECKING:
         ImageAliasPublic,
         ImagePublic,
         ImageRescan,
+        ImageUpdated,
         SessionCommitResult,
     )
     from gpuslice.common.schemas.sessions import (
@@ -183,8 +184,9 @@ class Client:
     def delete_image_alias(self, name: str) -> None:
         self._call("DELETE", f"/images/aliases/{name}", None)
 
-    def publish_image(self, reference: str, public: bool = True) -> ImagePublic:
-        return self._call("PATCH", f"/images/{reference}", schemas.images.ImagePublic,
+    def publish_image(self, reference: str, public: bool = True) -> ImageUpdated:
+        """Make an image public (or private again); ``exposes`` says what publishing exposes."""
+        return self._call("PATCH", f"/images/{reference}", schemas.images.ImageUpdated,
                           json={"public": public})
 
     def remove_image(self, reference: str) -> None:
