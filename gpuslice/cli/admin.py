@@ -85,6 +85,10 @@ def policy_set(
     max_private_images: Annotated[
         int | None, typer.Option(help="Private images (session commits) at once.")
     ] = None,
+    max_pending: Annotated[
+        int | None, typer.Option(help="PENDING sessions waiting at once (default: the "
+                                      "manager's sessions.max_pending).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Set a user's quota (limits left out are unlimited)."""
@@ -98,9 +102,11 @@ def policy_set(
         raise CliError("--max-sessions: must be zero or more", 2)
     if max_private_images is not None and max_private_images < 0:
         raise CliError("--max-private-images: must be zero or more", 2)
+    if max_pending is not None and max_pending < 0:
+        raise CliError("--max-pending: must be zero or more", 2)
     limits = {"max_gpu": max_gpu, "max_cpu": max_cpu, "max_mem": max_mem,
               "max_sessions": max_sessions, "max_priority": max_priority,
-              "max_private_images": max_private_images}
+              "max_private_images": max_private_images, "max_pending": max_pending}
     with Client.from_config() as client:
         policy = client.set_user_policy(username, **limits)
     if as_json:

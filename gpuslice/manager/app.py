@@ -27,7 +27,7 @@ from gpuslice.manager.db import migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
-from gpuslice.manager.services import channel
+from gpuslice.manager.services import channel, retention
 from gpuslice.manager.services.nodes import registration
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
@@ -40,6 +40,8 @@ API_PREFIX = "/api/v1"
 ROUTES = (health, auth, users, policies, sessions, images, nodes, agents)
 # Requests are purged this long after their expiry (their waiter died with its manager).
 _REQUEST_GRACE = timedelta(minutes=1)
+# Seconds between retention passes (each purges a bounded batch).
+RETENTION_INTERVAL = 300.0
 
 
 def create_app(settings: ManagerSettings) -> FastAPI:
@@ -119,11 +121,18 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         async with sessionmaker() as db:
             await channel.purge(db, _REQUEST_GRACE)
 
+    async def forget() -> None:
+        await retention.purge(
+            sessionmaker, settings.sessions.retention_days, settings.auth.login_window
+        )
+
     scheduler = supervise(
         "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler
     )
     sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval)
+    purger = supervise("retention", forget, interval=RETENTION_INTERVAL)
     return [
         asyncio.create_task(scheduler, name="gpuslice-scheduler"),
         asyncio.create_task(sweeper, name="gpuslice-node-sweep"),
+        asyncio.create_task(purger, name="gpuslice-retention"),
     ]

@@ -153,6 +153,9 @@ class SessionPublic(BaseModel):
     placement: PlacementPublic | None
     created_at: datetime
     updated_at: datetime
+    purged_at: datetime | None = Field(
+        default=None, description="When retention purged its kept logs and environment."
+    )
     history: list[StatusChange] | None = Field(
         default=None, description="Every status change (in single-session answers)."
     )
@@ -176,3 +179,6 @@ class SessionLogs(BaseModel):
     session_id: str
     logs: str
     truncated: bool = False
+    purged: bool = Field(
+        default=False, description="The kept logs were purged (sessions.retention_days)."
+    )

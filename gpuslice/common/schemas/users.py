@@ -86,6 +86,10 @@ class PolicyCreate(BaseModel):
     max_private_images: int | None = Field(
         default=None, ge=0, le=100_000, description="Private images (session commits) at once."
     )
+    max_pending: int | None = Field(
+        default=None, ge=0, le=100_000,
+        description="PENDING sessions waiting at once (omit: the manager's sessions.max_pending).",
+    )
 
 
 class PolicyUpdate(BaseModel):
@@ -97,6 +101,7 @@ class PolicyUpdate(BaseModel):
     max_mem: MemIn | None = None
     max_priority: int = Field(default=0, ge=-100, le=100)
     max_private_images: int | None = Field(default=None, ge=0, le=100_000)
+    max_pending: int | None = Field(default=None, ge=0, le=100_000)
 
 
 class PolicyPublic(BaseModel):
@@ -108,4 +113,5 @@ class PolicyPublic(BaseModel):
     max_mem: int | None
     max_priority: int
     max_private_images: int | None = None
+    max_pending: int | None = None
     created_at: datetime

@@ -58,7 +58,8 @@ def public(row: ResourcePolicy) -> PolicyPublic:
         max_gpu=None if row.max_gpu is None else fgpu_decimal(row.max_gpu),
         max_cpu=None if row.max_cpu is None else fgpu_decimal(row.max_cpu),
         max_mem=row.max_mem, max_priority=row.max_priority,
-        max_private_images=row.max_private_images, created_at=row.created_at,
+        max_private_images=row.max_private_images, max_pending=row.max_pending,
+        created_at=row.created_at,
     )
 
 

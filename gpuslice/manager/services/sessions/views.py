@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -58,8 +59,11 @@ async def list_sessions(
     name: str | None = None,
     limit: int = 100,
     offset: int = 0,
+    max_bytes: int | None = None,
 ) -> Page[SessionPublic]:
-    """Newest first; ``owner`` (an admin's filter) is a username or a user id, ``name`` exact."""
+    """Newest first; ``owner`` (an admin's filter) is a username or a user id, ``name`` exact.
+    With ``max_bytes``, the page stops early (at least one item) once its answer would pass
+    that size: continue from ``offset`` + the items returned."""
     where: list[ColumnElement[bool]] = []
     if statuses:
         where.append(SessionRow.status.in_(list(statuses)))
@@ -77,7 +81,8 @@ async def list_sessions(
     page = visible(_described(), viewer).where(*where)
     page = page.order_by(SessionRow.created_at.desc(), SessionRow.id.desc())
     rows = (await db.execute(page.limit(limit).offset(offset))).all()
-    items = [to_public(row, owner_name, node_name) for row, owner_name, node_name in rows]
+    items = [to_public(row, owner_name, node_name)
+             for row, owner_name, node_name in _within(rows, max_bytes)]
     await db.commit()
     return Page(items=items, total=total or 0, limit=limit, offset=offset)
 
@@ -139,8 +144,27 @@ def to_public(
         queue_position=row.queue_position if status is SessionStatus.PENDING else None,
         result=SessionResult(row.result) if row.result else None, exit_code=row.exit_code,
         placement=placement, created_at=row.created_at, updated_at=row.updated_at,
-        history=history,
+        purged_at=row.purged_at, history=history,
     )
+
+
+def _within(rows: Sequence[Any], max_bytes: int | None) -> Sequence[Any]:
+    if max_bytes is None:
+        return rows
+    size = 0
+    for count, (row, *_names) in enumerate(rows):
+        size += _answer_bytes(row)
+        if size > max_bytes and count > 0:
+            return rows[:count]
+    return rows
+
+
+def _answer_bytes(row: SessionRow) -> int:
+    # An upper estimate of one item in a JSON answer: its free text (each character at most
+    # six bytes escaped) and the fixed fields around it.
+    text = [row.name, row.image, row.status_reason, *(row.command or ()), *row.env.keys(),
+            *row.env.values()]
+    return 1024 + 256 * len(row.allocations) + 6 * sum(len(t) for t in text)
 
 
 def _described() -> Select:  # type: ignore[type-arg]
