@@ -28,6 +28,7 @@ from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
 from gpuslice.manager.services import channel, retention
+from gpuslice.manager.services.login_throttle import LoginThrottle
 from gpuslice.manager.services.nodes import registration
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
@@ -57,6 +58,7 @@ def create_app(settings: ManagerSettings) -> FastAPI:
         responses=errors.ERROR_RESPONSES,
     )
     app.state.settings = settings
+    app.state.login_throttle = LoginThrottle.of(settings.auth)
     errors.install(app)
     routers = [module.router for module in ROUTES]
     app.add_middleware(

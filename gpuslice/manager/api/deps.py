@@ -15,6 +15,7 @@ from gpuslice.manager.errors import Forbidden, Unauthorized
 from gpuslice.manager.events import Hub
 from gpuslice.manager.services import auth
 from gpuslice.manager.services.channel import Channel
+from gpuslice.manager.services.login_throttle import LoginThrottle
 from gpuslice.manager.services.nodes.registration import authenticate_node
 from gpuslice.manager.services.sessions.views import get_visible
 from gpuslice.manager.settings import ManagerSettings
@@ -43,11 +44,16 @@ def _channel(request: Request) -> Channel:
     return request.app.state.channel
 
 
+def _throttle(request: Request) -> LoginThrottle:
+    return request.app.state.login_throttle
+
+
 DbDep = Annotated[AsyncSession, Depends(_db)]
 SettingsDep = Annotated[ManagerSettings, Depends(_settings)]
 HubDep = Annotated[Hub, Depends(_hub)]
 SessionmakerDep = Annotated[async_sessionmaker[AsyncSession], Depends(_sessionmaker)]
 ChannelDep = Annotated[Channel, Depends(_channel)]
+ThrottleDep = Annotated[LoginThrottle, Depends(_throttle)]
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 

@@ -17,6 +17,7 @@ from gpuslice.manager.security import (
     token_digest,
     verify_password,
 )
+from gpuslice.manager.services.login_throttle import LoginThrottle
 
 # A token's last use is written at most this often, so reads do not become writes.
 _TOUCH_EVERY = timedelta(minutes=1)
@@ -28,13 +29,20 @@ _DUMMY_HASH = (
 
 
 async def login(
-    db: AsyncSession, username: str, password: str, ttl: float
+    db: AsyncSession, username: str, password: str, ttl: float, throttle: LoginThrottle,
+    address: str | None,
 ) -> tuple[str, ApiToken]:
-    """Check the password; a new login token (the secret and its row)."""
+    """Check the password (unless the username or the address is throttled: 429 first, no
+    hash computed); a new login token (the secret and its row)."""
+    await throttle.check(db, username, address)
     user = await db.scalar(select(User).where(User.username == username))
-    ok = await verify_password(user.password_hash if user else _DUMMY_HASH, password)
+    await db.commit()  # no transaction held while the hash runs (or waits for its turn)
+    async with throttle.slots:
+        ok = await verify_password(user.password_hash if user else _DUMMY_HASH, password)
     if user is None or not ok or not user.is_active:
+        await throttle.failed(db, username, address)
         raise Unauthorized("wrong username or password", code="bad_credentials")
+    await throttle.succeeded(db, username)
     token = new_token(USER_TOKEN_PREFIX)
     row = ApiToken(
         user_id=user.id, kind="login", name="login", token_hash=token_digest(token),

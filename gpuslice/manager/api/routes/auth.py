@@ -1,7 +1,8 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Request, status
 
+from gpuslice.common.schemas.errors import ErrorBody
 from gpuslice.common.schemas.users import (
     ApiTokenCreate,
     ApiTokenCreated,
@@ -10,16 +11,28 @@ from gpuslice.common.schemas.users import (
     TokenPublic,
     UserPublic,
 )
-from gpuslice.manager.api.deps import CurrentToken, CurrentUser, DbDep, SettingsDep
+from gpuslice.manager.api.deps import (
+    CurrentToken,
+    CurrentUser,
+    DbDep,
+    SettingsDep,
+    ThrottleDep,
+)
 from gpuslice.manager.services import auth, users
 
 router = APIRouter(prefix="/auth", tags=["auth"])
 
 
-@router.post("/login")
-async def login(body: LoginRequest, db: DbDep, settings: SettingsDep) -> TokenPublic:
-    """Exchange a username and password for a bearer token that expires."""
-    token, row = await auth.login(db, body.username, body.password, settings.auth.login_token_ttl)
+@router.post("/login", responses={429: {"model": ErrorBody}})
+async def login(
+    body: LoginRequest, request: Request, db: DbDep, settings: SettingsDep, throttle: ThrottleDep
+) -> TokenPublic:
+    """Exchange a username and password for a bearer token that expires. After too many failed
+    logins for the username or from the client's address, 429 with `Retry-After` (seconds)."""
+    address = request.client.host if request.client else None
+    token, row = await auth.login(
+        db, body.username, body.password, settings.auth.login_token_ttl, throttle, address
+    )
     return TokenPublic(access_token=token, expires_at=row.expires_at)
 
 
