@@ -89,6 +89,10 @@ class Agent:
             self.accelerator = found.accelerator
             self.say(f"agent {self.settings.node_name}: {found.message}")
         accelerator = self.accelerator
+        # The node's credential and the sessions' files are here: the agent's alone (dockerd
+        # reads the bind mounts as root; sessions see only their own mounts).
+        self.settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.settings.data_dir.chmod(0o700)
         self.usage_collector = UsageCollector(self.settings, self.runtime, accelerator)
         self.sessions = SessionActions(
             self.settings, self.runtime, self.link, self._spec_options(accelerator), self.say,

@@ -54,6 +54,25 @@ def user_create(
         console.print(f"password: {password}", markup=False)
 
 
+@user_app.command("password")
+@friendly
+def user_password(
+    username: str,
+    password: Annotated[str | None, typer.Option(help="Default: generated, printed.")] = None,
+    keep_api_tokens: Annotated[bool, typer.Option(
+        "--keep-api-tokens", help="Keep the user's API tokens working.")] = False,
+) -> None:
+    """Reset a user's password: their logins end (API tokens too, unless kept)."""
+    generated = password is None
+    password = password or secrets.token_urlsafe(12)
+    with Client.from_config() as client:
+        user = client.reset_password(username, password, keep_api_tokens=keep_api_tokens)
+    ended = "logins" if keep_api_tokens else "logins and API tokens"
+    console.print(f"new password for {user.username}; their {ended} ended", markup=False)
+    if generated:
+        console.print(f"password: {password}", markup=False)
+
+
 @user_app.command("list")
 @friendly
 def user_list(as_json: JsonOpt = False) -> None:

@@ -93,6 +93,12 @@ class Client:
         body = {"name": name, "expires_in_days": expires_in_days}
         return self._call("POST", "/auth/tokens", schemas.users.ApiTokenCreated, json=body)
 
+    def change_password(self, current: str, new: str, *, keep_api_tokens: bool = False) -> None:
+        """Change one's own password; every other login ends (API tokens too unless kept)."""
+        body = {"current_password": current, "new_password": new,
+                "keep_api_tokens": keep_api_tokens}
+        self._call("POST", "/auth/password", None, json=body)
+
     def list_tokens(self) -> list[ApiTokenPublic]:
         return self._call("GET", "/auth/tokens", list[schemas.users.ApiTokenPublic])
 
@@ -264,6 +270,14 @@ class Client:
     def create_user(self, username: str, password: str, role: str = "user") -> UserPublic:
         body = {"username": username, "password": password, "role": role}
         return self._call("POST", "/users", schemas.users.UserPublic, json=body)
+
+    def reset_password(
+        self, username: str, password: str, *, keep_api_tokens: bool = False
+    ) -> UserPublic:
+        """Set a user's password (admins); the user's logins end, API tokens too unless kept."""
+        user = self.find_user(username)
+        body = {"password": password, "keep_api_tokens": keep_api_tokens}
+        return self._call("PATCH", f"/users/{user.id}", schemas.users.UserPublic, json=body)
 
     def list_users(self) -> list[UserPublic]:
         return self._call("GET", "/users", list[schemas.users.UserPublic])

@@ -81,7 +81,9 @@ async def _is_node(scope: Scope, secret: str) -> bool:
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: ManagerSettings = app.state.settings
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    # Private: the SQLite database and the admin credentials live here.
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    settings.data_dir.chmod(0o700)
     hub = Hub()
     engine = make_engine(
         settings.database_url, pool_size=settings.database.pool_size, echo=settings.database.echo

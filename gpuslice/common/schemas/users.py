@@ -44,6 +44,7 @@ class ApiTokenPublic(BaseModel):
     created_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None
+    status: str = Field(default="active", description="active or expired.")
 
 
 class ApiTokenCreated(ApiTokenPublic):
@@ -57,8 +58,24 @@ class UserCreate(BaseModel):
     policy_id: str | None = None
 
 
+class PasswordChange(BaseModel):
+    """Change one's own password: every other login ends (API tokens too, unless kept)."""
+
+    current_password: str = Field(min_length=1, max_length=1024)
+    new_password: str = Field(min_length=8, max_length=1024)
+    keep_api_tokens: bool = Field(
+        default=False, description="Keep your API tokens working (scripts, the SDK)."
+    )
+
+
 class UserUpdate(BaseModel):
-    password: str | None = Field(default=None, min_length=8, max_length=1024)
+    password: str | None = Field(
+        default=None, min_length=8, max_length=1024,
+        description="A new password: the user's logins end (API tokens too, unless kept).",
+    )
+    keep_api_tokens: bool = Field(
+        default=False, description="With a new password: keep the user's API tokens working."
+    )
     role: Role | None = None
     is_active: bool | None = None
     policy_id: str | None = Field(default=None, description="Set to attach a policy.")

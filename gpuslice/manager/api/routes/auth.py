@@ -8,6 +8,7 @@ from gpuslice.common.schemas.users import (
     ApiTokenCreated,
     ApiTokenPublic,
     LoginRequest,
+    PasswordChange,
     TokenPublic,
     UserPublic,
 )
@@ -48,6 +49,18 @@ async def me(user: CurrentUser) -> UserPublic:
     return users.public(user)
 
 
+@router.post("/password", status_code=status.HTTP_204_NO_CONTENT,
+             responses={429: {"model": ErrorBody}})
+async def change_password(
+    body: PasswordChange, request: Request, db: DbDep, user: CurrentUser, token: CurrentToken,
+    throttle: ThrottleDep,
+) -> None:
+    """Change your password. Every other login ends; your API tokens too unless
+    `keep_api_tokens`. A wrong current password counts as a failed login (401, then 429)."""
+    address = request.client.host if request.client else None
+    await auth.change_password(db, user, token, body, throttle, address)
+
+
 @router.post("/tokens", status_code=status.HTTP_201_CREATED)
 async def create_token(body: ApiTokenCreate, db: DbDep, user: CurrentUser) -> ApiTokenCreated:
     """Create an API token; its secret is shown only in this answer."""
@@ -56,7 +69,7 @@ async def create_token(body: ApiTokenCreate, db: DbDep, user: CurrentUser) -> Ap
 
 @router.get("/tokens")
 async def list_tokens(db: DbDep, user: CurrentUser) -> list[ApiTokenPublic]:
-    """The caller's active API tokens (never their secrets)."""
+    """The caller's API tokens not revoked, each `active` or `expired` (never a secret)."""
     return await auth.list_api_tokens(db, user)
 
 
