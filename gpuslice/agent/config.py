@@ -97,6 +97,11 @@ class AgentSettings(BaseSettings):
     manager_url: str = Field(
         default="http://127.0.0.1:8080", description="Where the manager's API listens."
     )
+    ca_bundle: Path | None = Field(
+        default=None,
+        description="PEM CA certificates the manager's HTTPS certificate is checked against "
+        "(default: the system's and certifi's; SSL_CERT_FILE also works).",
+    )
     join_token: SecretStr | None = Field(
         default=None, description="Token from the manager to join the cluster (first start)."
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import ssl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -77,12 +78,18 @@ class ManagerLink:
         *,
         timeout: float = 10.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        ca_bundle: Path | None = None,
     ) -> None:
+        """``ca_bundle``: PEM CA certificates to check the manager's certificate against (an
+        https:// manager is always checked; without it, against the system's CAs)."""
         self.manager_url = manager_url.rstrip("/")
         self.data_dir = data_dir
         self.credential: Credential | None = None
+        verify: ssl.SSLContext | bool = True
+        if ca_bundle is not None:
+            verify = ssl.create_default_context(cafile=str(ca_bundle))
         self._http = httpx.AsyncClient(
-            base_url=self.manager_url, timeout=timeout, transport=transport
+            base_url=self.manager_url, timeout=timeout, transport=transport, verify=verify
         )
 
     async def close(self) -> None:

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from gpuslice.agent.accelerators import Accelerator, detect
 from gpuslice.agent.config import AgentSettings
@@ -68,7 +70,8 @@ class Agent:
         self.accelerator = accelerator
         self.runtime = DockerRuntime(node_name=settings.node_name, files_root=settings.data_dir,
                                      docker_url=settings.docker_url)
-        self.link = link or ManagerLink(settings.manager_url, settings.data_dir)
+        self.link = link or ManagerLink(settings.manager_url, settings.data_dir,
+                                        ca_bundle=settings.ca_bundle)
         self.desired: Assignments | None = None
         self._kick = asyncio.Event()
         self._busy: dict[str, asyncio.Task[None]] = {}  # session id -> its running work
@@ -105,6 +108,10 @@ class Agent:
                 f"agent {self.settings.node_name}: joined {self.link.manager_url} "
                 f"as node {credential.node_id}"
             )
+            if not _private_link(self.link.manager_url):
+                self.say("agent: warning: the link to the manager is plain HTTP; its "
+                         "credential and sessions' environment cross the network readable: "
+                         "serve the manager over HTTPS (README: \"TLS\")")
             loops = [
                 self._supervise("heartbeat", self._heartbeat_loop, stop),
                 self._supervise("assignments", self._assignment_loop, stop),
@@ -328,6 +335,20 @@ class Agent:
             user=self.settings.session_user,
             pids_limit=self.settings.pids_limit,
         )
+
+
+def _private_link(url: str) -> bool:
+    """HTTPS, or plain HTTP that never leaves this machine."""
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return True
+    host = parts.hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

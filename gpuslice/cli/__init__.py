@@ -1,9 +1,9 @@
 """The `gpuslice` command line (Typer + Rich), built on the SDK in `gpuslice.client`.
 
 One module per command group or top-level command, named after it: `session`, `image`, `node`,
-`admin`, `token`, `manager`, `agent`, `up`, `login`, `password`, `version`. `main` lists them (the entry
-point is `gpuslice.cli.main:app`), `output` is how they all print, `_lazy` loads them and
-`_serve` runs the long-lived ones.
+`admin`, `token`, `manager`, `agent`, `up`, `login`, `password`, `version`. `main` lists them
+(the entry point is `gpuslice.cli.main:app`), `output` is how they all print, `_lazy` loads them
+and `_serve` runs the long-lived ones.
 
 Imports: a command pays for what it uses, nothing else. People and scripts run `gpuslice --help`
 and `gpuslice session list --json` all the time, and Python spends most of a short command's
