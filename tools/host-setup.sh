@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs and starts what gpuslice needs on a Debian host, idempotently:
 #   Docker Engine (docker.io) and debootstrap (to build session images without a registry);
+#   iptables (the agent fences session networks with it) and iproute2; a C compiler (gcc: the
+#   agent builds its hard-cap shim with it when HAMi or MPS caps are on);
 #   with --postgres also PostgreSQL, with a `gpuslice` role and database for the test suite.
 # Runs as root, or through sudo.
 set -euo pipefail
@@ -21,6 +23,9 @@ log() { printf '[host-setup] %s\n' "$*"; }
 packages=()
 command -v dockerd >/dev/null 2>&1 || packages+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || packages+=(debootstrap)
+command -v iptables >/dev/null 2>&1 || packages+=(iptables)
+command -v ip >/dev/null 2>&1 || packages+=(iproute2)
+command -v cc >/dev/null 2>&1 || packages+=(gcc)
 if [ "$want_pg" = 1 ] && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
   packages+=(postgresql)
 fi

@@ -17,11 +17,13 @@ from pathlib import Path
 from typing import TypeVar
 
 import httpx
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from gpuslice.agent.config import AgentSettings
+from gpuslice.common import text
 from gpuslice.common.schemas.agents import (
     Answer,
+    Assignment,
     Assignments,
     Heartbeat,
     HeartbeatAck,
@@ -125,24 +127,29 @@ class ManagerLink:
     async def heartbeat(self, body: Heartbeat) -> HeartbeatAck:
         return await self._post(f"{API}/me/heartbeat", body, HeartbeatAck)
 
-    async def assignments(self, since: int | None, wait: float) -> Assignments:
+    async def assignments(
+        self, since: int | None, wait: float
+    ) -> tuple[Assignments, list[Unreadable]]:
+        """The node's assignments, and the sessions among them this agent cannot read (left
+        out: one bad session must not stop the node's others; the caller reports them)."""
         params: dict[str, float | int] = {"wait": wait}
         if since is not None:
             params["since"] = since
-        return await self._request(  # type: ignore[return-value]
+        raw = await self._request(
             "GET",
             f"{API}/me/assignments",
-            Assignments,
+            None,
             params=params,
             timeout=httpx.Timeout(10.0, read=wait + 15.0),
         )
+        return _assignments(raw)
 
     async def report(self, session_id: str, report: StateReport) -> str:
         answer = await self._request(
             "POST",
             f"{API}/me/sessions/{session_id}/state",
             None,
-            content=report.model_dump_json(),
+            content=_wire(report),
         )
         return str(answer.get("status", "")) if isinstance(answer, dict) else ""
 
@@ -150,7 +157,7 @@ class ManagerLink:
         """Answer one request (any kind). 404: the manager no longer awaits it (expired,
         answered, or not this node's); 422: the answer's kind is not the request's."""
         await self._request(
-            "PUT", f"{API}/me/requests/{request_id}", None, content=answer.model_dump_json()
+            "PUT", f"{API}/me/requests/{request_id}", None, content=_wire(answer)
         )
 
     async def session_call(
@@ -167,7 +174,7 @@ class ManagerLink:
 
     async def _post(self, path: str, body: BaseModel, model: type[M], *, auth: bool = True) -> M:
         answer = await self._request(
-            "POST", path, model, content=body.model_dump_json(), auth=auth
+            "POST", path, model, content=_wire(body), auth=auth
         )
         return answer  # type: ignore[return-value]
 
@@ -226,6 +233,41 @@ class ManagerLink:
                 out,
             )
         os.replace(tmp, path)
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A session in the assignments that does not fit the wire's schema."""
+
+    session_id: str
+    reason: str
+
+
+def _assignments(raw: object) -> tuple[Assignments, list[Unreadable]]:
+    body = raw if isinstance(raw, dict) else {}
+    sessions: list[Assignment] = []
+    unreadable: list[Unreadable] = []
+    for item in body.get("sessions") or []:
+        try:
+            sessions.append(Assignment.model_validate(item))
+        except ValidationError as err:
+            sid = item.get("session_id") if isinstance(item, dict) else None
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            log.error("session %s: its assignment cannot be read (%s)", sid, where)
+            if isinstance(sid, str) and sid:
+                unreadable.append(Unreadable(sid, f"the node could not read its assignment "
+                                                  f"({where}: {first.get('msg', 'invalid')})"))
+    answer = Assignments.model_validate({**body, "sessions": []})
+    answer.sessions = sessions
+    return answer, unreadable
+
+
+def _wire(body: BaseModel) -> str:
+    """``body`` as JSON the manager accepts: what a container printed may hold NUL, stray
+    control characters or undecodable bytes, which the manager's edge refuses; they become
+    U+FFFD (``common/text.py``), the rest is sent as it is."""
+    return json.dumps(text.clean_tree(body.model_dump(mode="json")))
 
 
 def _message(response: httpx.Response) -> str:

@@ -20,13 +20,17 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gpuslice.agent import capshim
 from gpuslice.agent.accelerators import Accelerator, detect
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import decide
 from gpuslice.agent.endpoint import SessionEndpoint
+from gpuslice.agent.isolation.firewall import FirewallError
+from gpuslice.agent.isolation.network import IsolationError, SessionNetwork, ipv6_available
 from gpuslice.agent.manager_link import (
     Credential,
     LinkError,
@@ -78,6 +82,7 @@ class Agent:
         self._heartbeat_now = asyncio.Event()  # images changed, or the manager asked (rescan)
         self._rescan: int | None = None
         self.usage_collector: UsageCollector | None = None  # made once the accelerator is known
+        self.network: SessionNetwork | None = None  # the fence, once set up (agent/isolation)
         self.endpoint = SessionEndpoint(
             settings.data_dir, data=self, link=self.link, user=settings.session_user
         )
@@ -97,12 +102,13 @@ class Agent:
         self.settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.settings.data_dir.chmod(0o700)
         self.usage_collector = UsageCollector(self.settings, self.runtime, accelerator)
-        self.sessions = SessionActions(
-            self.settings, self.runtime, self.link, self._spec_options(accelerator), self.say,
-            endpoint=self.endpoint,
-        )
         try:
             await self._wait_for_docker(stop)
+            self.network = await self._isolate()
+            self.sessions = SessionActions(
+                self.settings, self.runtime, self.link, self._spec_options(accelerator),
+                self.say, endpoint=self.endpoint, shim=await self._cap_shim(),
+            )
             credential = await self._connect(stop)
             self.say(
                 f"agent {self.settings.node_name}: joined {self.link.manager_url} "
@@ -129,6 +135,7 @@ class Agent:
             await self.requests.close()
         finally:
             await self.endpoint.stop()
+            await self._unfence()
             await self.link.close()
             await self.runtime.close()
             accelerator.close()
@@ -145,6 +152,31 @@ class Agent:
                 )
                 warned = True
             await _sleep_or_stop(stop, 1.0)
+
+    async def _isolate(self) -> SessionNetwork | None:
+        """The node's session network and its fence (``agent/isolation``), unless turned off."""
+        if self.settings.network.isolation == "off":
+            self.say("agent: network isolation is off: sessions share Docker's default bridge "
+                     "and can reach each other, the host and the manager")
+            return None
+        network = SessionNetwork(self.runtime, self.settings.node_name, self.settings.network,
+                                 self.settings.manager_url, say=self.say)
+        await network.start()
+        return network
+
+    async def _cap_shim(self) -> Path | None:
+        """The cap shim library, built once per node, when hard caps are on."""
+        if self.settings.hard_caps.mode == "none":
+            return None
+        return await asyncio.to_thread(capshim.build, self.settings.data_dir / "capshim")
+
+    async def _unfence(self) -> None:
+        if self.network is None:
+            return
+        try:
+            await self.network.stop()
+        except (DockerUnavailable, IsolationError, FirewallError) as err:
+            log.warning("taking the session network down: %s", err)
 
     async def _connect(self, stop: asyncio.Event) -> Credential:
         register = registration(self.settings)
@@ -205,8 +237,12 @@ class Agent:
     async def _assignment_loop(self, stop: asyncio.Event) -> None:
         version = None
         while not stop.is_set():
-            desired = await self.link.assignments(version, LONG_POLL_S)
+            desired, unreadable = await self.link.assignments(version, LONG_POLL_S)
             version = desired.version
+            for bad in unreadable:  # never started; the manager hears why
+                with contextlib.suppress(LinkError):
+                    await self.sessions.report(bad.session_id, StateReport(
+                        status=SessionStatus.ERROR, reason=bad.reason[:2000]))
             self.desired = desired
             self._kick.set()
             self.requests.take(desired.requests)  # each delivered in this answer only
@@ -334,6 +370,8 @@ class Agent:
             devices={d.uuid: DeviceInfo(d.model, d.memory) for d in accelerator.devices()},
             user=self.settings.session_user,
             pids_limit=self.settings.pids_limit,
+            network=self.network.name if self.network is not None else None,
+            ipv6_off=ipv6_available(),
         )
 
 

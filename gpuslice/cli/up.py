@@ -66,6 +66,7 @@ class UpOptions:
 
 async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], None]) -> None:
     from gpuslice.agent.config import AgentSettings, MockGpu
+    from gpuslice.agent.isolation.network import IsolationError
     from gpuslice.agent.service import Agent
     from gpuslice.manager.app import create_app
     from gpuslice.manager.server import ManagerServer
@@ -111,8 +112,11 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
             return_when=asyncio.FIRST_COMPLETED,
         )
         for task in done:
-            if task is not serving and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+            failure = task.exception() if task is not serving else None
+            if isinstance(failure, IsolationError):
+                raise CliError(str(failure))
+            if failure is not None:
+                raise failure
     finally:
         say("stopping (session containers keep running)")
         stop.set()
