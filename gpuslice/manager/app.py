@@ -28,7 +28,7 @@ from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
 from gpuslice.manager.services import channel, retention
-from gpuslice.manager.services.login_throttle import LoginThrottle
+from gpuslice.manager.services.login_throttle import LoginThrottle, too_many
 from gpuslice.manager.services.nodes import registration
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
@@ -37,6 +37,7 @@ from gpuslice.manager.settings import ManagerSettings
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
+LOGIN_PATH = f"{API_PREFIX}/auth/login"
 # Every API router, in the order they are matched (the edge learns their routes from here).
 ROUTES = (health, auth, users, policies, sessions, images, nodes, agents)
 # Requests are purged this long after their expiry (their waiter died with its manager).
@@ -58,18 +59,31 @@ def create_app(settings: ManagerSettings) -> FastAPI:
         responses=errors.ERROR_RESPONSES,
     )
     app.state.settings = settings
-    app.state.login_throttle = LoginThrottle.of(settings.auth)
     errors.install(app)
     routers = [module.router for module in ROUTES]
     app.add_middleware(
         edge.Edge, limits=settings.limits, routers=[(API_PREFIX, r) for r in routers],
-        node_credential=_is_node,
+        node_credential=_is_node, gate=_login_gate,
     )
     api = APIRouter(prefix=API_PREFIX)
     for router in routers:
         api.include_router(router)
     app.include_router(api)
     return app
+
+
+def _login_gate(scope: Scope) -> edge.Refused | None:
+    """A login from an address this manager found flooding is refused before it is read."""
+    throttle = getattr(scope["app"].state, "login_throttle", None)
+    client = scope.get("client")
+    if throttle is None or client is None or scope["path"] != LOGIN_PATH:
+        return None
+    left = throttle.gate(client[0])
+    if left is None:
+        return None
+    message, wait = too_many(True, left)
+    return edge.Refused(429, "too_many_requests", message,
+                        headers={"Retry-After": str(wait)})
 
 
 async def _is_node(scope: Scope, secret: str) -> bool:
@@ -91,6 +105,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     sessionmaker = make_sessionmaker(engine, hub)
     app.state.hub, app.state.engine, app.state.sessionmaker = hub, engine, sessionmaker
     app.state.channel = channel.Channel(sessionmaker, hub, settings.nodes.assignment_poll)
+    app.state.login_throttle = LoginThrottle.of(settings.auth)
     try:
         if settings.database.migrate_on_start:
             await migrate.upgrade(engine)
@@ -103,6 +118,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
                 task.cancel()
             await asyncio.gather(*loops, return_exceptions=True)
     finally:
+        app.state.login_throttle.checks.close()
         await engine.dispose()
 
 

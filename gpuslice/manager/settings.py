@@ -106,9 +106,9 @@ class AuthSettings(BaseModel):
         "throttled.",
     )
     password_checks: int = Field(
-        default=2, ge=1, le=64,
-        description="Password hashes (argon2, deliberately slow) computed at once; more logins "
-        "wait their turn, so a login flood cannot take every core.",
+        default=1, ge=1, le=64,
+        description="Password checks (argon2, deliberately slow) run at once, at the lowest CPU "
+        "priority; more logins wait their turn, so a login flood cannot take the cores.",
     )
 
 

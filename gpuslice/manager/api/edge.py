@@ -57,11 +57,19 @@ def streamed_body(handler: F) -> F:
 
 
 class Refused(Exception):
-    """A request the edge answers itself: status, field and message."""
+    """A request the edge answers itself: status, field and message (and headers)."""
 
-    def __init__(self, status: int, code: str, message: str, field: str | None = None) -> None:
+    def __init__(
+        self, status: int, code: str, message: str, field: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status, self.code, self.message, self.field = status, code, message, field
+        self.headers = headers or {}
+
+
+#: A check that refuses some requests before they are read (e.g. an address flooding logins).
+Gate = Callable[[Scope], Refused | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,12 +108,14 @@ class Edge:
         limits: LimitsSettings,
         routers: Sequence[tuple[str, APIRouter]],
         node_credential: Callable[[Scope, str], Awaitable[bool]] | None = None,
+        gate: Gate | None = None,
         prefix: str = "/api/",
     ) -> None:
         self.app = app
         self.limits = limits
         self.prefix = prefix
         self.node_credential = node_credential
+        self.gate = gate
         self.routes = [_Route.of(p, r) for p, router in routers for r in router.routes
                        if isinstance(r, APIRoute)]
 
@@ -114,6 +124,9 @@ class Edge:
             await self.app(scope, receive, send)
             return
         try:
+            refused = self.gate(scope) if self.gate is not None else None
+            if refused is not None:
+                raise refused
             route, path_params = self._route(scope)
             self._check_params(scope, route, path_params)
             if route.body == "stream":
@@ -344,9 +357,8 @@ async def _answer(send: Send, refused: Refused) -> None:
     body = ErrorBody(
         code=refused.code, message=text.scrub(refused.message), field=text.scrub(refused.field)
     ).model_dump_json().encode()
-    await send({
-        "type": "http.response.start", "status": refused.status,
-        "headers": [(b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode())],
-    })
+    headers = [(b"content-type", b"application/json"),
+               (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in refused.headers.items()]
+    await send({"type": "http.response.start", "status": refused.status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -21,7 +21,6 @@ from gpuslice.manager.security import (
     hash_password,
     new_token,
     token_digest,
-    verify_password,
 )
 from gpuslice.manager.services.login_throttle import LoginThrottle
 
@@ -40,15 +39,13 @@ async def login(
 ) -> tuple[str, ApiToken]:
     """Check the password (unless the username or the address is throttled: 429 first, no
     hash computed); a new login token (the secret and its row)."""
-    await throttle.check(db, username, address)
+    await throttle.admit(db, username, address)
     user = await db.scalar(select(User).where(User.username == username))
     await db.commit()  # no transaction held while the hash runs (or waits for its turn)
-    async with throttle.slots:
-        ok = await verify_password(user.password_hash if user else _DUMMY_HASH, password)
+    ok = await throttle.checks.verify(user.password_hash if user else _DUMMY_HASH, password)
     if user is None or not ok or not user.is_active:
-        await throttle.failed(db, username, address)
         raise Unauthorized("wrong username or password", code="bad_credentials")
-    await throttle.succeeded(db, username)
+    await throttle.succeeded(db, username, address)
     token = new_token(USER_TOKEN_PREFIX)
     row = ApiToken(
         user_id=user.id, kind="login", name="login", token_hash=token_digest(token),
@@ -111,13 +108,12 @@ async def change_password(
 ) -> None:
     """Check the current password (throttled like a login), set the new one, and end every
     other login token of the user (and their API tokens, unless kept)."""
-    await throttle.check(db, user.username, address)
-    async with throttle.slots:
-        ok = await verify_password(user.password_hash, body.current_password)
+    await throttle.admit(db, user.username, address)
+    ok = await throttle.checks.verify(user.password_hash, body.current_password)
     if not ok:
-        await throttle.failed(db, user.username, address)
         raise Unauthorized("the current password is wrong", field="current_password",
                            code="bad_credentials")
+    await throttle.succeeded(db, user.username, address)
     new_hash = await hash_password(body.new_password)
     await db.execute(update(User).where(User.id == user.id).values(password_hash=new_hash))
     await end_tokens(db, user.id, keep_api_tokens=body.keep_api_tokens, keep=current.id)
