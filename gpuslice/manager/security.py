@@ -37,13 +37,15 @@ def new_password() -> str:
 
 
 class PasswordChecks:
-    """Password verifications on threads of their own (``workers`` at once) that run at the
-    lowest CPU priority: argon2 spreads over several cores by design, and a flood of logins
-    must leave every other request the CPU first (its lanes' threads inherit the priority)."""
+    """Password verifications on threads of their own (``workers`` at once) at CPU niceness
+    ``nice`` (19: the lowest priority): argon2 spreads over several cores by design, and a
+    flood of logins must leave every other request the CPU first (its lanes' threads inherit
+    the priority)."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, nice: int = 19) -> None:
         self._pool = ThreadPoolExecutor(
-            workers, thread_name_prefix="gpuslice-password", initializer=_lowest_priority
+            workers, thread_name_prefix="gpuslice-password", initializer=_niceness,
+            initargs=(nice,),
         )
 
     async def verify(self, password_hash: str, password: str) -> bool:
@@ -54,9 +56,9 @@ class PasswordChecks:
         self._pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _lowest_priority() -> None:
+def _niceness(nice: int) -> None:
     try:  # Linux: a thread's own nice value (other systems: left as it is)
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
     except (AttributeError, OSError):
         pass
 

@@ -107,8 +107,13 @@ class AuthSettings(BaseModel):
     )
     password_checks: int = Field(
         default=1, ge=1, le=64,
-        description="Password checks (argon2, deliberately slow) run at once, at the lowest CPU "
-        "priority; more logins wait their turn, so a login flood cannot take the cores.",
+        description="Password checks (argon2, deliberately slow) run at once; more logins wait "
+        "their turn.",
+    )
+    password_check_nice: int = Field(
+        default=19, ge=0, le=19,
+        description="CPU niceness of password checks: 19 lets every other request go first, so "
+        "a login flood cannot slow the API; 0 checks at full speed.",
     )
 
 

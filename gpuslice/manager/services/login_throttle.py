@@ -46,7 +46,8 @@ class LoginThrottle:
     @classmethod
     def of(cls, auth: AuthSettings) -> LoginThrottle:
         return cls(auth.login_window, auth.login_failures_per_user,
-                   auth.login_failures_per_address, PasswordChecks(auth.password_checks))
+                   auth.login_failures_per_address,
+                   PasswordChecks(auth.password_checks, auth.password_check_nice))
 
     def gate(self, address: str | None) -> float | None:
         """Seconds an address this manager found throttled must still wait (``None``: it may
