@@ -3,25 +3,14 @@ squat a public name; private images are invisible to others in every answer."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from fastapi import FastAPI
 
 from gpuslice.common.image_refs import user_namespace
 from gpuslice.manager.db.models import Image
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
+from tests.manager.test_commit import _commit, _running
 from tests.manager.test_e2e import wait_status
-
-
-async def _running(client: Client, **body: Any) -> dict[str, Any]:
-    [s] = await create(client, **body)
-    assert (await wait_status(client, s["id"], {"RUNNING"}))["status"] == "RUNNING"
-    return s
-
-
-async def _commit(client: Client, session_id: str, name: str) -> Any:
-    return await client.post(f"/api/v1/sessions/{session_id}/commit", json={"name": name})
 
 
 async def test_a_commit_cannot_squat_a_public_name(
