@@ -87,6 +87,24 @@ def restart_dockerd(timeout: float = 90.0) -> None:
         subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
+def remove_fence(node: str) -> None:
+    """Remove a node's session network and its iptables chains (``agent/isolation``), which an
+    agent stopped while its sessions ran leaves in place; its containers must be gone first."""
+    from gpuslice.agent.isolation.policy import Fence
+
+    fence = Fence(node)
+    for parent, chain in (("INPUT", fence.input_chain), ("DOCKER-USER", fence.forward_chain),
+                          ("FORWARD", fence.forward_chain)):
+        rule = ["-i", fence.bridge, "-j", chain]
+        while subprocess.run(["iptables", "-w", "-D", parent, *rule],
+                             capture_output=True, check=False).returncode == 0:
+            pass
+    for chain in (fence.input_chain, fence.forward_chain):
+        subprocess.run(["iptables", "-w", "-F", chain], capture_output=True, check=False)
+        subprocess.run(["iptables", "-w", "-X", chain], capture_output=True, check=False)
+    subprocess.run(["docker", "network", "rm", fence.network], capture_output=True, check=False)
+
+
 def can_restart_dockerd() -> str | None:
     if os.environ.get("GPUSLICE_TEST_RESTART_DOCKERD") != "1":
         return "set GPUSLICE_TEST_RESTART_DOCKERD=1 to let this test stop and restart dockerd"

@@ -2,6 +2,8 @@
 # Installs and starts what gpuslice needs on a Debian host, idempotently:
 #   Docker Engine (docker.io) and debootstrap (to build session images without a registry);
 #   npm (the browser terminal's xterm.js comes from the npm registry: tools/build-web.sh);
+#   iptables (the agent fences session networks with it) and iproute2; a C compiler (gcc: the
+#   agent builds its hard-cap shim with it when HAMi or MPS caps are on);
 #   with --postgres also PostgreSQL, with a `gpuslice` role and database for the test suite,
 #   HAProxy (the load balancer of the multi-node test; not started here) and systemd-analyze
 #   (package systemd; nothing is started) to check the service units;
@@ -32,6 +34,9 @@ packages=()
 command -v dockerd >/dev/null 2>&1 || packages+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || packages+=(debootstrap)
 command -v npm >/dev/null 2>&1 || packages+=(npm)
+command -v iptables >/dev/null 2>&1 || packages+=(iptables)
+command -v ip >/dev/null 2>&1 || packages+=(iproute2)
+command -v cc >/dev/null 2>&1 || packages+=(gcc)
 if [ "$want_pg" = 1 ] && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
   packages+=(postgresql)
 fi

@@ -19,6 +19,7 @@ Example ``agent.toml``::
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import socket
 from pathlib import Path
@@ -79,8 +80,44 @@ class HardCapsSettings(BaseModel):
     )
     mps_pipe_directory: Path = Field(
         default=Path("/tmp/nvidia-mps"),
-        description="The MPS control daemon's pipe directory (CUDA_MPS_PIPE_DIRECTORY).",
+        description="The MPS control daemon's pipe directory (CUDA_MPS_PIPE_DIRECTORY), "
+        "mounted read-only into sessions.",
     )
+    mps_shm_directory: Path = Field(
+        default=Path("/run/gpuslice/mps-shm"),
+        description="The shared-memory directory the MPS control daemon uses as its /dev/shm "
+        "(a tmpfs of its own, not the host's /dev/shm), mounted at /dev/shm in MPS sessions.",
+    )
+
+
+class NetworkSettings(BaseModel):
+    """What session containers may reach (see ``agent/isolation``)."""
+
+    isolation: Literal["enforce", "off"] = Field(
+        default="enforce",
+        description="enforce: each session fenced from the others, the host, the manager and "
+        "metadata addresses (needs root and iptables); off: Docker's default bridge, unfenced.",
+    )
+    egress: Literal["open", "none"] = Field(
+        default="open",
+        description="open: sessions reach outside networks (package registries); none: no "
+        "outbound connection at all.",
+    )
+    deny: list[str] = Field(
+        default_factory=list, max_length=256,
+        description="More networks sessions must never reach (CIDRs), e.g. the cluster's "
+        "internal network.",
+    )
+
+    @field_validator("deny")
+    @classmethod
+    def _networks(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"deny: {item!r} is not a network (e.g. 10.0.0.0/8)") from None
+        return value
 
 
 class AgentSettings(BaseSettings):
@@ -101,6 +138,11 @@ class AgentSettings(BaseSettings):
         default="http://127.0.0.1:8080",
         description="Where the manager's API listens; several replicas comma-separated (or a "
         "TOML list): the agent uses one and fails over to the next when it stops answering.",
+    )
+    ca_bundle: Path | None = Field(
+        default=None,
+        description="PEM CA certificates the manager's HTTPS certificate is checked against "
+        "(default: the system's and certifi's; SSL_CERT_FILE also works).",
     )
     join_token: SecretStr | None = Field(
         default=None, description="Token from the manager to join the cluster (first start)."
@@ -124,6 +166,7 @@ class AgentSettings(BaseSettings):
     )
     hard_caps: HardCapsSettings = Field(default_factory=HardCapsSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    network: NetworkSettings = Field(default_factory=NetworkSettings)
     reserved_cpu: int = Field(
         # already in milli-cores: the default is not run through the cores parser below
         default=500, ge=0, validate_default=False,

@@ -31,9 +31,11 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from gpuslice.agent.config import AgentSettings
+from gpuslice.common import text
 from gpuslice.common.schemas.agents import (
     AgentRequest,
     Answer,
+    Assignment,
     Assignments,
     Heartbeat,
     HeartbeatAck,
@@ -160,9 +162,11 @@ class ManagerLink:
     async def heartbeat(self, body: Heartbeat) -> HeartbeatAck:
         return await self._post(f"{API}/me/heartbeat", body, HeartbeatAck)
 
-    async def assignments(self, since: int | None, wait: float) -> Assignments:
-        """The node's assignments. A request of a kind this agent does not know (a newer
-        manager's) is skipped and logged: the rest of the answer still counts."""
+    async def assignments(
+        self, since: int | None, wait: float
+    ) -> tuple[Assignments, list[Unreadable]]:
+        """The node's assignments, and the sessions among them this agent cannot read (left
+        out: one bad session must not stop the node's others; the caller reports them)."""
         params: dict[str, float | int] = {"wait": wait}
         if since is not None:
             params["since"] = since
@@ -176,14 +180,14 @@ class ManagerLink:
         if not isinstance(raw, dict):
             raise LinkError("the manager's assignments answer is not a JSON object")
         raw["requests"] = [r for r in raw.get("requests") or [] if _known_request(r)]
-        return Assignments.model_validate(raw)
+        return _assignments(raw)
 
     async def report(self, session_id: str, report: StateReport) -> str:
         answer = await self._request(
             "POST",
             f"{API}/me/sessions/{session_id}/state",
             None,
-            content=report.model_dump_json(),
+            content=_wire(report),
         )
         return str(answer.get("status", "")) if isinstance(answer, dict) else ""
 
@@ -191,7 +195,7 @@ class ManagerLink:
         """Answer one request (any kind). 404: the manager no longer awaits it (expired,
         answered, or not this node's); 422: the answer's kind is not the request's."""
         await self._request(
-            "PUT", f"{API}/me/requests/{request_id}", None, content=answer.model_dump_json()
+            "PUT", f"{API}/me/requests/{request_id}", None, content=_wire(answer)
         )
 
     async def session_call(
@@ -230,7 +234,7 @@ class ManagerLink:
 
     async def _post(self, path: str, body: BaseModel, model: type[M], *, auth: bool = True) -> M:
         answer = await self._request(
-            "POST", path, model, content=body.model_dump_json(), auth=auth
+            "POST", path, model, content=_wire(body), auth=auth
         )
         return answer  # type: ignore[return-value]
 
@@ -317,6 +321,41 @@ def _known_request(raw: object) -> bool:
                     "newer?); skipped", request_id, kind)
         return False
     return True
+
+
+@dataclass(frozen=True, slots=True)
+class Unreadable:
+    """A session in the assignments that does not fit the wire's schema."""
+
+    session_id: str
+    reason: str
+
+
+def _assignments(raw: object) -> tuple[Assignments, list[Unreadable]]:
+    body = raw if isinstance(raw, dict) else {}
+    sessions: list[Assignment] = []
+    unreadable: list[Unreadable] = []
+    for item in body.get("sessions") or []:
+        try:
+            sessions.append(Assignment.model_validate(item))
+        except ValidationError as err:
+            sid = item.get("session_id") if isinstance(item, dict) else None
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            log.error("session %s: its assignment cannot be read (%s)", sid, where)
+            if isinstance(sid, str) and sid:
+                unreadable.append(Unreadable(sid, f"the node could not read its assignment "
+                                                  f"({where}: {first.get('msg', 'invalid')})"))
+    answer = Assignments.model_validate({**body, "sessions": []})
+    answer.sessions = sessions
+    return answer, unreadable
+
+
+def _wire(body: BaseModel) -> str:
+    """``body`` as JSON the manager accepts: what a container printed may hold NUL, stray
+    control characters or undecodable bytes, which the manager's edge refuses; they become
+    U+FFFD (``common/text.py``), the rest is sent as it is."""
+    return json.dumps(text.clean_tree(body.model_dump(mode="json")))
 
 
 def _message(response: httpx.Response) -> str:

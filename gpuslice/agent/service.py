@@ -17,17 +17,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import ipaddress
 import logging
 import random
+import ssl
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from gpuslice.agent import model_calls, usage_calls
+from gpuslice.agent import capshim, model_calls, usage_calls
 from gpuslice.agent.accelerators import Accelerator, detect
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import Act, Action, decide
 from gpuslice.agent.endpoint import SessionEndpoint
+from gpuslice.agent.isolation.firewall import FirewallError
+from gpuslice.agent.isolation.network import IsolationError, SessionNetwork, ipv6_available
 from gpuslice.agent.manager_link import (
     Credential,
     LinkError,
@@ -45,7 +51,7 @@ from gpuslice.agent.streams import StreamService
 from gpuslice.agent.usage import UsageCollector
 from gpuslice.agent.watchdog import find_overuse, slice_limits
 from gpuslice.common.logs import bind
-from gpuslice.common.schemas.agents import Assignments, Heartbeat
+from gpuslice.common.schemas.agents import Assignments, Heartbeat, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 
 log = logging.getLogger("gpuslice.agent")
@@ -76,7 +82,8 @@ class Agent:
         self.accelerator = accelerator
         self.runtime = DockerRuntime(node_name=settings.node_name, files_root=settings.data_dir,
                                      docker_url=settings.docker_url)
-        self.link = link or ManagerLink(settings.manager_urls, settings.data_dir)
+        self.link = link or ManagerLink(settings.manager_urls, settings.data_dir,
+                                        verify=_verify(settings.ca_bundle))
         self.desired: Assignments | None = None
         self._kick = asyncio.Event()
         self._busy: dict[str, asyncio.Task[None]] = {}  # session id -> its running work
@@ -84,6 +91,7 @@ class Agent:
         self._rescan: int | None = None
         self.usage_collector: UsageCollector | None = None  # made once the accelerator is known
         self.sampler: GpuSampler | None = None
+        self.network: SessionNetwork | None = None  # the fence, once set up (agent/isolation)
         self.endpoint = SessionEndpoint(
             settings.data_dir, data=self, link=self.link, user=settings.session_user
         )
@@ -100,23 +108,32 @@ class Agent:
             self.accelerator = found.accelerator
             self.say(f"agent {self.settings.node_name}: {found.message}")
         accelerator = self.accelerator
+        # The node's credential and the sessions' files are here: the agent's alone (dockerd
+        # reads the bind mounts as root; sessions see only their own mounts).
+        self.settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.settings.data_dir.chmod(0o700)
         self.sampler = GpuSampler(accelerator)
         self.usage_collector = UsageCollector(
             self.settings, self.runtime, accelerator, self.sampler
         )
         usage_calls.register(self.endpoint, accelerator, self.runtime)
-        self.sessions = SessionActions(
-            self.settings, self.runtime, self.link, self._spec_options(accelerator), self.say,
-            endpoint=self.endpoint,
-        )
         try:
             await self._wait_for_docker(stop)
+            self.network = await self._isolate()
+            self.sessions = SessionActions(
+                self.settings, self.runtime, self.link, self._spec_options(accelerator),
+                self.say, endpoint=self.endpoint, shim=await self._cap_shim(),
+            )
             credential = await self._connect(stop)
             bind(node_id=credential.node_id)  # the loops below start after: they inherit it
             self.say(
                 f"agent {self.settings.node_name}: joined {self.link.manager_url} "
                 f"as node {credential.node_id}"
             )
+            if not _private_link(self.link.manager_url):
+                self.say("agent: warning: the link to the manager is plain HTTP; its "
+                         "credential and sessions' environment cross the network readable: "
+                         "serve the manager over HTTPS (README: \"TLS\")")
             loops = [
                 self._supervise("heartbeat", self._heartbeat_loop, stop),
                 self._supervise("assignments", self._assignment_loop, stop),
@@ -133,6 +150,7 @@ class Agent:
         finally:
             await self.streams.close()
             await self.endpoint.stop()
+            await self._unfence()
             await self.link.close()
             await self.runtime.close()
             accelerator.close()
@@ -150,6 +168,31 @@ class Agent:
                 warned = True
             await _sleep_or_stop(stop, 1.0)
 
+    async def _isolate(self) -> SessionNetwork | None:
+        """The node's session network and its fence (``agent/isolation``), unless turned off."""
+        if self.settings.network.isolation == "off":
+            self.say("agent: network isolation is off: sessions share Docker's default bridge "
+                     "and can reach each other, the host and the manager")
+            return None
+        network = SessionNetwork(self.runtime, self.settings.node_name, self.settings.network,
+                                 self.settings.manager_url, say=self.say)
+        await network.start()
+        return network
+
+    async def _cap_shim(self) -> Path | None:
+        """The cap shim library, built once per node, when hard caps are on."""
+        if self.settings.hard_caps.mode == "none":
+            return None
+        return await asyncio.to_thread(capshim.build, self.settings.data_dir / "capshim")
+
+    async def _unfence(self) -> None:
+        if self.network is None:
+            return
+        try:
+            await self.network.stop()
+        except (DockerUnavailable, IsolationError, FirewallError) as err:
+            log.warning("taking the session network down: %s", err)
+
     async def _connect(self, stop: asyncio.Event) -> Credential:
         register = registration(self.settings)
         delay = 0.5
@@ -159,7 +202,7 @@ class Agent:
             except NotRegistered:
                 raise
             except LinkError as err:
-                if err.status in (400, 401, 403, 404, 422):
+                if err.status in (400, 401, 403, 404, 409, 422):
                     raise
                 self.say(f"agent: manager not reachable yet ({err}); retrying")
                 await _sleep_or_stop(stop, delay)
@@ -233,8 +276,12 @@ class Agent:
     async def _assignment_loop(self, stop: asyncio.Event) -> None:
         version = None
         while not stop.is_set():
-            desired = await self.link.assignments(version, LONG_POLL_S)
+            desired, unreadable = await self.link.assignments(version, LONG_POLL_S)
             version = desired.version
+            for bad in unreadable:  # never started; the manager hears why
+                with contextlib.suppress(LinkError):
+                    await self.sessions.report(bad.session_id, StateReport(
+                        status=SessionStatus.ERROR, reason=bad.reason[:2000]))
             self.desired = desired
             self._kick.set()
             self.requests.take(desired.requests)  # each delivered in this answer only
@@ -381,7 +428,29 @@ class Agent:
             devices={d.uuid: DeviceInfo(d.model, d.memory) for d in accelerator.devices()},
             user=self.settings.session_user,
             pids_limit=self.settings.pids_limit,
+            network=self.network.name if self.network is not None else None,
+            ipv6_off=ipv6_available(),
         )
+
+
+def _verify(ca_bundle: Path | None) -> ssl.SSLContext | bool:
+    """How the link checks an https:// manager: against ``ca_bundle`` (PEM) when given, else
+    the system's CAs."""
+    return ssl.create_default_context(cafile=str(ca_bundle)) if ca_bundle is not None else True
+
+
+def _private_link(url: str) -> bool:
+    """HTTPS, or plain HTTP that never leaves this machine."""
+    parts = urlsplit(url)
+    if parts.scheme == "https":
+        return True
+    host = parts.hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:

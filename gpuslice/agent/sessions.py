@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Collection
+from pathlib import Path
 
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import Act, Action
@@ -49,7 +50,11 @@ class SessionActions:
         options: SpecOptions,
         say: Callable[[str], None],
         endpoint: SessionEndpoint | None = None,
+        shim: Path | None = None,
     ) -> None:
+        """``shim``: the cap shim on this node (``capshim.build``), given when hard caps are
+        on (``hard_caps.mode``)."""
+        self.shim = shim
         self.settings = settings
         self.runtime = runtime
         self.link = link
@@ -109,7 +114,8 @@ class SessionActions:
                 await self._pull(assignment)
             folders = folder_mounts(self.settings.storage_root, assignment.mounts)
             spec = build_container_spec(session_spec(assignment, folders), self.options)
-            spec = apply_hard_caps(spec, self.settings.hard_caps)
+            if self.shim is not None:
+                spec = apply_hard_caps(spec, self.settings.hard_caps, self.shim)
             if self.endpoint is not None:  # its socket is there before the session starts
                 await self.endpoint.open(sid)
             running = (await self.runtime.ensure_running(spec)).running

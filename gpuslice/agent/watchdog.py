@@ -21,7 +21,6 @@ from gpuslice.common.resources import format_mem
 REASON = "exceeded its GPU memory slice"
 
 
-
 @dataclass(frozen=True, slots=True)
 class Overuse:
     """A session holding ``used`` bytes on a device where its slice is ``limit`` bytes."""

@@ -1,9 +1,10 @@
 """The `gpuslice` command line (Typer + Rich), built on the SDK in `gpuslice.client`.
 
 One module per command group or top-level command, named after it: `session`, `app`, `image`,
-`node`, `admin`, `token`, `manager`, `agent`, `up`, `login`, `version`, `top`, `usage`. `main`
-lists them (the entry point is `gpuslice.cli.main:app`), `output` is how they all print, `_lazy`
-loads them, `_serve` runs the long-lived ones and `_shell` relays `session shell`'s terminal.
+`node`, `admin`, `token`, `manager`, `agent`, `up`, `login`, `password`, `version`, `top`,
+`usage`. `main` lists them (the entry point is `gpuslice.cli.main:app`), `output` is how they
+all print, `_lazy` loads them, `_serve` runs the long-lived ones and `_shell` relays `session
+shell`'s terminal.
 
 Imports: a command pays for what it uses, nothing else. People and scripts run `gpuslice --help`
 and `gpuslice session list --json` all the time, and Python spends most of a short command's

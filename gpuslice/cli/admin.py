@@ -25,6 +25,7 @@ from gpuslice.common.durations import format_duration, parse_duration
 from gpuslice.common.resources import parse_cpu, parse_fgpu, parse_mem
 
 if TYPE_CHECKING:
+    from gpuslice.common.schemas.agents import JoinTokenCreated
     from gpuslice.common.schemas.users import PolicyPublic
 
 app = typer.Typer(help="Users, policies, join tokens, configuration, backups (admins).",
@@ -57,6 +58,25 @@ def user_create(
         print_json(user.model_dump(mode="json") | ({"password": password} if generated else {}))
         return
     console.print(f"created {user.role.value} {user.username} ({user.id})", markup=False)
+    if generated:
+        console.print(f"password: {password}", markup=False)
+
+
+@user_app.command("password")
+@friendly
+def user_password(
+    username: str,
+    password: Annotated[str | None, typer.Option(help="Default: generated, printed.")] = None,
+    keep_api_tokens: Annotated[bool, typer.Option(
+        "--keep-api-tokens", help="Keep the user's API tokens working.")] = False,
+) -> None:
+    """Reset a user's password: their logins end (API tokens too, unless kept)."""
+    generated = password is None
+    password = password or secrets.token_urlsafe(12)
+    with Client.from_config() as client:
+        user = client.reset_password(username, password, keep_api_tokens=keep_api_tokens)
+    ended = "logins" if keep_api_tokens else "logins and API tokens"
+    console.print(f"new password for {user.username}; their {ended} ended", markup=False)
     if generated:
         console.print(f"password: {password}", markup=False)
 
@@ -109,6 +129,10 @@ def policy_set(
         help="Idle rule: all (every criterion idle) or any (one is enough).")] = "all",
     max_lifetime: Annotated[str | None, typer.Option(
         help="Reclaim sessions running longer than this, e.g. 8h or 7d.")] = None,
+    max_pending: Annotated[
+        int | None, typer.Option(help="PENDING sessions waiting at once (default: the "
+                                      "manager's sessions.max_pending).")
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Set a user's quota and reclaim rules (limits left out are unlimited)."""
@@ -126,10 +150,12 @@ def policy_set(
         raise CliError("--max-private-images: must be zero or more", 2)
     idle = _idle_rule(idle_window, idle_grace, idle_gpu_below, idle_cpu_below, idle_activity,
                       idle_combine)
+    if max_pending is not None and max_pending < 0:
+        raise CliError("--max-pending: must be zero or more", 2)
     limits = {"max_gpu": max_gpu, "max_cpu": max_cpu, "max_mem": max_mem,
               "max_sessions": max_sessions, "max_priority": max_priority,
               "max_private_images": max_private_images, "max_storage": max_storage,
-              "idle": idle,
+              "max_pending": max_pending, "idle": idle,
               "max_lifetime": None if max_lifetime is None
               else parse_duration(max_lifetime, field="--max-lifetime", minimum=1)}
     with Client.from_config() as client:
@@ -167,18 +193,27 @@ def policy_list(as_json: JsonOpt = False) -> None:
 @friendly
 def join_token_create(
     name: Annotated[str, typer.Option(help="What the token is for.")] = "agent",
-    hours: Annotated[int, typer.Option(help="Valid for this many hours.")] = 24,
+    hours: Annotated[int, typer.Option(help="Valid for this many hours.")] = 1,
+    node: Annotated[str | None, typer.Option(help="Only a node of this name may use it.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """A join token for `gpuslice agent serve` on a new node (shown once)."""
+    """A single-use join token for `gpuslice agent serve` on a new node (shown once)."""
     with Client.from_config() as client:
-        token = client.create_join_token(name, hours)
+        token = client.create_join_token(name, hours, node=node)
         url = client.url
+    print_join_token(token, url, hours, as_json)
+
+
+def print_join_token(token: JoinTokenCreated, url: str, hours: int, as_json: bool) -> None:
+    """The token and the command that uses it (`admin token create`, `node rekey`)."""
     if as_json:
-        print_json(token.model_dump(mode="json") | {"status": "active"})
+        print_json(token.model_dump(mode="json"))
         return
-    console.print(f"join token (shown once, valid {hours}h): {token.token}", markup=False)
-    console.print(f"on the node: GPUSLICE_AGENT_MANAGER_URL={url} "
+    what = f"node {token.node}" if token.node else "one node"
+    console.print(f"join token for {what} (shown once, single use, valid {hours}h): "
+                  f"{token.token}", markup=False)
+    name = f"GPUSLICE_AGENT_NODE_NAME={token.node} " if token.node else ""
+    console.print(f"on the node: GPUSLICE_AGENT_MANAGER_URL={url} {name}"
                   f"GPUSLICE_AGENT_JOIN_TOKEN={token.token} gpuslice agent serve", markup=False)
 
 

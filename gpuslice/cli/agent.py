@@ -19,7 +19,9 @@ def agent_serve(
     config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
 ) -> None:
     """A node agent from a TOML file plus GPUSLICE_AGENT_* variables."""
+    from gpuslice.agent.capshim import ShimError
     from gpuslice.agent.config import load_agent_settings
+    from gpuslice.agent.isolation.network import IsolationError
     from gpuslice.agent.service import Agent
 
     try:
@@ -28,4 +30,7 @@ def agent_serve(
         raise CliError(f"agent settings: {err}", 2) from None
     log_to_stderr(settings.log)
     say = log_say("gpuslice.agent")
-    run_until_signal(lambda stop: Agent(settings, say=say).run(stop))
+    try:
+        run_until_signal(lambda stop: Agent(settings, say=say).run(stop))
+    except (IsolationError, ShimError) as err:
+        raise CliError(str(err)) from None

@@ -78,13 +78,16 @@ def image_alias(
 @app.command("publish")
 @friendly
 def image_publish(
-    reference: Annotated[str, typer.Argument(help="The image, e.g. alice/env:1.")],
+    reference: Annotated[str, typer.Argument(help="The image, e.g. u/alice/env:1.")],
     private: Annotated[bool, typer.Option("--private", help="Make it private again.")] = False,
 ) -> None:
-    """Make an image (e.g. one committed from a session) public for everyone (admins)."""
+    """Make an image (e.g. one committed from a session) public for everyone (admins); says
+    what that exposes."""
     with Client.from_config() as client:
         image = client.publish_image(reference, public=not private)
     console.print(f"{image.name}: {'public' if image.public else 'private'}", markup=False)
+    if image.exposes:
+        console.print(image.exposes, markup=False)
 
 
 @app.command("remove")

@@ -23,6 +23,10 @@ COMMANDS = {
         "gpuslice.cli.login:login",
         "Log in and keep an API token for this machine in ~/.config/gpuslice (mode 0600).",
     ),
+    "password": Lazy(
+        "gpuslice.cli.password:password",
+        "Change your password; your other logins end (API tokens too, unless kept).",
+    ),
     "version": Lazy("gpuslice.cli.version:version", "Print the version."),
     "session": Lazy(
         "gpuslice.cli.session:app",

@@ -22,23 +22,37 @@ def manager_serve(
     config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="API port.")] = 8080,
+    tls_cert: Annotated[Path | None, typer.Option(
+        help="Serve HTTPS with this PEM certificate (chain); with --tls-key.")] = None,
+    tls_key: Annotated[Path | None, typer.Option(help="Its PEM private key.")] = None,
 ) -> None:
     """The manager (API, scheduler, web console) from a TOML file plus GPUSLICE_* variables."""
     from gpuslice.manager.app import create_app
     from gpuslice.manager.server import ManagerServer
 
-    settings = _manager_settings(config)
+    settings = _manager_settings(config, tls_cert, tls_key)
     log_to_stderr(settings.log)
+    server = ManagerServer(create_app(settings), host, port, settings.server)
     log_say("gpuslice.manager")(
-        f"manager: http://{host}:{port} (API docs at /docs); data in {settings.data_dir}"
+        f"manager: {server.scheme}://{host}:{port} (API docs at /docs); data in "
+        f"{settings.data_dir}"
     )
-    ManagerServer(create_app(settings), host, port).run()
+    server.run()
 
 
-def _manager_settings(config: Path | None) -> ManagerSettings:
+def _manager_settings(
+    config: Path | None, tls_cert: Path | None, tls_key: Path | None
+) -> ManagerSettings:
     from gpuslice.manager.settings import load_settings
 
+    overrides = {}
+    if tls_cert is not None or tls_key is not None:
+        overrides["server"] = {"tls_cert": tls_cert, "tls_key": tls_key}
     try:
-        return load_settings(config)
+        settings = load_settings(config, **overrides)
     except (FileNotFoundError, ValueError) as err:
         raise CliError(f"manager settings: {err}", 2) from None
+    for path in (settings.server.tls_cert, settings.server.tls_key):
+        if path is not None and not path.is_file():
+            raise CliError(f"manager settings: TLS file {path} does not exist", 2)
+    return settings

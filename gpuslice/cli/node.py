@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Annotated
 
 import typer
 
-from gpuslice.cli.output import JsonOpt, ago, friendly, mem, number, print_json, table
+from gpuslice.cli.output import (
+    JsonOpt,
+    ago,
+    console,
+    friendly,
+    mem,
+    number,
+    print_json,
+    table,
+)
 from gpuslice.client import Client, schemas
 
 app = typer.Typer(help="Nodes and their GPUs (admins).", no_args_is_help=True)
@@ -41,3 +51,33 @@ def node_list(as_json: JsonOpt = False) -> None:
             ])
     table(["node", "status", "pool", "cpu", "mem", "heartbeat", "device", "fGPU used",
            "slices"], rows)
+
+
+@app.command("revoke")
+@friendly
+def node_revoke(node: str, as_json: JsonOpt = False) -> None:
+    """Revoke a node: its credential stops working now and its sessions end. Only a re-key
+    token (`gpuslice node rekey NODE`) lets it join again."""
+    with Client.from_config() as client:
+        revoked = client.revoke_node(node)
+    if as_json:
+        print_json(revoked.model_dump(mode="json"))
+        return
+    console.print(f"revoked node {revoked.name} ({revoked.id}); its sessions ended", markup=False)
+
+
+@app.command("rekey")
+@friendly
+def node_rekey(
+    node: str,
+    hours: Annotated[int, typer.Option(help="Valid for this many hours.")] = 1,
+    as_json: JsonOpt = False,
+) -> None:
+    """A single-use token that gives the node NODE a new credential (its old one stops working):
+    for a node that lost its credential or was revoked."""
+    from gpuslice.cli.admin import print_join_token
+
+    with Client.from_config() as client:
+        token = client.create_join_token(f"rekey {node}", hours, node=node, rekey=True)
+        url = client.url
+    print_join_token(token, url, hours, as_json)

@@ -32,11 +32,11 @@ def token_list(as_json: JsonOpt = False) -> None:
     with Client.from_config() as client:
         tokens = client.list_tokens()
     if as_json:
-        print_json([t.model_dump(mode="json") | {"status": "active"} for t in tokens])
+        print_json([t.model_dump(mode="json") for t in tokens])
         return
-    table(["id", "name", "created", "expires", "last used"],
-          [(t.id, t.name, ago(t.created_at), t.expires_at or "never", ago(t.last_used_at))
-           for t in tokens])
+    table(["id", "name", "status", "created", "expires", "last used"],
+          [(t.id, t.name, t.status, ago(t.created_at), t.expires_at or "never",
+            ago(t.last_used_at)) for t in tokens])
 
 
 @app.command("revoke")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import re
 import socket
 from collections.abc import Callable
@@ -68,6 +69,7 @@ class UpOptions:
 
 async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], None]) -> None:
     from gpuslice.agent.config import AgentSettings, MockGpu
+    from gpuslice.agent.isolation.network import IsolationError
     from gpuslice.agent.service import Agent
     from gpuslice.manager.app import create_app
     from gpuslice.manager.server import ManagerServer
@@ -95,7 +97,12 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
     try:
         admin = await asyncio.to_thread(_admin_client, url, credentials)
         cli_note = await asyncio.to_thread(_log_in_cli, admin, url)
-        join = await asyncio.to_thread(admin.create_join_token, f"up:{options.node_name}", 1)
+        # Bound to this node's name and allowed to re-key it: `up` is its own node's admin, and
+        # must join again when the agent's stored credential is gone (a new --port, say).
+        join = await asyncio.to_thread(functools.partial(
+            admin.create_join_token, f"up:{options.node_name}", 1, node=options.node_name,
+            rekey=True,
+        ))
         agent = Agent(AgentSettings(
             node_name=options.node_name, manager_url=url, join_token=join.token,
             data_dir=options.data_dir / "agent", accelerator="auto",
@@ -109,8 +116,11 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
             return_when=asyncio.FIRST_COMPLETED,
         )
         for task in done:
-            if task is not serving and task.exception() is not None:
-                raise task.exception()  # type: ignore[misc]
+            failure = task.exception() if task is not serving else None
+            if isinstance(failure, IsolationError):
+                raise CliError(str(failure))
+            if failure is not None:
+                raise failure
     finally:
         say("stopping (session containers keep running)")
         stop.set()

@@ -21,7 +21,7 @@ from gpuslice.client.storage import StorageCalls
 
 if TYPE_CHECKING:
     from gpuslice.client.terminal import Terminal
-    from gpuslice.common.schemas.agents import JoinTokenCreated, NodePublic
+    from gpuslice.common.schemas.agents import JoinTokenCreated, JoinTokenPublic, NodePublic
     from gpuslice.common.schemas.apps import AppList, AppPublic
     from gpuslice.common.schemas.common import Page
     from gpuslice.common.schemas.config import ConfigImportResult
@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         ImageAliasPublic,
         ImagePublic,
         ImageRescan,
+        ImageUpdated,
         SessionCommitResult,
     )
     from gpuslice.common.schemas.monitoring import SessionStats, Top, UsageReport
@@ -99,6 +100,12 @@ class Client(StorageCalls):
     def create_token(self, name: str, expires_in_days: int | None = None) -> ApiTokenCreated:
         body = {"name": name, "expires_in_days": expires_in_days}
         return self._call("POST", "/auth/tokens", schemas.users.ApiTokenCreated, json=body)
+
+    def change_password(self, current: str, new: str, *, keep_api_tokens: bool = False) -> None:
+        """Change one's own password; every other login ends (API tokens too unless kept)."""
+        body = {"current_password": current, "new_password": new,
+                "keep_api_tokens": keep_api_tokens}
+        self._call("POST", "/auth/password", None, json=body)
 
     def list_tokens(self) -> list[ApiTokenPublic]:
         return self._call("GET", "/auth/tokens", list[schemas.users.ApiTokenPublic])
@@ -244,8 +251,9 @@ class Client(StorageCalls):
     def delete_image_alias(self, name: str) -> None:
         self._call("DELETE", f"/images/aliases/{name}", None)
 
-    def publish_image(self, reference: str, public: bool = True) -> ImagePublic:
-        return self._call("PATCH", f"/images/{reference}", schemas.images.ImagePublic,
+    def publish_image(self, reference: str, public: bool = True) -> ImageUpdated:
+        """Make an image public (or private again); ``exposes`` says what publishing exposes."""
+        return self._call("PATCH", f"/images/{reference}", schemas.images.ImageUpdated,
                           json={"public": public})
 
     def remove_image(self, reference: str) -> None:
@@ -326,13 +334,40 @@ class Client(StorageCalls):
     def list_nodes(self) -> list[NodePublic]:
         return self._call("GET", "/nodes", list[schemas.agents.NodePublic])
 
-    def create_join_token(self, name: str, expires_in_hours: int | None = 24) -> JoinTokenCreated:
-        body = {"name": name, "expires_in_hours": expires_in_hours}
+    def create_join_token(
+        self, name: str, expires_in_hours: int = 1, *, node: str | None = None,
+        rekey: bool = False,
+    ) -> JoinTokenCreated:
+        """A single-use join token; ``node`` binds it to that node name, ``rekey`` lets it
+        replace that existing node's credential."""
+        body = {"name": name, "expires_in_hours": expires_in_hours, "node": node, "rekey": rekey}
         return self._call("POST", "/join-tokens", schemas.agents.JoinTokenCreated, json=body)
+
+    def list_join_tokens(self) -> list[JoinTokenPublic]:
+        return self._call("GET", "/join-tokens", list[schemas.agents.JoinTokenPublic])
+
+    def find_node(self, ref: str) -> NodePublic:
+        for node in self.list_nodes():
+            if ref in (node.name, node.id):
+                return node
+        raise ApiError(f"no node named '{ref}'", status=404, code="not_found")
+
+    def revoke_node(self, ref: str) -> NodePublic:
+        """Refuse a node's credential from now on and end its sessions (admins)."""
+        node = self.find_node(ref)
+        return self._call("POST", f"/nodes/{node.id}/revoke", schemas.agents.NodePublic)
 
     def create_user(self, username: str, password: str, role: str = "user") -> UserPublic:
         body = {"username": username, "password": password, "role": role}
         return self._call("POST", "/users", schemas.users.UserPublic, json=body)
+
+    def reset_password(
+        self, username: str, password: str, *, keep_api_tokens: bool = False
+    ) -> UserPublic:
+        """Set a user's password (admins); the user's logins end, API tokens too unless kept."""
+        user = self.find_user(username)
+        body = {"password": password, "keep_api_tokens": keep_api_tokens}
+        return self._call("PATCH", f"/users/{user.id}", schemas.users.UserPublic, json=body)
 
     def list_users(self) -> list[UserPublic]:
         return self._call("GET", "/users", list[schemas.users.UserPublic])

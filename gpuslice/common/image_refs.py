@@ -28,6 +28,11 @@ _REFERENCE = re.compile(
     re.ASCII,
 )
 MAX_NAME = 255
+# Users' committed images live under u/<user>/…: a first component without a dot or colon is
+# Docker Hub's, whose namespaces have at least 4 characters, and a registry's references carry
+# its host, so no public or registry image can ever be named u/….
+USER_PREFIX = "u/"
+_WHOLE_COMPONENT = re.compile(rf"^{_COMPONENT}$", re.ASCII)
 
 
 class InvalidReference(ValueError):
@@ -60,6 +65,23 @@ def tag_of(reference: str) -> str | None:
     """The tag written in ``reference`` (``None`` when untagged or malformed)."""
     match = _REFERENCE.match(reference.strip())
     return match["tag"] if match is not None else None
+
+
+def user_namespace(username: str) -> str:
+    """``u/<user>``: the namespace of a user's committed images, distinct for every username.
+
+    A username that is a valid path component and does not start with a digit is itself
+    (usernames never start with a digit); any other is ``0`` + its UTF-8 in hex, which always
+    starts with a digit and so never equals another user's.
+    """
+    if _WHOLE_COMPONENT.match(username) and not username[0].isdigit():
+        return f"{USER_PREFIX}{username}"
+    return f"{USER_PREFIX}0{username.encode().hex()}"
+
+
+def is_user_image(reference: str) -> bool:
+    """Whether ``reference`` is in the users' namespace (``u/…``)."""
+    return reference.startswith(USER_PREFIX)
 
 
 def _bad_domain(name: str) -> bool:

@@ -12,8 +12,9 @@ from datetime import timedelta
 
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.types import Scope
 
-from gpuslice.manager.api import errors
+from gpuslice.manager.api import edge, errors
 from gpuslice.manager.api.routes import (
     agents,
     apps,
@@ -39,14 +40,16 @@ from gpuslice.manager.loops import LoopState, supervise
 from gpuslice.manager.proxy import pages
 from gpuslice.manager.proxy import routes as proxy_routes
 from gpuslice.manager.proxy.dispatch import ProxyDispatch
-from gpuslice.manager.services import channel
+from gpuslice.manager.services import channel, retention
 from gpuslice.manager.services.apps.access import Gate
 from gpuslice.manager.services.apps.links import LinkPool
 from gpuslice.manager.services.apps.traffic import ActivityMeter
+from gpuslice.manager.services.login_throttle import LoginThrottle, too_many
 from gpuslice.manager.services.models import make_store
 from gpuslice.manager.services.models.catalog import purge_stale
 from gpuslice.manager.services.monitoring import loops as monitoring_loops
 from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
+from gpuslice.manager.services.nodes import registration
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.storage.fs import StorageFS
@@ -56,8 +59,14 @@ from gpuslice.manager.settings import ManagerSettings
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
+LOGIN_PATH = f"{API_PREFIX}/auth/login"
+# Every API router, in the order they are matched (the edge learns their routes from here).
+ROUTES = (health, auth, users, policies, sessions, apps, images, nodes, agents, monitoring,
+          folders, models, model_store, session_calls, runs, config)
 # Requests are purged this long after their expiry (their waiter died with its manager).
 _REQUEST_GRACE = timedelta(minutes=1)
+# Seconds between retention passes (each purges a bounded batch).
+RETENTION_INTERVAL = 300.0
 
 
 def create_app(settings: ManagerSettings) -> FastAPI:
@@ -75,10 +84,14 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     app.state.settings = settings
     app.state.metrics = ManagerMetrics()
     errors.install(app)
+    routers = [module.router for module in ROUTES]
+    app.add_middleware(
+        edge.Edge, limits=settings.limits, routers=[(API_PREFIX, r) for r in routers],
+        node_credential=_is_node, gate=_login_gate,
+    )
     api = APIRouter(prefix=API_PREFIX)
-    for module in (health, auth, users, policies, sessions, apps, images, nodes, agents,
-                   monitoring, folders, models, model_store, session_calls, runs, config):
-        api.include_router(module.router)
+    for router in routers:
+        api.include_router(router)
     app.include_router(api)
     app.include_router(monitoring.scrape)  # /metrics, where Prometheus looks by default
     app.include_router(proxy_routes.router)  # /login, for browsers
@@ -87,10 +100,32 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     return app
 
 
+def _login_gate(scope: Scope) -> edge.Refused | None:
+    """A login from an address this manager found flooding is refused before it is read."""
+    throttle = getattr(scope["app"].state, "login_throttle", None)
+    client = scope.get("client")
+    if throttle is None or client is None or scope["path"] != LOGIN_PATH:
+        return None
+    left = throttle.gate(client[0])
+    if left is None:
+        return None
+    message, wait = too_many(True, left)
+    return edge.Refused(429, "too_many_requests", message,
+                        headers={"Retry-After": str(wait)})
+
+
+async def _is_node(scope: Scope, secret: str) -> bool:
+    """Whether ``secret`` is a node's credential (the edge lets nodes send larger bodies)."""
+    async with scope["app"].state.sessionmaker() as db:
+        return await registration.is_node_credential(db, secret)
+
+
 @asynccontextmanager
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: ManagerSettings = app.state.settings
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    # Private: the SQLite database and the admin credentials live here.
+    settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    settings.data_dir.chmod(0o700)
     hub = Hub()
     engine = make_engine(
         settings.database_url, pool_size=settings.database.pool_size, echo=settings.database.echo
@@ -105,6 +140,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.model_store = make_store(settings)
     await app.state.model_store.start()
     app.state.schema_head = migrate.head()
+    app.state.login_throttle = LoginThrottle.of(settings.auth)
     try:
         if settings.database.migrate_on_start:
             await migrate.upgrade(engine)
@@ -120,6 +156,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             await app.state.activity.close()
     finally:
         await app.state.model_store.close()
+        app.state.login_throttle.checks.close()
         await engine.dispose()
 
 
@@ -148,12 +185,19 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         "node_sweep": LoopState("node sweep", settings.nodes.sweep_interval),
     }
     app.state.loops = states  # read by the readiness check
+
+    async def forget() -> None:
+        await retention.purge(
+            sessionmaker, settings.sessions.retention_days, settings.auth.login_window
+        )
+
     scheduler = supervise(
         "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler,
         state=states["scheduler"],
     )
     sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval,
                         state=states["node_sweep"])
+    purger = supervise("retention", forget, interval=RETENTION_INTERVAL)
 
     async def measure() -> None:
         await measure_all(sessionmaker, app.state.storage)
@@ -169,6 +213,7 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
     return [
         asyncio.create_task(scheduler, name="gpuslice-scheduler"),
         asyncio.create_task(sweeper, name="gpuslice-node-sweep"),
+        asyncio.create_task(purger, name="gpuslice-retention"),
         *monitoring_loops.start(sessionmaker, settings),
         asyncio.create_task(storage, name="gpuslice-storage-usage"),
         asyncio.create_task(uploads, name="gpuslice-model-uploads"),

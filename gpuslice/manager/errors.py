@@ -53,6 +53,16 @@ class StaleStatus(Conflict):
     code = "status_changed"
 
 
+class TooManyRequests(DomainError):
+    """Throttled: the caller may try again after ``retry_after`` seconds."""
+
+    code = "too_many_requests"
+
+    def __init__(self, message: str, *, retry_after: int) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class AgentTimeout(DomainError):
     """A node agent did not answer in time."""
 

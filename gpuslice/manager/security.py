@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import secrets
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -33,15 +36,40 @@ def new_password() -> str:
     return secrets.token_urlsafe(18)
 
 
+class PasswordChecks:
+    """Password verifications on threads of their own (``workers`` at once) at CPU niceness
+    ``nice`` (19: the lowest priority): argon2 spreads over several cores by design, and a
+    flood of logins must leave every other request the CPU first (its lanes' threads inherit
+    the priority)."""
+
+    def __init__(self, workers: int, nice: int = 19) -> None:
+        self._pool = ThreadPoolExecutor(
+            workers, thread_name_prefix="gpuslice-password", initializer=_niceness,
+            initargs=(nice,),
+        )
+
+    async def verify(self, password_hash: str, password: str) -> bool:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, _verify, password_hash, password)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _niceness(nice: int) -> None:
+    try:  # Linux: a thread's own nice value (other systems: left as it is)
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except (AttributeError, OSError):
+        pass
+
+
+def _verify(password_hash: str, password: str) -> bool:
+    try:
+        return _HASHER.verify(password_hash, password)
+    except (VerificationError, InvalidHashError):
+        return False
+
+
 async def hash_password(password: str) -> str:
     return await asyncio.to_thread(_HASHER.hash, password)
 
-
-async def verify_password(password_hash: str, password: str) -> bool:
-    def verify() -> bool:
-        try:
-            return _HASHER.verify(password_hash, password)
-        except (VerificationError, InvalidHashError):
-            return False
-
-    return await asyncio.to_thread(verify)

@@ -8,19 +8,33 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
+from gpuslice.manager.settings import ServerSettings
+
 # After the hub is closed, requests still open get this long to finish before uvicorn
 # cancels them.
 GRACEFUL_SHUTDOWN_S = 5
 
 
 class ManagerServer(uvicorn.Server):
-    """uvicorn that tells the app's long-polls and event streams to finish when asked to exit."""
+    """uvicorn that tells the app's long-polls and event streams to finish when asked to exit.
 
-    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+    With ``server.tls_cert``/``tls_key`` it serves HTTPS; X-Forwarded-For/-Proto are believed
+    only from ``server.trusted_proxies`` (login throttling counts by the client's address, which
+    a direct client must not be able to choose)."""
+
+    def __init__(
+        self, app: FastAPI, host: str, port: int, server: ServerSettings | None = None
+    ) -> None:
+        server = server or ServerSettings()
         apps = app.state.settings.apps
+        tls: dict[str, str] = {}
+        if server.tls_cert is not None and server.tls_key is not None:
+            tls = {"ssl_certfile": str(server.tls_cert), "ssl_keyfile": str(server.tls_key)}
+        proxies = list(server.trusted_proxies)
         super().__init__(uvicorn.Config(
             app, host=host, port=port, log_level="warning",
-            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S,
+            timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S, proxy_headers=bool(proxies),
+            forwarded_allow_ips=proxies or None,
             # Terminals, notebooks and agents' links: pinged so that idle ones stay open
             # through proxies that drop quiet connections; messages as big as apps send; no
             # compression (the proxy passes messages on: compressing each hop costs more CPU
@@ -29,8 +43,10 @@ class ManagerServer(uvicorn.Server):
             ws_max_size=apps.max_message, ws_per_message_deflate=False,
             # the process's own logging (one line per event, text or JSON) carries uvicorn's
             log_config=None,
+            **tls,  # type: ignore[arg-type]
         ))
         self.app = app
+        self.scheme = "https" if tls else "http"
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.close_streams()

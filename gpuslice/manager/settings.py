@@ -116,7 +116,34 @@ class AuthSettings(BaseModel):
     login_token_ttl: float = Field(
         default=12 * 3600, ge=60, le=90 * 86400, description="Seconds a login token lasts."
     )
-    admin_username: str = Field(default="admin", description="The admin created on first start.")
+    admin_username: str = Field(
+        default="admin", pattern=r"^[a-z_][a-z0-9_.-]{0,63}$",
+        description="The admin created on first start.",
+    )
+    login_window: float = Field(
+        default=300, ge=1, le=86400,
+        description="Login throttling: the window (seconds) failed logins are counted in; a "
+        "throttled caller may try again when it ends (429 with Retry-After meanwhile).",
+    )
+    login_failures_per_user: int = Field(
+        default=10, ge=1, le=10_000,
+        description="Failed logins for one username within the window before it is throttled.",
+    )
+    login_failures_per_address: int = Field(
+        default=30, ge=1, le=100_000,
+        description="Failed logins from one client address within the window before it is "
+        "throttled.",
+    )
+    password_checks: int = Field(
+        default=1, ge=1, le=64,
+        description="Password checks (argon2, deliberately slow) run at once; more logins wait "
+        "their turn.",
+    )
+    password_check_nice: int = Field(
+        default=19, ge=0, le=19,
+        description="CPU niceness of password checks: 19 lets every other request go first, so "
+        "a login flood cannot slow the API; 0 checks at full speed.",
+    )
     allowed_origins: list[str] = Field(
         default_factory=list, max_length=100,
         description="Web origins (https://host[:port]) besides the manager's own from which a "
@@ -139,6 +166,23 @@ class SessionSettings(BaseModel):
     commit_timeout: float = Field(
         default=600.0, ge=1, le=3600,
         description="Seconds a commit request waits for the agent to snapshot the container.",
+    )
+    max_count: int = Field(
+        default=10, ge=1, le=100, description="Most sessions one create request may ask for."
+    )
+    max_definition: int = Field(
+        default=64 * 1024, ge=1024, le=1024**2,
+        description="Most bytes of a session's command and environment together (UTF-8).",
+    )
+    max_pending: int = Field(
+        default=100, ge=0, le=100_000,
+        description="PENDING sessions one user may have waiting at once, unless their policy "
+        "says otherwise.",
+    )
+    retention_days: int = Field(
+        default=30, ge=0, le=36500,
+        description="Days after a session ended that its kept logs and environment are purged "
+        "(its status history stays); expired tokens and used join tokens go too. 0: never.",
     )
 
 
@@ -231,6 +275,8 @@ class MonitoringSettings(BaseModel):
             raise ValueError("monitoring.hour_retention_days must be at least "
                              "minute_retention_days")
         return self
+
+
 class StorageSettings(BaseModel):
     root: Path | None = Field(
         default=None,
@@ -295,6 +341,52 @@ class ModelStoreSettings(BaseModel):
     )
 
 
+class LimitsSettings(BaseModel):
+    """What one request may cost; see ``api/edge.py``."""
+
+    max_body: int = Field(
+        default=1024**2, ge=1024, le=1024**3,
+        description="Largest request body in bytes: 413 before it is read (uploads stream).",
+    )
+    max_node_body: int = Field(
+        default=32 * 1024**2, ge=1024, le=1024**3,
+        description="Largest body a node agent may send with its credential (heartbeats, "
+        "reports with logs, command output).",
+    )
+    max_param: int = Field(
+        default=2048, ge=64, le=65536,
+        description="Longest query, path or header value, in characters.",
+    )
+    max_json_depth: int = Field(
+        default=32, ge=4, le=256, description="Deepest nesting of a JSON body."
+    )
+    max_answer: int = Field(
+        default=4 * 1024**2, ge=64 * 1024, le=1024**3,
+        description="A listing page holds fewer items than asked once its answer would pass "
+        "this many bytes (continue from offset + the items returned).",
+    )
+
+
+class ServerSettings(BaseModel):
+    """How the manager listens (`manager serve`)."""
+
+    tls_cert: Path | None = Field(
+        default=None, description="PEM certificate (chain) to serve HTTPS with; with tls_key."
+    )
+    tls_key: Path | None = Field(default=None, description="PEM private key of tls_cert.")
+    trusted_proxies: list[str] = Field(
+        default_factory=list,
+        description="Addresses of reverse proxies whose X-Forwarded-For / -Proto are believed "
+        "(the client address login throttling counts by); none by default.",
+    )
+
+    @model_validator(mode="after")
+    def _both_or_neither(self) -> ServerSettings:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("server: give both tls_cert and tls_key, or neither")
+        return self
+
+
 class ManagerSettings(BaseSettings):
     """Everything the manager needs; see the field descriptions."""
 
@@ -317,6 +409,8 @@ class ManagerSettings(BaseSettings):
     storage: StorageSettings = Field(default_factory=StorageSettings)
     model_store: ModelStoreSettings = Field(default_factory=ModelStoreSettings)
     log: LogSettings = Field(default_factory=LogSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
 
     @field_validator("data_dir")
     @classmethod

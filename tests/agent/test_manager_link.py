@@ -17,12 +17,13 @@ import pytest
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.manager_link import (
     CREDENTIAL_FILE,
+    Credential,
     LinkError,
     ManagerLink,
     NotRegistered,
     registration,
 )
-from gpuslice.common.schemas.agents import Heartbeat, NodeRegister
+from gpuslice.common.schemas.agents import ExecAnswer, Heartbeat, NodeRegister
 
 MANAGER = "http://manager.test"
 
@@ -235,3 +236,38 @@ def test_a_bad_manager_url_is_named(value: str) -> None:
 
 def settings_with(manager_url: object) -> AgentSettings:
     return AgentSettings(node_name="lab-01", manager_url=manager_url)  # type: ignore[arg-type]
+async def test_program_output_is_sent_as_text_the_manager_accepts(tmp_path: Path) -> None:
+    sent: list[bytes] = []
+
+    def manager(request: httpx.Request) -> httpx.Response:
+        sent.append(request.content)
+        return httpx.Response(204)
+
+    link = ManagerLink(MANAGER, tmp_path, transport=httpx.MockTransport(manager))
+    link.credential = Credential(MANAGER, "n-1", "gsn_x", 1000)
+    try:
+        await link.answer("r-1", ExecAnswer(stdout="ok\x00\x07\x1b[1mbold\x1b[0m\tend\n"))
+    finally:
+        await link.close()
+    assert json.loads(sent[0])["stdout"] == "ok\ufffd\ufffd\x1b[1mbold\x1b[0m\tend\n"
+
+
+async def test_a_session_the_agent_cannot_read_is_left_out_and_named(tmp_path: Path) -> None:
+    good = {"session_id": "s-1", "name": "a", "owner": "alice", "image": "x:1",
+            "type": "interactive", "command": None, "env": {}, "status": "SCHEDULED",
+            "desired": "running", "resources": {"gpu": 0, "cpu": 100, "mem": 1}, "slices": []}
+    bad = {**good, "session_id": "s-2", "resources": {"gpu": -5}}
+
+    def manager(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"node_id": "n-1", "version": 3,
+                                         "sessions": [good, bad]})
+
+    link = ManagerLink(MANAGER, tmp_path, transport=httpx.MockTransport(manager))
+    link.credential = Credential(MANAGER, "n-1", "gsn_x", 1000)
+    try:
+        desired, unreadable = await link.assignments(None, 0)
+    finally:
+        await link.close()
+    assert [a.session_id for a in desired.sessions] == ["s-1"] and desired.version == 3
+    assert [u.session_id for u in unreadable] == ["s-2"]
+    assert "resources" in unreadable[0].reason

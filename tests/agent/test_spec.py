@@ -201,12 +201,15 @@ def test_a_docker_socket_is_never_mounted() -> None:
 
 # ---------------------------------------------------------------- hard caps
 
+SHIM = Path("/var/lib/gpuslice/agent/capshim/capshim-0.so")
+
 
 def test_hami_preloads_libvgpu_with_memory_and_sm_limits() -> None:
     spec = apply_hami(
         build_container_spec(session(), NVIDIA),
         library=Path("/usr/local/vgpu/libvgpu.so"),
         cache_root=Path("/var/lib/gpuslice/vgpu"),
+        shim=SHIM,
     )
     config = spec.create_config()
     env = env_of(config)
@@ -214,6 +217,8 @@ def test_hami_preloads_libvgpu_with_memory_and_sm_limits() -> None:
     assert env["CUDA_DEVICE_SM_LIMIT"] == "25"
     assert env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] == "/tmp/vgpu/s-123.cache"
     assert config["HostConfig"]["Mounts"] == [
+        {"Type": "bind", "Source": str(SHIM), "Target": "/usr/local/lib/gpuslice/capshim.so",
+         "ReadOnly": True},
         {
             "Type": "bind",
             "Source": "/usr/local/vgpu/libvgpu.so",
@@ -227,7 +232,13 @@ def test_hami_preloads_libvgpu_with_memory_and_sm_limits() -> None:
             "ReadOnly": False,
         },
     ]
-    assert spec.files()["/etc/ld.so.preload"] == b"/usr/local/vgpu/libvgpu.so\n"
+    assert spec.files()["/etc/ld.so.preload"] == (
+        b"/usr/local/lib/gpuslice/capshim.so\n/usr/local/vgpu/libvgpu.so\n"
+    )
+    assert spec.files()["/etc/gpuslice/hardcaps.env"] == (
+        b"CUDA_DEVICE_MEMORY_LIMIT_0=10240m\nCUDA_DEVICE_SM_LIMIT=25\n"
+        b"CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/vgpu/s-123.cache\n"
+    )
     assert [(d.path, d.uid, d.gid) for d in spec.host_dirs] == [
         ("/var/lib/gpuslice/vgpu/s-123", 1000, 1000)
     ]
@@ -236,16 +247,22 @@ def test_hami_preloads_libvgpu_with_memory_and_sm_limits() -> None:
 
 
 def test_mps_sets_pinned_memory_and_thread_percentage() -> None:
-    spec = apply_mps(build_container_spec(session(), NVIDIA), pipe_directory=Path("/tmp/mps"))
+    spec = apply_mps(build_container_spec(session(), NVIDIA), pipe_directory=Path("/tmp/mps"),
+                     shm_directory=Path("/run/mps-shm"), shim=SHIM)
     config = spec.create_config()
     env = env_of(config)
     assert env["CUDA_MPS_PIPE_DIRECTORY"] == "/tmp/mps"
     assert env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=10240M"
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"
-    assert config["HostConfig"]["IpcMode"] == "host"
-    assert {"Type": "bind", "Source": "/tmp/mps", "Target": "/tmp/mps", "ReadOnly": False} in (
-        config["HostConfig"]["Mounts"]
-    )
+    # No way into another session: its own IPC namespace, the pipes read-only, caps kept.
+    assert "IpcMode" not in config["HostConfig"]
+    mounts = config["HostConfig"]["Mounts"]
+    assert {"Type": "bind", "Source": "/tmp/mps", "Target": "/tmp/mps", "ReadOnly": True} in (
+        mounts)
+    assert {"Type": "bind", "Source": "/run/mps-shm", "Target": "/dev/shm",
+            "ReadOnly": False} in mounts
+    assert spec.files()["/etc/ld.so.preload"] == b"/usr/local/lib/gpuslice/capshim.so\n"
+    assert b"CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=25\n" in spec.files()["/etc/gpuslice/hardcaps.env"]
     assert json.loads(config["Labels"][LABEL_ALLOCATION])["enforcement"][-1] == "mps"
 
 
@@ -255,15 +272,15 @@ def test_hard_caps_leave_whole_gpu_and_cpu_sessions_alone() -> None:
     cpu_only = build_container_spec(session(slices=()), NVIDIA)
     for spec in (whole, cpu_only):
         for mode in ("hami", "mps"):
-            assert apply_hard_caps(spec, HardCapsSettings(mode=mode)) == spec
+            assert apply_hard_caps(spec, HardCapsSettings(mode=mode), SHIM) == spec
 
 
 def test_hard_caps_follow_the_configured_mode() -> None:
     spec = build_container_spec(session(), NVIDIA)
-    assert apply_hard_caps(spec, HardCapsSettings()) == spec
-    hami = apply_hard_caps(spec, HardCapsSettings(mode="hami"))
+    assert apply_hard_caps(spec, HardCapsSettings(), SHIM) == spec
+    hami = apply_hard_caps(spec, HardCapsSettings(mode="hami"), SHIM)
     assert "CUDA_DEVICE_MEMORY_LIMIT_0" in hami.env
-    mps = apply_hard_caps(spec, HardCapsSettings(mode="mps"))
+    mps = apply_hard_caps(spec, HardCapsSettings(mode="mps"), SHIM)
     assert mps.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == f"0={10 * GiB // MiB}M"
 
 
@@ -272,10 +289,10 @@ def test_hard_caps_read_the_typed_slices_not_the_allocation_text() -> None:
     third = gpu_slice(UUID, 0, 1000, 13 * GiB + 5 * MiB, 36, capacity=3000)
     spec = build_container_spec(session(slices=(third,), device_capacity=3000), NVIDIA)
     spec = replace(spec, allocation={**spec.allocation, "devices": []})
-    hami = apply_hard_caps(spec, HardCapsSettings(mode="hami"))
+    hami = apply_hard_caps(spec, HardCapsSettings(mode="hami"), SHIM)
     assert hami.env["CUDA_DEVICE_MEMORY_LIMIT_0"] == f"{13 * 1024 + 5}m"
     assert hami.env["CUDA_DEVICE_SM_LIMIT"] == "33"
-    mps = apply_hard_caps(spec, HardCapsSettings(mode="mps"))
+    mps = apply_hard_caps(spec, HardCapsSettings(mode="mps"), SHIM)
     assert mps.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "33"
 
 
@@ -283,4 +300,4 @@ def test_a_whole_device_is_whole_by_capacity_not_by_fraction_text() -> None:
     three_of_three = gpu_slice(UUID, 0, 3000, 40 * GiB, 108, capacity=3000)
     spec = build_container_spec(session(slices=(three_of_three,), device_capacity=3000), NVIDIA)
     assert spec.slices == (three_of_three,) and spec.device_capacity == 3000
-    assert apply_hard_caps(spec, HardCapsSettings(mode="hami")) == spec
+    assert apply_hard_caps(spec, HardCapsSettings(mode="hami"), SHIM) == spec

@@ -27,6 +27,9 @@ def settings(tmp_path: Path, database_url: str) -> ManagerSettings:
         scheduler={"interval": 1.0},
         nodes={"node_timeout": 30, "sweep_interval": 0.2, "assignment_poll": 0.5},
         sessions={"allowed_images": [IMAGE], "log_timeout": 3},
+        # Test machines are shared and busy: a password check at nice 19 would wait seconds
+        # for a core. bench/login_flood.py measures the default.
+        auth={"password_check_nice": 0},
     )
 
 

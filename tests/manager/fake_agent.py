@@ -106,7 +106,8 @@ class FakeAgent:
         await asyncio.gather(*self._link_tasks, return_exceptions=True)
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            # a test that revoked or re-keyed this node has seen its loop end with a 401
+            with contextlib.suppress(asyncio.CancelledError, httpx.HTTPStatusError):
                 await self._task
         await self.client.aclose()
 

@@ -25,7 +25,13 @@ import httpx
 import pytest
 
 from gpuslice.client import Client
-from tests.dockerd import base_image, can_restart_dockerd, docker_ready, restart_dockerd
+from tests.dockerd import (
+    base_image,
+    can_restart_dockerd,
+    docker_ready,
+    remove_fence,
+    restart_dockerd,
+)
 from tests.platform import app_image
 
 __all__ = ["base_image", "can_restart_dockerd", "docker_ready", "restart_dockerd"]
@@ -156,6 +162,7 @@ def remove_node_containers(node: str) -> None:
     ).stdout.split()
     if listed:
         subprocess.run(["docker", "rm", "-f", *listed], capture_output=True, check=False)
+    remove_fence(node)  # the agent left it in place while those containers ran
 
 
 @pytest.fixture

@@ -22,8 +22,9 @@ SMALL = ["--cpu", "0.25", "--mem", "256m"]
 def image_name() -> Iterator[str]:
     name = f"gpuslice-test/env-{uuid.uuid4().hex[:8]}"
     yield name
-    listed = subprocess.run(["docker", "images", "-q", name], capture_output=True, text=True,
-                            check=False).stdout.split()
+    committed = f"u/admin/{name}"  # commits go to their owner's namespace
+    listed = subprocess.run(["docker", "images", "-q", committed], capture_output=True,
+                            text=True, check=False).stdout.split()
     if listed:
         subprocess.run(["docker", "rmi", "-f", *set(listed)], capture_output=True, check=False)
 
@@ -55,9 +56,9 @@ def test_commit_install_launch_and_privacy(image_name: str, platform: Platform,
     module = _install(platform, "src")
 
     out = platform.ok("session", "commit", "src", "--name", image_name)
-    assert f"committed src as {image_name}:src" in out
+    reference = f"u/admin/{image_name}:src"  # the owner's namespace, the session's name as tag
+    assert f"committed src as {reference}" in out
     assert "storage folders are not part of the image" in out
-    reference = f"{image_name}:src"
     listed = {i["name"]: i for i in json.loads(platform.ok("image", "list", "--json"))}
     assert listed[reference]["public"] is False and listed[reference]["owner"] == "admin"
     table = platform.ok("image", "list")
@@ -81,6 +82,7 @@ def test_commit_install_launch_and_privacy(image_name: str, platform: Platform,
     assert "unknown image" in refused
     publish = platform.cli("image", "publish", reference)
     assert publish.returncode == 0 and "public" in publish.stdout
+    assert "readable by anyone who runs it" in publish.stdout  # it says what it exposes
     assert reference in other("image", "list", "--json")
 
 

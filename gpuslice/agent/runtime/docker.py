@@ -44,6 +44,7 @@ from gpuslice.agent.runtime.models import (
     RuntimeEvent,
     SessionNotFound,
 )
+from gpuslice.agent.runtime.networks import NetworkOps
 from gpuslice.agent.runtime.spec import (
     LABEL_NODE,
     LABEL_SESSION,
@@ -74,7 +75,7 @@ class Backoff:
         await asyncio.sleep(delay)
 
 
-class DockerRuntime(ImageOps, ExecOps):
+class DockerRuntime(ImageOps, ExecOps, NetworkOps):
     """Runs a node's session containers. Use as ``async with DockerRuntime(node_name=...)``."""
 
     def __init__(

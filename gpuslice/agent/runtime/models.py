@@ -61,9 +61,13 @@ class ContainerState:
     session_type: str
     node: str
     allocation: Mapping[str, Any] = field(default_factory=dict)
-    # Its address on its Docker network: the agent reaches the session's apps there, from the
-    # node (never through a published port). Empty when it has none (not running).
-    ip_address: str = ""
+    addresses: Mapping[str, str] = field(default_factory=dict)  # network -> IPv4 address
+
+    @property
+    def ip_address(self) -> str | None:
+        """The container's address (on the node's session network when it has one): where
+        the node reaches its apps."""
+        return next(iter(self.addresses.values()), None)
 
     @property
     def running(self) -> bool:
@@ -99,15 +103,14 @@ class ContainerState:
             session_type=labels.get(LABEL_TYPE, ""),
             node=labels.get(LABEL_NODE, ""),
             allocation=allocation,
-            ip_address=_ip_address(info.get("NetworkSettings") or {}),
+            addresses=_addresses(info),
         )
 
 
-def _ip_address(network: Mapping[str, Any]) -> str:
-    for attached in (network.get("Networks") or {}).values():
-        if attached and attached.get("IPAddress"):
-            return str(attached["IPAddress"])
-    return str(network.get("IPAddress") or "")
+def _addresses(info: Mapping[str, Any]) -> dict[str, str]:
+    networks = (info.get("NetworkSettings") or {}).get("Networks") or {}
+    return {name: str(n["IPAddress"]) for name, n in networks.items()
+            if isinstance(n, dict) and n.get("IPAddress")}
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,6 +39,8 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  #
 SessionType = Literal["interactive", "batch"]
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Sessions have no IPv6: the fence (agent/isolation) is written for IPv4.
+_NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
 _DOCKER_SOCKETS = ("docker.sock", "containerd.sock", "podman.sock")
 
 
@@ -110,6 +112,9 @@ class SpecOptions:
     log_max_size: str = "50m"
     # The node's devices by UUID: model and total memory, stated in allocation.json.
     devices: Mapping[str, DeviceInfo] = field(default_factory=dict)
+    # The node's session network (agent/isolation), and whether to switch IPv6 off in it.
+    network: str | None = None
+    ipv6_off: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +149,8 @@ class ContainerSpec:
     extra_files: Mapping[str, bytes] = field(default_factory=dict)
     ipc_mode: str | None = None
     log_max_size: str = "50m"
+    network: str | None = None  # Docker's default bridge when None
+    sysctls: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -213,6 +220,10 @@ class ContainerSpec:
             ]
         if self.ipc_mode:
             host_config["IpcMode"] = self.ipc_mode
+        if self.network:
+            host_config["NetworkMode"] = self.network
+        if self.sysctls:
+            host_config["Sysctls"] = dict(self.sysctls)
         return {
             "Image": self.image,
             "Cmd": list(self.cmd),
@@ -287,6 +298,8 @@ def build_container_spec(session: SessionSpec, options: SpecOptions) -> Containe
         device_uuids=uuids if options.device_requests else (),
         mounts=session.folders,
         log_max_size=options.log_max_size,
+        network=options.network,
+        sysctls=_NO_IPV6 if options.network and options.ipv6_off else {},
     )
 
 

@@ -12,27 +12,62 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
 
 from gpuslice.common.schemas.common import ExactResources, Number
 from gpuslice.common.schemas.sessions import SessionStatus, SessionType
+from gpuslice.common.text import Line
+
+# Bounds of what a node may report: far above any machine, far below what overflows a column.
+MAX_CPU = 10**9  # milli-cores (a million cores)
+MAX_BYTES = 2**60  # an exbibyte
+MAX_EXIT_CODE = 2**31 - 1
+# An image's Docker labels (a JSON object of strings).
+Labels = dict[Annotated[str, Field(max_length=256)], Annotated[str, Field(max_length=16384)]]
+
+
+NODE_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
 
 
 class NodeStatus(StrEnum):
     ALIVE = "ALIVE"
     LOST = "LOST"
+    REVOKED = "REVOKED"  # an admin revoked its credential; only a re-key token brings it back
 
 
 class JoinTokenCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=64)
-    expires_in_hours: int | None = Field(default=24, ge=1, le=24 * 3650)
+    """A single-use token an agent registers its node with (``gpuslice admin token create``)."""
+
+    name: Line = Field(min_length=1, max_length=64, description="What the token is for.")
+    node: str | None = Field(
+        default=None, pattern=NODE_NAME,
+        description="Only a node of this name may register with it.",
+    )
+    rekey: bool = Field(
+        default=False,
+        description="It may re-register the existing node `node` (required with it): the "
+        "node gets a new credential and its old one stops working. An admin's re-key, for a "
+        "node that lost its credential or was revoked.",
+    )
+    expires_in_hours: int = Field(default=1, ge=1, le=24 * 30)
+
+    @field_validator("rekey")
+    @classmethod
+    def _rekey_names_its_node(cls, rekey: bool, info: ValidationInfo) -> bool:
+        if rekey and info.data.get("node") is None:
+            raise ValueError("a re-key token names the node it re-keys (node)")
+        return rekey
 
 
 class JoinTokenPublic(BaseModel):
     id: str
     name: str
+    node: str | None = Field(default=None, description="The node name it is bound to, if any.")
+    rekey: bool = False
     created_at: datetime
     expires_at: datetime | None
+    used_at: datetime | None = Field(default=None, description="When a node registered with it.")
+    status: str = Field(default="active", description="active, used, expired or revoked.")
 
 
 class JoinTokenCreated(JoinTokenPublic):
@@ -41,18 +76,21 @@ class JoinTokenCreated(JoinTokenPublic):
 
 class DeviceReport(BaseModel):
     index: int = Field(ge=0, le=1023)
-    uuid: str = Field(min_length=1, max_length=128)
-    model: str = Field(min_length=1, max_length=128)
-    mem: int = Field(ge=0, description="Device memory in bytes.")
-    sms: int = Field(default=0, ge=0)
-    mem_used: int = Field(default=0, ge=0, description="Bytes in use (as measured).")
+    uuid: Line = Field(min_length=1, max_length=128)
+    model: Line = Field(min_length=1, max_length=128)
+    mem: int = Field(ge=0, le=MAX_BYTES, description="Device memory in bytes.")
+    sms: int = Field(default=0, ge=0, le=1_000_000)
+    mem_used: int = Field(default=0, ge=0, le=MAX_BYTES, description="Bytes in use (measured).")
     utilization: int = Field(default=0, ge=0, le=100, description="Percent busy (measured).")
 
 
 class NodeRegister(BaseModel):
-    join_token: str = Field(min_length=1, max_length=256)
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-    pool: str = Field(default="default", min_length=1, max_length=64)
+    """Register a node: with a join token, or (an existing node rotating its credential) with
+    its current credential as the bearer token and no join token."""
+
+    join_token: str | None = Field(default=None, min_length=1, max_length=256)
+    name: str = Field(pattern=NODE_NAME)
+    pool: Line = Field(default="default", min_length=1, max_length=64)
     device_capacity: int | None = Field(
         default=None, ge=10, le=100_000, multiple_of=10,
         description="This node's fGPU per GPU in milli-fGPU (2 fGPU per GPU = 2000), "
@@ -69,10 +107,10 @@ class NodeRegistered(BaseModel):
 class ImageReport(BaseModel):
     """One tagged image on a node: its tag, Docker image id, size and its own labels."""
 
-    tag: str = Field(min_length=1, max_length=255)
-    image_id: str | None = Field(default=None, max_length=128)
-    size: int | None = Field(default=None, ge=0, description="Bytes.")
-    labels: dict[str, str] = Field(default_factory=dict)
+    tag: Line = Field(min_length=1, max_length=255)
+    image_id: Line | None = Field(default=None, max_length=128)
+    size: int | None = Field(default=None, ge=0, le=MAX_BYTES, description="Bytes.")
+    labels: Labels = Field(default_factory=dict, max_length=256)
 
 
 class SessionGpuUsage(BaseModel):
@@ -94,12 +132,12 @@ class SessionUsage(BaseModel):
     """What one session's container uses now, measured by the agent from its cgroup, and its
     GPU figures from its own processes (NVML per-process data mapped to it by cgroup)."""
 
-    session_id: str = Field(min_length=1, max_length=64)
+    session_id: Line = Field(min_length=1, max_length=64)
     cpu: int | None = Field(
-        default=None, ge=0,
+        default=None, ge=0, le=MAX_CPU,
         description="Milli-cores busy, averaged since the previous heartbeat (none yet: null).",
     )
-    mem: int = Field(ge=0, description="Bytes of memory in use (page cache excluded).")
+    mem: int = Field(ge=0, le=MAX_BYTES, description="Bytes of memory in use (no page cache).")
     at_ms: int | None = Field(
         default=None, ge=0,
         description="When the agent read it (its clock, ms since the epoch): the manager keeps "
@@ -120,16 +158,19 @@ class SessionUsage(BaseModel):
 class Heartbeat(BaseModel):
     """What a node has and runs now. Sent every `heartbeat_interval_ms`."""
 
-    cpu: int = Field(gt=0, description="Allocatable CPU in milli-cores.")
-    mem: int = Field(gt=0, description="Allocatable memory in bytes.")
+    cpu: int = Field(gt=0, le=MAX_CPU, description="Allocatable CPU in milli-cores.")
+    mem: int = Field(gt=0, le=MAX_BYTES, description="Allocatable memory in bytes.")
     devices: list[DeviceReport] = Field(default_factory=list, max_length=1024)
-    images: list[str] = Field(default_factory=list, max_length=10_000)
+    images: list[Annotated[Line, Field(max_length=255)]] = Field(
+        default_factory=list, max_length=10_000
+    )
     image_details: list[ImageReport] | None = Field(
         default=None, max_length=10_000,
         description="The same images with id, size and labels (agents that know them send them).",
     )
-    running: list[str] = Field(
-        default_factory=list, description="Session ids with a container on this node now."
+    running: list[Annotated[Line, Field(max_length=64)]] = Field(
+        default_factory=list, max_length=10_000,
+        description="Session ids with a container on this node now.",
     )
     usage: list[SessionUsage] = Field(default_factory=list, max_length=10_000)
 
@@ -313,9 +354,9 @@ class CommitAnswer(BaseModel):
     """The committed image (its id, size and labels), or why the commit failed."""
 
     kind: Literal["commit"] = "commit"
-    image_id: str | None = Field(default=None, max_length=128)
-    size: int | None = Field(default=None, ge=0, le=2**62)
-    labels: dict[str, str] = Field(default_factory=dict)
+    image_id: Line | None = Field(default=None, max_length=128)
+    size: int | None = Field(default=None, ge=0, le=MAX_BYTES)
+    labels: Labels = Field(default_factory=dict, max_length=256)
     error: str = Field(default="", max_length=2000, description="Why it could not commit.")
 
 
@@ -371,7 +412,10 @@ class StateReport(BaseModel):
     status: SessionStatus = Field(
         description="PREPARING, RUNNING, TERMINATED (exited or stopped) or ERROR (failed)."
     )
-    exit_code: int | None = Field(default=None, description="TERMINATED: the process exit code.")
+    exit_code: int | None = Field(
+        default=None, ge=-MAX_EXIT_CODE - 1, le=MAX_EXIT_CODE,
+        description="TERMINATED: the process exit code.",
+    )
     reason: str = Field(default="", max_length=2000)
     logs: str | None = Field(
         default=None, max_length=1024 * 1024,
@@ -385,6 +429,7 @@ class NodePublic(BaseModel):
     name: str
     pool: str
     status: NodeStatus
+    revoked_at: datetime | None = None
     cpu: Number
     mem: int
     cpu_used: Number

@@ -52,6 +52,14 @@ class ImagePublic(BaseModel):
     created_at: datetime | None = None
 
 
+class ImageUpdated(ImagePublic):
+    """An image after an admin changed its visibility."""
+
+    exposes: str | None = Field(
+        default=None, description="When made public: what every user can now read and run."
+    )
+
+
 class ImageAliasCreate(BaseModel):
     name: str = Field(pattern=ALIAS_PATTERN, description="The short name, e.g. `tf2`.")
     reference: str = Field(min_length=1, max_length=255)

@@ -15,6 +15,7 @@ from gpuslice.common.schemas.storage import (
     SessionFolder,
     parse_folder_request,
 )
+from gpuslice.common.text import Line
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -60,7 +61,7 @@ class SessionCreate(BaseModel):
 
     image: str = Field(min_length=1, max_length=255, description="Image name, e.g. `torch:2.3`.")
     resources: ResourcesIn = Field(default_factory=ResourcesIn)
-    gpu_model: str | None = Field(
+    gpu_model: Line | None = Field(
         default=None, max_length=128, description="Only place on GPUs of this model."
     )
     count: int = Field(default=1, ge=1, le=MAX_COUNT, description="How many identical sessions.")
@@ -121,7 +122,7 @@ class SessionCreate(BaseModel):
 class SessionDestroy(BaseModel):
     """Destroy several sessions at once."""
 
-    ids: list[str] = Field(min_length=1, max_length=1000)
+    ids: list[Annotated[str, Field(max_length=64)]] = Field(min_length=1, max_length=1000)
 
 
 class AllocationPublic(BaseModel):
@@ -186,6 +187,9 @@ class SessionPublic(BaseModel):
     )
     created_at: datetime
     updated_at: datetime
+    purged_at: datetime | None = Field(
+        default=None, description="When retention purged its kept logs and environment."
+    )
     history: list[StatusChange] | None = Field(
         default=None, description="Every status change (in single-session answers)."
     )
@@ -214,3 +218,6 @@ class SessionLogs(BaseModel):
     session_id: str
     logs: str
     truncated: bool = False
+    purged: bool = Field(
+        default=False, description="The kept logs were purged (sessions.retention_days)."
+    )

@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field
 
 from gpuslice.common.schemas.common import CpuIn, FgpuIn, MemIn, Number
 from gpuslice.common.schemas.monitoring import MAX_SECONDS, IdleRule
+from gpuslice.common.text import Line
 
 USERNAME_PATTERN = r"^[a-z_][a-z0-9_.-]{0,63}$"
 
@@ -19,7 +20,7 @@ class Role(StrEnum):
 
 
 class LoginRequest(BaseModel):
-    username: str = Field(min_length=1, max_length=64)
+    username: Line = Field(min_length=1, max_length=64)
     password: str = Field(min_length=1, max_length=1024)
 
 
@@ -32,7 +33,7 @@ class TokenPublic(BaseModel):
 
 
 class ApiTokenCreate(BaseModel):
-    name: str = Field(min_length=1, max_length=64)
+    name: Line = Field(min_length=1, max_length=64)
     expires_in_days: int | None = Field(
         default=None, ge=1, le=3650, description="Omit for a token that lasts until revoked."
     )
@@ -44,6 +45,7 @@ class ApiTokenPublic(BaseModel):
     created_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None
+    status: str = Field(default="active", description="active or expired.")
 
 
 class ApiTokenCreated(ApiTokenPublic):
@@ -57,8 +59,24 @@ class UserCreate(BaseModel):
     policy_id: str | None = None
 
 
+class PasswordChange(BaseModel):
+    """Change one's own password: every other login ends (API tokens too, unless kept)."""
+
+    current_password: str = Field(min_length=1, max_length=1024)
+    new_password: str = Field(min_length=8, max_length=1024)
+    keep_api_tokens: bool = Field(
+        default=False, description="Keep your API tokens working (scripts, the SDK)."
+    )
+
+
 class UserUpdate(BaseModel):
-    password: str | None = Field(default=None, min_length=8, max_length=1024)
+    password: str | None = Field(
+        default=None, min_length=8, max_length=1024,
+        description="A new password: the user's logins end (API tokens too, unless kept).",
+    )
+    keep_api_tokens: bool = Field(
+        default=False, description="With a new password: keep the user's API tokens working."
+    )
     role: Role | None = None
     is_active: bool | None = None
     policy_id: str | None = Field(default=None, description="Set to attach a policy.")
@@ -77,7 +95,7 @@ class UserPublic(BaseModel):
 class PolicyCreate(BaseModel):
     """Limits on what one user's allocated sessions may hold together; omit a field = no limit."""
 
-    name: str = Field(min_length=1, max_length=64)
+    name: Line = Field(min_length=1, max_length=64)
     max_sessions: int | None = Field(default=None, ge=0, le=100_000)
     max_gpu: FgpuIn | None = None
     max_cpu: CpuIn | None = None
@@ -94,6 +112,10 @@ class PolicyCreate(BaseModel):
     max_storage: MemIn | None = Field(
         default=None, description="Bytes one's own storage folders may hold, e.g. 100g."
     )
+    max_pending: int | None = Field(
+        default=None, ge=0, le=100_000,
+        description="PENDING sessions waiting at once (omit: the manager's sessions.max_pending).",
+    )
 
 
 class PolicyUpdate(BaseModel):
@@ -108,6 +130,7 @@ class PolicyUpdate(BaseModel):
     idle: IdleRule | None = None
     max_lifetime: int | None = Field(default=None, ge=1, le=MAX_SECONDS)
     max_storage: MemIn | None = None
+    max_pending: int | None = Field(default=None, ge=0, le=100_000)
 
 
 class PolicyPublic(BaseModel):
@@ -122,4 +145,5 @@ class PolicyPublic(BaseModel):
     idle: IdleRule | None = None
     max_lifetime: int | None = None
     max_storage: int | None = None
+    max_pending: int | None = None
     created_at: datetime

@@ -20,6 +20,7 @@ from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import LoopState
 from gpuslice.manager.services import auth
 from gpuslice.manager.services.channel import Channel
+from gpuslice.manager.services.login_throttle import LoginThrottle
 from gpuslice.manager.services.models.store import ModelStore
 from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
 from gpuslice.manager.services.nodes.registration import authenticate_node
@@ -72,6 +73,10 @@ def _schema_head(request: Request) -> str:
     return request.app.state.schema_head
 
 
+def _throttle(request: Request) -> LoginThrottle:
+    return request.app.state.login_throttle
+
+
 DbDep = Annotated[AsyncSession, Depends(_db)]
 StorageDep = Annotated[StorageFS, Depends(_storage)]
 ModelStoreDep = Annotated[ModelStore, Depends(_model_store)]
@@ -82,6 +87,7 @@ ChannelDep = Annotated[Channel, Depends(_channel)]
 MetricsDep = Annotated[ManagerMetrics, Depends(_metrics)]
 LoopsDep = Annotated[Mapping[str, LoopState], Depends(_loops)]
 SchemaHeadDep = Annotated[str, Depends(_schema_head)]
+ThrottleDep = Annotated[LoginThrottle, Depends(_throttle)]
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuslice.common.schemas.errors import ErrorBody
+from gpuslice.common.text import scrub
 from gpuslice.manager import errors
 
 log = logging.getLogger(__name__)
@@ -21,16 +22,17 @@ STATUS: list[tuple[type[errors.DomainError], int]] = [
     (errors.Conflict, 409),
     (errors.AgentTimeout, 504),
     (errors.Unavailable, 503),
+    (errors.TooManyRequests, 429),
     (errors.InvalidRequest, 422),
     (errors.DomainError, 400),
 ]
 _HTTP_CODES = {
     400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
     405: "method_not_allowed", 406: "not_acceptable", 413: "too_large",
-    415: "unsupported_media_type",
+    415: "unsupported_media_type", 429: "too_many_requests",
 }
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 422)
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 429)
 }
 
 
@@ -49,21 +51,32 @@ def status_of(exc: errors.DomainError) -> int:
 
 async def deny(websocket: WebSocket, exc: errors.DomainError) -> None:
     """Refuse a WebSocket upgrade with the error as an HTTP answer (never a 101)."""
-    response = _answer(status_of(exc), exc.code, exc.message, exc.field)
+    response = _answer(status_of(exc), exc.code, exc.message, exc.field, _headers_of(exc))
     try:
         await websocket.send_denial_response(response)
     except RuntimeError:  # a server without the denial extension: a bare 403
         await websocket.close(1008)
 
 
-def _answer(status: int, code: str, message: str, field: str | None = None) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
-    body = ErrorBody(code=code, message=message, field=field).model_dump()
+def _headers_of(exc: errors.DomainError) -> dict[str, str] | None:
+    if isinstance(exc, errors.TooManyRequests):
+        return {"Retry-After": str(exc.retry_after)}
+    return None
+
+
+def _answer(
+    status: int, code: str, message: str, field: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    if status == 401:
+        headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
+    # A message may quote the input it refuses: what no answer can carry is replaced.
+    body = ErrorBody(code=code, message=scrub(message), field=scrub(field)).model_dump()
     return JSONResponse(body, status_code=status, headers=headers)
 
 
 async def _domain(_request: Request, exc: errors.DomainError) -> JSONResponse:
-    return _answer(status_of(exc), exc.code, exc.message, exc.field)
+    return _answer(status_of(exc), exc.code, exc.message, exc.field, _headers_of(exc))
 
 
 async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:

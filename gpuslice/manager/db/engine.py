@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
@@ -22,6 +24,8 @@ def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> AsyncEn
     """An async engine; on SQLite with WAL, foreign keys and a busy timeout on every connection."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            private_database_file(Path(parsed.database))
         engine = create_async_engine(
             url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}
         )
@@ -30,6 +34,21 @@ def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> AsyncEn
     return create_async_engine(
         url, echo=echo, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
     )
+
+
+def private_database_file(path: Path) -> None:
+    """Create the SQLite file readable by its owner only (it holds password hashes, sessions'
+    environment and logs), or make an existing one so; SQLite gives its -wal and -shm files the
+    database file's mode."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for companion in (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        if companion.exists():
+            companion.chmod(0o600)
 
 
 def make_sessionmaker(engine: AsyncEngine, hub: Hub) -> async_sessionmaker[AsyncSession]:

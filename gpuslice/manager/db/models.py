@@ -46,6 +46,8 @@ class ResourcePolicy(Base):
     idle_rule: Mapped[dict[str, Any] | None] = mapped_column(JSON)
     max_lifetime: Mapped[int | None] = mapped_column(Integer)
     max_storage: Mapped[int | None] = mapped_column(BigInteger)  # bytes of one's own folders
+    # PENDING sessions one user may have waiting; NULL: the manager's sessions.max_pending.
+    max_pending: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
@@ -82,7 +84,8 @@ class ApiToken(Base):
 
 
 class JoinToken(Base):
-    """Lets an agent register a node; created by an admin, stored hashed."""
+    """Lets an agent register a node once; created by an admin, stored hashed. ``node_name``
+    binds it to one node name; ``rekey`` lets it replace that existing node's credential."""
 
     __tablename__ = "join_tokens"
 
@@ -93,6 +96,11 @@ class JoinToken(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    node_name: Mapped[str | None] = mapped_column(String(128))
+    rekey: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Set (conditionally, once) when a node registers with it: single use.
+    used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    used_by: Mapped[str | None] = mapped_column(ForeignKey("nodes.id", ondelete="SET NULL"))
 
 
 class Image(Base):
@@ -174,6 +182,8 @@ class NodeRow(Base):
     rescan: Mapped[int] = mapped_column(BigInteger, default=0)
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # An admin revoked the node: its credential is refused until a re-key token replaces it.
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     devices: Mapped[list[DeviceRow]] = relationship(
         lazy="raise", order_by="DeviceRow.index", passive_deletes=True
@@ -247,6 +257,9 @@ class SessionRow(Base):
     final_logs: Mapped[str | None] = mapped_column(
         Text, deferred=True, deferred_raiseload=True
     )
+    # When retention purged its kept logs and environment (sessions.retention_days after it
+    # ended); its status history stays.
+    purged_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     allocations: Mapped[list[Allocation]] = relationship(
         lazy="raise", order_by="Allocation.device_index", passive_deletes=True
@@ -411,6 +424,8 @@ class UsageDaily(Base):
     gpu_ms: Mapped[int] = mapped_column(BigInteger, default=0)
     gpu_mem_sum: Mapped[int] = mapped_column(BigInteger, default=0)
     gpu_util_sum: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class FolderRow(Base):
     """A storage folder: a user's own (``owner_id``) or a shared one (no owner, admins').
 
@@ -497,3 +512,14 @@ class RunRow(Base):
     args: Mapped[list[str]] = mapped_column(JSON, default=list)
     save_dir: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class LoginFailure(Base):
+    """Failed logins counted per key (``user:<name>`` or ``addr:<client address>``) in a window
+    that starts with the first failure; login throttling reads it before any password hash."""
+
+    __tablename__ = "login_failures"
+
+    key: Mapped[str] = mapped_column(String(160), primary_key=True)
+    window_start: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    failures: Mapped[int] = mapped_column(Integer, default=0)

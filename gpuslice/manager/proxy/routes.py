@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import RedirectResponse, Response
 
 from gpuslice.manager.api import browser
+from gpuslice.manager.api.errors import status_of
 from gpuslice.manager.errors import DomainError
 from gpuslice.manager.proxy import pages
 from gpuslice.manager.services import auth
@@ -33,11 +34,13 @@ async def login_form(request: Request) -> Response:
     next_path = _local(form.get("next", "/"))
     try:
         browser.check_origin(request, request.app.state.settings.auth.allowed_origins)
+        address = request.client.host if request.client else None
         async with request.app.state.sessionmaker() as db:
             token, row = await auth.login(db, form.get("username", ""), form.get("password", ""),
-                                          request.app.state.settings.auth.login_token_ttl)
+                                          request.app.state.settings.auth.login_token_ttl,
+                                          request.app.state.login_throttle, address)
     except DomainError as err:
-        return pages.login(next_path, err.message, 401 if err.code == "bad_credentials" else 403)
+        return pages.login(next_path, err.message, status_of(err))
     response = RedirectResponse(next_path, status_code=303)
     browser.set_login_cookie(response, request, token, row.expires_at)
     return response

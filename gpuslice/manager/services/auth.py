@@ -7,16 +7,22 @@ from datetime import timedelta
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpuslice.common.schemas.users import ApiTokenCreate, ApiTokenCreated, ApiTokenPublic
+from gpuslice.common.schemas.users import (
+    ApiTokenCreate,
+    ApiTokenCreated,
+    ApiTokenPublic,
+    PasswordChange,
+)
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import ApiToken, User
 from gpuslice.manager.errors import NotFound, Unauthorized
 from gpuslice.manager.security import (
     USER_TOKEN_PREFIX,
+    hash_password,
     new_token,
     token_digest,
-    verify_password,
 )
+from gpuslice.manager.services.login_throttle import LoginThrottle
 
 # A token's last use is written at most this often, so reads do not become writes.
 _TOUCH_EVERY = timedelta(minutes=1)
@@ -28,13 +34,18 @@ _DUMMY_HASH = (
 
 
 async def login(
-    db: AsyncSession, username: str, password: str, ttl: float
+    db: AsyncSession, username: str, password: str, ttl: float, throttle: LoginThrottle,
+    address: str | None,
 ) -> tuple[str, ApiToken]:
-    """Check the password; a new login token (the secret and its row)."""
+    """Check the password (unless the username or the address is throttled: 429 first, no
+    hash computed); a new login token (the secret and its row)."""
+    await throttle.admit(db, username, address)
     user = await db.scalar(select(User).where(User.username == username))
-    ok = await verify_password(user.password_hash if user else _DUMMY_HASH, password)
+    await db.commit()  # no transaction held while the hash runs (or waits for its turn)
+    ok = await throttle.checks.verify(user.password_hash if user else _DUMMY_HASH, password)
     if user is None or not ok or not user.is_active:
         raise Unauthorized("wrong username or password", code="bad_credentials")
+    await throttle.succeeded(db, username, address)
     token = new_token(USER_TOKEN_PREFIX)
     row = ApiToken(
         user_id=user.id, kind="login", name="login", token_hash=token_digest(token),
@@ -91,7 +102,40 @@ async def create_api_token(db: AsyncSession, user: User, body: ApiTokenCreate) -
     return ApiTokenCreated(**_public(row).model_dump(), token=token)
 
 
+async def change_password(
+    db: AsyncSession, user: User, current: ApiToken, body: PasswordChange,
+    throttle: LoginThrottle, address: str | None,
+) -> None:
+    """Check the current password (throttled like a login), set the new one, and end every
+    other login token of the user (and their API tokens, unless kept)."""
+    await throttle.admit(db, user.username, address)
+    ok = await throttle.checks.verify(user.password_hash, body.current_password)
+    if not ok:
+        raise Unauthorized("the current password is wrong", field="current_password",
+                           code="bad_credentials")
+    await throttle.succeeded(db, user.username, address)
+    new_hash = await hash_password(body.new_password)
+    await db.execute(update(User).where(User.id == user.id).values(password_hash=new_hash))
+    await end_tokens(db, user.id, keep_api_tokens=body.keep_api_tokens, keep=current.id)
+    await db.commit()
+
+
+async def end_tokens(
+    db: AsyncSession, user_id: str, *, keep_api_tokens: bool, keep: str | None = None
+) -> None:
+    """Revoke the user's login tokens (and API tokens unless ``keep_api_tokens``), but ``keep``
+    (the token the change was made with). In the caller's transaction."""
+    kinds = ["login"] if keep_api_tokens else ["login", "api"]
+    await db.execute(
+        update(ApiToken)
+        .where(ApiToken.user_id == user_id, ApiToken.kind.in_(kinds),
+               ApiToken.revoked_at.is_(None), ApiToken.id != (keep or ""))
+        .values(revoked_at=utcnow())
+    )
+
+
 async def list_api_tokens(db: AsyncSession, user: User) -> list[ApiTokenPublic]:
+    """The user's API tokens not revoked, expired ones included (marked so)."""
     rows = await db.scalars(
         select(ApiToken)
         .where(ApiToken.user_id == user.id, ApiToken.kind == "api", ApiToken.revoked_at.is_(None))
@@ -101,7 +145,8 @@ async def list_api_tokens(db: AsyncSession, user: User) -> list[ApiTokenPublic]:
 
 
 def _public(row: ApiToken) -> ApiTokenPublic:
+    expired = row.expires_at is not None and row.expires_at <= utcnow()
     return ApiTokenPublic(
         id=row.id, name=row.name, created_at=row.created_at, expires_at=row.expires_at,
-        last_used_at=row.last_used_at,
+        last_used_at=row.last_used_at, status="expired" if expired else "active",
     )

@@ -62,6 +62,7 @@ def public(row: ResourcePolicy) -> PolicyPublic:
         max_cpu=None if row.max_cpu is None else fgpu_decimal(row.max_cpu),
         max_mem=row.max_mem, max_priority=row.max_priority,
         max_private_images=row.max_private_images, max_storage=row.max_storage,
+        max_pending=row.max_pending,
         idle=IdleRule.model_validate(row.idle_rule) if row.idle_rule else None,
         max_lifetime=row.max_lifetime, created_at=row.created_at,
     )

@@ -14,6 +14,7 @@ from gpuslice.common.schemas.users import Role, UserCreate, UserPublic, UserUpda
 from gpuslice.manager.db.models import ResourcePolicy, User
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.security import hash_password, new_password
+from gpuslice.manager.services.auth import end_tokens
 
 log = logging.getLogger(__name__)
 CREDENTIALS_FILE = "admin-credentials"
@@ -47,9 +48,17 @@ async def get_user(db: AsyncSession, user_id: str) -> User:
 
 
 async def update_user(db: AsyncSession, user_id: str, body: UserUpdate) -> UserPublic:
+    """Change a user; a new password ends their logins (and API tokens, unless kept). The last
+    active admin can be neither demoted nor disabled."""
+    new_hash = await hash_password(body.password) if body.password is not None else None
+    if body.role == Role.USER or body.is_active is False:
+        # Admin rows are locked first (PostgreSQL), so two admins demoting each other at once
+        # cannot both succeed; on SQLite the write below serialises them.
+        await db.execute(select(User.id).where(User.role == Role.ADMIN).with_for_update())
     row = await get_user(db, user_id)
-    if body.password is not None:
-        row.password_hash = await hash_password(body.password)
+    if new_hash is not None:
+        row.password_hash = new_hash
+        await end_tokens(db, row.id, keep_api_tokens=body.keep_api_tokens)
     if body.role is not None:
         row.role = body.role
     if body.is_active is not None:
@@ -59,6 +68,16 @@ async def update_user(db: AsyncSession, user_id: str, body: UserUpdate) -> UserP
     elif body.policy_id is not None:
         await _require_policy(db, body.policy_id)
         row.policy_id = body.policy_id
+    await db.flush()
+    admins = await db.scalar(select(func.count()).select_from(User).where(
+        User.role == Role.ADMIN, User.is_active.is_(True)))
+    if not admins:
+        username = row.username
+        await db.rollback()
+        raise Conflict(
+            f"{username} is the last active admin: make another admin first",
+            field="role" if body.role == Role.USER else "is_active", code="last_admin",
+        )
     await db.commit()
     return public(row)
 

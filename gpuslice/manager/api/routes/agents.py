@@ -17,6 +17,7 @@ from gpuslice.common.schemas.agents import (
 )
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.manager.api.deps import (
+    Bearer,
     CurrentNode,
     DbDep,
     HubDep,
@@ -24,6 +25,7 @@ from gpuslice.manager.api.deps import (
     SessionmakerDep,
     SettingsDep,
 )
+from gpuslice.manager.api.edge import node_body
 from gpuslice.manager.api.errors import deny
 from gpuslice.manager.errors import DomainError
 from gpuslice.manager.services import channel
@@ -34,12 +36,18 @@ router = APIRouter(prefix="/agents", tags=["agents"])
 
 
 @router.post("/register", status_code=status.HTTP_201_CREATED)
-async def register(body: NodeRegister, db: DbDep, settings: SettingsDep) -> NodeRegistered:
-    """Register a node with an admin's join token; answers the node's own credential."""
-    return await registration.register(db, body, settings.nodes)
+async def register(
+    body: NodeRegister, db: DbDep, settings: SettingsDep, credentials: Bearer
+) -> NodeRegistered:
+    """Register a node with an admin's single-use join token, and answer its own credential.
+    An existing node's name needs that node's current credential (as the bearer token: the
+    credential is rotated) or an admin's re-key token for it: 409 `node_exists` otherwise."""
+    secret = credentials.credentials if credentials is not None else None
+    return await registration.register(db, body, settings.nodes, secret)
 
 
 @router.post("/me/heartbeat")
+@node_body
 async def heartbeat(
     body: Heartbeat, db: DbDep, node: CurrentNode, settings: SettingsDep, metrics: MetricsDep
 ) -> HeartbeatAck:
@@ -69,6 +77,7 @@ async def get_assignments(
 
 
 @router.post("/me/sessions/{session_id}/state")
+@node_body
 async def report_state(
     session_id: str, body: StateReport, db: DbDep, node: CurrentNode
 ) -> dict[str, SessionStatus]:
@@ -77,6 +86,7 @@ async def report_state(
 
 
 @router.put("/me/requests/{request_id}", status_code=status.HTTP_204_NO_CONTENT)
+@node_body
 async def answer_request(request_id: str, body: Answer, db: DbDep, node: CurrentNode) -> None:
     """Answer a request that came with the assignments, with an answer of its `kind`. Only the
     node it was sent to may, once, while it is awaited: 404 otherwise (422 for another kind)."""

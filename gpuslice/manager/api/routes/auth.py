@@ -2,28 +2,42 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
 
+from gpuslice.common.schemas.errors import ErrorBody
 from gpuslice.common.schemas.users import (
     ApiTokenCreate,
     ApiTokenCreated,
     ApiTokenPublic,
     LoginRequest,
+    PasswordChange,
     TokenPublic,
     UserPublic,
 )
 from gpuslice.manager.api import browser
-from gpuslice.manager.api.deps import CurrentToken, CurrentUser, DbDep, SettingsDep
+from gpuslice.manager.api.deps import (
+    CurrentToken,
+    CurrentUser,
+    DbDep,
+    SettingsDep,
+    ThrottleDep,
+)
 from gpuslice.manager.services import auth, users
 
 router = APIRouter(prefix="/auth", tags=["auth"])
 
 
-@router.post("/login")
+@router.post("/login", responses={429: {"model": ErrorBody}})
 async def login(
-    body: LoginRequest, db: DbDep, settings: SettingsDep, request: Request, response: Response
+    body: LoginRequest, request: Request, response: Response, db: DbDep, settings: SettingsDep,
+    throttle: ThrottleDep,
 ) -> TokenPublic:
     """Exchange a username and password for a bearer token that expires; browsers also get it
-    as the HttpOnly login cookie (`gpuslice_login`), which expires with it."""
-    token, row = await auth.login(db, body.username, body.password, settings.auth.login_token_ttl)
+    as the HttpOnly login cookie (`gpuslice_login`), which expires with it. After too many
+    failed logins for the username or from the client's address, 429 with `Retry-After`
+    (seconds)."""
+    address = request.client.host if request.client else None
+    token, row = await auth.login(
+        db, body.username, body.password, settings.auth.login_token_ttl, throttle, address
+    )
     browser.set_login_cookie(response, request, token, row.expires_at)
     return TokenPublic(access_token=token, expires_at=row.expires_at)
 
@@ -43,6 +57,18 @@ async def me(user: CurrentUser) -> UserPublic:
     return users.public(user)
 
 
+@router.post("/password", status_code=status.HTTP_204_NO_CONTENT,
+             responses={429: {"model": ErrorBody}})
+async def change_password(
+    body: PasswordChange, request: Request, db: DbDep, user: CurrentUser, token: CurrentToken,
+    throttle: ThrottleDep,
+) -> None:
+    """Change your password. Every other login ends; your API tokens too unless
+    `keep_api_tokens`. A wrong current password counts as a failed login (401, then 429)."""
+    address = request.client.host if request.client else None
+    await auth.change_password(db, user, token, body, throttle, address)
+
+
 @router.post("/tokens", status_code=status.HTTP_201_CREATED)
 async def create_token(body: ApiTokenCreate, db: DbDep, user: CurrentUser) -> ApiTokenCreated:
     """Create an API token; its secret is shown only in this answer."""
@@ -51,7 +77,7 @@ async def create_token(body: ApiTokenCreate, db: DbDep, user: CurrentUser) -> Ap
 
 @router.get("/tokens")
 async def list_tokens(db: DbDep, user: CurrentUser) -> list[ApiTokenPublic]:
-    """The caller's active API tokens (never their secrets)."""
+    """The caller's API tokens not revoked, each `active` or `expired` (never a secret)."""
     return await auth.list_api_tokens(db, user)
 
 

@@ -11,6 +11,7 @@ from gpuslice.common.schemas.images import (
     ImagePublic,
     ImageRescan,
     ImageUpdate,
+    ImageUpdated,
 )
 from gpuslice.manager.api.deps import AdminUser, CurrentUser, DbDep, SettingsDep
 from gpuslice.manager.services.images import aliases, catalog
@@ -39,9 +40,9 @@ async def rescan(db: DbDep, settings: SettingsDep, _admin: AdminUser) -> ImageRe
 
 
 @router.get("/aliases")
-async def list_aliases(db: DbDep, _user: CurrentUser) -> list[ImageAliasPublic]:
-    """Short names for image references."""
-    return await aliases.list_aliases(db)
+async def list_aliases(db: DbDep, user: CurrentUser) -> list[ImageAliasPublic]:
+    """Short names for image references (those of images the caller may see)."""
+    return await aliases.list_aliases(db, user)
 
 
 @router.post("/aliases", status_code=status.HTTP_201_CREATED)
@@ -57,8 +58,11 @@ async def delete_alias(name: str, db: DbDep, _admin: AdminUser) -> None:
 
 
 @router.patch("/{name:path}")
-async def update_image(name: str, body: ImageUpdate, db: DbDep, _admin: AdminUser) -> ImagePublic:
-    """Make an image public, e.g. one committed from a session (admins only)."""
+async def update_image(
+    name: str, body: ImageUpdate, db: DbDep, _admin: AdminUser
+) -> ImageUpdated:
+    """Make an image public, e.g. one committed from a session, or private again (admins only).
+    The answer's `exposes` says what publishing made readable to every user."""
     return await catalog.update_image(db, name, body)
 
 

@@ -17,6 +17,7 @@ from gpuslice.common.schemas.models import (
     ModelUrls,
 )
 from gpuslice.manager.api.deps import DbDep, ModelStoreDep, NodeSession, SettingsDep
+from gpuslice.manager.api.edge import node_body
 from gpuslice.manager.api.routes.models import PathQuery
 from gpuslice.manager.services.models import catalog
 
@@ -24,6 +25,7 @@ router = APIRouter(prefix="/agents/me/sessions/{session_id}", tags=["in-session"
 
 
 @router.post("/models/uploads", status_code=status.HTTP_201_CREATED)
+@node_body
 async def start_upload(
     body: ModelUploadStart, session: NodeSession, request: Request, db: DbDep,
     store: ModelStoreDep, settings: SettingsDep,
@@ -47,6 +49,7 @@ async def upload_file(
 
 
 @router.post("/models/complete")
+@node_body
 async def complete_upload(
     body: ModelUploadComplete, session: NodeSession, db: DbDep, store: ModelStoreDep
 ) -> ModelPublic:
@@ -55,6 +58,7 @@ async def complete_upload(
 
 
 @router.post("/models/presign")
+@node_body
 async def presign(
     body: ModelPresign, session: NodeSession, request: Request, db: DbDep, store: ModelStoreDep
 ) -> ModelUrls:

@@ -45,15 +45,19 @@ async def create_sessions(
 async def list_all(
     db: DbDep,
     user: CurrentUser,
+    settings: SettingsDep,
     status_: Annotated[list[SessionStatus] | None, Query(alias="status")] = None,
     owner: Annotated[str | None, Query(description="Admins: a username or user id.")] = None,
     name: Annotated[str | None, Query(max_length=80, description="Exactly this name.")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> Page[SessionPublic]:
-    """Sessions the caller may see, newest first; filter by status, owner (admins) or name."""
+    """Sessions the caller may see, newest first; filter by status, owner (admins) or name. A
+    page holds fewer than `limit` items when its answer would pass `limits.max_answer` bytes:
+    continue from `offset` plus the items returned."""
     return await views.list_sessions(
-        db, user, statuses=status_ or (), owner=owner, name=name, limit=limit, offset=offset
+        db, user, statuses=status_ or (), owner=owner, name=name, limit=limit, offset=offset,
+        max_bytes=settings.limits.max_answer,
     )
 
 

@@ -29,5 +29,7 @@ async def get_user(user_id: str, db: DbDep, _admin: AdminUser) -> UserPublic:
 
 @router.patch("/{user_id}")
 async def update_user(user_id: str, body: UserUpdate, db: DbDep, _admin: AdminUser) -> UserPublic:
-    """Change a user's password, role, active flag or policy (admins only)."""
+    """Change a user's password, role, active flag or policy (admins only). A new password
+    ends the user's logins (API tokens too, unless `keep_api_tokens`); the last active admin
+    cannot be demoted or disabled (409 `last_admin`)."""
     return await users.update_user(db, user_id, body)

@@ -1,7 +1,8 @@
 """Image aliases: short names admins give references (``tf2`` → ``gpuslice/tensorflow:2.16``).
 
 An alias resolves when a session is created (``images.resolve``); it never hides an image's
-visibility: an alias to another user's private image resolves to an unknown image.
+visibility: an alias to another user's private image resolves to an unknown image, and the
+listing leaves it out for everyone but its owner and admins.
 """
 
 from __future__ import annotations
@@ -10,14 +11,17 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.schemas.images import ImageAliasCreate, ImageAliasPublic
-from gpuslice.manager.db.models import ImageAlias
+from gpuslice.manager.db.models import ImageAlias, User
 from gpuslice.manager.errors import NotFound
-from gpuslice.manager.services.images.catalog import reference_or_error
+from gpuslice.manager.services.images.catalog import invisible_references, reference_or_error
 
 
-async def list_aliases(db: AsyncSession) -> list[ImageAliasPublic]:
+async def list_aliases(db: AsyncSession, viewer: User) -> list[ImageAliasPublic]:
+    """The aliases, but for those pointing to an image the viewer may not see (another user's
+    private image): they are left out, so the listing never reveals it."""
+    hidden = await invisible_references(db, viewer)
     rows = await db.scalars(select(ImageAlias).order_by(ImageAlias.name))
-    return [_public(r) for r in rows]
+    return [_public(r) for r in rows if r.reference not in hidden]
 
 
 async def set_alias(db: AsyncSession, body: ImageAliasCreate) -> ImageAliasPublic:

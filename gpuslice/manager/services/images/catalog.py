@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from sqlalchemy import Select, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpuslice.common.image_refs import InvalidReference, normalize
+from gpuslice.common.image_refs import InvalidReference, is_user_image, normalize
 from gpuslice.common.images import ImageMeta
 from gpuslice.common.resources import (
     Resources,
@@ -31,6 +31,7 @@ from gpuslice.common.schemas.images import (
     ImagePublic,
     ImageRescan,
     ImageUpdate,
+    ImageUpdated,
 )
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.base import utcnow
@@ -94,7 +95,9 @@ async def resolve(
     else:  # unknown, removed, or another user's private image: all answered alike
         usable = configured_here and await db.get(Image, reference) is None
     if not usable:
-        via = f" (alias of {reference!r})" if alias is not None else ""
+        # An alias's target is named only when the caller may see it: an alias to someone's
+        # private image must read exactly like an unknown name.
+        via = f" (alias of {reference!r})" if alias is not None and row is not None else ""
         raise NotFound(
             f"unknown image {wanted!r}{via}: no node has it and it is not on the allow list "
             "(GET /api/v1/images lists the known ones)",
@@ -108,9 +111,27 @@ async def resolve(
 async def allow_image(db: AsyncSession, body: ImageCreate) -> ImagePublic:
     """Put an image on the allow list: public and always accepted (a removed one comes back)."""
     name = _reference(body.name, field="name", code="invalid_image")
+    if is_user_image(name):
+        raise Conflict(
+            f"{name!r} is in the users' namespace (u/…), where committed images live; make "
+            "one public with `gpuslice image publish` instead", field="name",
+            code="reserved_name",
+        )
     row = await db.get(Image, name)
     if row is not None and row.allowed and row.removed_at is None:
         raise Conflict(f"image {name!r} is already allowed", field="name")
+    if row is not None and not row.public and row.removed_at is None:
+        owner = (await _usernames(db, {row.owner_id} if row.owner_id else set())).get(
+            row.owner_id or "", "admins only"
+        )
+        raise Conflict(
+            f"{name!r} is a private image ({owner}"
+            + (f", committed from session {row.origin_session_id}" if row.origin_session_id
+               else "")
+            + "): allowing it would run that image in everyone's sessions of this name. "
+            "Remove it first, or review it and publish it explicitly "
+            "(`gpuslice image publish`)", field="name", code="image_private",
+        )
     if row is None:
         row = Image(name=name, labels={})
         db.add(row)
@@ -133,14 +154,29 @@ async def remove_image(db: AsyncSession, name: str, configured: Sequence[str]) -
     await db.commit()
 
 
-async def update_image(db: AsyncSession, name: str, body: ImageUpdate) -> ImagePublic:
-    """Make an image public (or private again: then only its owner and admins see it)."""
+async def update_image(db: AsyncSession, name: str, body: ImageUpdate) -> ImageUpdated:
+    """Make an image public (or private again: then only its owner and admins see it); the
+    answer says what publishing exposes."""
     row = await _get(db, name)
     row.public = body.public
     await db.commit()
     nodes = await _alive_nodes_by_image(db, [row.name])
     owners = await _usernames(db, {row.owner_id} if row.owner_id else set())
-    return _public(row, nodes.get(row.name, []), await _aliases_by_reference(db), owners)
+    image = _public(row, nodes.get(row.name, []), await _aliases_by_reference(db), owners)
+    return ImageUpdated(**image.model_dump(), exposes=_exposes(image) if body.public else None)
+
+
+def _exposes(image: ImagePublic) -> str:
+    what = f"{image.name} is now public: every user sees it in the catalog and may run it"
+    if image.origin_session is None:
+        return f"{what}."
+    size = f", {format_mem(image.size)}" if image.size else ""
+    return (
+        f"{what}. It is the filesystem of session {image.origin_session} of "
+        f"{image.owner or 'a user'}{size}: everything that session installed or wrote outside "
+        "its storage folders (packages, files in the home directory, shell history, caches, "
+        "any credentials left in files) is readable by anyone who runs it."
+    )
 
 
 async def rescan(db: AsyncSession, settings: RegistrySettings) -> ImageRescan:
@@ -245,6 +281,18 @@ async def _alive_nodes_by_image(db: AsyncSession, names: list[str]) -> dict[str,
     for image, node in rows.all():
         found.setdefault(image, []).append(node)
     return found
+
+
+async def invisible_references(db: AsyncSession, viewer: User) -> set[str]:
+    """Catalog names ``viewer`` may not see (others' private images; none for admins)."""
+    if viewer.role == Role.ADMIN:
+        return set()
+    return set(await db.scalars(
+        select(Image.name).where(
+            Image.removed_at.is_(None), Image.public.is_(False),
+            or_(Image.owner_id.is_(None), Image.owner_id != viewer.id),
+        )
+    ))
 
 
 async def _aliases_by_reference(db: AsyncSession) -> dict[str, list[str]]:

@@ -16,7 +16,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpuslice.common.image_refs import InvalidReference, normalize
+from gpuslice.common.image_refs import InvalidReference, is_user_image, normalize, user_namespace
 from gpuslice.common.images import ImageMeta
 from gpuslice.common.schemas.agents import Heartbeat, ImageReport
 from gpuslice.manager.db.base import utcnow
@@ -148,12 +148,16 @@ async def _ensure_rows(db: AsyncSession, reports: dict[str, ImageReport]) -> Non
     values = []
     for name, report in new:
         meta = ImageMeta.from_labels(report.labels)
+        owner_id = user_ids.get(meta.owner) if meta.owner else None
+        if is_user_image(name) and not (
+            meta.owner and name.startswith(f"{user_namespace(meta.owner)}/")
+        ):
+            owner_id = None  # in u/… but not its labelled owner's: admins only, never public
         values.append({
             "name": name, "created_at": utcnow(), "allowed": False,
             "image_id": report.image_id, "size": report.size, "labels": report.labels,
-            "public": meta.owner is None,
-            "owner_id": user_ids.get(meta.owner) if meta.owner else None,
-            "origin_session_id": meta.origin_session,
+            "public": meta.owner is None and not is_user_image(name),
+            "owner_id": owner_id, "origin_session_id": meta.origin_session,
         })
     # Two nodes may report a new image at once: the second insert must not fail.
     await _insert_ignoring_conflicts(db, Image, values)

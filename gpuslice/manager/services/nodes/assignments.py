@@ -11,6 +11,7 @@ and a request handed to it would be lost while its successor polls beside it.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Awaitable, Callable
 
@@ -18,6 +19,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
+from gpuslice.common import text
 from gpuslice.common.images import ImageMeta
 from gpuslice.common.resources import slice_fraction, sm_percent
 from gpuslice.common.schemas.agents import (
@@ -29,11 +31,19 @@ from gpuslice.common.schemas.agents import (
 from gpuslice.common.schemas.common import ExactResources
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus, SessionType
 from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, User
+from gpuslice.manager.errors import IllegalTransition, StaleStatus
 from gpuslice.manager.events import Hub, wait_for
 from gpuslice.manager.services import channel
 from gpuslice.manager.services.apps import catalog as apps_catalog
 from gpuslice.manager.services.images.reports import pulls_for, removals_for
+from gpuslice.manager.services.lifecycle import transition
 from gpuslice.manager.services.storage import mounts
+
+log = logging.getLogger(__name__)
+UNSENDABLE = (
+    "its stored command or environment is not valid Unicode text, so it cannot be sent to a "
+    "node; create it again"
+)
 
 
 async def long_poll(
@@ -59,11 +69,16 @@ async def long_poll(
             hung_up = gone is not None and await gone()
             if (since is None or version != since or remaining <= 0 or hub.closing.is_set()
                     or hung_up):
-                return await _build(db, node_id, version or 0, deliver=not hung_up)
+                answer, unsendable = await _build(db, node_id, version or 0, deliver=not hung_up)
+                await _end(db, unsendable)
+                return answer
         await wait_for(changed, min(poll, remaining))
 
 
-async def _build(db: AsyncSession, node_id: str, version: int, deliver: bool) -> Assignments:
+async def _build(
+    db: AsyncSession, node_id: str, version: int, deliver: bool
+) -> tuple[Assignments, list[SessionRow]]:
+    """The answer, and the sessions left out of it because they cannot be sent (see _end)."""
     rescan = await db.scalar(select(NodeRow.rescan).where(NodeRow.id == node_id))
     rows = (
         await db.execute(
@@ -75,19 +90,38 @@ async def _build(db: AsyncSession, node_id: str, version: int, deliver: bool) ->
         )
     ).all()
     pulls = await pulls_for(db, node_id, {row.image for row, _owner in rows})
+    sendable = [(row, owner) for row, owner in rows if _sendable(row, owner)]
     metas = {image: await apps_catalog.image_meta(db, image)
-             for image in {row.image for row, _owner in rows if row.start_apps}}
-    folders = await mounts.assignment_mounts(db, [row for row, _owner in rows])
+             for image in {row.image for row, _owner in sendable if row.start_apps}}
+    folders = await mounts.assignment_mounts(db, [row for row, _owner in sendable])
     answer = Assignments(
         node_id=node_id, version=version,
         sessions=[_assignment(row, owner, row.image in pulls, metas, folders.get(row.id, []))
-                  for row, owner in rows],
+                  for row, owner in sendable],
         requests=await channel.deliver(db, node_id) if deliver else [],
         remove_images=await removals_for(db, node_id),
         rescan=rescan or 0,
     )
     await db.commit()  # the requests count as delivered from here on
-    return answer
+    return answer, [row for row, owner in rows if (row, owner) not in sendable]
+
+
+def _sendable(row: SessionRow, owner: str) -> bool:
+    # Stored before the API's edge checked text (or by a bug): what cannot be encoded cannot
+    # reach a node, and one such row must not stop the node's every other session.
+    return text.encodable([row.name, row.image, owner, row.command, row.env])
+
+
+async def _end(db: AsyncSession, unsendable: list[SessionRow]) -> None:
+    """End the sessions that cannot be sent, saying why (their node will never run them)."""
+    for row in unsendable:
+        log.error("session %s cannot be sent to its node (its stored text is not valid "
+                  "Unicode); ending it", row.id)
+        try:
+            await transition(db, row, SessionStatus.ERROR, UNSENDABLE)
+            await db.commit()
+        except (StaleStatus, IllegalTransition):  # it moved meanwhile; the next poll looks again
+            await db.rollback()
 
 
 def _assignment(

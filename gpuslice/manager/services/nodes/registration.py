@@ -1,4 +1,16 @@
-"""Node identity: join tokens (admins make them), registration, and the node's credential."""
+"""Node identity: join tokens (admins make them), registration, the node's credential, and its
+revocation.
+
+- **A join token registers one node, once**, within its lifetime (1 hour by default), and
+  optionally only a node of the name it is bound to. Using it is one conditional UPDATE
+  (``… WHERE used_at IS NULL``): two agents racing with one token cannot both win.
+- **An existing node's name cannot be taken** with a join token: registering it again needs
+  that node's current credential (the agent rotating it) or an admin's **re-key** token, one
+  bound to that name with ``rekey``: a holder of an ordinary token never gets another node's
+  credential, sessions, environment or commands.
+- **Revoking a node** refuses its credential from then on (``node_revoked``) and ends its
+  sessions (capacity released); only a re-key token brings it back.
+"""
 
 from __future__ import annotations
 
@@ -6,37 +18,44 @@ import logging
 from datetime import timedelta
 
 from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.schemas.agents import (
     JoinTokenCreate,
     JoinTokenCreated,
     JoinTokenPublic,
+    NodePublic,
     NodeRegister,
     NodeRegistered,
     NodeStatus,
 )
+from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import JoinToken, NodeRow, User
-from gpuslice.manager.errors import NotFound, Unauthorized
+from gpuslice.manager.db.models import JoinToken, NodeRow, SessionRow, User
+from gpuslice.manager.errors import Conflict, NotFound, StaleStatus, Unauthorized
 from gpuslice.manager.security import (
     JOIN_TOKEN_PREFIX,
     NODE_TOKEN_PREFIX,
     new_token,
     token_digest,
 )
+from gpuslice.manager.services.lifecycle import transition
+from gpuslice.manager.services.nodes.views import public_node
 from gpuslice.manager.settings import NodeSettings
 
 log = logging.getLogger(__name__)
+REVOKED = "node revoked by an admin"
 
 
 async def create_join_token(
     db: AsyncSession, admin: User, body: JoinTokenCreate
 ) -> JoinTokenCreated:
     token = new_token(JOIN_TOKEN_PREFIX)
-    expires = utcnow() + timedelta(hours=body.expires_in_hours) if body.expires_in_hours else None
     row = JoinToken(
-        name=body.name, token_hash=token_digest(token), created_by=admin.id, expires_at=expires
+        name=body.name, token_hash=token_digest(token), created_by=admin.id,
+        expires_at=utcnow() + timedelta(hours=body.expires_in_hours), node_name=body.node,
+        rekey=body.rekey,
     )
     db.add(row)
     await db.commit()
@@ -44,6 +63,7 @@ async def create_join_token(
 
 
 async def list_join_tokens(db: AsyncSession) -> list[JoinTokenPublic]:
+    """Tokens not revoked, newest last: unused, used and expired ones with their status."""
     rows = await db.scalars(
         select(JoinToken).where(JoinToken.revoked_at.is_(None)).order_by(JoinToken.created_at)
     )
@@ -61,28 +81,145 @@ async def revoke_join_token(db: AsyncSession, token_id: str) -> None:
     await db.commit()
 
 
-async def register(db: AsyncSession, body: NodeRegister, nodes: NodeSettings) -> NodeRegistered:
-    """Exchange a join token for the node's own credential (re-registering rotates it)."""
+async def register(
+    db: AsyncSession, body: NodeRegister, nodes: NodeSettings, credential: str | None = None
+) -> NodeRegistered:
+    """The node's new credential: for a new node with a join token; for an existing one with
+    its current ``credential`` (rotation) or an admin's re-key token for its name."""
+    node = await db.scalar(select(NodeRow).where(NodeRow.name == body.name))
+    if node is not None and credential and _holds(node, credential):
+        return await _issue(db, node, body, nodes)
+    if body.join_token is None:
+        raise Unauthorized(
+            "register with a join token (an existing node may rotate its credential by sending "
+            "it as the bearer token)", code="bad_join_token",
+        )
+    join = await _usable_join_token(db, body)
+    if node is not None and not join.rekey:
+        raise Conflict(
+            f"a node named {body.name!r} is already registered; registering it again needs its "
+            f"current credential, or a re-key token from an admin (`gpuslice node rekey "
+            f"{body.name}`)", field="name", code="node_exists",
+        )
+    if node is None:
+        node = NodeRow(
+            name=body.name, pool=body.pool, status=NodeStatus.ALIVE, images=[], usage={},
+            device_capacity=body.device_capacity or nodes.device_capacity,
+            credential_hash=token_digest(new_token(NODE_TOKEN_PREFIX)),
+            last_heartbeat_at=utcnow(),
+        )
+        db.add(node)
+        try:
+            await db.flush()
+        except IntegrityError:  # another agent registered this name at the same instant
+            await db.rollback()
+            raise Conflict(f"a node named {body.name!r} is already registered", field="name",
+                           code="node_exists") from None
+    await _use(db, join, node.id)
+    return await _issue(db, node, body, nodes)
+
+
+async def authenticate_node(db: AsyncSession, credential: str) -> NodeRow:
+    node = await db.scalar(
+        select(NodeRow).where(NodeRow.credential_hash == token_digest(credential))
+    )
+    await db.commit()
+    if node is None:
+        raise Unauthorized("unknown node credential; register again with a join token")
+    if node.revoked_at is not None:
+        raise Unauthorized(
+            f"node {node.name} was revoked by an admin; it joins again only with a re-key "
+            f"token (`gpuslice node rekey {node.name}`)", code="node_revoked",
+        )
+    return node
+
+
+async def is_node_credential(db: AsyncSession, credential: str) -> bool:
+    found = await db.scalar(
+        select(NodeRow.id).where(
+            NodeRow.credential_hash == token_digest(credential), NodeRow.revoked_at.is_(None)
+        )
+    )
+    await db.commit()
+    return found is not None
+
+
+async def revoke_node(
+    sessionmaker: async_sessionmaker[AsyncSession], node_id: str
+) -> NodePublic:
+    """Refuse the node's credential from now on and end the sessions it holds (their capacity
+    is released; requests to it fail like to a lost node)."""
+    async with sessionmaker() as db:
+        result = await db.execute(
+            update(NodeRow)
+            .where(NodeRow.id == node_id)
+            .values(revoked_at=utcnow(), status=NodeStatus.REVOKED)
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            raise NotFound(f"no node {node_id}", field="node_id")
+        await db.commit()
+        held = (await db.scalars(
+            select(SessionRow).where(SessionRow.node_id == node_id,
+                                     SessionRow.status.in_(list(HOLDING)))
+        )).all()
+        for row in held:
+            try:
+                await transition(db, row, SessionStatus.ERROR, REVOKED)
+                await db.commit()
+            except StaleStatus:  # it ended meanwhile
+                await db.rollback()
+        node = await public_node(db, node_id)
+    log.warning("node %s revoked; %d session(s) ended", node.name, len(held))
+    return node
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _holds(node: NodeRow, credential: str) -> bool:
+    return node.revoked_at is None and node.credential_hash == token_digest(credential)
+
+
+async def _usable_join_token(db: AsyncSession, body: NodeRegister) -> JoinToken:
+    assert body.join_token is not None
     join = await db.scalar(
         select(JoinToken).where(
-            JoinToken.token_hash == token_digest(body.join_token), JoinToken.revoked_at.is_(None)
+            JoinToken.token_hash == token_digest(body.join_token), JoinToken.revoked_at.is_(None),
+            JoinToken.used_at.is_(None),
         )
     )
     if join is None or (join.expires_at is not None and join.expires_at <= utcnow()):
-        raise Unauthorized("unknown, revoked or expired join token", code="bad_join_token")
-    capacity = body.device_capacity or nodes.device_capacity
-    credential = new_token(NODE_TOKEN_PREFIX)
-    node = await db.scalar(select(NodeRow).where(NodeRow.name == body.name))
-    if node is None:
-        node = NodeRow(
-            name=body.name, pool=body.pool, status=NodeStatus.ALIVE, device_capacity=capacity,
-            credential_hash=token_digest(credential), last_heartbeat_at=utcnow(),
-            images=[], usage={},
+        raise Unauthorized(
+            "unknown, used, revoked or expired join token (each registers one node, once)",
+            code="bad_join_token",
         )
-        db.add(node)
-    else:  # the agent lost its credential; the admin's join token vouches for it again
-        node.credential_hash = token_digest(credential)
-        node.pool = body.pool
+    if join.node_name is not None and join.node_name != body.name:
+        raise Unauthorized(f"this join token is for node {join.node_name!r}, not {body.name!r}",
+                           code="bad_join_token")
+    return join
+
+
+async def _use(db: AsyncSession, join: JoinToken, node_id: str) -> None:
+    result = await db.execute(
+        update(JoinToken)
+        .where(JoinToken.id == join.id, JoinToken.used_at.is_(None))
+        .values(used_at=utcnow(), used_by=node_id)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        await db.rollback()
+        raise Unauthorized("this join token was used by another node just now",
+                           code="bad_join_token")
+
+
+async def _issue(
+    db: AsyncSession, node: NodeRow, body: NodeRegister, nodes: NodeSettings
+) -> NodeRegistered:
+    """A new credential for ``node`` (the old one stops working), in the caller's transaction."""
+    credential = new_token(NODE_TOKEN_PREFIX)
+    node.credential_hash = token_digest(credential)
+    node.pool = body.pool
+    if node.revoked_at is not None:  # re-keyed after a revocation: it may join again
+        node.revoked_at, node.status, node.last_heartbeat_at = None, NodeStatus.ALIVE, utcnow()
     await db.commit()
     log.info("node %s registered", node.name, extra={"node_id": node.id})
     return NodeRegistered(
@@ -91,17 +228,17 @@ async def register(db: AsyncSession, body: NodeRegister, nodes: NodeSettings) ->
     )
 
 
-async def authenticate_node(db: AsyncSession, credential: str) -> NodeRow:
-    node = await db.scalar(
-        select(NodeRow).where(NodeRow.credential_hash == token_digest(credential))
-    )
-    if node is None:
-        raise Unauthorized("unknown node credential; register again with a join token")
-    await db.commit()
-    return node
-
-
 def _join_public(row: JoinToken) -> JoinTokenPublic:
+    if row.revoked_at is not None:
+        status = "revoked"
+    elif row.used_at is not None:
+        status = "used"
+    elif row.expires_at is not None and row.expires_at <= utcnow():
+        status = "expired"
+    else:
+        status = "active"
     return JoinTokenPublic(
-        id=row.id, name=row.name, created_at=row.created_at, expires_at=row.expires_at
+        id=row.id, name=row.name, node=row.node_name, rekey=row.rekey,
+        created_at=row.created_at, expires_at=row.expires_at, used_at=row.used_at,
+        status=status,
     )

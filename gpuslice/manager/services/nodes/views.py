@@ -9,6 +9,7 @@ from sqlalchemy.orm import selectinload
 from gpuslice.common.resources import fgpu_decimal
 from gpuslice.common.schemas.agents import DevicePublic, NodePublic, NodeStatus
 from gpuslice.manager.db.models import NodeRow
+from gpuslice.manager.errors import NotFound
 
 
 async def list_nodes(db: AsyncSession) -> list[NodePublic]:
@@ -18,9 +19,20 @@ async def list_nodes(db: AsyncSession) -> list[NodePublic]:
     return [_public(n) for n in rows]
 
 
+async def public_node(db: AsyncSession, node_id: str) -> NodePublic:
+    row = await db.scalar(
+        select(NodeRow).where(NodeRow.id == node_id).options(selectinload(NodeRow.devices))
+    )
+    await db.commit()
+    if row is None:
+        raise NotFound(f"no node {node_id}", field="node_id")
+    return _public(row)
+
+
 def _public(row: NodeRow) -> NodePublic:
     return NodePublic(
         id=row.id, name=row.name, pool=row.pool, status=NodeStatus(row.status),
+        revoked_at=row.revoked_at,
         cpu=fgpu_decimal(row.cpu), mem=row.mem, cpu_used=fgpu_decimal(row.cpu_used),
         mem_used=row.mem_used, fgpu_per_gpu=fgpu_decimal(row.device_capacity),
         devices=[

@@ -7,8 +7,10 @@ and a commit of a session image takes seconds to tens of seconds. Should the wai
 the image still reaches the catalog: its labels name its owner and origin, so the node's next
 heartbeat records it as the owner's private image.
 
-The new image is private to the session's owner (admins see all) until an admin publishes it,
-and counts against the owner's policy ``max_private_images``.
+The new image is named in the owner's namespace, ``u/<owner>/<name>``, so it never collides
+with a public, allowed or registry image (nobody else's sessions can be made to run it by
+name); it is private to the owner (admins see all) until an admin publishes it, and counts
+against the owner's policy ``max_private_images``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpuslice.common.image_refs import tag_of
+from gpuslice.common.image_refs import is_user_image, tag_of, user_namespace
 from gpuslice.common.images import LABEL_ORIGIN_SESSION, LABEL_OWNER
 from gpuslice.common.schemas.agents import CommitAnswer, CommitAsk
 from gpuslice.common.schemas.images import ImagePublic, SessionCommit, SessionCommitResult
@@ -48,17 +50,10 @@ async def commit_session(
             f"session {row.name} is {row.status}: only a RUNNING session can be committed",
             code="not_running",
         )
-    if "@" in body.name:
-        raise InvalidRequest(
-            f"{body.name!r}: a commit is named by repository[:tag], not by digest",
-            field="name", code="invalid_image",
-        )
-    reference = catalog.reference_or_error(
-        body.name if tag_of(body.name) else f"{body.name}:{row.name}", "name"
-    )
     async with channel.sessionmaker() as db:
         owner = await db.get(User, row.owner_id)
         assert owner is not None  # sessions.owner_id is a RESTRICT foreign key
+        reference = commit_reference(body.name, row.name, owner.username)
         await _check_name(db, reference, settings.sessions.allowed_images)
         await _check_limit(db, owner)
         await db.commit()
@@ -83,9 +78,32 @@ async def commit_session(
     return SessionCommitResult(session_id=row.id, image=image, note=NOTE)
 
 
+def commit_reference(name: str, session_name: str, owner: str) -> str:
+    """Where a commit named ``name`` goes: ``u/<owner>/<name>``, tagged with the session's name
+    when ``name`` has no tag. Only the owner's namespace: never a public or registry name."""
+    namespace = user_namespace(owner)
+    given = name.strip()
+    if "@" in given:
+        raise _bad_name(name, "a commit is named by repository[:tag], not by digest")
+    if given.startswith(f"{namespace}/"):
+        given = given[len(namespace) + 1 :]
+    elif is_user_image(given):
+        raise _bad_name(name, f"commits of this session go to {namespace}/; name it without "
+                              "a namespace")
+    first, slash, _rest = given.partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        raise _bad_name(name, f"a commit is named within {namespace}/, without a registry host")
+    reference = f"{namespace}/{given}" if tag_of(given) else f"{namespace}/{given}:{session_name}"
+    return catalog.reference_or_error(reference, "name")
+
+
+def _bad_name(name: str, why: str) -> InvalidRequest:
+    return InvalidRequest(f"{name!r}: {why}", field="name", code="invalid_image")
+
+
 async def _check_name(db: AsyncSession, reference: str, configured: list[str]) -> None:
-    # Committing under a name the catalog knows would re-tag the node's image under everyone
-    # using it (or take over someone's private image): a new image needs a new name.
+    # The name is in the owner's own namespace: it can only collide with their own images.
+    # Re-tagging one would change it under the sessions using it: a new image, a new name.
     existing = await db.get(Image, reference)
     taken = existing is not None and existing.removed_at is None
     if taken or reference in catalog.configured_set(configured):

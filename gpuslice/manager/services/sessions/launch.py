@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.schemas.sessions import (
@@ -28,7 +28,7 @@ from gpuslice.manager.services.policies import quota_of
 from gpuslice.manager.services.scheduling.passes import alive_nodes
 from gpuslice.manager.services.sessions.views import describe_many, visible
 from gpuslice.manager.services.storage import mounts
-from gpuslice.manager.settings import ManagerSettings
+from gpuslice.manager.settings import ManagerSettings, SessionSettings
 
 QUEUED = "waiting for the scheduler"
 
@@ -36,8 +36,12 @@ QUEUED = "waiting for the scheduler"
 async def create_sessions(
     db: AsyncSession, user: User, body: SessionCreate, settings: ManagerSettings
 ) -> list[SessionPublic]:
-    """Validate against the image (alias, visibility, minimums), priority bound, cluster shape,
-    quota, folders and apps; insert PENDING rows."""
+    """Validate against the limits of one request, the image (alias, visibility, minimums),
+    priority bound, cluster shape, quota, the user's PENDING limit, folders and apps; insert
+    PENDING rows."""
+    # One create at a time per user from here (a row lock on PostgreSQL, the write lock on
+    # SQLite): the PENDING count cannot be passed by two creates racing.
+    await db.execute(update(User).where(User.id == user.id).values(id=User.id))
     image, folders, start_apps = await check_create(db, user, body, settings)
     now = utcnow()
     rows = [
@@ -65,7 +69,9 @@ async def check_create(
 ) -> tuple[str, list[dict[str, Any]], list[str]]:
     """Everything ``create_sessions`` checks, without creating anything: the image reference
     to run, the folders to mount and the apps to start. Raises what creating would."""
+    _check_size(body, settings.sessions)
     policy = await db.get(ResourcePolicy, user.policy_id) if user.policy_id else None
+    await _check_pending(db, user, policy, body.count, settings.sessions.max_pending)
     _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
     image = await catalog.resolve(
         db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
@@ -112,6 +118,47 @@ async def _destroy_one(db: AsyncSession, row: SessionRow, reason: str) -> None:
         await transition(db, row, SessionStatus.CANCELLED, reason)
     elif status not in FINAL and status is not SessionStatus.TERMINATING:
         await transition(db, row, SessionStatus.TERMINATING, reason)
+
+
+def _check_size(body: SessionCreate, limits: SessionSettings) -> None:
+    if body.count > limits.max_count:
+        raise InvalidRequest(
+            f"count: {body.count} is more than one request may create ({limits.max_count}, "
+            "sessions.max_count)", field="count", code="too_many",
+        )
+    size = definition_bytes(body.command, body.env)
+    if size > limits.max_definition:
+        raise InvalidRequest(
+            f"the command and environment are {size} bytes together; at most "
+            f"{limits.max_definition} are allowed (sessions.max_definition)", field="env",
+            code="too_large",
+        )
+
+
+def definition_bytes(command: Sequence[str] | None, env: dict[str, str]) -> int:
+    """UTF-8 bytes of a session's command and environment (what each stored copy costs)."""
+    return sum(len(a.encode()) for a in command or ()) + sum(
+        len(k.encode()) + len(v.encode()) for k, v in env.items()
+    )
+
+
+async def _check_pending(
+    db: AsyncSession, user: User, policy: ResourcePolicy | None, count: int, default: int
+) -> None:
+    limit = policy.max_pending if policy is not None and policy.max_pending is not None else (
+        default
+    )
+    waiting = await db.scalar(
+        select(func.count()).select_from(SessionRow).where(
+            SessionRow.owner_id == user.id, SessionRow.status == SessionStatus.PENDING
+        )
+    ) or 0
+    if waiting + count > limit:
+        raise InvalidRequest(
+            f"{user.username} has {waiting} PENDING session(s) and may have at most {limit} "
+            f"waiting at once; {count} more would pass that (destroy some, or wait for them "
+            "to start)", field="count", code="quota_exceeded",
+        )
 
 
 def _check_priority(

@@ -33,7 +33,8 @@ async def fetch_logs(channel: Channel, row: SessionRow, tail: int, timeout: floa
         async with channel.sessionmaker() as db:
             kept = await db.scalar(select(SessionRow.final_logs).where(SessionRow.id == row.id))
             await db.commit()
-        return SessionLogs(session_id=row.id, logs=last_lines(kept or "", tail))
+        return SessionLogs(session_id=row.id, logs=last_lines(kept or "", tail),
+                           purged=row.purged_at is not None)
     if row.node_id is None:
         raise Conflict(f"session {row.name} has no node, so no logs", code="no_logs")
     done = await agent.ask(

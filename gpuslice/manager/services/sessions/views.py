@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -21,6 +22,7 @@ from gpuslice.common.schemas.sessions import (
 )
 from gpuslice.common.schemas.storage import SessionFolder
 from gpuslice.common.schemas.users import Role
+from gpuslice.common.text import scrub
 from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, StatusHistory, User
 from gpuslice.manager.errors import Forbidden, NotFound
 
@@ -58,8 +60,11 @@ async def list_sessions(
     name: str | None = None,
     limit: int = 100,
     offset: int = 0,
+    max_bytes: int | None = None,
 ) -> Page[SessionPublic]:
-    """Newest first; ``owner`` (an admin's filter) is a username or a user id, ``name`` exact."""
+    """Newest first; ``owner`` (an admin's filter) is a username or a user id, ``name`` exact.
+    With ``max_bytes``, the page stops early (at least one item) once its answer would pass
+    that size: continue from ``offset`` + the items returned."""
     where: list[ColumnElement[bool]] = []
     if statuses:
         where.append(SessionRow.status.in_(list(statuses)))
@@ -77,7 +82,8 @@ async def list_sessions(
     page = visible(_described(), viewer).where(*where)
     page = page.order_by(SessionRow.created_at.desc(), SessionRow.id.desc())
     rows = (await db.execute(page.limit(limit).offset(offset))).all()
-    items = [to_public(row, owner_name, node_name) for row, owner_name, node_name in rows]
+    items = [to_public(row, owner_name, node_name)
+             for row, owner_name, node_name in _within(rows, max_bytes)]
     await db.commit()
     return Page(items=items, total=total or 0, limit=limit, offset=offset)
 
@@ -110,7 +116,7 @@ def change_of(row: StatusHistory) -> StatusChange:
     return StatusChange(
         id=row.id, session_id=row.session_id,
         from_status=SessionStatus(row.from_status) if row.from_status else None,
-        status=SessionStatus(row.to_status), reason=row.reason, at=row.at,
+        status=SessionStatus(row.to_status), reason=scrub(row.reason), at=row.at,
     )
 
 
@@ -127,19 +133,41 @@ def to_public(
             node_id=row.node_id, node_name=node_name,
             devices=[_slice(a) for a in row.allocations if a.released_at is None],
         )
+    # Stored text is answered as it is, but for what no answer can carry (text.scrub): one bad
+    # row must never break a listing.
     return SessionPublic(
-        id=row.id, name=row.name, owner_id=row.owner_id, owner=owner_name, image=row.image,
-        type=SessionType(row.type), command=row.command, env=row.env, priority=row.priority,
+        id=row.id, name=scrub(row.name), owner_id=row.owner_id, owner=owner_name,
+        image=scrub(row.image), type=SessionType(row.type), command=scrub(row.command),
+        env=scrub(row.env), priority=row.priority,
         resources=ResourcesPublic.of(row.gpu, row.cpu, row.mem, row.gpu_mem),
-        gpu_model=row.gpu_model,
-        status=status, status_reason=row.status_reason,
+        gpu_model=scrub(row.gpu_model),
+        status=status, status_reason=scrub(row.status_reason),
         wait_code=row.wait_code if status is SessionStatus.PENDING else None,
         queue_position=row.queue_position if status is SessionStatus.PENDING else None,
         result=SessionResult(row.result) if row.result else None, exit_code=row.exit_code,
         placement=placement, created_at=row.created_at, updated_at=row.updated_at,
         folders=[SessionFolder(**f) for f in row.folders or []],
-        history=history,
+        purged_at=row.purged_at, history=history,
     )
+
+
+def _within(rows: Sequence[Any], max_bytes: int | None) -> Sequence[Any]:
+    if max_bytes is None:
+        return rows
+    size = 0
+    for count, (row, *_names) in enumerate(rows):
+        size += _answer_bytes(row)
+        if size > max_bytes and count > 0:
+            return rows[:count]
+    return rows
+
+
+def _answer_bytes(row: SessionRow) -> int:
+    # An upper estimate of one item in a JSON answer: its free text (each character at most
+    # six bytes escaped) and the fixed fields around it.
+    text = [row.name, row.image, row.status_reason, *(row.command or ()), *row.env.keys(),
+            *row.env.values()]
+    return 1024 + 256 * len(row.allocations) + 6 * sum(len(t) for t in text)
 
 
 def _described() -> Select:  # type: ignore[type-arg]
