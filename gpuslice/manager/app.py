@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -22,15 +21,14 @@ from gpuslice.manager.api.routes import (
     sessions,
     users,
 )
-from gpuslice.manager.db import migrate
-from gpuslice.manager.db.engine import make_engine, make_sessionmaker
+from gpuslice.manager.api.version_headers import VersionHeaders
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import supervise
 from gpuslice.manager.services import channel
-from gpuslice.manager.services.nodes.liveness import sweep_lost
+from gpuslice.manager.services.nodes.liveness import SweepGrace, sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
-from gpuslice.manager.services.users import ensure_admin
 from gpuslice.manager.settings import ManagerSettings
+from gpuslice.manager.startup import Database, open_database
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
@@ -38,8 +36,9 @@ API_PREFIX = "/api/v1"
 _REQUEST_GRACE = timedelta(minutes=1)
 
 
-def create_app(settings: ManagerSettings) -> FastAPI:
-    """The FastAPI app; its lifespan opens the database, migrates, and runs the loops."""
+def create_app(settings: ManagerSettings, database: Database | None = None) -> FastAPI:
+    """The FastAPI app; its lifespan runs the loops on ``database``, which it opens (and
+    migrates) itself when none is given, and closes in any case."""
     app = FastAPI(
         title="gpuslice manager",
         version="0.1.0",
@@ -51,6 +50,8 @@ def create_app(settings: ManagerSettings) -> FastAPI:
         responses=errors.ERROR_RESPONSES,
     )
     app.state.settings = settings
+    app.state.database = database
+    app.add_middleware(VersionHeaders)
     errors.install(app)
     api = APIRouter(prefix=API_PREFIX)
     for module in (health, auth, users, policies, sessions, images, nodes, agents):
@@ -63,17 +64,11 @@ def create_app(settings: ManagerSettings) -> FastAPI:
 async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: ManagerSettings = app.state.settings
     settings.data_dir.mkdir(parents=True, exist_ok=True)
-    hub = Hub()
-    engine = make_engine(
-        settings.database_url, pool_size=settings.database.pool_size, echo=settings.database.echo
-    )
-    sessionmaker = make_sessionmaker(engine, hub)
+    database: Database = app.state.database or await open_database(settings)
+    hub, engine, sessionmaker = database.hub, database.engine, database.sessionmaker
     app.state.hub, app.state.engine, app.state.sessionmaker = hub, engine, sessionmaker
     app.state.channel = channel.Channel(sessionmaker, hub, settings.nodes.assignment_poll)
     try:
-        if settings.database.migrate_on_start:
-            await migrate.upgrade(engine)
-        await ensure_admin(sessionmaker, settings.auth.admin_username, settings.data_dir)
         loops = _start_loops(app)
         try:
             yield
@@ -94,20 +89,23 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
     async def schedule() -> None:
         await run_pass(sessionmaker, config, hub)
 
-    started = time.monotonic()
+    grace = SweepGrace(settings.nodes.node_timeout)
 
     async def sweep() -> None:
-        # Just after a (re)start every node's last heartbeat is as old as the manager's own
-        # downtime: agents get one node_timeout to report before any is called lost.
-        if time.monotonic() - started >= settings.nodes.node_timeout:
+        # After a (re)start, or a jump of the wall clock, heartbeat times say nothing about
+        # the nodes: agents get one node_timeout to report before any is called lost.
+        if grace.allows_sweep():
             await sweep_lost(sessionmaker, settings.nodes.node_timeout)
         async with sessionmaker() as db:
             await channel.purge(db, _REQUEST_GRACE)
 
+    url = settings.database_url
     scheduler = supervise(
-        "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler
+        "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler,
+        database_url=url,
     )
-    sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval)
+    sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval,
+                        database_url=url)
     return [
         asyncio.create_task(scheduler, name="gpuslice-scheduler"),
         asyncio.create_task(sweeper, name="gpuslice-node-sweep"),
