@@ -28,6 +28,7 @@ from gpuslice.common.schemas.agents import (
     NodeRegistered,
     StateReport,
 )
+from gpuslice.common.versions import API_HEADER, mismatch
 
 log = logging.getLogger(__name__)
 API = "/api/v1/agents"
@@ -45,6 +46,10 @@ class LinkError(RuntimeError):
 
 class NotRegistered(LinkError):
     """This node has no valid credential and no join token to get one."""
+
+
+class VersionMismatch(LinkError):
+    """The manager speaks another API revision than this agent (the message names both)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,11 +101,17 @@ class ManagerLink:
         if stored is not None and stored.manager_url == self.manager_url:
             self.credential = stored
             return stored
+        damaged = stored is None and (self.data_dir / CREDENTIAL_FILE).exists()
         if body is None:
+            what = (f"its credential file {self.data_dir / CREDENTIAL_FILE} is damaged"
+                    if damaged else f"this node is not registered with {self.manager_url}")
             raise NotRegistered(
-                f"this node is not registered with {self.manager_url}: give it a join token "
-                "(GPUSLICE_AGENT_JOIN_TOKEN; an admin makes one: `gpuslice admin token create`)"
+                f"{what}: give it a join token (GPUSLICE_AGENT_JOIN_TOKEN; an admin makes one: "
+                "`gpuslice admin token create`)"
             )
+        if damaged:
+            log.warning("the node credential file %s is damaged; registering again with the "
+                        "join token", self.data_dir / CREDENTIAL_FILE)
         answer = await self._post(f"{API}/register", body, NodeRegistered, auth=False)
         self.credential = Credential(
             self.manager_url, answer.node_id, answer.credential, answer.heartbeat_interval_ms
@@ -182,6 +193,10 @@ class ManagerLink:
             )
         except httpx.TransportError as exc:
             raise LinkError(f"manager {self.manager_url} unreachable: {exc!r}") from None
+        if API_HEADER in response.headers or response.is_success:
+            problem = mismatch(response.headers, self.manager_url, agent=True)
+            if problem is not None:
+                raise VersionMismatch(problem, response.status_code)
         if response.status_code >= 400:
             raise LinkError(_message(response), response.status_code)
         if model is None:

@@ -30,6 +30,7 @@ from gpuslice.agent.manager_link import (
     LinkError,
     ManagerLink,
     NotRegistered,
+    VersionMismatch,
     registration,
 )
 from gpuslice.agent.requests import RequestContext, RequestRunner
@@ -39,6 +40,7 @@ from gpuslice.agent.runtime.spec import DeviceInfo, SpecOptions, container_name
 from gpuslice.agent.sessions import SessionActions
 from gpuslice.agent.usage import UsageCollector
 from gpuslice.agent.watchdog import check as watchdog_check
+from gpuslice.common.docker_engine import explain
 from gpuslice.common.schemas.agents import Assignments, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 
@@ -125,15 +127,14 @@ class Agent:
     # ------------------------------------------------------------ start
 
     async def _wait_for_docker(self, stop: asyncio.Event) -> None:
-        warned = False
-        while not stop.is_set() and not await self.runtime.ping():
-            if not warned:
-                self.say(
-                    "agent: waiting for the Docker Engine "
-                    f"({self.settings.docker_url or 'the local socket'}) to answer"
-                )
-                warned = True
+        said = None
+        while not stop.is_set() and (problem := await self.runtime.problem()) is not None:
+            if problem != said:  # say it once, and again only if the cause changes
+                self.say(f"agent: {problem}; waiting for it")
+                said = problem
             await _sleep_or_stop(stop, 1.0)
+        if said is not None and not stop.is_set():
+            self.say("agent: the Docker Engine answers")
 
     async def _connect(self, stop: asyncio.Event) -> Credential:
         register = registration(self.settings)
@@ -141,7 +142,7 @@ class Agent:
         while True:
             try:
                 return await self.link.connect(register)
-            except NotRegistered:
+            except (NotRegistered, VersionMismatch):
                 raise
             except LinkError as err:
                 if err.status in (400, 401, 403, 404, 422):
@@ -177,8 +178,13 @@ class Agent:
         collector = self.usage_collector
         assert collector is not None, "run() makes the collector before the loops"
         while not stop.is_set():
-            body = await collector.heartbeat()
-            await self.runtime.prune_files(keep=set(self._busy))
+            try:
+                body = await collector.heartbeat()
+                await self.runtime.prune_files(keep=set(self._busy))
+            except DockerUnavailable as err:
+                # Still a heartbeat: the node stays ALIVE while Docker is away, so that sessions
+                # a live-restore engine keeps running are not called lost meanwhile.
+                body = collector.without_engine(explain(err, self.settings.docker_url))
             try:
                 await self.link.heartbeat(body)
             except LinkError as err:
@@ -206,10 +212,16 @@ class Agent:
                 await self._remove_images(desired.remove_images)
 
     async def _event_loop(self, stop: asyncio.Event) -> None:
+        lost = False
         async for event in self.runtime.events():
             if event.kind == "disconnected":
-                self.say(f"agent: lost the Docker Engine ({event.detail}); reconnecting")
+                self.say(f"agent: lost the Docker Engine ({event.detail}); sessions wait for "
+                         "it, reconnecting")
+                lost = True
             elif event.kind == "connected":
+                if lost:
+                    self.say("agent: the Docker Engine is back; re-adopting its containers")
+                lost = False
                 log.info("docker events: connected")
             self._kick.set()
             if stop.is_set():

@@ -166,6 +166,8 @@ class NodeRow(Base):
     rescan: Mapped[int] = mapped_column(BigInteger, default=0)
     registered_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Why the node's Docker Engine does not answer, as its agent says (None: it does).
+    engine_error: Mapped[str | None] = mapped_column(String(500))
 
     devices: Mapped[list[DeviceRow]] = relationship(
         lazy="raise", order_by="DeviceRow.index", passive_deletes=True
