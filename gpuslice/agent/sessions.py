@@ -28,6 +28,7 @@ from gpuslice.agent.runtime.models import (
     ImagePullError,
 )
 from gpuslice.agent.runtime.spec import SpecError, SpecOptions, build_container_spec
+from gpuslice.common.docker_engine import explain
 from gpuslice.common.schemas.agents import Assignment, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 
@@ -59,6 +60,7 @@ class SessionActions:
         self.reported: dict[str, SessionStatus] = {}
         # sessions whose image is missing: when they began to wait for it (monotonic seconds)
         self._image_missing_since: dict[str, float] = {}
+        self._docker_away: set[str] = set()  # told that they wait for the Docker Engine
 
     async def do(self, action: Action, assignment: Assignment | None) -> None:
         """Carry out ``action``; Docker or the manager being away is retried by the next pass."""
@@ -87,6 +89,7 @@ class SessionActions:
             del self.reported[gone]
         for gone in self._image_missing_since.keys() - set(keep):
             del self._image_missing_since[gone]
+        self._docker_away &= set(keep)
 
     async def report(self, session_id: str, report: StateReport) -> None:
         await self.link.report(session_id, report)
@@ -116,6 +119,7 @@ class SessionActions:
                 await self.endpoint.open(sid)
             running = (await self.runtime.ensure_running(spec)).running
             self._image_missing_since.pop(sid, None)
+            self._docker_away.discard(sid)
         except ImageNotFound:
             if preparing is not None:  # its reason first, then why it waits
                 await preparing
@@ -123,9 +127,10 @@ class SessionActions:
             failure = await self._wait_for_image(assignment)
         except ImagePullError as err:
             failure = f"could not pull {assignment.image}: {err}"
-        except DockerUnavailable:
+        except DockerUnavailable as err:
             if preparing is not None:
                 await asyncio.gather(preparing, return_exceptions=True)
+            await self._say_docker_away(sid, explain(err, self.settings.docker_url))
             raise
         except (SpecError, ContainerRuntimeError) as err:
             failure = f"could not start: {err}"
@@ -137,6 +142,19 @@ class SessionActions:
             await self.report(sid, StateReport(status=SessionStatus.RUNNING, reason="running"))
 
     # ------------------------------------------------------------ helpers
+
+    async def _say_docker_away(self, sid: str, detail: str) -> None:
+        """Once per wait: the session's reason says that it waits for the Docker Engine (it
+        starts by itself when the engine answers; the next reconcile passes try again)."""
+        if sid in self._docker_away:
+            return
+        self._docker_away.add(sid)
+        with contextlib.suppress(LinkError):
+            await self.report(sid, StateReport(
+                status=SessionStatus.PREPARING,
+                reason=f"waiting for the Docker Engine on {self.settings.node_name}: "
+                f"{detail}"[:500],
+            ))
 
     async def _wait_for_image(self, assignment: Assignment) -> str:
         """The session's image is not on this node (deleted, or being rebuilt): it waits,

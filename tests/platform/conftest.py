@@ -25,9 +25,17 @@ import httpx
 import pytest
 
 from gpuslice.client import Client
-from tests.dockerd import base_image, can_restart_dockerd, docker_ready, restart_dockerd
+from tests.dockerd import (
+    base_image,
+    can_restart_dockerd,
+    docker_ready,
+    private_dockerd,
+    restart_dockerd,
+    running_private_dockerd,
+)
 
-__all__ = ["base_image", "can_restart_dockerd", "docker_ready", "restart_dockerd"]
+__all__ = ["base_image", "can_restart_dockerd", "docker_ready", "private_dockerd",
+           "restart_dockerd", "running_private_dockerd"]
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 
@@ -37,6 +45,7 @@ class Process:
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.argv = argv
+        self.env = env
         self.popen = subprocess.Popen(
             argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True,
@@ -83,6 +92,25 @@ class Platform:
     env: dict[str, str]
     processes: list[Process] = field(default_factory=list)
 
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def up_argv(self, *more: str) -> list[str]:
+        """`gpuslice up` for this platform: one mock 8 GiB GPU, 2 fGPU per GPU."""
+        return [GPUSLICE, "up", "--data-dir", str(self.data_dir), "--port", str(self.port),
+                "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", "2", "--node-name", self.node,
+                *more]
+
+    def start_up(self, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 ) -> Process:
+        """Run `gpuslice up` (after ``prefix``, e.g. a wrapper) until its agent joined."""
+        up = Process([*prefix, *self.up_argv()], self.env | (env or {}))
+        self.processes.append(up)
+        up.wait_for("gpuslice is up")
+        up.wait_for(f"agent {self.node}: joined")
+        return up
+
     def cli(self, *args: str, stdin: str | None = None,
             timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
         """Run `gpuslice ARGS` as a user would, logged in as the admin."""
@@ -128,38 +156,52 @@ def _base_env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def _remove_node_containers(node: str) -> None:
+def _remove_node_containers(node: str, env: dict[str, str] | None = None) -> None:
     listed = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label=gpuslice.node={node}"],
-        capture_output=True, text=True, check=False,
+        capture_output=True, text=True, check=False, env=env,
     ).stdout.split()
     if listed:
-        subprocess.run(["docker", "rm", "-f", *listed], capture_output=True, check=False)
+        subprocess.run(["docker", "rm", "-f", *listed], capture_output=True, check=False,
+                       env=env)
+
+
+def new_platform(tmp_path: Path, env: dict[str, str] | None = None) -> Platform:
+    """A platform's place (data directory, port, node name, CLI login file), nothing started:
+    add processes with `Platform.start_up` (or by hand) and let `platforms` stop them."""
+    port, node = free_port(), f"node-{uuid.uuid4().hex[:8]}"
+    return Platform(f"http://127.0.0.1:{port}", tmp_path / "data", node,
+                    _base_env(tmp_path) | (env or {}))
 
 
 @pytest.fixture
-def platform(base_image: str, tmp_path: Path) -> Iterator[Platform]:
-    """`gpuslice up` with one mock 8 GiB GPU and 2 fGPU per GPU."""
-    port, node = free_port(), f"node-{uuid.uuid4().hex[:8]}"
-    env = _base_env(tmp_path)
-    up = Process([GPUSLICE, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                  "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", "2", "--node-name", node], env)
-    plat = Platform(f"http://127.0.0.1:{port}", tmp_path / "data", node, env, [up])
+def platforms() -> Iterator[list[Platform]]:
+    """Platforms a test starts itself; their processes are stopped and their node's
+    containers removed afterwards (on the Docker Engine their environment names)."""
+    made: list[Platform] = []
     try:
-        up.wait_for("gpuslice is up")
-        up.wait_for(f"agent {node}: joined")
-        yield plat
+        yield made
     finally:
-        for process in plat.processes:
-            process.stop()
-        _remove_node_containers(node)
+        for plat in made:
+            for process in reversed(plat.processes):
+                process.stop()
+            _remove_node_containers(plat.node, plat.env)
+
+
+@pytest.fixture
+def platform(base_image: str, tmp_path: Path, platforms: list[Platform]) -> Platform:
+    """`gpuslice up` with one mock 8 GiB GPU and 2 fGPU per GPU."""
+    plat = new_platform(tmp_path)
+    platforms.append(plat)
+    plat.start_up()
+    return plat
 
 
 def restart_up(plat: Platform, sig: int = signal.SIGINT) -> Process:
     """Stop the platform's `gpuslice up` with ``sig`` and run it again on the same data."""
     old = plat.processes.pop()
     old.stop(sig)
-    again = Process(old.argv, plat.env)
+    again = Process(old.argv, old.env)
     plat.processes.append(again)
     again.wait_for(f"agent {plat.node}: joined")
     return again
