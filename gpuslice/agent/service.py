@@ -254,8 +254,16 @@ class Agent:
     async def reconcile(self, desired: Assignments) -> None:
         """One pass: every session gets the one next step it needs, run as its own task."""
         wanted = {a.session_id: a for a in desired.sessions}
+        try:
+            containers = await self.runtime.list_managed()
+        except DockerUnavailable as err:  # sessions to start wait for it, and say so
+            problem = explain(err, self.settings.docker_url)
+            for a in desired.sessions:
+                if a.desired == "running" and a.status is SessionStatus.SCHEDULED:
+                    await self.sessions.say_docker_away(a.session_id, problem)
+            raise
         actual = {}
-        for container in await self.runtime.list_managed():
+        for container in containers:
             if container.name == container_name(container.session_id):
                 actual[container.session_id] = container
             else:  # a second container claiming a session: only the named one may exist

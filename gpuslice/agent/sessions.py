@@ -130,7 +130,7 @@ class SessionActions:
         except DockerUnavailable as err:
             if preparing is not None:
                 await asyncio.gather(preparing, return_exceptions=True)
-            await self._say_docker_away(sid, explain(err, self.settings.docker_url))
+            await self.say_docker_away(sid, explain(err, self.settings.docker_url))
             raise
         except (SpecError, ContainerRuntimeError) as err:
             failure = f"could not start: {err}"
@@ -143,7 +143,7 @@ class SessionActions:
 
     # ------------------------------------------------------------ helpers
 
-    async def _say_docker_away(self, sid: str, detail: str) -> None:
+    async def say_docker_away(self, sid: str, detail: str) -> None:
         """Once per wait: the session's reason says that it waits for the Docker Engine (it
         starts by itself when the engine answers; the next reconcile passes try again)."""
         if sid in self._docker_away:

@@ -108,6 +108,10 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
         )
     except ValueError as err:
         raise CliError(f"settings: {err}", 2) from None
+    # `up` keeps the standard image (it builds it again if deleted): sessions of it are
+    # accepted meanwhile, and wait for it on the node, rather than refused as unknown.
+    if DEFAULT_SESSION_IMAGE not in settings.sessions.allowed_images:
+        settings.sessions.allowed_images.append(DEFAULT_SESSION_IMAGE)
     url = options.url
     async with manager_running(settings, options.host, options.port) as serving:
         agent_task: asyncio.Task[None] | None = None

@@ -207,12 +207,13 @@ def restart_up(plat: Platform, sig: int = signal.SIGINT) -> Process:
     return again
 
 
-def run_split(tmp_path: Path, manager_settings: dict[str, str]) -> Iterator[Platform]:
+def run_split(tmp_path: Path, manager_settings: dict[str, str],
+              env_extra: dict[str, str] | None = None) -> Iterator[Platform]:
     """`gpuslice manager serve` (with these ``GPUSLICE_*`` settings) and `gpuslice agent serve`
-    as two processes, logged in as the admin; both stopped and the node's containers removed
-    afterwards. The body of the split fixtures."""
+    as two processes (both with ``env_extra``, e.g. DOCKER_HOST), logged in as the admin; both
+    stopped and the node's containers removed afterwards. The body of the split fixtures."""
     port, node = free_port(), f"node-{uuid.uuid4().hex[:8]}"
-    env = _base_env(tmp_path)
+    env = _base_env(tmp_path) | (env_extra or {})
     manager_env = env | {"GPUSLICE_DATA_DIR": str(tmp_path / "data"),
                          "GPUSLICE_NODES__HEARTBEAT_INTERVAL": "1"} | manager_settings
     manager = Process([GPUSLICE, "manager", "serve", "--port", str(port)], manager_env)
@@ -236,7 +237,7 @@ def run_split(tmp_path: Path, manager_settings: dict[str, str]) -> Iterator[Plat
     finally:
         for process in reversed(plat.processes):
             process.stop()
-        _remove_node_containers(node)
+        _remove_node_containers(node, env)
 
 
 @pytest.fixture
