@@ -33,6 +33,9 @@ def log_to_stderr(quiet: bool = False) -> None:
         level=logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    # httpx logs every request at INFO: an agent's heartbeats and long-polls would bury the
+    # lines that matter.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
 def check_port(host: str, port: int) -> None:

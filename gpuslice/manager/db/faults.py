@@ -91,7 +91,7 @@ def _server(link: BaseException, where: str) -> Fault | None:
                 "ConnectionFailureError") or code in (errno.ECONNREFUSED, errno.ECONNRESET,
                                                       errno.EHOSTUNREACH, errno.ENETUNREACH):
         return Fault("unreachable", f"{where} does not answer ({_short(link)})",
-                     "start PostgreSQL (or fix database.url); the manager reconnects by itself")
+                     "start PostgreSQL, or fix database.url")
     if isinstance(link, socket.gaierror):
         return Fault("unreachable", f"{where}: unknown host ({link})", "fix database.url")
     if isinstance(link, TimeoutError) or name == "TooManyConnectionsError":
@@ -99,7 +99,7 @@ def _server(link: BaseException, where: str) -> Fault | None:
                      "check that PostgreSQL runs and accepts connections")
     if "connection is closed" in str(link) or "connection was closed" in str(link):
         return Fault("unreachable", f"{where} closed the connection",
-                     "the manager reconnects by itself once the database answers")
+                     "check that PostgreSQL runs; the manager reconnects when it answers")
     return None
 
 
