@@ -239,7 +239,13 @@ def commit(
     """Snapshot a running session into a new image that only you (and admins) can use."""
     with _client() as client:
         with console.status(f"committing {ref} as {name}..."):
-            done = client.commit(ref, name)
+            try:
+                done = client.commit(ref, name)
+            except ApiError as err:
+                if err.code != "no_answer":
+                    raise
+                raise CliError(f"{err.message}: a commit that finished shows in `gpuslice "
+                               "image list` once the manager is back") from None
     if as_json:
         print_json(done)
         return
