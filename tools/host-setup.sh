@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs and starts what gpuslice needs on a Debian host, idempotently:
 #   Docker Engine (docker.io) and debootstrap (to build session images without a registry);
-#   with --postgres also PostgreSQL, with a `gpuslice` role and database for the test suite.
+#   with --postgres also what the test suite needs: PostgreSQL, with a `gpuslice` role and
+#   database, and faketime (libfaketime: the clock-jump test moves one process's clock).
 # Runs as root, or through sudo.
 set -euo pipefail
 
@@ -23,6 +24,9 @@ command -v dockerd >/dev/null 2>&1 || packages+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || packages+=(debootstrap)
 if [ "$want_pg" = 1 ] && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
   packages+=(postgresql)
+fi
+if [ "$want_pg" = 1 ] && ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
+  packages+=(faketime)
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
   log "installing ${packages[*]}"

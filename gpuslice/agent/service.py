@@ -76,6 +76,7 @@ class Agent:
         self._busy: dict[str, asyncio.Task[None]] = {}  # session id -> its running work
         self._heartbeat_now = asyncio.Event()  # images changed, or the manager asked (rescan)
         self._rescan: int | None = None
+        self.ready = asyncio.Event()  # joined, and the manager has its first heartbeat
         self.usage_collector: UsageCollector | None = None  # made once the accelerator is known
         self.endpoint = SessionEndpoint(
             settings.data_dir, data=self, link=self.link, user=settings.session_user
@@ -99,10 +100,15 @@ class Agent:
         try:
             await self._wait_for_docker(stop)
             credential = await self._connect(stop)
+            # The manager knows the node's capacity before anyone is told it joined: a session
+            # asked for at once must not be refused as fitting no node.
+            with contextlib.suppress(DockerUnavailable, LinkError):
+                await self._beat()
             self.say(
                 f"agent {self.settings.node_name}: joined {self.link.manager_url} "
                 f"as node {credential.node_id}"
             )
+            self.ready.set()
             loops = [
                 self._supervise("heartbeat", self._heartbeat_loop, stop),
                 self._supervise("assignments", self._assignment_loop, stop),
@@ -175,27 +181,31 @@ class Agent:
             delay = min(delay * 2, 15.0)
 
     async def _heartbeat_loop(self, stop: asyncio.Event) -> None:
-        collector = self.usage_collector
-        assert collector is not None, "run() makes the collector before the loops"
         while not stop.is_set():
-            try:
-                body = await collector.heartbeat()
-                await self.runtime.prune_files(keep=set(self._busy))
-            except DockerUnavailable as err:
-                # Still a heartbeat: the node stays ALIVE while Docker is away, so that sessions
-                # a live-restore engine keeps running are not called lost meanwhile.
-                body = collector.without_engine(explain(err, self.settings.docker_url))
-            try:
-                await self.link.heartbeat(body)
-            except LinkError as err:
-                if err.status == 401:
-                    await self._reregister()
-                raise
+            await self._beat()
             credential = self.link.credential
             interval_ms = credential.heartbeat_interval_ms if credential else DEFAULT_HEARTBEAT_MS
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._heartbeat_now.wait(), interval_ms / 1000)
             self._heartbeat_now.clear()
+
+    async def _beat(self) -> None:
+        """One heartbeat: what the node has and runs."""
+        collector = self.usage_collector
+        assert collector is not None, "run() makes the collector before any heartbeat"
+        try:
+            body = await collector.heartbeat()
+            await self.runtime.prune_files(keep=set(self._busy))
+        except DockerUnavailable as err:
+            # Still a heartbeat: the node stays ALIVE while Docker is away, so that sessions
+            # a live-restore engine keeps running are not called lost meanwhile.
+            body = collector.without_engine(explain(err, self.settings.docker_url))
+        try:
+            await self.link.heartbeat(body)
+        except LinkError as err:
+            if err.status == 401:
+                await self._reregister()
+            raise
 
     async def _assignment_loop(self, stop: asyncio.Event) -> None:
         version = None

@@ -126,7 +126,11 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
                 gpu=[MockGpu(**g) for g in options.mock_gpus],
             ), say=say)
             agent_task = asyncio.create_task(agent.run(stop))
-            _announce(say, url, options, cli_note, credentials)
+            ready = asyncio.create_task(agent.ready.wait())
+            await asyncio.wait([agent_task, ready], return_when=asyncio.FIRST_COMPLETED)
+            ready.cancel()
+            if agent.ready.is_set():  # up means ready: a session asked for now gets placed
+                _announce(say, url, options, cli_note, credentials)
             done, _ = await asyncio.wait(
                 [agent_task, serving, asyncio.create_task(stop.wait())],
                 return_when=asyncio.FIRST_COMPLETED,

@@ -111,11 +111,11 @@ class Platform:
         up.wait_for(f"agent {self.node}: joined")
         return up
 
-    def cli(self, *args: str, stdin: str | None = None,
-            timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str, stdin: str | None = None, timeout: float = 120.0,
+            env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run `gpuslice ARGS` as a user would, logged in as the admin."""
-        return subprocess.run([GPUSLICE, *args], env=self.env, input=stdin, text=True,
-                              capture_output=True, timeout=timeout)
+        return subprocess.run([GPUSLICE, *args], env=self.env | (env_extra or {}), input=stdin,
+                              text=True, capture_output=True, timeout=timeout)
 
     def ok(self, *args: str, stdin: str | None = None) -> str:
         done = self.cli(*args, stdin=stdin)
