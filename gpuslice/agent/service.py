@@ -77,6 +77,7 @@ class Agent:
         self._heartbeat_now = asyncio.Event()  # images changed, or the manager asked (rescan)
         self._rescan: int | None = None
         self.ready = asyncio.Event()  # joined, and the manager has its first heartbeat
+        self._manager_away: str | None = None  # why the last heartbeat did not get through
         self.usage_collector: UsageCollector | None = None  # made once the accelerator is known
         self.endpoint = SessionEndpoint(
             settings.data_dir, data=self, link=self.link, user=settings.session_user
@@ -102,8 +103,8 @@ class Agent:
             credential = await self._connect(stop)
             # The manager knows the node's capacity before anyone is told it joined: a session
             # asked for at once must not be refused as fitting no node.
-            with contextlib.suppress(DockerUnavailable, LinkError):
-                await self._beat()
+            if not await self._first_beat(stop):
+                return
             self.say(
                 f"agent {self.settings.node_name}: joined {self.link.manager_url} "
                 f"as node {credential.node_id}"
@@ -162,8 +163,10 @@ class Agent:
     async def _supervise(
         self, name: str, body: Callable[[asyncio.Event], Awaitable[None]], stop: asyncio.Event
     ) -> None:
-        """Run a loop forever: log a failure, back off with jitter, go on."""
+        """Run a loop forever: log a failure, back off with jitter, go on. The manager or
+        Docker being away is logged once per cause (the agent says so besides)."""
         delay = 0.5
+        last = ""
         while not stop.is_set():
             started = time.monotonic()
             try:
@@ -172,7 +175,9 @@ class Agent:
             except asyncio.CancelledError:
                 raise
             except (DockerUnavailable, LinkError) as err:
-                log.warning("%s: %s", name, err)
+                log.log(logging.DEBUG if str(err) == last else logging.WARNING, "%s: %s",
+                        name, err)
+                last = str(err)
             except Exception:
                 log.exception("%s loop failed; restarting it", name)
             if time.monotonic() - started > 30:
@@ -188,6 +193,22 @@ class Agent:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._heartbeat_now.wait(), interval_ms / 1000)
             self._heartbeat_now.clear()
+
+    async def _first_beat(self, stop: asyncio.Event) -> bool:
+        """Heartbeat until the manager takes one (a stored credential needs no call to
+        "connect", so this is the first word with the manager); ``False`` if stopped first."""
+        delay = 0.5
+        while not stop.is_set():
+            try:
+                await self._beat()
+                return True
+            except LinkError as err:
+                if err.status in (401, 403) or isinstance(err, VersionMismatch):
+                    raise
+                self.say(f"agent: manager not reachable yet ({err}); retrying")
+            await _sleep_or_stop(stop, delay)
+            delay = min(delay * 2, 10.0)
+        return False
 
     async def _beat(self) -> None:
         """One heartbeat: what the node has and runs."""
@@ -205,7 +226,13 @@ class Agent:
         except LinkError as err:
             if err.status == 401:
                 await self._reregister()
+            elif err.status == 0 and self._manager_away is None:
+                self.say(f"agent: lost the manager ({err}); sessions run on, retrying")
+            self._manager_away = self._manager_away or str(err)
             raise
+        if self._manager_away is not None:
+            self.say("agent: the manager answers again")
+            self._manager_away = None
 
     async def _assignment_loop(self, stop: asyncio.Event) -> None:
         version = None

@@ -133,15 +133,40 @@ class Platform:
                     if line.startswith("password: "))
 
     def wait_status(self, ref: str, statuses: set[str], timeout: float = 30.0) -> dict:
+        """Until session ``ref`` has one of ``statuses`` (it may not exist yet: another
+        process is creating it)."""
         deadline = time.monotonic() + timeout
         while True:
-            session = json.loads(self.ok("session", "show", ref, "--json"))
+            shown = self.cli("session", "show", ref, "--json")
+            if shown.returncode != 0:
+                assert "no session with id or name" in shown.stderr, shown.stderr
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"no session {ref} after {timeout}s")
+                time.sleep(0.2)
+                continue
+            session = json.loads(shown.stdout)
             if session["status"] in statuses:
                 return session
             if time.monotonic() > deadline:
                 raise AssertionError(f"{ref} is {session['status']} after {timeout}s "
                                      f"(wanted {statuses}): {session['status_reason']}")
             time.sleep(0.2)
+
+
+    def wait_reason(self, ref: str, text: str, timeout: float = 30.0) -> dict:
+        """Until session ``ref``'s reason holds ``text``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            session = self.wait_status(ref, set(STATUSES), timeout)
+            if text in (session["status_reason"] or ""):
+                return session
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{ref}: no reason with {text!r}: {session}")
+            time.sleep(0.2)
+
+
+STATUSES = ("PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING", "TERMINATED",
+            "ERROR", "CANCELLED")
 
 
 def free_port() -> int:

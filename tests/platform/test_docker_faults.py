@@ -67,7 +67,7 @@ def test_docker_stopped_under_running_sessions_loses_none(
     waiting = subprocess.Popen(
         [GPUSLICE, "session", "create", "--name", "later", *SMALL, "--wait"], env=plat.env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    later = _wait_reason(plat, "later", "waiting for the Docker Engine on")
+    later = plat.wait_reason("later", "waiting for the Docker Engine on")
     assert later["status"] in ("SCHEDULED", "PREPARING")
     waiting.send_signal(signal.SIGINT)
     out, err = waiting.communicate(timeout=20)
@@ -170,19 +170,6 @@ def test_agent_serve_waits_for_docker_saying_why_then_joins(
     agent.wait_for(f"agent {plat.node}: joined", timeout=30)
     plat.ok("session", "create", "--name", "ok", *SMALL, "--wait")
     assert plat.wait_status("ok", {"RUNNING"})["status"] == "RUNNING"
-
-
-def _wait_reason(plat: Platform, ref: str, text: str, timeout: float = 30) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        done = plat.cli("session", "show", ref, "--json")
-        if done.returncode == 0:
-            session = json.loads(done.stdout)
-            if text in (session["status_reason"] or ""):
-                return session
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{ref}: no reason with {text!r}: {done.stdout}{done.stderr}")
-        time.sleep(0.2)
 
 
 def _eventually(check: Callable[[], bool], timeout: float = 15) -> bool:
