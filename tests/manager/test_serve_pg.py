@@ -18,11 +18,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import asyncpg
-import httpx
 import pytest
 from sqlalchemy.engine import make_url
 
 from gpuslice.client import Client
+from tests.cli.conftest import _wait_ready as wait_ready
 
 pytestmark = pytest.mark.pg
 
@@ -59,16 +59,7 @@ class Manager:
 
     def wait_ready(self) -> None:
         assert self.process is not None
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{self.url}/api/v1/health", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"no manager at {self.url}: {self.output()}")
-            time.sleep(0.1)
+        wait_ready(self.url, self.data / "admin-credentials", self.process)  # type: ignore
 
     def admin(self) -> Client:
         text = (self.data / "admin-credentials").read_text()

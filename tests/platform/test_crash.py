@@ -10,7 +10,7 @@ import sqlite3
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -107,35 +107,37 @@ def test_killed_during_a_commit_the_image_reaches_the_catalog_once(
     assert new["image"] == image_name
 
 
-def _wait_connected(pid: int, port: int, timeout: float = 30) -> None:
+def _wait_connected(pid: int, port: int) -> None:
     """Until process ``pid`` holds an established TCP connection to ``port``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        inodes = set()
-        for fd in Path(f"/proc/{pid}/fd").iterdir():
-            target = fd.readlink() if fd.is_symlink() else Path()
-            if str(target).startswith("socket:["):
-                inodes.add(str(target)[8:-1])
+
+    def connected() -> bool:
+        inodes = {str(fd.readlink())[8:-1] for fd in Path(f"/proc/{pid}/fd").iterdir()
+                  if fd.is_symlink() and str(fd.readlink()).startswith("socket:[")}
         for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
             fields = line.split()
             remote_port = int(fields[2].split(":")[1], 16)
             if fields[9] in inodes and remote_port == port and fields[3] == "01":
-                return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"process {pid} never connected to port {port}")
-        time.sleep(0.02)
+                return True
+        return False
+
+    _until(connected, f"process {pid} never connected to port {port}")
 
 
-def _wait_delivered(database: Path, kind: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
+def _wait_delivered(database: Path, kind: str) -> None:
+    def delivered() -> bool:
         with sqlite3.connect(f"file:{database}?mode=ro", uri=True) as db:
             row = db.execute("SELECT delivered_at FROM agent_requests WHERE kind = ?",
                              (kind,)).fetchone()
-        if row is not None and row[0] is not None:
-            return
+        return row is not None and row[0] is not None
+
+    _until(delivered, f"no {kind} request was delivered")
+
+
+def _until(check: Callable[[], bool], failure: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
         if time.monotonic() > deadline:
-            raise AssertionError(f"no {kind} request was delivered within {timeout}s")
+            raise AssertionError(f"{failure} within {timeout:.0f}s")
         time.sleep(0.02)
 
 
