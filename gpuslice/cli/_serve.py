@@ -45,6 +45,10 @@ def check_port(host: str, port: int) -> None:
             probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             probe.bind((host, port))
         except OSError as err:
+            if err.errno == errno.EADDRNOTAVAIL:
+                raise CliError(f"{host} is not an address of this machine: pick another with "
+                               "--host (127.0.0.1: this machine only; 0.0.0.0: every network)"
+                               ) from None
             why = "is in use" if err.errno == errno.EADDRINUSE else f"cannot be used ({err})"
             raise CliError(f"port {port} on {host} {why}: pick another with --port") from None
 

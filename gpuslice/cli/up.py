@@ -101,7 +101,17 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
 
     credentials = options.data_dir / CREDENTIALS_FILE
     check_port(options.host, options.port)  # before a build that may take minutes
-    await _ensure_image(say)
+    # Ctrl-C during a build stops it (the next `up` builds again from the start).
+    image = asyncio.create_task(_ensure_image(say))
+    await asyncio.wait([image, asyncio.create_task(stop.wait())],
+                       return_when=asyncio.FIRST_COMPLETED)
+    if not image.done():
+        image.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await image
+        say("stopped before the standard session image was built")
+        return
+    image.result()  # its CliError, if any
     try:
         settings = load_settings(
             None, data_dir=options.data_dir, nodes={"fgpu_per_gpu": options.fgpu_per_gpu}

@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 SMALL = ["--cpu", "0.25", "--mem", "256m"]
 # Heartbeats and the node sweep fast enough that an outage outlasts node_timeout in seconds.
-FAST_NODES = {"GPUSLICE_NODES__NODE_TIMEOUT": "3", "GPUSLICE_NODES__HEARTBEAT_INTERVAL": "0.5",
+FAST_NODES = {"GPUSLICE_NODES__NODE_TIMEOUT": "6", "GPUSLICE_NODES__HEARTBEAT_INTERVAL": "0.5",
               "GPUSLICE_NODES__SWEEP_INTERVAL": "0.5"}
 
 
@@ -58,7 +58,7 @@ def test_docker_stopped_under_running_sessions_loses_none(
 
     engine.stop()  # live-restore: the containers keep running without their engine
     up.wait_for("agent: lost the Docker Engine")
-    time.sleep(3 * 3)  # three node timeouts: long enough to be called lost, were it not seen
+    time.sleep(2 * 6)  # two node timeouts: long enough to be called lost, were it not seen
     node = node_of(plat)
     assert node["status"] == "ALIVE"
     assert node["engine_error"].startswith("the Docker Engine is not running")
@@ -129,6 +129,12 @@ def test_up_killed_while_building_its_image_builds_it_at_the_next_start(
     engine.docker("rmi", "-f", base_image)
     plat = new_platform(tmp_path, engine.env())
     platforms.append(plat)
+    stopped = Process(plat.up_argv(), plat.env)  # Ctrl-C during the build stops it at once
+    stopped.wait_for(f"base: building {base_image}", timeout=60)
+    stopped.stop(signal.SIGINT, timeout=20)
+    assert stopped.popen.returncode == 0, stopped.output
+    assert "stopped before the standard session image was built" in stopped.output
+    assert "Traceback" not in stopped.output
     first = Process(plat.up_argv(), plat.env)
     plat.processes.append(first)
     first.wait_for(f"base: building {base_image}", timeout=60)
