@@ -1,6 +1,7 @@
 """`gpuslice manager serve` with a database it cannot use: it refuses to start in one line (or,
 once running, answers 503 in one line and logs one), and recovers when the cause goes away.
-PostgreSQL's cases are in tests/manager/test_serve_pg.py."""
+PostgreSQL's cases are in tests/manager/test_serve_pg.py. And both `manager serve` and
+`agent serve` with a data directory they cannot use."""
 
 from __future__ import annotations
 
@@ -200,3 +201,19 @@ def test_health_says_which_gpuslice_answers(tmp_path: Path) -> None:
     finally:
         process.terminate()
         process.communicate(timeout=30)
+
+
+@pytest.mark.parametrize(("command", "variable", "setting"), [
+    (["manager", "serve"], "GPUSLICE_DATA_DIR", "data_dir (GPUSLICE_DATA_DIR)"),
+    (["agent", "serve"], "GPUSLICE_AGENT_DATA_DIR", "data_dir (GPUSLICE_AGENT_DATA_DIR)"),
+])
+def test_a_data_directory_inside_a_file(
+    tmp_path: Path, command: list[str], variable: str, setting: str
+) -> None:
+    a_file = tmp_path / "file"
+    a_file.write_text("not a directory")
+    done = subprocess.run([GPUSLICE, *command], env=_env(tmp_path) | {variable: str(a_file / "d")},
+                          capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout, done.stderr) == (1, "", (
+        f"error: the data directory {a_file / 'd'} is inside a file, not a directory: pick "
+        f"another with {setting}\n"))
