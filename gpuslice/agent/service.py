@@ -77,7 +77,7 @@ class Agent:
         self._heartbeat_now = asyncio.Event()  # images changed, or the manager asked (rescan)
         self._rescan: int | None = None
         self.ready = asyncio.Event()  # joined, and the manager has its first heartbeat
-        self._manager_away: str | None = None  # why the last heartbeat did not get through
+        self._manager_away: str | None = None  # said that the manager is unreachable: why
         self.usage_collector: UsageCollector | None = None  # made once the accelerator is known
         self.endpoint = SessionEndpoint(
             settings.data_dir, data=self, link=self.link, user=settings.session_user
@@ -197,7 +197,7 @@ class Agent:
     async def _first_beat(self, stop: asyncio.Event) -> bool:
         """Heartbeat until the manager takes one (a stored credential needs no call to
         "connect", so this is the first word with the manager); ``False`` if stopped first."""
-        delay = 0.5
+        delay, said = 0.5, ""
         while not stop.is_set():
             try:
                 await self._beat()
@@ -205,7 +205,9 @@ class Agent:
             except LinkError as err:
                 if err.status in (401, 403) or isinstance(err, VersionMismatch):
                     raise
-                self.say(f"agent: manager not reachable yet ({err}); retrying")
+                if str(err) != said:  # once per cause, not once per retry
+                    self.say(f"agent: manager not reachable yet ({err}); retrying")
+                    said = str(err)
             await _sleep_or_stop(stop, delay)
             delay = min(delay * 2, 10.0)
         return False
@@ -228,7 +230,7 @@ class Agent:
                 await self._reregister()
             elif err.status == 0 and self._manager_away is None:
                 self.say(f"agent: lost the manager ({err}); sessions run on, retrying")
-            self._manager_away = self._manager_away or str(err)
+                self._manager_away = str(err)
             raise
         if self._manager_away is not None:
             self.say("agent: the manager answers again")

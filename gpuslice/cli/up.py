@@ -94,24 +94,12 @@ class UpOptions:
 
 
 async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], None]) -> None:
-    from gpuslice.agent.config import AgentSettings, MockGpu
-    from gpuslice.agent.service import Agent
-    from gpuslice.manager.services.users import CREDENTIALS_FILE
     from gpuslice.manager.settings import load_settings
 
-    credentials = options.data_dir / CREDENTIALS_FILE
     check_port(options.host, options.port)  # before a build that may take minutes
-    # Ctrl-C during a build stops it (the next `up` builds again from the start).
-    image = asyncio.create_task(_ensure_image(say))
-    await asyncio.wait([image, asyncio.create_task(stop.wait())],
-                       return_when=asyncio.FIRST_COMPLETED)
-    if not image.done():
-        image.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await image
+    if not await _image_unless_stopped(stop, say):
         say("stopped before the standard session image was built")
         return
-    image.result()  # its CliError, if any
     try:
         settings = load_settings(
             None, data_dir=options.data_dir, nodes={"fgpu_per_gpu": options.fgpu_per_gpu}
@@ -122,41 +110,67 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
     # accepted meanwhile, and wait for it on the node, rather than refused as unknown.
     if DEFAULT_SESSION_IMAGE not in settings.sessions.allowed_images:
         settings.sessions.allowed_images.append(DEFAULT_SESSION_IMAGE)
-    url = options.url
     async with manager_running(settings, options.host, options.port) as serving:
-        agent_task: asyncio.Task[None] | None = None
         keeper = asyncio.create_task(_keep_standard_image(stop, say))
         try:
-            admin = await asyncio.to_thread(_admin_client, url, credentials)
-            cli_note = await asyncio.to_thread(_log_in_cli, admin, url)
-            join = await asyncio.to_thread(admin.create_join_token, f"up:{options.node_name}", 1)
-            agent = Agent(AgentSettings(
-                node_name=options.node_name, manager_url=url, join_token=join.token,
-                data_dir=options.data_dir / "agent", accelerator="auto",
-                gpu=[MockGpu(**g) for g in options.mock_gpus],
-            ), say=say)
-            agent_task = asyncio.create_task(agent.run(stop))
-            ready = asyncio.create_task(agent.ready.wait())
-            await asyncio.wait([agent_task, ready], return_when=asyncio.FIRST_COMPLETED)
-            ready.cancel()
-            if agent.ready.is_set():  # up means ready: a session asked for now gets placed
-                _announce(say, url, options, cli_note, credentials)
-            done, _ = await asyncio.wait(
-                [agent_task, serving, asyncio.create_task(stop.wait())],
-                return_when=asyncio.FIRST_COMPLETED,
-            )
-            if agent_task in done and agent_task.exception() is not None:
-                raise CliError(f"the local agent stopped: {agent_task.exception()}")
-            if serving in done and not stop.is_set():
-                raise CliError("the manager stopped unexpectedly (its log is above)")
+            await _run_agent(options, serving, stop, say)
         finally:
-            say("stopping (session containers keep running)")
             stop.set()
             keeper.cancel()
-            for task in (agent_task, keeper):
-                if task is not None:
-                    with contextlib.suppress(Exception, asyncio.CancelledError):
-                        await task
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await keeper
+
+
+async def _run_agent(options: UpOptions, serving: asyncio.Task[None], stop: asyncio.Event,
+                     say: Callable[[str], None]) -> None:
+    """Log the CLI in, run the local agent, say that all is up once it joined; until stopped
+    (or the agent or the manager stops: one line)."""
+    from gpuslice.agent.config import AgentSettings, MockGpu
+    from gpuslice.agent.service import Agent
+    from gpuslice.manager.services.users import CREDENTIALS_FILE
+
+    url, credentials = options.url, options.data_dir / CREDENTIALS_FILE
+    admin = await asyncio.to_thread(_admin_client, url, credentials)
+    cli_note = await asyncio.to_thread(_log_in_cli, admin, url)
+    join = await asyncio.to_thread(admin.create_join_token, f"up:{options.node_name}", 1)
+    agent = Agent(AgentSettings(
+        node_name=options.node_name, manager_url=url, join_token=join.token,
+        data_dir=options.data_dir / "agent", accelerator="auto",
+        gpu=[MockGpu(**g) for g in options.mock_gpus],
+    ), say=say)
+    agent_task = asyncio.create_task(agent.run(stop))
+    try:
+        ready = asyncio.create_task(agent.ready.wait())
+        await asyncio.wait([agent_task, ready], return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if agent.ready.is_set():  # up means ready: a session asked for now gets placed
+            _announce(say, url, options, cli_note, credentials)
+        done, _ = await asyncio.wait([agent_task, serving, asyncio.create_task(stop.wait())],
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if agent_task in done and agent_task.exception() is not None:
+            raise CliError(f"the local agent stopped: {agent_task.exception()}")
+        if serving in done and not stop.is_set():
+            raise CliError("the manager stopped unexpectedly (its log is above)")
+    finally:
+        say("stopping (session containers keep running)")
+        stop.set()
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await agent_task
+
+
+async def _image_unless_stopped(stop: asyncio.Event, say: Callable[[str], None]) -> bool:
+    """Docker answers and the standard image exists; ``False`` when Ctrl-C came first (it
+    stops a build at once: the next `up` builds again from the start)."""
+    image = asyncio.create_task(_ensure_image(say))
+    await asyncio.wait([image, asyncio.create_task(stop.wait())],
+                       return_when=asyncio.FIRST_COMPLETED)
+    if not image.done():
+        image.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await image
+        return False
+    image.result()  # its CliError, if any
+    return True
 
 
 def parse_mock_gpus(text: str) -> list[dict[str, object]]:
