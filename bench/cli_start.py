@@ -102,7 +102,7 @@ def main() -> None:
         try:
             env = log_in(tmp, f"http://127.0.0.1:{port}", args.sessions)
             _, listed = timed(commands["list"], env)  # warm the page cache; check the output
-            if len(json.loads(listed)) != args.sessions:
+            if len(json.loads(listed)["items"]) != args.sessions:
                 raise SystemExit(f"session list --json printed {listed[:200]!r}")
             times: dict[str, list[float]] = {key: [] for key in commands}
             for _ in range(args.runs):

@@ -3,8 +3,10 @@
 Tests that need the engine skip, saying why, when no daemon answers; CI starts one. The base
 image is built once per test session if it is missing (needs root + debootstrap). Restarting
 dockerd is opt-in (``GPUSLICE_TEST_RESTART_DOCKERD=1``): it stops every container on the
-machine, which CI can afford and a developer's laptop usually cannot. Import the fixtures into
-a ``conftest.py`` to use them (``tests/agent`` and ``tests/platform`` do).
+machine, which CI can afford and a developer's laptop usually cannot. Tests that stop, restart
+or starve Docker use a Docker Engine of their own instead (``private_dockerd``, opt-in with
+``GPUSLICE_TEST_PRIVATE_DOCKERD=1``: it needs root and starts a daemon). Import the fixtures
+into a ``conftest.py`` to use them (``tests/agent`` and ``tests/platform`` do).
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import aiodocker
@@ -111,3 +115,128 @@ def can_restart_dockerd() -> str | None:
     if os.geteuid() != 0 or not DOCKERD_PIDFILE.is_file():
         return f"restarting dockerd needs root and {DOCKERD_PIDFILE}"
     return None
+
+
+# ---------------------------------------------------------------- a Docker Engine of our own
+
+PRIVATE_DOCKERD_ENV = "GPUSLICE_TEST_PRIVATE_DOCKERD"
+
+
+def can_run_private_dockerd() -> str | None:
+    """Why tests may not start a Docker Engine of their own here (``None``: they may)."""
+    if os.environ.get(PRIVATE_DOCKERD_ENV) != "1":
+        return f"set {PRIVATE_DOCKERD_ENV}=1 to let this test run a Docker Engine of its own"
+    if os.geteuid() != 0 or not shutil.which("dockerd") or not shutil.which("unshare"):
+        return "a Docker Engine of the test's own needs root, dockerd and unshare"
+    return None
+
+
+class PrivateDockerd:
+    """A Docker Engine for tests that stop, restart or starve it: its own data root, exec root,
+    pidfile and socket, and its own network namespace, so that nothing it does (it removes
+    the default bridge, for one) reaches the machine's network or its dockerd, whose
+    containers other tests on this machine use. Images come from the machine's engine."""
+
+    def __init__(self, images: tuple[str, ...]) -> None:
+        # Short: the socket's path is limited to 108 bytes, containerd's sockets live below.
+        self.root = Path(tempfile.mkdtemp(prefix="gsd-", dir="/tmp"))
+        self.socket = self.root / "docker.sock"
+        self.url = f"unix://{self.socket}"
+        self.images = images
+        self.live_restore = True
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self, live_restore: bool = True, timeout: float = 60.0) -> None:
+        self.live_restore = live_restore
+        argv = [
+            "unshare", "--net", "dockerd", "--data-root", str(self.root / "data"),
+            "--exec-root", str(self.root / "exec"), "--pidfile", str(self.root / "docker.pid"),
+            "--host", self.url, "--bridge", "none", "--iptables=false", "--ip-masq=false",
+            *(["--live-restore"] if live_restore else []),
+        ]
+        with open(self.root / "dockerd.log", "ab") as log:
+            self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
+                                             start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while self.docker("version", check=False).returncode != 0:
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the test's dockerd did not start: {self.log_tail()}")
+            time.sleep(0.2)
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def stop(self, timeout: float = 60.0) -> None:
+        """SIGTERM, as systemd stops it; returns once it has exited."""
+        if self._process is None or self._process.poll() is not None:
+            return
+        self._process.send_signal(signal.SIGTERM)
+        try:
+            self._process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait(10)
+
+    def load_images(self) -> None:
+        for image in self.images:
+            saved = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+            subprocess.run(["docker", "-H", self.url, "load", "-q"], stdin=saved.stdout,
+                           check=True, capture_output=True)
+            if saved.wait() != 0:
+                raise RuntimeError(f"docker save {image} failed")
+
+    def docker(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["docker", "-H", self.url, *args], capture_output=True,
+                              text=True, check=check, timeout=120)
+
+    def env(self) -> dict[str, str]:
+        return {"DOCKER_HOST": self.url}
+
+    def remove(self) -> None:
+        """Remove every container (live-restore would keep them past the daemon), stop, and
+        delete the daemon's files."""
+        if self._process is not None and self._process.poll() is None:
+            listed = self.docker("ps", "-aq", check=False).stdout.split()
+            if listed:
+                self.docker("rm", "-f", *listed, check=False)
+        self.stop()
+        mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()
+                  if line.split()[1].startswith(str(self.root))]
+        for mount in sorted(mounts, reverse=True):
+            subprocess.run(["umount", "-l", mount], capture_output=True, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def log_tail(self, lines: int = 20) -> str:
+        text = (self.root / "dockerd.log").read_text(errors="replace")
+        return "\n".join(text.splitlines()[-lines:])
+
+
+@pytest.fixture(scope="session")
+def private_dockerd(base_image: str) -> Iterator[PrivateDockerd]:
+    """A Docker Engine of the tests' own (see `PrivateDockerd`), with live-restore, holding
+    the standard session image and its root filesystem image. A test that stops it starts it
+    again before it ends (`running_private_dockerd`)."""
+    why = can_run_private_dockerd()
+    if why:
+        pytest.skip(why)
+    engine = PrivateDockerd((base_image, "gpuslice/rootfs:bookworm"))
+    try:
+        engine.start()
+        engine.load_images()
+        yield engine
+    finally:
+        engine.remove()
+
+
+@pytest.fixture
+def running_private_dockerd(private_dockerd: PrivateDockerd) -> Iterator[PrivateDockerd]:
+    """The private engine, running with live-restore when the test begins and ends."""
+    if not private_dockerd.running or not private_dockerd.live_restore:
+        private_dockerd.stop()
+        private_dockerd.start()
+    try:
+        yield private_dockerd
+    finally:
+        if not private_dockerd.running:
+            private_dockerd.start()

@@ -4,9 +4,10 @@
 #   npm (the browser terminal's xterm.js comes from the npm registry: tools/build-web.sh);
 #   iptables (the agent fences session networks with it) and iproute2; a C compiler (gcc: the
 #   agent builds its hard-cap shim with it when HAMi or MPS caps are on);
-#   with --postgres also PostgreSQL, with a `gpuslice` role and database for the test suite,
-#   HAProxy (the load balancer of the multi-node test; not started here) and systemd-analyze
-#   (package systemd; nothing is started) to check the service units;
+#   with --postgres also what the test suite needs: PostgreSQL, with a `gpuslice` role and
+#   database, faketime (libfaketime: the clock-jump test moves one process's clock), HAProxy
+#   (the load balancer of the multi-node test; not started here) and systemd-analyze (package
+#   systemd; nothing is started) to check the service units;
 #   with --prometheus also the Prometheus server binary (the monitoring tests start their own
 #   on a free port; the package's own service is not left running);
 #   with --browser also headless Chromium (the tests drive the terminal and JupyterLab in it).
@@ -49,6 +50,9 @@ if [ "$want_pg" = 1 ] && ! command -v systemd-analyze >/dev/null 2>&1; then
 fi
 if [ "$want_pg" = 1 ] && ! command -v haproxy >/dev/null 2>&1 && [ ! -x /usr/sbin/haproxy ]; then
   packages+=(haproxy)
+fi
+if [ "$want_pg" = 1 ] && ! ls /usr/lib/*/faketime/libfaketime.so.1 >/dev/null 2>&1; then
+  packages+=(faketime)
 fi
 if [ "${#packages[@]}" -gt 0 ]; then
   log "installing ${packages[*]}"

@@ -190,6 +190,11 @@ class AgentSettings(BaseSettings):
     stop_grace_s: int = Field(
         default=10, ge=0, le=3600, description="Seconds between SIGTERM and SIGKILL on stop."
     )
+    image_wait_s: int = Field(
+        default=300, ge=0, le=86_400,
+        description="Seconds a session waits (PREPARING, saying so) for an image missing from "
+        "this node, e.g. one deleted and being rebuilt, before it fails.",
+    )
     session_user: str = Field(
         default="1000:1000",
         pattern=r"^[1-9][0-9]*:[1-9][0-9]*$",

@@ -43,6 +43,7 @@ from gpuslice.common.schemas.agents import (
     NodeRegistered,
     StateReport,
 )
+from gpuslice.common.versions import API_HEADER, mismatch
 
 log = logging.getLogger(__name__)
 API = "/api/v1/agents"
@@ -65,6 +66,10 @@ class NotRegistered(LinkError):
 
 # Answers of a load balancer whose backend is gone: another replica may do better.
 FAIL_OVER_STATUS = frozenset({502, 503})
+
+
+class VersionMismatch(LinkError):
+    """The manager speaks another API revision than this agent (the message names both)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,11 +145,17 @@ class ManagerLink:
             if not set(self.urls) <= {stored.manager_url, *stored.manager_urls}:
                 self._save(stored)  # remember the replicas added since
             return self.credential
+        damaged = stored is None and (self.data_dir / CREDENTIAL_FILE).exists()
         if body is None:
+            what = (f"its credential file {self.data_dir / CREDENTIAL_FILE} is damaged"
+                    if damaged else f"this node is not registered with {', '.join(self.urls)}")
             raise NotRegistered(
-                f"this node is not registered with {', '.join(self.urls)}: give it a join token "
-                "(GPUSLICE_AGENT_JOIN_TOKEN; an admin makes one: `gpuslice admin token create`)"
+                f"{what}: give it a join token (GPUSLICE_AGENT_JOIN_TOKEN; an admin makes one: "
+                "`gpuslice admin token create`)"
             )
+        if damaged:
+            log.warning("the node credential file %s is damaged; registering again with the "
+                        "join token", self.data_dir / CREDENTIAL_FILE)
         answer = await self._post(f"{API}/register", body, NodeRegistered, auth=False)
         self.credential = Credential(
             self.manager_url, answer.node_id, answer.credential, answer.heartbeat_interval_ms
@@ -256,6 +267,10 @@ class ManagerLink:
         except httpx.TransportError as exc:
             self._fail_over(url, repr(exc))
             raise LinkError(f"manager {url} unreachable: {exc!r}") from None
+        if API_HEADER in response.headers or response.is_success:
+            problem = mismatch(response.headers, url, agent=True)
+            if problem is not None:
+                raise VersionMismatch(problem, response.status_code)
         if response.status_code >= 400:
             if response.status_code in FAIL_OVER_STATUS:
                 self._fail_over(url, f"HTTP {response.status_code}")

@@ -39,6 +39,7 @@ from gpuslice.agent.manager_link import (
     LinkError,
     ManagerLink,
     NotRegistered,
+    VersionMismatch,
     registration,
 )
 from gpuslice.agent.requests import RequestContext, RequestRunner
@@ -50,6 +51,7 @@ from gpuslice.agent.sessions import SessionActions
 from gpuslice.agent.streams import StreamService
 from gpuslice.agent.usage import UsageCollector
 from gpuslice.agent.watchdog import find_overuse, slice_limits
+from gpuslice.common.docker_engine import explain
 from gpuslice.common.logs import bind
 from gpuslice.common.schemas.agents import Assignments, Heartbeat, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
@@ -89,6 +91,8 @@ class Agent:
         self._busy: dict[str, asyncio.Task[None]] = {}  # session id -> its running work
         self._heartbeat_now = asyncio.Event()  # images changed, or the manager asked (rescan)
         self._rescan: int | None = None
+        self.ready = asyncio.Event()  # joined, and the manager has its first heartbeat
+        self._manager_away: str | None = None  # said that the manager is unreachable: why
         self.usage_collector: UsageCollector | None = None  # made once the accelerator is known
         self.sampler: GpuSampler | None = None
         self.network: SessionNetwork | None = None  # the fence, once set up (agent/isolation)
@@ -126,6 +130,10 @@ class Agent:
             )
             credential = await self._connect(stop)
             bind(node_id=credential.node_id)  # the loops below start after: they inherit it
+            # The manager knows the node's capacity before anyone is told it joined: a session
+            # asked for at once must not be refused as fitting no node.
+            if not await self._first_beat(stop):
+                return
             self.say(
                 f"agent {self.settings.node_name}: joined {self.link.manager_url} "
                 f"as node {credential.node_id}"
@@ -134,6 +142,7 @@ class Agent:
                 self.say("agent: warning: the link to the manager is plain HTTP; its "
                          "credential and sessions' environment cross the network readable: "
                          "serve the manager over HTTPS (README: \"TLS\")")
+            self.ready.set()
             loops = [
                 self._supervise("heartbeat", self._heartbeat_loop, stop),
                 self._supervise("assignments", self._assignment_loop, stop),
@@ -158,15 +167,14 @@ class Agent:
     # ------------------------------------------------------------ start
 
     async def _wait_for_docker(self, stop: asyncio.Event) -> None:
-        warned = False
-        while not stop.is_set() and not await self.runtime.ping():
-            if not warned:
-                self.say(
-                    "agent: waiting for the Docker Engine "
-                    f"({self.settings.docker_url or 'the local socket'}) to answer"
-                )
-                warned = True
+        said = None
+        while not stop.is_set() and (problem := await self.runtime.problem()) is not None:
+            if problem != said:  # say it once, and again only if the cause changes
+                self.say(f"agent: {problem}; waiting for it")
+                said = problem
             await _sleep_or_stop(stop, 1.0)
+        if said is not None and not stop.is_set():
+            self.say("agent: the Docker Engine answers")
 
     async def _isolate(self) -> SessionNetwork | None:
         """The node's session network and its fence (``agent/isolation``), unless turned off."""
@@ -199,7 +207,7 @@ class Agent:
         while True:
             try:
                 return await self.link.connect(register)
-            except NotRegistered:
+            except (NotRegistered, VersionMismatch):
                 raise
             except LinkError as err:
                 if err.status in (400, 401, 403, 404, 409, 422):
@@ -213,8 +221,10 @@ class Agent:
     async def _supervise(
         self, name: str, body: Callable[[asyncio.Event], Awaitable[None]], stop: asyncio.Event
     ) -> None:
-        """Run a loop forever: log a failure, back off with jitter, go on."""
+        """Run a loop forever: log a failure, back off with jitter, go on. The manager or
+        Docker being away is logged once per cause (the agent says so besides)."""
         delay = 0.5
+        last = ""
         while not stop.is_set():
             started = time.monotonic()
             try:
@@ -223,7 +233,9 @@ class Agent:
             except asyncio.CancelledError:
                 raise
             except (DockerUnavailable, LinkError) as err:
-                log.warning("%s: %s", name, err)
+                log.log(logging.DEBUG if str(err) == last else logging.WARNING, "%s: %s",
+                        name, err)
+                last = str(err)
             except Exception:
                 log.exception("%s loop failed; restarting it", name)
             if time.monotonic() - started > 30:
@@ -251,12 +263,7 @@ class Agent:
                 if done:
                     body, collecting = collecting.result(), None
                 assert body is not None
-                try:
-                    await self.link.heartbeat(body)
-                except LinkError as err:
-                    if err.status == 401:
-                        await self._reregister()
-                    raise
+                await self._send(body)
                 if done:  # its samples reached the manager (a report sent again has no new)
                     collector.sent()
                 with contextlib.suppress(TimeoutError):
@@ -267,11 +274,56 @@ class Agent:
                 collecting.cancel()
 
     async def _collect(self) -> Heartbeat:
+        """What the node has and runs now."""
         collector = self.usage_collector
-        assert collector is not None, "run() makes the collector before the loops"
-        body = await collector.heartbeat()
-        await self.runtime.prune_files(keep=set(self._busy))
+        assert collector is not None, "run() makes the collector before any heartbeat"
+        try:
+            body = await collector.heartbeat()
+            await self.runtime.prune_files(keep=set(self._busy))
+        except DockerUnavailable as err:
+            # Still a heartbeat: the node stays ALIVE while Docker is away, so that sessions
+            # a live-restore engine keeps running are not called lost meanwhile.
+            body = collector.without_engine(explain(err, self.settings.docker_url))
         return body
+
+    async def _first_beat(self, stop: asyncio.Event) -> bool:
+        """Heartbeat until the manager takes one (a stored credential needs no call to
+        "connect", so this is the first word with the manager); ``False`` if stopped first."""
+        delay, said = 0.5, ""
+        while not stop.is_set():
+            try:
+                await self._beat()
+                return True
+            except LinkError as err:
+                if err.status in (401, 403) or isinstance(err, VersionMismatch):
+                    raise
+                if str(err) != said:  # once per cause, not once per retry
+                    self.say(f"agent: manager not reachable yet ({err}); retrying")
+                    said = str(err)
+            await _sleep_or_stop(stop, delay)
+            delay = min(delay * 2, 10.0)
+        return False
+
+    async def _beat(self) -> None:
+        """One heartbeat, collected and sent now."""
+        collector = self.usage_collector
+        assert collector is not None, "run() makes the collector before any heartbeat"
+        await self._send(await self._collect())
+        collector.sent()
+
+    async def _send(self, body: Heartbeat) -> None:
+        try:
+            await self.link.heartbeat(body)
+        except LinkError as err:
+            if err.status == 401:
+                await self._reregister()
+            elif err.status == 0 and self._manager_away is None:
+                self.say(f"agent: lost the manager ({err}); sessions run on, retrying")
+                self._manager_away = str(err)
+            raise
+        if self._manager_away is not None:
+            self.say("agent: the manager answers again")
+            self._manager_away = None
 
     async def _assignment_loop(self, stop: asyncio.Event) -> None:
         version = None
@@ -292,10 +344,16 @@ class Agent:
                 await self._remove_images(desired.remove_images)
 
     async def _event_loop(self, stop: asyncio.Event) -> None:
+        lost = False
         async for event in self.runtime.events():
             if event.kind == "disconnected":
-                self.say(f"agent: lost the Docker Engine ({event.detail}); reconnecting")
+                self.say(f"agent: lost the Docker Engine ({event.detail}); sessions wait for "
+                         "it, reconnecting")
+                lost = True
             elif event.kind == "connected":
+                if lost:
+                    self.say("agent: the Docker Engine is back; re-adopting its containers")
+                lost = False
                 log.info("docker events: connected")
             self._kick.set()
             if stop.is_set():
@@ -337,8 +395,16 @@ class Agent:
     async def reconcile(self, desired: Assignments) -> None:
         """One pass: every session gets the one next step it needs, run as its own task."""
         wanted = {a.session_id: a for a in desired.sessions}
+        try:
+            containers = await self.runtime.list_managed()
+        except DockerUnavailable as err:  # sessions to start wait for it, and say so
+            problem = explain(err, self.settings.docker_url)
+            for a in desired.sessions:
+                if a.desired == "running" and a.status is SessionStatus.SCHEDULED:
+                    await self.sessions.say_docker_away(a.session_id, problem)
+            raise
         actual = {}
-        for container in await self.runtime.list_managed():
+        for container in containers:
             if container.name == container_name(container.session_id):
                 actual[container.session_id] = container
             else:  # a second container claiming a session: only the named one may exist

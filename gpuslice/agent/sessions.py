@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Collection
 from pathlib import Path
 
@@ -30,12 +31,14 @@ from gpuslice.agent.runtime.models import (
 )
 from gpuslice.agent.runtime.spec import SpecError, SpecOptions, build_container_spec
 from gpuslice.common.logs import bind
+from gpuslice.common.docker_engine import explain
 from gpuslice.common.schemas.agents import Assignment, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 
 log = logging.getLogger("gpuslice.agent")
 FINAL_LOG_LINES = 2000
 FINAL_LOG_CAP = 1024 * 1024  # characters of the final logs sent with the last report
+_IMAGE_RETRY_S = 2.0  # between looks for a session's missing image
 
 
 class SessionActions:
@@ -62,6 +65,9 @@ class SessionActions:
         self.say = say
         self.endpoint = endpoint
         self.reported: dict[str, SessionStatus] = {}
+        # sessions whose image is missing: when they began to wait for it (monotonic seconds)
+        self._image_missing_since: dict[str, float] = {}
+        self._docker_away: set[str] = set()  # told that they wait for the Docker Engine
 
     async def do(self, action: Action, assignment: Assignment | None) -> None:
         """Carry out ``action``; Docker or the manager being away is retried by the next pass."""
@@ -89,6 +95,9 @@ class SessionActions:
         """Drop the last reports of sessions ended and removed: nothing is left to say."""
         for gone in self.reported.keys() - set(keep):
             del self.reported[gone]
+        for gone in self._image_missing_since.keys() - set(keep):
+            del self._image_missing_since[gone]
+        self._docker_away &= set(keep)
 
     async def report(self, session_id: str, report: StateReport) -> None:
         await self.link.report(session_id, report)
@@ -105,7 +114,7 @@ class SessionActions:
                 status=SessionStatus.PREPARING,
                 reason=f"creating its container on {self.settings.node_name}",
             )))
-        failure = ""
+        failure, running = "", False
         try:
             if assignment.pull and not await self.runtime.has_image(assignment.image):
                 if preparing is not None:  # PREPARING first, then the pull's progress
@@ -119,13 +128,19 @@ class SessionActions:
             if self.endpoint is not None:  # its socket is there before the session starts
                 await self.endpoint.open(sid)
             running = (await self.runtime.ensure_running(spec)).running
+            self._image_missing_since.pop(sid, None)
+            self._docker_away.discard(sid)
         except ImageNotFound:
-            failure = f"image {assignment.image} is not on node {self.settings.node_name}"
+            if preparing is not None:  # its reason first, then why it waits
+                await preparing
+                preparing = None
+            failure = await self._wait_for_image(assignment)
         except ImagePullError as err:
             failure = f"could not pull {assignment.image}: {err}"
-        except DockerUnavailable:
+        except DockerUnavailable as err:
             if preparing is not None:
                 await asyncio.gather(preparing, return_exceptions=True)
+            await self.say_docker_away(sid, explain(err, self.settings.docker_url))
             raise
         except (SpecError, ContainerRuntimeError) as err:
             failure = f"could not start: {err}"
@@ -137,6 +152,41 @@ class SessionActions:
             await self.report(sid, StateReport(status=SessionStatus.RUNNING, reason="running"))
 
     # ------------------------------------------------------------ helpers
+
+    async def say_docker_away(self, sid: str, detail: str) -> None:
+        """Once per wait: the session's reason says that it waits for the Docker Engine (it
+        starts by itself when the engine answers; the next reconcile passes try again)."""
+        if sid in self._docker_away:
+            return
+        self._docker_away.add(sid)
+        with contextlib.suppress(LinkError):
+            await self.report(sid, StateReport(
+                status=SessionStatus.PREPARING,
+                reason=f"waiting for the Docker Engine on {self.settings.node_name}: "
+                f"{detail}"[:500],
+            ))
+
+    async def _wait_for_image(self, assignment: Assignment) -> str:
+        """The session's image is not on this node (deleted, or being rebuilt): it waits,
+        PREPARING with that reason, up to ``image_wait_s``; then the failure to report."""
+        sid, image, node = assignment.session_id, assignment.image, self.settings.node_name
+        now = time.monotonic()
+        since = self._image_missing_since.setdefault(sid, now)
+        if now - since >= self.settings.image_wait_s:
+            del self._image_missing_since[sid]
+            return (f"image {image} is not on node {node} (waited "
+                    f"{self.settings.image_wait_s} s for it): build or pull it there, then "
+                    "create the session again")
+        if since == now:  # the first time: say why it waits (the retries stay quiet)
+            self.say(f"agent: session {sid} waits for image {image}, which is not on this node")
+            with contextlib.suppress(LinkError):
+                await self.report(sid, StateReport(
+                    status=SessionStatus.PREPARING,
+                    reason=f"waiting for image {image}, which is not on node {node} "
+                    "(deleted? it starts once the image is back)",
+                ))
+        await asyncio.sleep(_IMAGE_RETRY_S)  # this session's next try comes no sooner
+        return ""
 
     async def _finish(self, action: Action) -> None:
         """The container stopped by itself: report how (with its last logs), then remove it."""

@@ -91,6 +91,18 @@ class UsageCollector:
             self._previous, self._pending = stats, None
             self.sampler.sent(marker)
 
+    def without_engine(self, problem: str) -> Heartbeat:
+        """A heartbeat while the Docker Engine does not answer: capacity and devices as ever,
+        and ``engine_error`` saying why, which tells the manager to keep what it knows of the
+        node's images and sessions until the engine answers again."""
+        cpu, mem = allocatable(self.settings)
+        devices = [
+            DeviceReport(index=d.index, uuid=d.uuid, model=d.model, mem=d.memory, sms=d.sms,
+                         mem_used=0, utilization=0)
+            for d in self.accelerator.devices()
+        ]
+        return Heartbeat(cpu=cpu, mem=mem, devices=devices, engine_error=problem[:500])
+
     def _session_usage(
         self,
         stats: dict[str, ContainerStats],

@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import errno
 import logging
 import signal
-from collections.abc import Callable, Coroutine
+import socket
+from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from gpuslice.cli.output import console
+from gpuslice.cli.output import CliError, console
+
+if TYPE_CHECKING:
+    from gpuslice.common.local_dirs import DirLock
+    from gpuslice.manager.settings import ManagerSettings
 
 if TYPE_CHECKING:
     from gpuslice.common.logs import LogSettings
@@ -38,6 +46,86 @@ def log_to_stderr(settings: LogSettings | None = None, quiet: bool = False) -> N
     if quiet and settings.level in ("debug", "info"):
         settings = settings.model_copy(update={"level": "warning"})
     configure(settings)
+
+
+def check_port(host: str, port: int) -> None:
+    """A port someone else listens on is one line, before anything starts."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+        except OSError as err:
+            if err.errno == errno.EADDRNOTAVAIL:
+                raise CliError(f"{host} is not an address of this machine: pick another with "
+                               "--host (127.0.0.1: this machine only; 0.0.0.0: every network)"
+                               ) from None
+            why = "is in use" if err.errno == errno.EADDRINUSE else f"cannot be used ({err})"
+            raise CliError(f"port {port} on {host} {why}: pick another with --port") from None
+
+
+def prepare_data_dir(path: Path, option: str) -> Path:
+    """The data directory, made and proven writable with room to spare (else one line)."""
+    from gpuslice.common.local_dirs import DirProblem, prepare_dir
+
+    try:
+        return prepare_dir(path, option)
+    except DirProblem as err:
+        raise CliError(str(err)) from None
+
+
+def lock_data_dir(path: Path, name: str, what: str,
+                  **info: object) -> tuple[DirLock, dict[str, object]]:
+    """Hold the lock ``path/name`` for this process's life: one line (naming ``what`` holds
+    it, its pid, port and URL) when a live process holds it. Returns the lock and what a
+    killed previous holder left (empty after a clean stop)."""
+    from gpuslice.common.local_dirs import Busy, DirLock
+
+    lock = DirLock(path / name)
+    try:
+        previous = lock.acquire(**info)
+    except Busy as busy:
+        holder = busy.holder
+        where = f", port {holder['port']}" if holder.get("port") else ""
+        use = f": use it ({holder['url']}), or stop it" if holder.get("url") else ": stop it"
+        raise CliError(
+            f"{what} is already running on {path} (pid {holder.get('pid', '?')}{where}){use} "
+            f"first (Ctrl-C where it runs, or `kill {holder.get('pid', 'PID')}`)"
+        ) from None
+    except OSError as err:
+        from gpuslice.common.local_dirs import describe_os_error
+
+        raise CliError(describe_os_error(err, path, "--data-dir")) from None
+    return lock, previous or {}
+
+
+@contextlib.asynccontextmanager
+async def manager_running(settings: ManagerSettings, host: str, port: int
+                          ) -> AsyncIterator[asyncio.Task[None]]:
+    """The manager, listening, for the time of the ``async with``; yields the server's task
+    (done: it stopped). Its database is opened first, so that a database that is down,
+    locked, full or newer than this code is one line and no server starts."""
+    from gpuslice.manager.app import create_app
+    from gpuslice.manager.server import ManagerServer
+    from gpuslice.manager.startup import StartupError, open_database
+
+    check_port(host, port)
+    try:
+        database = await open_database(settings)
+    except StartupError as err:
+        raise CliError(str(err)) from None
+    server = ManagerServer(create_app(settings, database), host, port, settings.server)
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if serving.done():
+                raise CliError(f"the manager could not start on {host}:{port}")
+            await asyncio.sleep(0.05)
+        yield serving
+    finally:
+        server.exit()
+        with contextlib.suppress(Exception):
+            await serving
+        await database.engine.dispose()  # when the lifespan never ran (a failed start)
 
 
 async def _until_signal(main: Callable[[asyncio.Event], Coroutine[None, None, None]]) -> None:

@@ -7,7 +7,13 @@ from typing import Annotated
 
 import typer
 
-from gpuslice.cli._serve import log_say, log_to_stderr, run_until_signal
+from gpuslice.cli._serve import (
+    lock_data_dir,
+    log_say,
+    log_to_stderr,
+    prepare_data_dir,
+    run_until_signal,
+)
 from gpuslice.cli.output import CliError, friendly
 
 app = typer.Typer(help="Run a node agent alone (multi-node installs).", no_args_is_help=True)
@@ -22,15 +28,23 @@ def agent_serve(
     from gpuslice.agent.capshim import ShimError
     from gpuslice.agent.config import load_agent_settings
     from gpuslice.agent.isolation.network import IsolationError
+    from gpuslice.agent.manager_link import LinkError, NotRegistered, VersionMismatch
     from gpuslice.agent.service import Agent
 
     try:
         settings = load_agent_settings(config)
     except (FileNotFoundError, ValueError) as err:
         raise CliError(f"agent settings: {err}", 2) from None
+    data_dir = prepare_data_dir(settings.data_dir, "data_dir (GPUSLICE_AGENT_DATA_DIR)")
+    # Two agents on one data directory would both run the node's sessions.
+    lock, _ = lock_data_dir(data_dir, "agent.lock", "a gpuslice agent")
     log_to_stderr(settings.log)
     say = log_say("gpuslice.agent")
     try:
         run_until_signal(lambda stop: Agent(settings, say=say).run(stop))
-    except (IsolationError, ShimError) as err:
+    except (NotRegistered, VersionMismatch, IsolationError, ShimError) as err:
         raise CliError(str(err)) from None
+    except LinkError as err:  # the manager refused it outright (a bad join token, ...)
+        raise CliError(f"the manager at {settings.manager_url} refused this node: {err}") from None
+    finally:
+        lock.release()

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuslice.cli._serve import log_say, log_to_stderr
+from gpuslice.cli._serve import (
+    log_say,
+    log_to_stderr,
+    manager_running,
+    prepare_data_dir,
+    run_until_signal,
+)
 from gpuslice.cli.output import CliError, friendly
 
 if TYPE_CHECKING:
@@ -27,17 +34,22 @@ def manager_serve(
     tls_key: Annotated[Path | None, typer.Option(help="Its PEM private key.")] = None,
 ) -> None:
     """The manager (API, scheduler, web console) from a TOML file plus GPUSLICE_* variables."""
-    from gpuslice.manager.app import create_app
-    from gpuslice.manager.server import ManagerServer
-
     settings = _manager_settings(config, tls_cert, tls_key)
+    prepare_data_dir(settings.data_dir, "data_dir (GPUSLICE_DATA_DIR)")
     log_to_stderr(settings.log)
-    server = ManagerServer(create_app(settings), host, port, settings.server)
+    scheme = "https" if settings.server.tls_cert is not None else "http"
     log_say("gpuslice.manager")(
-        f"manager: {server.scheme}://{host}:{port} (API docs at /docs); data in "
-        f"{settings.data_dir}"
+        f"manager: {scheme}://{host}:{port} (API docs at /docs); data in {settings.data_dir}"
     )
-    server.run()
+    run_until_signal(lambda stop: _serve(settings, host, port, stop))
+
+
+async def _serve(settings: ManagerSettings, host: str, port: int, stop: asyncio.Event) -> None:
+    async with manager_running(settings, host, port) as serving:
+        await asyncio.wait([serving, asyncio.create_task(stop.wait())],
+                           return_when=asyncio.FIRST_COMPLETED)
+        if serving.done() and not stop.is_set():
+            raise CliError("the manager stopped unexpectedly (its log is above)")
 
 
 def _manager_settings(

@@ -29,8 +29,8 @@ def node_list(as_json: JsonOpt = False) -> None:
     with Client.from_config() as client:
         nodes = client.list_nodes()
         holders = defaultdict(list)
-        page = client.list_sessions(status=[s.value for s in schemas.sessions.HOLDING], limit=500)
-        for s in page.items:
+        holding = client.list_all_sessions(status=[s.value for s in schemas.sessions.HOLDING])
+        for s in holding:
             for dev in s.placement.devices if s.placement else ():
                 holders[dev.device_uuid].append(f"{s.name} {number(dev.gpu)}")
     if as_json:

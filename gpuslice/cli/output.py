@@ -44,8 +44,8 @@ def friendly(func: Callable[P, R]) -> Callable[P, R]:
         try:
             return func(*args, **kwargs)
         except ApiError as err:
-            fail(err.message, 2 if 400 <= err.status < 500 and err.status not in (401, 403, 404)
-                 else 1)
+            bad_input = 400 <= err.status < 500 and err.status not in (401, 403, 404)
+            fail(_with_hint(err), 2 if bad_input else 1)
         except ResourceError as err:
             fail(err.message, 2)
         except CliError as err:
@@ -55,6 +55,16 @@ def friendly(func: Callable[P, R]) -> Callable[P, R]:
         raise AssertionError("unreachable")
 
     return wrapper
+
+
+def _with_hint(err: ApiError) -> str:
+    """The manager's message, and what to do when it is about the login itself."""
+    if err.status == 401 and err.code != "bad_credentials":
+        from gpuslice.client import load_config
+
+        url = load_config().url or "URL"
+        return f"{err.message}: log in again with `gpuslice login {url}`"
+    return err.message
 
 
 def fail(message: str, code: int = 1) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shlex
 import sys
 import time
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -21,7 +21,7 @@ from gpuslice.cli.output import (
     print_new,
     table,
 )
-from gpuslice.client import Client, schemas
+from gpuslice.client import ApiError, Client, schemas
 from gpuslice.common.durations import format_duration
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 from gpuslice.common.resources import MiB, parse_cpu, parse_fgpu, parse_mem
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Compute sessions: create, list, show, stats, logs, destroy, exec, shell.",
                   no_args_is_help=True)
+PAGE_MAX = 500  # the manager's largest page (gpuslice.client.client.PAGE_MAX)
 
 
 def _client() -> Client:
@@ -80,13 +81,25 @@ def create(
     argv = shlex.split(command) if command else None
     variables = dict(_env_pair(item) for item in env or [])
     with _client() as client:
-        created = client.create_sessions(
-            image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
-            command=argv, env=variables, priority=priority, gpu_model=gpu_model,
-            apps=app_ or [], gpu_mem=gpu_mem, folders=folder or [],
-        )
+        try:
+            created = client.create_sessions(
+                image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
+                command=argv, env=variables, priority=priority, gpu_model=gpu_model,
+                apps=app_ or [], gpu_mem=gpu_mem, folders=folder or [],
+            )
+        except ApiError as err:
+            if err.code != "no_answer":
+                raise
+            # The request was sent; its one transaction either committed or not.
+            raise CliError(f"{err.message}: see `gpuslice session list` before asking again "
+                           "(the sessions exist if it lists them, all or none)") from None
         if wait:
-            created = [_wait_started(client, s, timeout) for s in created]
+            try:
+                created = [_wait_started(client, s, timeout) for s in created]
+            except KeyboardInterrupt:
+                names = ", ".join(s.name for s in created)
+                raise CliError(f"stopped waiting; {names} go on without you (see `gpuslice "
+                               "session list`)", 130) from None
     if as_json:
         print_json(created)
         return
@@ -98,26 +111,41 @@ def create(
 def list_(
     all_users: Annotated[bool, typer.Option("--all", help="Every user's (admins).")] = False,
     status: Annotated[list[str] | None, typer.Option(help="Only this status (repeat).")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
+    limit: Annotated[int, typer.Option(help="At most this many (1-500).")] = 100,
+    offset: Annotated[int, typer.Option(help="Skip this many (the newest) first.")] = 0,
+    all_pages: Annotated[bool, typer.Option(
+        "--all-pages", help="Every matching session, fetched page after page.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Your sessions, newest first."""
+    """Your sessions, newest first. JSON: {"items", "total", "limit", "offset"}; the listing is
+    complete when "total" equals the number of items (else page with --offset, or --all-pages)."""
+    if not 1 <= limit <= PAGE_MAX:
+        raise CliError(f"--limit: must be between 1 and {PAGE_MAX}, got {limit}", 2)
+    if offset < 0:
+        raise CliError(f"--offset: must be 0 or more, got {offset}", 2)
     statuses = [_status(s) for s in status or []]
     with _client() as client:
         me = client.get_json("/auth/me")  # two fields: not worth building the user models
         # users only ever see their own; admins see everyone's and narrow to their own here
         owner = me["username"] if me["role"] == "admin" and not all_users else None
-        if as_json:
-            # The manager's answer as it came: it dumped the sessions with the very schema the
-            # models would be dumped with, so the JSON is the same, without building the
-            # pydantic models (a good part of this command's time, paid by scripts every call).
-            query = {"status": statuses, "limit": limit} | ({"owner": owner} if owner else {})
-            print_json(client.get_json("/sessions", query)["items"])
-            return
-        page = client.list_sessions(status=statuses, owner=owner, limit=limit)
-    _session_table(page.items, owner_column=all_users)
-    if page.total > len(page.items):
-        console.print(f"({len(page.items)} of {page.total}; use --limit for more)")
+        query: dict[str, Any] = {"status": statuses} | ({"owner": owner} if owner else {})
+        # The manager's answer as it came: it dumped the sessions with the very schema the
+        # models would be dumped with, so the JSON is the same, without building the pydantic
+        # models (a good part of this command's time, paid by scripts every call).
+        page: dict[str, Any]
+        if all_pages:
+            items = client.get_all_json("/sessions", query)
+            page = {"items": items, "total": len(items), "limit": len(items), "offset": 0}
+        else:
+            page = client.get_json("/sessions", query | {"limit": limit, "offset": offset})
+    if as_json:
+        print_json(page)
+        return
+    sessions = [schemas.sessions.SessionPublic.model_validate(s) for s in page["items"]]
+    _session_table(sessions, owner_column=all_users)
+    if page["total"] > len(sessions):
+        console.print(f"({len(sessions)} of {page['total']}; use --limit, --offset or "
+                      "--all-pages for more)")
 
 
 @app.command("show")
@@ -221,11 +249,14 @@ def logs(ref: Annotated[str, typer.Argument(help="Session id or name.")],
     with _client() as client:
         session = client.get_session(ref)
         seen = print_new(client.session_logs(session.id, tail).logs, [])
-        while follow and session.status not in schemas.sessions.FINAL:
-            time.sleep(1.0)
-            session = client.get_session(session.id)
-            if session.status in (status.RUNNING, status.TERMINATING):
-                seen = print_new(client.session_logs(session.id, tail).logs, seen)
+        try:
+            while follow and session.status not in schemas.sessions.FINAL:
+                time.sleep(1.0)
+                session = client.get_session(session.id)
+                if session.status in (status.RUNNING, status.TERMINATING):
+                    seen = print_new(client.session_logs(session.id, tail).logs, seen)
+        except KeyboardInterrupt:  # how one stops following: nothing went wrong
+            raise typer.Exit(130) from None
 
 
 @app.command("destroy")
@@ -295,7 +326,13 @@ def commit(
     """Snapshot a running session into a new image that only you (and admins) can use."""
     with _client() as client:
         with console.status(f"committing {ref} as {name}..."):
-            done = client.commit(ref, name)
+            try:
+                done = client.commit(ref, name)
+            except ApiError as err:
+                if err.code != "no_answer":
+                    raise
+                raise CliError(f"{err.message}: a commit that finished shows in `gpuslice "
+                               "image list` once the manager is back") from None
     if as_json:
         print_json(done)
         return

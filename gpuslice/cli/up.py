@@ -1,27 +1,38 @@
 """`gpuslice up`: a manager (SQLite) and a local agent in one process, ready to use.
 
-Order of start: Docker answers → the standard session image exists (built once, with progress)
-→ the manager listens → the CLI of the user who ran `up` is logged in as the admin → the local
-agent joins. Ctrl-C stops the agent and the manager but not the session containers: the next
-`up` re-adopts them (the node keeps its credential under the data directory).
+Order of start: the data directory is usable and this process holds its lock (a second `up`
+on it is refused, naming the first's pid and port) → Docker answers → the standard session image
+exists (built once, with progress) → the manager's database opens → the manager listens → the
+CLI of the user who ran `up` is logged in as the admin → the local agent joins. Each step that
+fails says why in one line. Ctrl-C stops the agent and the manager but not the session
+containers: the next `up` re-adopts them (the node keeps its credential under the data
+directory), and so does one after a SIGKILL (the kernel drops the lock with the process).
+While it runs, the standard image is built again if it is deleted.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuslice.cli._serve import log_to_stderr, run_until_signal, say
+from gpuslice.cli._serve import (
+    check_port,
+    lock_data_dir,
+    log_to_stderr,
+    manager_running,
+    prepare_data_dir,
+    run_until_signal,
+    say,
+)
 from gpuslice.cli.output import CliError, friendly
 from gpuslice.client import ApiError, Client, ClientConfig, load_config, save_config
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
@@ -31,6 +42,7 @@ if TYPE_CHECKING:
     from gpuslice.manager.settings import ManagerSettings
 
 DEFAULT_DATA_DIR = Path("~/.local/share/gpuslice")
+IMAGE_CHECK_S = 5.0  # how often the running platform looks for its standard session image
 _MOCK_RE = re.compile(r"^(?P<count>\d+)x(?P<mem>[0-9.]+[A-Za-z]*)(?::(?P<model>.+))?$")
 
 
@@ -54,7 +66,21 @@ def up(
         node_name=node_name or _default_node_name(),
     )
     log_to_stderr(quiet=True)
-    run_until_signal(lambda stop: run_up(options, stop, say))
+    prepare_data_dir(options.data_dir, "--data-dir")
+    # Before anything else: a second `up` on this data directory must not touch the node's
+    # registration nor the CLI's login of the first (it would lock the first one's agent out).
+    lock, previous = lock_data_dir(options.data_dir, LOCK_FILE, "gpuslice up",
+                                   port=port, url=options.url)
+    try:
+        if previous.get("pid"):
+            say(f"the last gpuslice up on {options.data_dir} (pid {previous['pid']}) did not "
+                "stop cleanly (killed?): picking up its sessions")
+        run_until_signal(lambda stop: run_up(options, stop, say))
+    finally:
+        lock.release()
+
+
+LOCK_FILE = "up.lock"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,70 +92,99 @@ class UpOptions:
     fgpu_per_gpu: str
     node_name: str
 
+    @property
+    def url(self) -> str:
+        return f"http://{_client_host(self.host)}:{self.port}"
+
 
 async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], None]) -> None:
-    from gpuslice.agent.config import AgentSettings, MockGpu
-    from gpuslice.agent.isolation.network import IsolationError
-    from gpuslice.agent.service import Agent
-    from gpuslice.manager.app import create_app
-    from gpuslice.manager.server import ManagerServer
-    from gpuslice.manager.services.users import CREDENTIALS_FILE
     from gpuslice.manager.settings import load_settings
 
-    credentials = options.data_dir / CREDENTIALS_FILE
-    options.data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    await _ensure_image(options, say)
-    _check_port(options.host, options.port)
+    check_port(options.host, options.port)  # before a build that may take minutes
+    if not await _image_unless_stopped(stop, say):
+        say("stopped before the standard session image was built")
+        return
     try:
         settings = load_settings(
             None, data_dir=options.data_dir, nodes={"fgpu_per_gpu": options.fgpu_per_gpu}
         )
     except ValueError as err:
         raise CliError(f"settings: {err}", 2) from None
-    server = ManagerServer(create_app(settings), options.host, options.port)
-    serving = asyncio.create_task(server.serve())
-    while not server.started:
-        if serving.done():
-            raise CliError(f"the manager could not start on {options.host}:{options.port}")
-        await asyncio.sleep(0.05)
-    url = f"http://{_client_host(options.host)}:{options.port}"
-    agent_task: asyncio.Task[None] | None = None
+    # `up` keeps the standard image (it builds it again if deleted): sessions of it are
+    # accepted meanwhile, and wait for it on the node, rather than refused as unknown.
+    if DEFAULT_SESSION_IMAGE not in settings.sessions.allowed_images:
+        settings.sessions.allowed_images.append(DEFAULT_SESSION_IMAGE)
+    async with manager_running(settings, options.host, options.port) as serving:
+        keeper = asyncio.create_task(_keep_standard_image(stop, say))
+        try:
+            await _run_agent(options, settings, serving, stop, say)
+        finally:
+            stop.set()
+            keeper.cancel()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await keeper
+
+
+async def _run_agent(options: UpOptions, settings: ManagerSettings, serving: asyncio.Task[None],
+                     stop: asyncio.Event, say: Callable[[str], None]) -> None:
+    """Log the CLI in, run the local agent, say that all is up once it joined; until stopped
+    (or the agent or the manager stops: one line)."""
+    from gpuslice.agent.config import AgentSettings, MockGpu
+    from gpuslice.agent.isolation.network import IsolationError
+    from gpuslice.agent.service import Agent
+    from gpuslice.manager.services.users import CREDENTIALS_FILE
+
+    url, credentials = options.url, options.data_dir / CREDENTIALS_FILE
+    admin = await asyncio.to_thread(_admin_client, url, credentials)
+    cli_note = await asyncio.to_thread(_log_in_cli, admin, url)
+    # Bound to this node's name and allowed to re-key it: `up` is its own node's admin, and
+    # must join again when the agent's stored credential is gone (a new --port, say).
+    join = await asyncio.to_thread(functools.partial(
+        admin.create_join_token, f"up:{options.node_name}", 1, node=options.node_name,
+        rekey=True,
+    ))
+    agent = Agent(AgentSettings(
+        node_name=options.node_name, manager_url=url, join_token=join.token,
+        data_dir=options.data_dir / "agent", accelerator="auto",
+        gpu=[MockGpu(**g) for g in options.mock_gpus],
+        storage_root=settings.storage_root,  # one machine: the manager's storage root
+    ), say=say)
+    agent_task = asyncio.create_task(agent.run(stop))
     try:
-        admin = await asyncio.to_thread(_admin_client, url, credentials)
-        cli_note = await asyncio.to_thread(_log_in_cli, admin, url)
-        # Bound to this node's name and allowed to re-key it: `up` is its own node's admin, and
-        # must join again when the agent's stored credential is gone (a new --port, say).
-        join = await asyncio.to_thread(functools.partial(
-            admin.create_join_token, f"up:{options.node_name}", 1, node=options.node_name,
-            rekey=True,
-        ))
-        agent = Agent(AgentSettings(
-            node_name=options.node_name, manager_url=url, join_token=join.token,
-            data_dir=options.data_dir / "agent", accelerator="auto",
-            gpu=[MockGpu(**g) for g in options.mock_gpus],
-            storage_root=settings.storage_root,  # one machine: the manager's storage root
-        ), say=say)
-        agent_task = asyncio.create_task(agent.run(stop))
-        _announce(say, url, options, cli_note, credentials, settings)
-        done, _ = await asyncio.wait(
-            [agent_task, serving, asyncio.create_task(stop.wait())],
-            return_when=asyncio.FIRST_COMPLETED,
-        )
-        for task in done:
-            failure = task.exception() if task is not serving else None
+        ready = asyncio.create_task(agent.ready.wait())
+        await asyncio.wait([agent_task, ready], return_when=asyncio.FIRST_COMPLETED)
+        ready.cancel()
+        if agent.ready.is_set():  # up means ready: a session asked for now gets placed
+            _announce(say, url, options, cli_note, credentials, settings)
+        done, _ = await asyncio.wait([agent_task, serving, asyncio.create_task(stop.wait())],
+                                     return_when=asyncio.FIRST_COMPLETED)
+        if agent_task in done and agent_task.exception() is not None:
+            failure = agent_task.exception()
             if isinstance(failure, IsolationError):
                 raise CliError(str(failure))
-            if failure is not None:
-                raise failure
+            raise CliError(f"the local agent stopped: {failure}")
+        if serving in done and not stop.is_set():
+            raise CliError("the manager stopped unexpectedly (its log is above)")
     finally:
         say("stopping (session containers keep running)")
         stop.set()
-        if agent_task is not None:
-            with contextlib.suppress(Exception):
-                await agent_task
-        server.exit()
-        with contextlib.suppress(Exception):
-            await serving
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            await agent_task
+
+
+async def _image_unless_stopped(stop: asyncio.Event, say: Callable[[str], None]) -> bool:
+    """Docker answers and the standard image exists; ``False`` when Ctrl-C came first (it
+    stops a build at once: the next `up` builds again from the start)."""
+    image = asyncio.create_task(_ensure_image(say))
+    await asyncio.wait([image, asyncio.create_task(stop.wait())],
+                       return_when=asyncio.FIRST_COMPLETED)
+    if not image.done():
+        image.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await image
+        return False
+    image.result()  # its CliError, if any
+    return True
 
 
 def parse_mock_gpus(text: str) -> list[dict[str, object]]:
@@ -147,30 +202,70 @@ def parse_mock_gpus(text: str) -> list[dict[str, object]]:
     return gpus
 
 
-async def _ensure_image(options: UpOptions, say: Callable[[str], None]) -> None:
+async def _ensure_image(say: Callable[[str], None]) -> None:
+    """The Docker Engine answers and the standard session image exists (built if missing)."""
     import aiodocker
 
-    from gpuslice.images.base import BaseImageOptions, default_extra_ca_bundle, ensure_base_image
-    from gpuslice.images.rootfs import ImageBuildError
+    from gpuslice.common.docker_engine import docker_client, explain
 
-    docker = aiodocker.Docker()
+    docker = docker_client()
     try:
         try:
             await docker.version()
         except (aiodocker.DockerError, OSError) as err:
-            raise CliError(
-                f"the Docker Engine does not answer ({err}); start it first "
-                "(`make up` installs and starts it)"
-            ) from None
-        image_options = BaseImageOptions.from_env(
-            tag=DEFAULT_SESSION_IMAGE, extra_ca_bundle=default_extra_ca_bundle()
-        )
-        try:
-            result = await ensure_base_image(docker, image_options, progress=_progress(say))
-        except ImageBuildError as err:
-            raise CliError(f"could not build the standard session image: {err}") from None
-        if result.built:
-            say(f"built {result.tag} in {result.seconds:.0f}s")
+            raise CliError(explain(err)) from None
+        await _build_standard_image(docker, say)
+    finally:
+        await docker.close()
+
+
+async def _build_standard_image(docker: Any, say: Callable[[str], None]) -> None:
+    from gpuslice.images.base import BaseImageOptions, default_extra_ca_bundle, ensure_base_image
+    from gpuslice.images.rootfs import ImageBuildError
+
+    image_options = BaseImageOptions.from_env(
+        tag=DEFAULT_SESSION_IMAGE, extra_ca_bundle=default_extra_ca_bundle()
+    )
+    try:
+        result = await ensure_base_image(docker, image_options, progress=_progress(say))
+    except ImageBuildError as err:
+        raise CliError(f"could not build the standard session image: {err}") from None
+    if result.built:
+        say(f"built {result.tag} in {result.seconds:.0f}s")
+
+
+async def _keep_standard_image(stop: asyncio.Event, say: Callable[[str], None]) -> None:
+    """Build the standard session image again when it disappears while the platform runs
+    (deleted by hand, pruned): sessions that need it wait for it meanwhile (the agent's
+    ``image_wait_s``) instead of failing."""
+    import aiodocker
+    import aiohttp
+
+    from gpuslice.common.docker_engine import docker_client
+
+    docker = docker_client()
+    try:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), IMAGE_CHECK_S)
+            if stop.is_set():
+                return
+            try:
+                await docker.images.inspect(DEFAULT_SESSION_IMAGE)
+                continue
+            except aiodocker.DockerError as err:
+                if err.status != 404:
+                    continue  # Docker is away: the agent says so and waits for it
+            except (OSError, aiohttp.ClientError):
+                continue
+            say(f"the standard session image {DEFAULT_SESSION_IMAGE} was deleted: building it "
+                "again (sessions that need it wait)")
+            try:
+                await _build_standard_image(docker, say)
+            except CliError as err:
+                say(f"{err}; trying again in a minute")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), 60)
     finally:
         await docker.close()
 
@@ -180,16 +275,6 @@ def _progress(say: Callable[[str], None]) -> Callable[[str], None]:
         if "up to date" not in line:
             say(f"  {line}")
     return show
-
-
-def _check_port(host: str, port: int) -> None:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
-        try:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            probe.bind((host, port))
-        except OSError as err:
-            why = "is in use" if err.errno == errno.EADDRINUSE else f"cannot be used ({err})"
-            raise CliError(f"port {port} on {host} {why}: pick another with --port") from None
 
 
 def _client_host(host: str) -> str:

@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import httpx
 
+from gpuslice import __version__
 from gpuslice.client import schemas
 from gpuslice.client.config import ClientConfig, load_config
 from gpuslice.client.errors import ApiError, error_of
 from gpuslice.client.storage import StorageCalls
+from gpuslice.common.versions import API_HEADER, mismatch
 
 if TYPE_CHECKING:
     from gpuslice.client.terminal import Terminal
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     )
 
 API = "/api/v1"
+PAGE_MAX = 500  # the largest page the manager answers
 M = TypeVar("M")
 
 
@@ -67,6 +70,7 @@ class Client(StorageCalls):
         self._http = httpx.Client(
             base_url=self.url, timeout=timeout, transport=transport, verify=verify
         )
+        self._version_checked = False
 
     @classmethod
     def from_config(cls, config: ClientConfig | None = None) -> Client:
@@ -148,6 +152,16 @@ class Client(StorageCalls):
             params["name"] = name
         page = schemas.common.Page[schemas.sessions.SessionPublic]
         return self._call("GET", "/sessions", page, params=params)
+
+    def list_all_sessions(
+        self, *, status: Iterable[str] = (), owner: str | None = None
+    ) -> list[SessionPublic]:
+        """Every session one may see (matching the filters), newest first, page after page."""
+        from pydantic import TypeAdapter
+
+        params: dict[str, Any] = {"status": list(status)} | ({"owner": owner} if owner else {})
+        items = self.get_all_json("/sessions", params)
+        return TypeAdapter(list[schemas.sessions.SessionPublic]).validate_python(items)
 
     def get_session(self, ref: str) -> SessionPublic:
         """A session by id, or by name (the caller's newest session of that name)."""
@@ -302,6 +316,7 @@ class Client(StorageCalls):
                 "GET", f"{API}/sessions/events", params=params, headers=self._headers(),
                 timeout=httpx.Timeout(timeout or 30.0, read=timeout),
             ) as response:
+                self._check_version(response)
                 if response.status_code >= 400:  # a balancer's 502/503 is "unreachable"
                     response.read()
                     raise _error_of(response)
@@ -428,6 +443,21 @@ class Client(StorageCalls):
         module takes longer than the call (failures raise `ApiError` like every method)."""
         return self._send("GET", path, params=params).json()
 
+    def get_all_json(self, path: str, params: dict[str, Any] | None = None,
+                     page_size: int = PAGE_MAX) -> list[Any]:
+        """Every item of a paged listing (answers ``{"items", "total", ...}``) as the manager's
+        JSON, a page at a time. Items created meanwhile push older ones to the next page, so
+        one may come twice: each (by ``id``) is kept once."""
+        items: dict[Any, Any] = {}
+        offset = 0
+        while True:
+            page = self.get_json(path, (params or {}) | {"limit": page_size, "offset": offset})
+            for item in page["items"]:
+                items.setdefault(item.get("id", len(items)), item)
+            offset += len(page["items"])
+            if len(page["items"]) < page_size or offset >= page["total"]:
+                return list(items.values())
+
     # ------------------------------------------------------------ plumbing
 
     def _headers(self) -> dict[str, str]:
@@ -435,27 +465,78 @@ class Client(StorageCalls):
 
     def _call(self, method: str, path: str, model: type[M] | Any, **kw: Any) -> M:
         # pydantic loads with the first answer to validate (see gpuslice.client.schemas)
-        from pydantic import BaseModel, TypeAdapter
+
+        from pydantic import BaseModel, TypeAdapter, ValidationError
 
         response = self._send(method, path, **kw)
         if model is None or response.status_code == 204:
             return None  # type: ignore[return-value]
-        if isinstance(model, type) and issubclass(model, BaseModel):
-            return model.model_validate_json(response.content)  # type: ignore[return-value]
-        return TypeAdapter(model).validate_json(response.content)
+        try:
+            if isinstance(model, type) and issubclass(model, BaseModel):
+                return model.model_validate_json(response.content)  # type: ignore[return-value]
+            return TypeAdapter(model).validate_json(response.content)
+        except ValidationError as exc:
+            raise ApiError(
+                f"the manager at {self.url} answered {method} {path} in a form this gpuslice "
+                f"({__version__}) does not read ({exc.error_count()} problem(s), the first at "
+                f"{_location(exc)}): is it a gpuslice manager of another version?",
+                code="bad_answer",
+            ) from None
 
     def _send(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
             headers = {**self._headers(), **kw.pop("headers", {})}
             response = self._http.request(method, API + path, headers=headers, **kw)
         except httpx.TransportError as exc:
-            raise self._unreachable(exc) from None
+            raise self._unreachable(exc, method) from None
+        self._check_version(response)
         if response.status_code >= 400:
             raise _error_of(response)
         return response
 
-    def _unreachable(self, exc: Exception) -> ApiError:
-        return ApiError(f"cannot reach the manager at {self.url}: {exc}", code="unreachable")
+    def _check_version(self, response: httpx.Response) -> None:
+        """Once per client: a manager of another API revision is refused in one sentence,
+        before any answer of it is read. Only a gpuslice manager's answers count (a proxy's
+        error page states no version)."""
+        if self._version_checked:
+            return
+        if API_HEADER not in response.headers and not response.is_success:
+            return
+        self._version_checked = True
+        problem = mismatch(response.headers, self.url)
+        if problem is not None:
+            self._version_checked = False  # every later call is refused the same way
+            raise ApiError(problem, code="version_mismatch")
+
+    def _unreachable(self, exc: Exception, method: str = "GET") -> ApiError:
+        if isinstance(exc, httpx.ConnectError):
+            why = _reason(exc) or "connection refused"
+            return ApiError(
+                f"cannot reach the manager at {self.url} ({why}): is it running? "
+                "(`gpuslice up` runs one here; `gpuslice login URL` uses another)",
+                code="unreachable",
+            )
+        if isinstance(exc, httpx.TimeoutException):
+            return ApiError(f"the manager at {self.url} did not answer in time ({exc!r})",
+                            code="timeout")
+        done = "" if method == "GET" else ": what was asked may or may not have been done"
+        return ApiError(
+            f"the manager at {self.url} stopped answering (the connection broke: "
+            f"{_reason(exc) or type(exc).__name__}){done}", code="no_answer",
+        )
+
+
+def _reason(exc: Exception) -> str:
+    """The innermost cause of a transport error, e.g. "Connection refused"."""
+    text = str(exc).strip()
+    return text.rsplit("] ", 1)[-1] if text else ""
+
+
+def _location(exc: Any) -> str:
+    errors = exc.errors()
+    if not errors:
+        return "?"
+    return ".".join(str(p) for p in errors[0].get("loc", ())) or "the top"
 
 
 def _error_of(response: httpx.Response) -> ApiError:

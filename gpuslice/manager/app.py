@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -33,8 +32,7 @@ from gpuslice.manager.api.routes import (
     sessions,
     users,
 )
-from gpuslice.manager.db import migrate
-from gpuslice.manager.db.engine import make_engine, make_sessionmaker
+from gpuslice.manager.api.version_headers import VersionHeaders
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import LoopState, supervise
 from gpuslice.manager.proxy import pages
@@ -50,12 +48,12 @@ from gpuslice.manager.services.models.catalog import purge_stale
 from gpuslice.manager.services.monitoring import loops as monitoring_loops
 from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
 from gpuslice.manager.services.nodes import registration
-from gpuslice.manager.services.nodes.liveness import sweep_lost
+from gpuslice.manager.services.nodes.liveness import SweepGrace, sweep_lost
 from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.storage.fs import StorageFS
 from gpuslice.manager.services.storage.usage import measure_all
-from gpuslice.manager.services.users import ensure_admin
 from gpuslice.manager.settings import ManagerSettings
+from gpuslice.manager.startup import Database, open_database
 
 log = logging.getLogger(__name__)
 API_PREFIX = "/api/v1"
@@ -69,8 +67,9 @@ _REQUEST_GRACE = timedelta(minutes=1)
 RETENTION_INTERVAL = 300.0
 
 
-def create_app(settings: ManagerSettings) -> FastAPI:
-    """The FastAPI app; its lifespan opens the database, migrates, and runs the loops."""
+def create_app(settings: ManagerSettings, database: Database | None = None) -> FastAPI:
+    """The FastAPI app; its lifespan runs the loops on ``database``, which it opens (and
+    migrates) itself when none is given, and closes in any case."""
     app = FastAPI(
         title="gpuslice manager",
         version="0.1.0",
@@ -83,6 +82,8 @@ def create_app(settings: ManagerSettings) -> FastAPI:
     )
     app.state.settings = settings
     app.state.metrics = ManagerMetrics()
+    app.state.database = database
+    app.add_middleware(VersionHeaders)
     errors.install(app)
     routers = [module.router for module in ROUTES]
     app.add_middleware(
@@ -126,11 +127,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     # Private: the SQLite database and the admin credentials live here.
     settings.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     settings.data_dir.chmod(0o700)
-    hub = Hub()
-    engine = make_engine(
-        settings.database_url, pool_size=settings.database.pool_size, echo=settings.database.echo
-    )
-    sessionmaker = make_sessionmaker(engine, hub)
+    database: Database = app.state.database or await open_database(settings)
+    hub, engine, sessionmaker = database.hub, database.engine, database.sessionmaker
     app.state.hub, app.state.engine, app.state.sessionmaker = hub, engine, sessionmaker
     app.state.channel = channel.Channel(sessionmaker, hub, settings.nodes.assignment_poll)
     app.state.links = LinkPool(app.state.channel, settings.apps, settings.nodes.advertise_url)
@@ -142,9 +140,6 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.schema_head = migrate.head()
     app.state.login_throttle = LoginThrottle.of(settings.auth)
     try:
-        if settings.database.migrate_on_start:
-            await migrate.upgrade(engine)
-        await ensure_admin(sessionmaker, settings.auth.admin_username, settings.data_dir)
         loops = _start_loops(app)
         try:
             yield
@@ -170,12 +165,12 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         with app.state.metrics.scheduling.time():
             await run_pass(sessionmaker, config, hub)
 
-    started = time.monotonic()
+    grace = SweepGrace(settings.nodes.node_timeout)
 
     async def sweep() -> None:
-        # Just after a (re)start every node's last heartbeat is as old as the manager's own
-        # downtime: agents get one node_timeout to report before any is called lost.
-        if time.monotonic() - started >= settings.nodes.node_timeout:
+        # After a (re)start, or a jump of the wall clock, heartbeat times say nothing about
+        # the nodes: agents get one node_timeout to report before any is called lost.
+        if grace.allows_sweep():
             await sweep_lost(sessionmaker, settings.nodes.node_timeout)
         async with sessionmaker() as db:
             await channel.purge(db, _REQUEST_GRACE)
@@ -191,25 +186,28 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
             sessionmaker, settings.sessions.retention_days, settings.auth.login_window
         )
 
+    url = settings.database_url
     scheduler = supervise(
         "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler,
-        state=states["scheduler"],
+        state=states["scheduler"], database_url=url,
     )
     sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval,
-                        state=states["node_sweep"])
-    purger = supervise("retention", forget, interval=RETENTION_INTERVAL)
+                        state=states["node_sweep"], database_url=url)
+    purger = supervise("retention", forget, interval=RETENTION_INTERVAL, database_url=url)
 
     async def measure() -> None:
         await measure_all(sessionmaker, app.state.storage)
 
-    storage = supervise("storage usage", measure, interval=settings.storage.usage_interval)
+    storage = supervise("storage usage", measure, interval=settings.storage.usage_interval,
+                        database_url=url)
 
     async def purge_uploads() -> None:
         async with sessionmaker() as db:
             await purge_stale(db, app.state.model_store, settings.model_store.upload_timeout)
 
     uploads = supervise("model uploads", purge_uploads,
-                        interval=min(3600.0, settings.model_store.upload_timeout / 4))
+                        interval=min(3600.0, settings.model_store.upload_timeout / 4),
+                        database_url=url)
     return [
         asyncio.create_task(scheduler, name="gpuslice-scheduler"),
         asyncio.create_task(sweeper, name="gpuslice-node-sweep"),

@@ -13,6 +13,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from gpuslice.manager.db.faults import describe
+
 log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 60.0
 # A loop that has not gone round for this many intervals (and at least STALE_MIN_S) is stuck.
@@ -50,9 +52,14 @@ async def supervise(
     wake: asyncio.Event | None = None,
     jitter: float = 0.1,
     state: LoopState | None = None,
+    database_url: str | None = None,
 ) -> None:
-    """Run ``body`` now, then again whenever ``wake`` is set or ``interval`` (± jitter) passes."""
+    """Run ``body`` now, then again whenever ``wake`` is set or ``interval`` (± jitter) passes.
+
+    A failure of the database the loop can name (``database_url``: it is down, locked, full)
+    is one line when it begins and one when it ends, not a traceback per pass."""
     state = state or LoopState(name, interval)
+    fault: str | None = None
     while True:
         if wake is not None:
             wake.clear()  # before the pass: a wake-up during the pass triggers the next one
@@ -60,12 +67,20 @@ async def supervise(
         try:
             await body()
             state.failures, state.passes = 0, state.passes + 1
+            if fault is not None:
+                log.warning("%s: the database answers again", name)
+                fault = None
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             state.failures += 1
             state.last_error = f"{type(exc).__name__}: {exc}"[:300]
-            log.exception("%s failed (%d in a row); retrying", name, state.failures)
+            said = describe(exc, database_url) if database_url else None
+            if said is None:
+                log.exception("%s failed (%d in a row); retrying", name, state.failures)
+            elif said != fault:
+                log.warning("%s: %s (retrying)", name, said)
+            fault = said or fault
         state.beat = time.monotonic()
         delay = interval * (1 + random.uniform(-jitter, jitter))
         if state.failures:

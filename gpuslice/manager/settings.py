@@ -33,6 +33,11 @@ class DatabaseSettings(BaseModel):
     migrate_on_start: bool = Field(default=True, description="Run `upgrade head` at start.")
     pool_size: int = Field(default=10, ge=1, le=200, description="PostgreSQL pool size.")
     echo: bool = Field(default=False, description="Log every SQL statement (debugging).")
+    busy_timeout: float = Field(
+        default=30.0, ge=0.1, le=600,
+        description="SQLite: seconds a statement waits for another program's lock on the "
+        "database before it fails (the API then answers 503 `database_unavailable`).",
+    )
 
 
 class SchedulerSettings(BaseModel):

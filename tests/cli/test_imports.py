@@ -48,7 +48,7 @@ def test_session_list_json_loads_the_session_commands_and_the_client_only(
     manager: Manager,
 ) -> None:
     done, loaded = _run_cli(["session", "list", "--json"], manager.env)
-    assert [s["name"] for s in json.loads(done.stdout)] == ["idle-3", "idle-2", "idle-1"]
+    assert [s["name"] for s in json.loads(done.stdout)["items"]] == ["idle-3", "idle-2", "idle-1"]
     others = tuple(m for m in _command_modules() if m != "gpuslice.cli.session")
     # the schemas too: --json prints the manager's answer without building the models
     assert _found(loaded, BACK_ENDS + others + ("gpuslice.common.schemas",)) == []

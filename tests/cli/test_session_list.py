@@ -1,5 +1,6 @@
-"""`gpuslice session list --json` prints the manager's JSON as it came, without building the
-models: the very text that dumping the models printed before."""
+"""`gpuslice session list --json` prints the manager's page as it came, without building the
+models: the very text that dumping the models printed before; it says how much it holds
+(`total`) and `--all-pages` gets everything."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 from gpuslice.cli.output import print_json
 from gpuslice.common.schemas.sessions import SessionPublic
 
-from .conftest import Manager
+from .conftest import IMAGE, Manager
 
 
 def test_the_json_is_what_the_models_print(
@@ -20,8 +21,32 @@ def test_the_json_is_what_the_models_print(
     done = manager.cli("session", "list", "--json")
     assert done.returncode == 0, done.stderr
     with manager.client() as client:
-        print_json(client.list_sessions(owner="admin").items)
+        print_json(client.list_sessions(owner="admin").model_dump(mode="json"))
     assert done.stdout == capsys.readouterr().out
+
+
+def test_a_page_says_it_is_partial_and_all_pages_gets_everything(manager: Manager) -> None:
+    with manager.client() as client:  # 3 sessions already; 600 more: more than a full page
+        for _ in range(6):
+            client.create_sessions(image=IMAGE, cpu="0.25", mem="64m", count=100, name="many")
+    page = json.loads(manager.cli("session", "list", "--json", "--limit", "2").stdout)
+    assert (len(page["items"]), page["total"], page["limit"], page["offset"]) == (2, 603, 2, 0)
+    newest = json.loads(
+        manager.cli("session", "list", "--json", "--limit", "2", "--offset", "1").stdout)
+    assert newest["items"][0] == page["items"][1]
+
+    done = manager.cli("session", "list", "--json", "--all-pages")
+    assert done.returncode == 0, done.stderr
+    everything = json.loads(done.stdout)
+    ids = [s["id"] for s in everything["items"]]
+    assert everything["total"] == len(ids) == len(set(ids)) == 603
+    assert [s["name"] for s in everything["items"][-3:]] == ["idle-3", "idle-2", "idle-1"]
+    table = manager.cli("session", "list").stdout
+    assert "(100 of 603; use --limit, --offset or --all-pages for more)" in table
+
+    bad = manager.cli("session", "list", "--limit", "501")
+    assert bad.returncode == 2 and bad.stderr.strip() == (
+        "error: --limit: must be between 1 and 500, got 501")
 
 
 def test_a_session_with_every_field_set_round_trips_through_its_model(

@@ -29,12 +29,15 @@ from tests.dockerd import (
     base_image,
     can_restart_dockerd,
     docker_ready,
+    private_dockerd,
     remove_fence,
     restart_dockerd,
+    running_private_dockerd,
 )
 from tests.platform import app_image
 
-__all__ = ["base_image", "can_restart_dockerd", "docker_ready", "restart_dockerd"]
+__all__ = ["base_image", "can_restart_dockerd", "docker_ready", "private_dockerd",
+           "restart_dockerd", "running_private_dockerd"]
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 
@@ -44,6 +47,7 @@ class Process:
 
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         self.argv = argv
+        self.env = env
         self.popen = subprocess.Popen(
             argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             start_new_session=True,
@@ -90,11 +94,30 @@ class Platform:
     env: dict[str, str]
     processes: list[Process] = field(default_factory=list)
 
-    def cli(self, *args: str, stdin: str | None = None,
-            timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    def up_argv(self, *more: str) -> list[str]:
+        """`gpuslice up` for this platform: one mock 8 GiB GPU, 2 fGPU per GPU."""
+        return [GPUSLICE, "up", "--data-dir", str(self.data_dir), "--port", str(self.port),
+                "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", "2", "--node-name", self.node,
+                *more]
+
+    def start_up(self, prefix: tuple[str, ...] = (), env: dict[str, str] | None = None,
+                 ) -> Process:
+        """Run `gpuslice up` (after ``prefix``, e.g. a wrapper) until its agent joined."""
+        up = Process([*prefix, *self.up_argv()], self.env | (env or {}))
+        self.processes.append(up)
+        up.wait_for("gpuslice is up")
+        up.wait_for(f"agent {self.node}: joined")
+        return up
+
+    def cli(self, *args: str, stdin: str | None = None, timeout: float = 120.0,
+            env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run `gpuslice ARGS` as a user would, logged in as the admin."""
-        return subprocess.run([GPUSLICE, *args], env=self.env, input=stdin, text=True,
-                              capture_output=True, timeout=timeout)
+        return subprocess.run([GPUSLICE, *args], env=self.env | (env_extra or {}), input=stdin,
+                              text=True, capture_output=True, timeout=timeout)
 
     def ok(self, *args: str, stdin: str | None = None) -> str:
         done = self.cli(*args, stdin=stdin)
@@ -132,15 +155,40 @@ class Platform:
         return answer.json()["access_token"], answer.cookies["gpuslice_login"]
 
     def wait_status(self, ref: str, statuses: set[str], timeout: float = 30.0) -> dict:
+        """Until session ``ref`` has one of ``statuses`` (it may not exist yet: another
+        process is creating it)."""
         deadline = time.monotonic() + timeout
         while True:
-            session = json.loads(self.ok("session", "show", ref, "--json"))
+            shown = self.cli("session", "show", ref, "--json")
+            if shown.returncode != 0:
+                assert "no session with id or name" in shown.stderr, shown.stderr
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"no session {ref} after {timeout}s")
+                time.sleep(0.2)
+                continue
+            session = json.loads(shown.stdout)
             if session["status"] in statuses:
                 return session
             if time.monotonic() > deadline:
                 raise AssertionError(f"{ref} is {session['status']} after {timeout}s "
                                      f"(wanted {statuses}): {session['status_reason']}")
             time.sleep(0.2)
+
+
+    def wait_reason(self, ref: str, text: str, timeout: float = 30.0) -> dict:
+        """Until session ``ref``'s reason holds ``text``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            session = self.wait_status(ref, set(STATUSES), timeout)
+            if text in (session["status_reason"] or ""):
+                return session
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{ref}: no reason with {text!r}: {session}")
+            time.sleep(0.2)
+
+
+STATUSES = ("PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING", "TERMINATED",
+            "ERROR", "CANCELLED")
 
 
 def free_port() -> int:
@@ -155,59 +203,80 @@ def _base_env(tmp: Path) -> dict[str, str]:
     return env
 
 
-def remove_node_containers(node: str) -> None:
+def remove_node_containers(node: str, env: dict[str, str] | None = None) -> None:
     listed = subprocess.run(
         ["docker", "ps", "-aq", "--filter", f"label=gpuslice.node={node}"],
-        capture_output=True, text=True, check=False,
+        capture_output=True, text=True, check=False, env=env,
     ).stdout.split()
     if listed:
-        subprocess.run(["docker", "rm", "-f", *listed], capture_output=True, check=False)
+        subprocess.run(["docker", "rm", "-f", *listed], capture_output=True, check=False,
+                       env=env)
     remove_fence(node)  # the agent left it in place while those containers ran
 
 
+def new_platform(tmp_path: Path, env: dict[str, str] | None = None) -> Platform:
+    """A platform's place (data directory, port, node name, CLI login file), nothing started:
+    add processes with `Platform.start_up` (or by hand) and let `platforms` stop them."""
+    port, node = free_port(), f"node-{uuid.uuid4().hex[:8]}"
+    return Platform(f"http://127.0.0.1:{port}", tmp_path / "data", node,
+                    _base_env(tmp_path) | (env or {}))
+
+
 @pytest.fixture
-def platform(base_image: str, tmp_path: Path) -> Iterator[Platform]:
+def platforms() -> Iterator[list[Platform]]:
+    """Platforms a test starts itself; their processes are stopped and their node's
+    containers removed afterwards (on the Docker Engine their environment names)."""
+    made: list[Platform] = []
+    try:
+        yield made
+    finally:
+        for plat in made:
+            for process in reversed(plat.processes):
+                process.stop()
+            remove_node_containers(plat.node, plat.env)
+
+
+@pytest.fixture
+def platform(base_image: str, tmp_path: Path, platforms: list[Platform]) -> Platform:
     """`gpuslice up` with one mock 8 GiB GPU and 2 fGPU per GPU."""
-    yield from run_up(tmp_path)
+    plat = new_platform(tmp_path)
+    platforms.append(plat)
+    plat.start_up()
+    return plat
 
 
 def run_up(tmp_path: Path, settings: dict[str, str] | None = None) -> Iterator[Platform]:
     """`gpuslice up` (with these ``GPUSLICE_*`` manager settings), stopped and its node's
-    containers removed afterwards. The body of the `up` fixtures."""
-    port, node = free_port(), f"node-{uuid.uuid4().hex[:8]}"
-    env = _base_env(tmp_path)
-    up = Process([GPUSLICE, "up", "--data-dir", str(tmp_path / "data"), "--port", str(port),
-                  "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", "2", "--node-name", node],
-                 env | (settings or {}))
-    plat = Platform(f"http://127.0.0.1:{port}", tmp_path / "data", node, env, [up])
+    containers removed afterwards: the body of module-wide `up` fixtures."""
+    plat = new_platform(tmp_path, settings)
     try:
-        up.wait_for("gpuslice is up")
-        up.wait_for(f"agent {node}: joined")
+        plat.start_up()
         yield plat
     finally:
-        for process in plat.processes:
+        for process in reversed(plat.processes):
             process.stop()
-        remove_node_containers(node)
+        remove_node_containers(plat.node, plat.env)
 
 
 def restart_up(plat: Platform, sig: int = signal.SIGINT) -> Process:
     """Stop the platform's `gpuslice up` with ``sig`` and run it again on the same data."""
     old = plat.processes.pop()
     old.stop(sig)
-    again = Process(old.argv, plat.env)
+    again = Process(old.argv, old.env)
     plat.processes.append(again)
     again.wait_for(f"agent {plat.node}: joined")
     return again
 
 
-def run_split(tmp_path: Path, manager_settings: dict[str, str], *, port: int | None = None,
+def run_split(tmp_path: Path, manager_settings: dict[str, str],
+              env_extra: dict[str, str] | None = None, *, port: int | None = None,
               agent_url: str | None = None) -> Iterator[Platform]:
     """`gpuslice manager serve` (with these ``GPUSLICE_*`` settings, on ``port``) and `gpuslice
-    agent serve` (reaching it at ``agent_url``, by default directly) as two processes, logged
-    in as the admin; both stopped and the node's containers removed afterwards. The body of
-    the split fixtures."""
+    agent serve` (reaching it at ``agent_url``, by default directly) as two processes (both with
+    ``env_extra``, e.g. DOCKER_HOST), logged in as the admin; both stopped and the node's
+    containers removed afterwards. The body of the split fixtures."""
     port, node = port or free_port(), f"node-{uuid.uuid4().hex[:8]}"
-    env = _base_env(tmp_path)
+    env = _base_env(tmp_path) | (env_extra or {})
     manager_env = env | {"GPUSLICE_DATA_DIR": str(tmp_path / "data"),
                          "GPUSLICE_NODES__HEARTBEAT_INTERVAL": "1"} | manager_settings
     manager = Process([GPUSLICE, "manager", "serve", "--port", str(port)], manager_env)
@@ -231,7 +300,7 @@ def run_split(tmp_path: Path, manager_settings: dict[str, str], *, port: int | N
     finally:
         for process in reversed(plat.processes):
             process.stop()
-        remove_node_containers(node)
+        remove_node_containers(node, env)
 
 
 @pytest.fixture

@@ -91,7 +91,7 @@ def test_sigkilled_agent_readopts_its_sessions(split_platform: Platform) -> None
     time.sleep(3)  # a few reconcile passes and heartbeats
 
     assert containers_of(plat.node) == before  # the same containers, no duplicates
-    listed = json.loads(plat.ok("session", "list", "--json"))
+    listed = json.loads(plat.ok("session", "list", "--json"))["items"]
     assert {s["name"]: s["status"] for s in listed} == {
         "keep-1": "RUNNING", "keep-2": "RUNNING", "keep-3": "RUNNING"
     }

@@ -21,7 +21,7 @@ def test_two_fgpu_three_sessions_then_destroy_one(platform: Platform) -> None:
         "--json",
     ))
     assert [s["name"] for s in created] == ["demo-1", "demo-2", "demo-3"]
-    listed = {s["name"]: s for s in json.loads(platform.ok("session", "list", "--json"))}
+    listed = {s["name"]: s for s in json.loads(platform.ok("session", "list", "--json"))["items"]}
     assert {n: s["status"] for n, s in listed.items()} == {
         "demo-1": "RUNNING", "demo-2": "RUNNING", "demo-3": "PENDING",
     }
@@ -98,7 +98,7 @@ def test_wrong_password_and_a_users_own_view(platform: Platform) -> None:
     login = as_bob.cli("login", platform.url, "--username", "bob", "--password-stdin",
                        stdin=created["password"] + "\n")
     assert login.returncode == 0, login.stderr
-    assert json.loads(as_bob.ok("session", "list", "--json")) == []
+    assert json.loads(as_bob.ok("session", "list", "--json"))["items"] == []
     assert "no session with id or name 'admins'" in as_bob.cli("session", "show", "admins").stderr
     too_much = as_bob.cli("session", "create", "--gpu", "1", *SMALL)
     assert too_much.returncode != 0 and "quota allows at most 0.5 fGPU" in too_much.stderr

@@ -51,6 +51,7 @@ from gpuslice.agent.runtime.spec import (
     ContainerSpec,
     container_name,
 )
+from gpuslice.common.docker_engine import docker_client, explain
 from gpuslice.session_tools import CONTAINER_ENDPOINT_DIR, CONTAINER_TOOLS_DIR, is_program
 
 T = TypeVar("T")
@@ -112,11 +113,15 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
 
     async def ping(self) -> bool:
         """Whether the engine answers now."""
+        return await self.problem() is None
+
+    async def problem(self) -> str | None:
+        """Why the engine does not answer now, in one line for a person (``None``: it does)."""
         try:
             await self._call(lambda d: d.version())
-        except DockerUnavailable:
-            return False
-        return True
+        except DockerUnavailable as err:
+            return explain(err, self._url)
+        return None
 
     async def wait_ready(self, timeout: float) -> None:
         """Wait (with backoff) until the engine answers; DockerUnavailable after ``timeout``."""
@@ -336,7 +341,7 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
 
     def _client(self) -> aiodocker.Docker:
         if self._docker is None:
-            self._docker = aiodocker.Docker(url=self._url, timeout=self._timeout)
+            self._docker = docker_client(self._url, self._timeout)
         return self._docker
 
     async def _call(self, op: Callable[[aiodocker.Docker], Awaitable[T]]) -> T:

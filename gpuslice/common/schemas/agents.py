@@ -173,6 +173,11 @@ class Heartbeat(BaseModel):
         description="Session ids with a container on this node now.",
     )
     usage: list[SessionUsage] = Field(default_factory=list, max_length=10_000)
+    engine_error: str | None = Field(
+        default=None, max_length=500,
+        description="Why the node's Docker Engine does not answer (None: it does). The node "
+        "stays ALIVE; images, running and usage are then unknown, not empty.",
+    )
 
     @model_validator(mode="after")
     def _unique_devices(self) -> Heartbeat:
@@ -439,6 +444,9 @@ class NodePublic(BaseModel):
     images: list[str]
     last_heartbeat_at: datetime | None
     registered_at: datetime
+    engine_error: str | None = Field(
+        default=None, description="Why the node's Docker Engine does not answer, if it does not."
+    )
 
 
 class DevicePublic(BaseModel):

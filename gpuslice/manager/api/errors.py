@@ -7,11 +7,13 @@ import logging
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from gpuslice.common.schemas.errors import ErrorBody
 from gpuslice.common.text import scrub
 from gpuslice.manager import errors
+from gpuslice.manager.db.faults import classify
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +34,7 @@ _HTTP_CODES = {
     415: "unsupported_media_type", 429: "too_many_requests",
 }
 ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
-    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 429)
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 409, 413, 422, 429, 503)
 }
 
 
@@ -40,6 +42,11 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(errors.DomainError, _domain)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http)  # type: ignore[arg-type]
+    # What a database failure raises gets its own handlers: Starlette re-raises whatever
+    # reaches the catch-all one (so the server logs a traceback for each), and a database
+    # that is down or full is not a bug.
+    for kind in _database_errors():
+        app.add_exception_handler(kind, _unexpected)
     app.add_exception_handler(Exception, _unexpected)
 
 
@@ -95,5 +102,30 @@ async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
 
 
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+    fault = classify(exc, request.app.state.settings.database_url)
+    if fault is not None:
+        # Not a bug: the database is down, locked or full. Nothing was half-written (the
+        # transaction rolled back); the caller may try again once it is fixed.
+        log.warning("%s %s: %s", request.method, request.url.path, fault.sentence())
+        return _answer(503, "database_unavailable", _DATABASE_ANSWER.get(
+            fault.kind, "the manager cannot use its database now") + "; try again later")
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return _answer(500, "internal_error", "internal error; the manager log has the details")
+
+
+def _database_errors() -> list[type[Exception]]:
+    kinds: list[type[Exception]] = [SQLAlchemyError, OSError]
+    try:  # asyncpg raises its own errors when a new connection fails (bad password, no db)
+        import asyncpg
+    except ImportError:
+        return kinds
+    return [*kinds, asyncpg.PostgresError]
+
+
+# What API callers are told (the database's address and the remedy go to the manager's log).
+_DATABASE_ANSWER = {
+    "locked": "the manager's database is locked by another program",
+    "full": "the manager's database has no space left (nothing was changed)",
+    "unreachable": "the manager's database does not answer",
+    "readonly": "the manager's database cannot be written",
+}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import Any
@@ -17,19 +18,19 @@ from sqlalchemy.ext.asyncio import (
 
 from gpuslice.manager.events import HUB_KEY, Hub, HubSession
 
-SQLITE_BUSY_TIMEOUT_S = 30
+SQLITE_BUSY_TIMEOUT_S = 30.0
 
 
-def make_engine(url: str, *, pool_size: int = 10, echo: bool = False) -> AsyncEngine:
+def make_engine(url: str, *, pool_size: int = 10, echo: bool = False,
+                busy_timeout: float = SQLITE_BUSY_TIMEOUT_S) -> AsyncEngine:
     """An async engine; on SQLite with WAL, foreign keys and a busy timeout on every connection."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             private_database_file(Path(parsed.database))
-        engine = create_async_engine(
-            url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S}
-        )
-        event.listen(engine.sync_engine, "connect", _sqlite_pragmas)
+        engine = create_async_engine(url, echo=echo, connect_args={"timeout": busy_timeout})
+        event.listen(engine.sync_engine, "connect", functools.partial(
+            _sqlite_pragmas, busy_ms=round(busy_timeout * 1000)))
         return engine
     return create_async_engine(
         url, echo=echo, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True
@@ -62,10 +63,10 @@ def is_sqlite(engine: AsyncEngine) -> bool:
     return engine.dialect.name == "sqlite"
 
 
-def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any, *, busy_ms: int) -> None:
     cursor = dbapi_connection.cursor()
+    cursor.execute(f"PRAGMA busy_timeout={busy_ms}")  # first: the next one may wait for a lock
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
     cursor.close()

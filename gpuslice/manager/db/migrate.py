@@ -7,9 +7,12 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from gpuslice import __version__
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 # Two managers starting together on one PostgreSQL take turns (any fixed 64-bit number).
@@ -21,6 +24,10 @@ def alembic_config(connection: Connection | None = None) -> Config:
     config.set_main_option("script_location", str(MIGRATIONS))
     config.attributes["connection"] = connection
     return config
+
+
+class SchemaMismatch(RuntimeError):
+    """The database's schema is not one this code can run on; ``str()`` is one line."""
 
 
 def head() -> str:
@@ -47,8 +54,30 @@ def known(revision: str) -> bool:
 
 
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
+    """Migrate to ``revision``; :class:`SchemaMismatch` when the database was migrated by a
+    newer gpuslice (an older code must not run on, nor "downgrade" by accident, a newer
+    schema)."""
     async with engine.begin() as conn:
         await conn.run_sync(upgrade_on, revision)
+
+
+async def check_current(engine: AsyncEngine) -> None:
+    """:class:`SchemaMismatch` unless the database is at this code's head revision (for a
+    manager that does not migrate at start)."""
+
+    def check(connection: Connection) -> None:
+        _refuse_unknown(connection)
+        current = set(MigrationContext.configure(connection).get_current_heads())
+        heads = set(_scripts().get_heads())
+        if current != heads:
+            raise SchemaMismatch(
+                f"the database's schema is at revision {', '.join(sorted(current)) or 'none'}, "
+                f"this gpuslice needs {', '.join(sorted(heads))}: start it once with "
+                "database.migrate_on_start = true"
+            )
+
+    async with engine.connect() as conn:
+        await conn.run_sync(check)
 
 
 async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:
@@ -58,7 +87,12 @@ async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:
 
 def upgrade_on(connection: Connection, revision: str = "head") -> None:
     """Upgrade inside the caller's transaction (a restore runs it with its own work)."""
-    _locked(connection, lambda cfg: command.upgrade(cfg, revision))
+
+    def check_then_upgrade(cfg: Config) -> None:
+        _refuse_unknown(connection)
+        command.upgrade(cfg, revision)
+
+    _locked(connection, check_then_upgrade)
 
 
 def current_on(connection: Connection) -> str | None:
@@ -66,6 +100,18 @@ def current_on(connection: Connection) -> str | None:
     if not inspect(connection).has_table("alembic_version"):
         return None
     return connection.execute(text("SELECT version_num FROM alembic_version")).scalar()
+
+
+def _refuse_unknown(connection: Connection) -> None:
+    current = MigrationContext.configure(connection).get_current_heads()
+    known_ids = {script.revision for script in _scripts().walk_revisions()}
+    unknown = sorted(set(current) - known_ids)
+    if unknown:
+        raise SchemaMismatch(
+            f"the database was migrated by a newer gpuslice (schema revision "
+            f"{', '.join(unknown)}, unknown to gpuslice {__version__}): run that newer version, "
+            "or restore a backup of the database taken before the upgrade"
+        )
 
 
 def _locked(connection: Connection, action: Callable[[Config], None]) -> None:

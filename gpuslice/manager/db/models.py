@@ -184,6 +184,8 @@ class NodeRow(Base):
     last_heartbeat_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # An admin revoked the node: its credential is refused until a re-key token replaces it.
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # Why the node's Docker Engine does not answer, as its agent says (None: it does).
+    engine_error: Mapped[str | None] = mapped_column(String(500))
 
     devices: Mapped[list[DeviceRow]] = relationship(
         lazy="raise", order_by="DeviceRow.index", passive_deletes=True

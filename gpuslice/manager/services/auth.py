@@ -67,10 +67,10 @@ async def authenticate(db: AsyncSession, token: str) -> tuple[User, ApiToken]:
         )
     ).first()
     if found is None:
-        raise Unauthorized("unknown or revoked token")
+        raise Unauthorized("this token is unknown or was revoked")
     user, row = found
     if row.expires_at is not None and row.expires_at <= now:
-        raise Unauthorized("the token has expired; log in again", code="token_expired")
+        raise Unauthorized("this token has expired", code="token_expired")
     if not user.is_active:
         raise Unauthorized("this user is disabled")
     if row.last_used_at is None or now - row.last_used_at > _TOUCH_EVERY:

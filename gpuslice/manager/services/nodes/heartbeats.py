@@ -26,7 +26,24 @@ async def heartbeat(
     """Record capacity, devices, images and usage; a LOST node that reports in is ALIVE again.
 
     The samples go to monitoring's history (``max_gap_ms``: the longest a sample may stand
-    for; ``timed`` is told how long storing them took)."""
+    for; ``timed`` is told how long storing them took).
+
+    A heartbeat with ``engine_error`` (the node's Docker Engine does not answer) keeps the node
+    ALIVE and records why, but changes nothing it does not know: images, usage, capacity.
+    Its sessions are not lost: a live-restore engine keeps them running meanwhile, and the
+    agent re-adopts them (or reports how they ended) once the engine answers again.
+    """
+    node_id = node.id  # read now: storing the samples may roll back (and expire ``node``)
+    if node.engine_error != body.engine_error:
+        _log_engine(node.name, body.engine_error)
+    if body.engine_error is not None:
+        await db.execute(
+            update(NodeRow).where(NodeRow.id == node_id).values(
+                status=NodeStatus.ALIVE, last_heartbeat_at=utcnow(),
+                engine_error=body.engine_error,
+            )
+        )
+        return await _ack(db, node_id)
     came_back = node.status != NodeStatus.ALIVE
     changed = came_back or (node.cpu, node.mem) != (body.cpu, body.mem)
     await db.execute(
@@ -37,7 +54,7 @@ async def heartbeat(
             cpu=case((NodeRow.cpu_used > body.cpu, NodeRow.cpu_used), else_=body.cpu),
             mem=case((NodeRow.mem_used > body.mem, NodeRow.mem_used), else_=body.mem),
             images=sorted(set(body.images)), usage=_usage(body), status=NodeStatus.ALIVE,
-            last_heartbeat_at=utcnow(),
+            last_heartbeat_at=utcnow(), engine_error=None,
         )
     )
     changed = await _sync_devices(db, node, body) or changed
@@ -47,14 +64,26 @@ async def heartbeat(
     await db.commit()
     if came_back:
         log.warning("node %s is back (it reports %d running)", node.name, len(body.running))
-    node_id = node.id  # read now: storing the samples may roll back (and expire ``node``)
     started = time.perf_counter()
     await samples.store(db, node_id, body.usage, utcnow(), max_gap_ms)
     if timed is not None:
         timed(time.perf_counter() - started)
+    return await _ack(db, node_id)
+
+
+async def _ack(db: AsyncSession, node_id: str) -> HeartbeatAck:
+    await db.commit()
     version = await db.scalar(select(NodeRow.assignment_version).where(NodeRow.id == node_id))
     await db.commit()
     return HeartbeatAck(node_id=node_id, status=NodeStatus.ALIVE, assignment_version=version or 0)
+
+
+def _log_engine(node: str, problem: str | None) -> None:
+    if problem is None:
+        log.warning("node %s: its Docker Engine answers again", node)
+    else:
+        log.warning("node %s: its Docker Engine does not answer (%s); its sessions wait for it",
+                    node, problem)
 
 
 async def _sync_devices(db: AsyncSession, node: NodeRow, body: Heartbeat) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 
 from sqlalchemy import select, update
@@ -17,6 +18,31 @@ from gpuslice.manager.services.lifecycle import transition
 
 log = logging.getLogger(__name__)
 NODE_LOST = "node lost"
+# A difference this large between wall-clock and monotonic time passed since the last look is
+# a jump of the wall clock (NTP stepping it, a VM resumed, an admin's `date -s`), not drift.
+CLOCK_JUMP_S = 2.0
+
+
+class SweepGrace:
+    """Whether heartbeat times may be judged now. They are wall-clock times in the database;
+    just after this manager starts, and for one ``timeout`` after the wall clock jumps, every
+    node looks silent for as long as the gap or the jump, though none is. Durations are
+    measured here in monotonic time, which never jumps."""
+
+    def __init__(self, timeout: float) -> None:
+        self.timeout = timeout
+        self._until = time.monotonic() + timeout
+        self._last = (time.monotonic(), time.time())
+
+    def allows_sweep(self) -> bool:
+        mono, wall = time.monotonic(), time.time()
+        jump = (wall - self._last[1]) - (mono - self._last[0])
+        self._last = (mono, wall)
+        if abs(jump) > CLOCK_JUMP_S:
+            log.warning("the wall clock jumped %+.0f s: nodes get %.0f s to heartbeat before "
+                        "any is called lost", jump, self.timeout)
+            self._until = mono + self.timeout
+        return mono >= self._until
 
 
 async def sweep_lost(sessionmaker: async_sessionmaker[AsyncSession], timeout: float) -> int:

@@ -43,5 +43,5 @@ def _public(row: NodeRow) -> NodePublic:
             for d in row.devices
         ],
         images=row.images, last_heartbeat_at=row.last_heartbeat_at,
-        registered_at=row.registered_at,
+        registered_at=row.registered_at, engine_error=row.engine_error,
     )
