@@ -229,15 +229,19 @@ class ManagerLink:
             raise NotRegistered("not connected to the manager")
         headers = {"Authorization": f"Bearer {self.credential.secret}",
                    "Content-Length": str(size), "Content-Type": "application/octet-stream"}
-        url = f"{API}/me/sessions/{session_id}/{path.lstrip('/')}"
+        base = self.manager_url
+        url = f"{base}{API}/me/sessions/{session_id}/{path.lstrip('/')}"
         try:
             response = await self._http.request(
                 method, url, params=dict(params), headers=headers, content=body,
                 timeout=httpx.Timeout(30.0, read=STREAM_TIMEOUT, write=STREAM_TIMEOUT),
             )
         except httpx.TransportError as exc:
-            raise LinkError(f"manager {self.manager_url} unreachable: {exc!r}") from None
+            self._fail_over(base, repr(exc))
+            raise LinkError(f"manager {base} unreachable: {exc!r}") from None
         if response.status_code >= 400:
+            if response.status_code in FAIL_OVER_STATUS:
+                self._fail_over(base, f"HTTP {response.status_code}")
             raise LinkError(_message(response), response.status_code)
         return response.json() if response.content else None
 

@@ -50,7 +50,10 @@ def manager(tmp_path: Path) -> Iterator[Manager]:
     process = subprocess.Popen(
         [GPUSLICE, "manager", "serve", "--port", str(port)], stdout=log, stderr=log,
         env=env | {"GPUSLICE_DATA_DIR": str(tmp_path / "data"),
-                   "GPUSLICE_SESSIONS__ALLOWED_IMAGES": json.dumps([IMAGE])},
+                   "GPUSLICE_SESSIONS__ALLOWED_IMAGES": json.dumps([IMAGE]),
+                   # the listing tests make hundreds of PENDING sessions, 100 per request
+                   "GPUSLICE_SESSIONS__MAX_COUNT": "100",
+                   "GPUSLICE_SESSIONS__MAX_PENDING": "1000"},
     )
     url = f"http://127.0.0.1:{port}"
     try:

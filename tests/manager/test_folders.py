@@ -159,7 +159,9 @@ async def test_paths_that_leave_the_folder_are_refused(make_user: UserFactory, b
         await alice.delete(f"{API}/{data['id']}/files", params={"path": bad}),
     ):
         assert r.status_code == 422, r.text
-        assert r.json()["code"] == "path_not_allowed" and r.json()["field"] == "path"
+        # NUL is no text at all: the API's edge refuses it before the folder's rules run
+        code = "validation_error" if "\x00" in bad else "path_not_allowed"
+        assert r.json()["code"] == code and r.json()["field"] == "path"
 
 
 async def test_symbolic_links_are_never_followed(

@@ -17,7 +17,7 @@ from gpuslice.manager.scheduler import Quota
 
 
 async def create_policy(db: AsyncSession, body: PolicyCreate) -> PolicyPublic:
-    row = ResourcePolicy(**_columns(body))
+    row = ResourcePolicy(**columns(body))
     db.add(row)
     try:
         await db.commit()
@@ -34,7 +34,7 @@ async def list_policies(db: AsyncSession) -> list[PolicyPublic]:
 
 async def update_policy(db: AsyncSession, policy_id: str, body: PolicyUpdate) -> PolicyPublic:
     row = await _get(db, policy_id)
-    for key, value in _columns(body).items():
+    for key, value in columns(body).items():
         setattr(row, key, value)
     await db.commit()
     return public(row)
@@ -68,7 +68,8 @@ def public(row: ResourcePolicy) -> PolicyPublic:
     )
 
 
-def _columns(body: PolicyCreate | PolicyUpdate) -> dict[str, Any]:
+def columns(body: PolicyCreate | PolicyUpdate) -> dict[str, Any]:
+    """A policy's limits as its row's columns (the idle rule as JSON)."""
     values = body.model_dump(exclude={"idle"})
     values["idle_rule"] = body.idle.model_dump() if body.idle is not None else None
     return values

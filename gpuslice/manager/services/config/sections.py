@@ -26,6 +26,7 @@ from gpuslice.common.schemas.config import (
 )
 from gpuslice.manager.db.models import Image, ImageAlias, ResourcePolicy, User
 from gpuslice.manager.errors import InvalidRequest
+from gpuslice.manager.services import policies
 from gpuslice.manager.services.images.catalog import reference_or_error
 
 # A password no argon2 verification accepts: a user imported without a hash cannot log in.
@@ -79,7 +80,7 @@ class Policies:
         _unique(doc.policies, "policies", lambda p: p.name)
         for item in doc.policies:
             row = await db.scalar(select(ResourcePolicy).where(ResourcePolicy.name == item.name))
-            values = item.model_dump(exclude={"name"})
+            values = {k: v for k, v in policies.columns(item).items() if k != "name"}
             if row is None:
                 db.add(ResourcePolicy(name=item.name, **values))
             outcome.count(self.name, row is None, row is not None and _apply(row, values))
@@ -186,6 +187,8 @@ def _limits(row: ResourcePolicy) -> dict[str, Any]:
         "max_gpu": None if row.max_gpu is None else str(fgpu_decimal(row.max_gpu)),
         "max_cpu": None if row.max_cpu is None else str(fgpu_decimal(row.max_cpu)),
         "max_priority": row.max_priority, "max_private_images": row.max_private_images,
+        "max_storage": row.max_storage, "max_pending": row.max_pending,
+        "idle": row.idle_rule, "max_lifetime": row.max_lifetime,
     }
 
 
