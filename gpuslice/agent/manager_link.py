@@ -147,11 +147,15 @@ class ManagerLink:
             return self.credential
         damaged = stored is None and (self.data_dir / CREDENTIAL_FILE).exists()
         if body is None:
-            what = (f"its credential file {self.data_dir / CREDENTIAL_FILE} is damaged"
-                    if damaged else f"this node is not registered with {', '.join(self.urls)}")
+            if damaged:  # the node is registered: only a re-key token may replace its secret
+                raise NotRegistered(
+                    f"its credential file {self.data_dir / CREDENTIAL_FILE} is damaged: give it "
+                    "a re-key token (GPUSLICE_AGENT_JOIN_TOKEN; an admin makes one: `gpuslice "
+                    "node rekey NODE`)"
+                )
             raise NotRegistered(
-                f"{what}: give it a join token (GPUSLICE_AGENT_JOIN_TOKEN; an admin makes one: "
-                "`gpuslice admin token create`)"
+                f"this node is not registered with {', '.join(self.urls)}: give it a join token "
+                "(GPUSLICE_AGENT_JOIN_TOKEN; an admin makes one: `gpuslice admin token create`)"
             )
         if damaged:
             log.warning("the node credential file %s is damaged; registering again with the "

@@ -85,8 +85,10 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | No
     from rich.table import Table  # only commands that print a table pay for it
 
     out = Table(title=title, show_edge=False, header_style="bold")
-    for column in columns:
-        out.add_column(column, overflow="fold")
+    for i, column in enumerate(columns):
+        # The first column names the row (an id, an image reference): kept whole, so that it
+        # can be copied; the others fold when the terminal is narrow.
+        out.add_column(column, overflow="fold", no_wrap=i == 0)
     for row in rows:
         out.add_row(*("" if v is None else str(v) for v in row))
     console.print(out)

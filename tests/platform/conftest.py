@@ -200,6 +200,7 @@ def free_port() -> int:
 def _base_env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
     env["GPUSLICE_CLIENT_CONFIG"] = str(tmp / "client.json")
+    env["COLUMNS"] = "200"  # tables as on a wide terminal: no cell is cut short
     return env
 
 

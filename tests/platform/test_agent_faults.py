@@ -57,9 +57,10 @@ def test_a_damaged_credential_without_a_join_token_is_one_line_then_a_new_token_
     done = subprocess.run([GPUSLICE, "agent", "serve"], capture_output=True, text=True,
                           env=agent_env(plat, GPUSLICE_AGENT_JOIN_TOKEN=None), timeout=60)
     assert one_error_line(done) == (
-        f"its credential file {credential} is damaged: give it a join token "
-        "(GPUSLICE_AGENT_JOIN_TOKEN; an admin makes one: `gpuslice admin token create`)")
-    token = json.loads(plat.ok("admin", "token", "create", "--name", "again", "--json"))
+        f"its credential file {credential} is damaged: give it a re-key token "
+        "(GPUSLICE_AGENT_JOIN_TOKEN; an admin makes one: `gpuslice node rekey NODE`)")
+    # the node is registered: a plain join token cannot take its name (issue 16), a re-key can
+    token = json.loads(plat.ok("node", "rekey", plat.node, "--json"))
     agent = Process([GPUSLICE, "agent", "serve"],
                     agent_env(plat, GPUSLICE_AGENT_JOIN_TOKEN=token["token"]))
     plat.processes.append(agent)

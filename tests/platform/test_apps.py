@@ -52,7 +52,8 @@ def needs_image(tag: str) -> None:
 def destroy_after(plat: Platform) -> Iterator[None]:
     """The node's CPU is small: each test's sessions go when it ends."""
     yield
-    names = [s["name"] for s in json.loads(plat.ok("session", "list", "--json", "--all"))
+    listed = json.loads(plat.ok("session", "list", "--json", "--all", "--all-pages"))
+    names = [s["name"] for s in listed["items"]
              if s["status"] not in ("TERMINATED", "ERROR", "CANCELLED")]
     if names:
         plat.cli("session", "destroy", *names)
