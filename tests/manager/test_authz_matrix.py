@@ -1,6 +1,8 @@
 """The authorization matrix (issue 16): every route of the OpenAPI document, called as anonymous,
-a user (the owner), another user, a node, a revoked token and an admin, on a real object and on
-a random id. No cross-user read, write or existence leak; non-admins never reach admin routes.
+a user (the owner), another user, a node, a revoked token and an admin (and, where the kind
+says so, a user the folder is shared with, another node, the scrape token), on a real object
+and on a random id. No cross-user read, write or existence leak; non-admins never reach admin
+routes; no 5xx.
 
 ``ACCESS`` is the one table of decisions, a line per route. A route the API has and the table
 lacks fails the test: whoever adds a route decides who may call it, here.
