@@ -31,7 +31,8 @@ class LoopState:
     beat: float = field(default_factory=time.monotonic)  # the last pass began or ended
     passes: int = 0
     failures: int = 0  # in a row
-    last_error: str = ""
+    last_error: str = ""  # the exception's type: the readiness answer is public (its text,
+    # with a statement's parameters, goes to the log only)
 
     def problem(self, now: float | None = None) -> str | None:
         """Why this loop is not healthy, or None."""
@@ -40,7 +41,8 @@ class LoopState:
         if now - self.beat > stale_after:
             return f"{self.name} has not run for {now - self.beat:.0f} s"
         if self.failures >= STALE_INTERVALS:
-            return f"{self.name} failed {self.failures} times in a row: {self.last_error}"
+            return (f"{self.name} failed {self.failures} times in a row ({self.last_error}; "
+                    "the manager's log says why)")
         return None
 
 
@@ -74,7 +76,7 @@ async def supervise(
             raise
         except Exception as exc:
             state.failures += 1
-            state.last_error = f"{type(exc).__name__}: {exc}"[:300]
+            state.last_error = type(exc).__name__
             said = describe(exc, database_url) if database_url else None
             if said is None:
                 log.exception("%s failed (%d in a row); retrying", name, state.failures)

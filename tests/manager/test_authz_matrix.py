@@ -1,6 +1,8 @@
 """The authorization matrix (issue 16): every route of the OpenAPI document, called as anonymous,
-a user (the owner), another user, a node, a revoked token and an admin, on a real object and on
-a random id. No cross-user read, write or existence leak; non-admins never reach admin routes.
+a user (the owner), another user, a node, a revoked token and an admin (and, where the kind
+says so, a user the folder is shared with, another node, the scrape token), on a real object
+and on a random id. No cross-user read, write or existence leak; non-admins never reach admin
+routes; no 5xx.
 
 ``ACCESS`` is the one table of decisions, a line per route. A route the API has and the table
 lacks fails the test: whoever adds a route decides who may call it, here.
@@ -10,16 +12,29 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import httpx
+import pytest
 from fastapi import FastAPI
+from pydantic import SecretStr
 
-from tests.manager.conftest import AgentFactory, Client, UserFactory, client_for, create, login
+from gpuslice.manager.settings import ManagerSettings
+from tests.manager.conftest import (
+    IMAGE,
+    AgentFactory,
+    Client,
+    UserFactory,
+    client_for,
+    create,
+    login,
+)
 from tests.manager.fake_agent import FakeAgent
 from tests.manager.test_e2e import wait_status
+from tests.manager.test_folders import folder, put, tar_of
 
 
 class Access(Enum):
@@ -27,17 +42,30 @@ class Access(Enum):
     USER = "any user; answers only what the caller may see"
     OWNER = "the object's owner and admins; anyone else gets the random id's 404"
     SELF = "the caller's own object only; anyone else, admins too, gets the random id's 404"
+    SHARED = ("a folder's owner; a user it is shared with read-only reads it (GET) and gets 403 "
+              "for anything else; admins (a user's folder is their data) and anyone else get "
+              "the random id's 404")
+    OWNER_USE = ("the object's owner; admins, who see it, may not use it (403: apps run their "
+                 "owner's code, unless apps.admin_access); anyone else gets the random id's 404")
     ADMIN = "admins only (users: 403)"
+    SCRAPE = "admins and the scrape token (users: 403), unless monitoring.public_metrics"
+    SIGNED = ("whoever holds the presigned URL, with or without a token: the signature is the "
+              "credential; a URL altered, or signed for another object, is a 403 for everyone, "
+              "admins too")
     NODE = "a node's credential only"
     NODE_OBJECT = "a node, for its own objects; another node gets the random id's 404"
 
 
-PUBLIC, USER, OWNER, SELF, ADMIN = (Access.PUBLIC, Access.USER, Access.OWNER, Access.SELF,
-                                    Access.ADMIN)
-NODE, NODE_OBJECT = Access.NODE, Access.NODE_OBJECT
+PUBLIC, USER, OWNER, SELF, SHARED, OWNER_USE = (
+    Access.PUBLIC, Access.USER, Access.OWNER, Access.SELF, Access.SHARED, Access.OWNER_USE)
+ADMIN, SCRAPE, SIGNED, NODE, NODE_OBJECT = (
+    Access.ADMIN, Access.SCRAPE, Access.SIGNED, Access.NODE, Access.NODE_OBJECT)
 
 ACCESS: dict[str, Access] = {
     "GET /api/v1/health": PUBLIC,
+    "GET /api/v1/health/live": PUBLIC,  # for service managers and load balancers
+    "GET /api/v1/health/ready": PUBLIC,
+    "GET /metrics": SCRAPE,
     "POST /api/v1/auth/login": PUBLIC,
     "POST /api/v1/auth/logout": USER,
     "GET /api/v1/auth/me": USER,
@@ -53,6 +81,8 @@ ACCESS: dict[str, Access] = {
     "POST /api/v1/policies": ADMIN,
     "PUT /api/v1/policies/{policy_id}": ADMIN,
     "DELETE /api/v1/policies/{policy_id}": ADMIN,
+    "GET /api/v1/config": ADMIN,
+    "POST /api/v1/config/import": ADMIN,
     "POST /api/v1/sessions": USER,
     "GET /api/v1/sessions": USER,
     "GET /api/v1/sessions/events": USER,
@@ -62,6 +92,11 @@ ACCESS: dict[str, Access] = {
     "GET /api/v1/sessions/{session_id}/logs": OWNER,
     "POST /api/v1/sessions/{session_id}/exec": OWNER,
     "POST /api/v1/sessions/{session_id}/commit": OWNER,
+    "GET /api/v1/sessions/{session_id}/stats": OWNER,
+    "GET /api/v1/sessions/{session_id}/apps": OWNER_USE,
+    "POST /api/v1/sessions/{session_id}/apps/{name}/start": OWNER_USE,
+    "GET /api/v1/top": USER,  # a user's own sessions and the nodes they are on
+    "GET /api/v1/usage": USER,  # one's own accounting; admins anyone's
     "GET /api/v1/images": USER,
     "POST /api/v1/images": ADMIN,
     "POST /api/v1/images/rescan": ADMIN,
@@ -70,6 +105,38 @@ ACCESS: dict[str, Access] = {
     "DELETE /api/v1/images/aliases/{name}": ADMIN,
     "PATCH /api/v1/images/{name}": ADMIN,
     "DELETE /api/v1/images/{name}": ADMIN,
+    "GET /api/v1/folders": USER,
+    "POST /api/v1/folders": USER,  # shared folders: admins (a user's `shared` is a 403)
+    "GET /api/v1/folders/usage": USER,  # another user's (`user=`): admins
+    "GET /api/v1/folders/{folder_id}": SHARED,
+    "PATCH /api/v1/folders/{folder_id}": SHARED,
+    "DELETE /api/v1/folders/{folder_id}": SHARED,
+    "PUT /api/v1/folders/{folder_id}/grants": SHARED,
+    "DELETE /api/v1/folders/{folder_id}/grants/{user}": SHARED,
+    "GET /api/v1/folders/{folder_id}/files": SHARED,
+    "DELETE /api/v1/folders/{folder_id}/files": SHARED,
+    "POST /api/v1/folders/{folder_id}/dirs": SHARED,
+    "GET /api/v1/folders/{folder_id}/content": SHARED,
+    "PUT /api/v1/folders/{folder_id}/content": SHARED,
+    "GET /api/v1/folders/{folder_id}/uploads": SHARED,
+    "GET /api/v1/folders/{folder_id}/archive": SHARED,
+    "PUT /api/v1/folders/{folder_id}/archive": SHARED,
+    # Models are their owner's alone: admins see none (a model is a user's data).
+    "GET /api/v1/models": USER,
+    "GET /api/v1/models/{name}": SELF,
+    "DELETE /api/v1/models/{name}": SELF,
+    "GET /api/v1/models/{name}/files": SELF,
+    "POST /api/v1/models/{name}/presign": SELF,
+    "POST /api/v1/model-uploads": USER,
+    "PUT /api/v1/model-uploads/{upload_id}/files": SELF,
+    "POST /api/v1/model-uploads/{upload_id}/complete": SELF,
+    "GET /api/v1/model-store/{key}": SIGNED,
+    "PUT /api/v1/model-store/{key}": SIGNED,
+    "POST /api/v1/runs": USER,
+    "POST /api/v1/runs/check": USER,
+    "GET /api/v1/runs": USER,
+    "GET /api/v1/runs/{run}": OWNER,  # a run is a session: admins see every one
+    "DELETE /api/v1/runs/{run}": OWNER,
     "GET /api/v1/nodes": ADMIN,
     "POST /api/v1/nodes/{node_id}/revoke": ADMIN,
     "GET /api/v1/join-tokens": ADMIN,
@@ -80,21 +147,58 @@ ACCESS: dict[str, Access] = {
     "GET /api/v1/agents/me/assignments": NODE,
     "POST /api/v1/agents/me/sessions/{session_id}/state": NODE_OBJECT,
     "PUT /api/v1/agents/me/requests/{request_id}": NODE_OBJECT,
+    # Relayed from inside a session by its node's agent, acting for the session's owner.
+    "GET /api/v1/agents/me/sessions/{session_id}/usage": NODE_OBJECT,
+    "POST /api/v1/agents/me/sessions/{session_id}/models/uploads": NODE_OBJECT,
+    "PUT /api/v1/agents/me/sessions/{session_id}/models/file": NODE_OBJECT,
+    "POST /api/v1/agents/me/sessions/{session_id}/models/complete": NODE_OBJECT,
+    "POST /api/v1/agents/me/sessions/{session_id}/models/presign": NODE_OBJECT,
 }
 
 # What a call needs beyond `{}` to get past validation (so that a refusal is about who asks),
 # or to return at once (a long-poll, an event stream: a bad value ends them with a 422 once the
-# caller is let in).
+# caller is let in). "{param}" stands for the world's real object. Every body is `{}` as sent
+# (two bytes: the announced size of the uploads below) unless given here.
+NEW_FILE = {"files": [{"path": "a.bin", "size": 2}]}
+NEW_RUN = {"name": "new-run", "script": "train.py", "image": IMAGE}
 BODIES: dict[str, Any] = {
     "POST /api/v1/agents/me/sessions/{session_id}/state": {"status": "RUNNING"},
     "PUT /api/v1/agents/me/requests/{request_id}": {"kind": "logs"},
+    "POST /api/v1/folders": {"name": "new-folder"},
+    "PATCH /api/v1/folders/{folder_id}": {"name": "alice-data"},
+    "PUT /api/v1/folders/{folder_id}/grants": {"user": "dave", "permission": "ro"},
+    "POST /api/v1/model-uploads": {"name": "new-model", **NEW_FILE},
+    "POST /api/v1/agents/me/sessions/{session_id}/models/uploads": {"name": "new-model",
+                                                                    **NEW_FILE},
+    "POST /api/v1/agents/me/sessions/{session_id}/models/complete": {
+        "upload_id": "{relayed_upload_id}"},
+    "POST /api/v1/agents/me/sessions/{session_id}/models/presign": {"name": "alice-model"},
+    "POST /api/v1/runs": NEW_RUN,
+    "POST /api/v1/runs/check": NEW_RUN,
 }
 QUERIES: dict[str, dict[str, str]] = {
     "GET /api/v1/agents/me/assignments": {"wait": "0"},
     "GET /api/v1/sessions/events": {"since": "not-a-number"},
+    "DELETE /api/v1/folders/{folder_id}/files": {"path": "victim.txt"},
+    "POST /api/v1/folders/{folder_id}/dirs": {"path": "new-dir"},
+    "GET /api/v1/folders/{folder_id}/content": {"path": "notes.txt"},
+    "PUT /api/v1/folders/{folder_id}/content": {"path": "new.bin", "size": "2"},
+    "GET /api/v1/folders/{folder_id}/uploads": {"path": "new.bin"},
+    "GET /api/v1/models/{name}/files": {"path": "model.txt"},
+    "PUT /api/v1/model-uploads/{upload_id}/files": {"path": "a.bin"},
+    "PUT /api/v1/agents/me/sessions/{session_id}/models/file": {
+        "upload_id": "{relayed_upload_id}", "path": "a.bin"},
 }
 # Routes that end the very token they are called with run last.
 LAST = ("POST /api/v1/auth/logout",)
+SCRAPE_TOKEN = "scrape-" + "s" * 40
+
+
+@pytest.fixture
+def settings(settings: ManagerSettings) -> ManagerSettings:
+    """The manager's test settings, with a scrape token for /metrics."""
+    monitoring = settings.monitoring.model_copy(update={"scrape_token": SecretStr(SCRAPE_TOKEN)})
+    return settings.model_copy(update={"monitoring": monitoring})
 
 
 @dataclass
@@ -116,9 +220,11 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
                  make_agent: AgentFactory) -> World:
     node = await make_agent()
     other_node = await make_agent("node-2")
-    spare_node = await make_agent("node-3", devices=[])
+    spare_node = await make_agent("node-3", devices=[], cpu=1, mem=1)  # holds nothing
     alice, bob = await make_user("alice"), await make_user("bob")
+    carol, _dave = await make_user("carol"), await make_user("dave")  # grantees of alice's
     [s] = await create(alice, env={"ALICE_SECRET": "s3cret-value"}, name="alice-work")
+    [doomed] = await create(alice, name="alice-doomed")  # the one DELETE ends
     placed = (await wait_status(alice, s["id"], {"RUNNING"}))["placement"]["node_id"]
     if placed != node.node_id:  # "the node" is the one running the owner's session
         node, other_node = other_node, node
@@ -134,34 +240,112 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
     join = (await admin.post("/api/v1/join-tokens", json={"name": "j"})).json()
     users = {u["username"]: u["id"] for u in (await admin.get("/api/v1/users")).json()}
     clients = {
-        "anonymous": anon, "revoked": client_for(app, revoked), "owner": alice,
-        "other": bob, "node": node.client, "admin": admin,
+        "anonymous": client_for(app),  # `anon` keeps the login cookies of the logins above
+        "revoked": client_for(app, revoked), "owner": alice,
+        "other": bob, "node": node.client, "admin": admin, "grantee": carol,
+        "scraper": client_for(app, SCRAPE_TOKEN),
     }
     objects = {
         "session_id": s["id"], "token_id": token["id"], "user_id": users["alice"],
         "policy_id": policy["id"], "node_id": spare_node.node_id, "request_id": str(uuid.uuid4()),
+        "DELETE /api/v1/sessions/{session_id}:session_id": doomed["id"],
         "DELETE /api/v1/join-tokens/{token_id}:token_id": join["id"],
         "DELETE /api/v1/images/aliases/{name}:name": "al",
         "PATCH /api/v1/images/{name}:name": image, "DELETE /api/v1/images/{name}:name": image,
+        "POST /api/v1/sessions/{session_id}/apps/{name}/start:name": "terminal",
     }
-    return World(clients, objects, [s["id"], "s3cret-value", image, token["id"], "alice-work"],
-                 other_node)
+    secrets = [s["id"], "s3cret-value", image, token["id"], "alice-work"]
+    for more, hidden in (await _folders(alice), await _models(app, alice, users["alice"]),
+                         await _runs(alice)):
+        objects.update(more)
+        secrets += hidden
+    return World(clients, objects, secrets, other_node)
+
+
+async def _folders(alice: Client) -> tuple[dict[str, str], list[str]]:
+    """alice's folder with files, shared read-only with carol (and dave, for the grant routes);
+    a second one for DELETE."""
+    data, scratch = await folder(alice, "alice-data"), await folder(alice, "scratch")
+    for path, content in (("notes.txt", b"alice-notes"), ("victim.txt", b"to delete")):
+        assert (await put(alice, data["id"], path, content)).status_code == 201
+    for fid in (data["id"], scratch["id"]):
+        for user in ("carol", "dave"):
+            r = await alice.put(f"/api/v1/folders/{fid}/grants",
+                                json={"user": user, "permission": "ro"})
+            assert r.status_code == 200, r.text
+    objects = {"folder_id": data["id"], "user": "dave",
+               "DELETE /api/v1/folders/{folder_id}:folder_id": scratch["id"]}
+    return objects, [data["id"], scratch["id"], "alice-notes"]
+
+
+async def _models(app: FastAPI, alice: Client, alice_id: str) -> tuple[dict[str, str], list[str]]:
+    """Two models alice saved (one for DELETE), uploads she began (one for the routes a node
+    relays from her session), presigned URLs."""
+    for name in ("alice-model", "old-model"):
+        upload = await _upload(alice, name, "model.txt", b"alice-weights")
+        await alice.put(f"/api/v1/model-uploads/{upload}/files", params={"path": "model.txt"},
+                        content=b"alice-weights")
+        r = await alice.post(f"/api/v1/model-uploads/{upload}/complete")
+        assert r.status_code == 200, r.text
+    pending = await _upload(alice, "alice-pending", "a.bin", b"{}")
+    relayed = await _upload(alice, "alice-relayed", "a.bin", b"{}")
+    r = await alice.post("/api/v1/models/alice-model/presign")
+    assert r.status_code == 200, r.text
+    get_url = r.json()["urls"]["model.txt"]
+    put_url = app.state.model_store.presign(  # as an S3-like store hands out for uploads
+        "PUT", f"users/{alice_id}/alice-pending/v1/a.bin", 300, "http://manager")
+    objects = {"upload_id": pending, "relayed_upload_id": relayed,
+               "DELETE /api/v1/models/{name}:name": "old-model"}
+    for method, url in (("GET", get_url), ("PUT", put_url)):  # the key, and its signature
+        objects[f"{method} /api/v1/model-store/{{key}}:key"] = url.split("/model-store/", 1)[1]
+    for route in ("GET /api/v1/models/{name}", "GET /api/v1/models/{name}/files",
+                  "POST /api/v1/models/{name}/presign"):
+        objects[f"{route}:name"] = "alice-model"
+    return objects, ["alice-model", "old-model", "alice-pending", pending, relayed]
+
+
+async def _upload(client: Client, name: str, path: str, data: bytes) -> str:
+    r = await client.post("/api/v1/model-uploads",
+                          json={"name": name, "files": [{"path": path, "size": len(data)}]})
+    assert r.status_code == 201, r.text
+    return str(r.json()["upload_id"])
+
+
+async def _runs(alice: Client) -> tuple[dict[str, str], list[str]]:
+    """A run of alice's (not over: DELETE answers 409 to those who may see it)."""
+    runs = await folder(alice, "runs")
+    r = await alice.put(f"/api/v1/folders/{runs['id']}/archive", params={"path": "alice-run"},
+                        content=tar_of({"train.py": b"print('hi')\n"}))
+    assert r.status_code == 200, r.text
+    r = await alice.post("/api/v1/runs", json={**NEW_RUN, "name": "alice-run"})
+    assert r.status_code == 201, r.text
+    return {"run": r.json()["id"]}, [r.json()["id"], "alice-run"]
 
 
 def _fill(key: str, objects: dict[str, str], random: bool) -> str:
+    """The route's path on its real objects; ``random``: its first parameter a random id."""
     method, path = key.split(" ", 1)
-    for param in [part[1:-1] for part in path.split("/") if part.startswith("{")]:
+    for n, param in enumerate(part[1:-1] for part in path.split("/") if part.startswith("{")):
         specific = objects.get(f"{key}:{param}")
-        value = str(uuid.uuid4()) if random else specific or objects[param]
+        value = str(uuid.uuid4()) if random and n == 0 else specific or objects[param]
         path = path.replace(f"{{{param}}}", value)
     return path
 
 
-async def _call(client: Client, key: str, path: str) -> httpx.Response:
+def _real(value: Any, objects: dict[str, str]) -> Any:
+    """``value`` with each "{param}" string replaced by that real object."""
+    if isinstance(value, dict):
+        return {k: _real(v, objects) for k, v in value.items()}
+    if isinstance(value, str) and value.startswith("{") and value.endswith("}"):
+        return objects[value[1:-1]]
+    return value
+
+
+async def _call(client: Client, key: str, path: str, objects: dict[str, str]) -> httpx.Response:
     method = key.split(" ", 1)[0]
     body = BODIES.get(key, {}) if method in ("POST", "PUT", "PATCH") else None
-    return await client.request(method, path, params=QUERIES.get(key),
-                                content=None if body is None else json.dumps(body),
+    return await client.request(method, path, params=_real(QUERIES.get(key), objects),
+                                content=None if body is None else json.dumps(_real(body, objects)),
                                 headers={"content-type": "application/json"})
 
 
@@ -173,67 +357,117 @@ def _same_404(real: httpx.Response, random: httpx.Response, real_id: str, random
         b["code"], b["field"], b["message"].replace(random_id, "X"))
 
 
-async def _check(world: World, key: str) -> list[str]:
-    """Every identity on ``key``; the list of what went wrong (empty: all held)."""
-    access, c, problems = ACCESS[key], world.clients, []
-    real, random = _fill(key, world.objects, False), _fill(key, world.objects, True)
-    has_object = real != random
+def reached(code: int) -> bool:
+    return code not in (401, 403)
 
-    async def expect(who: str, ok: Any, path: str = real) -> httpx.Response:
-        r = await _call(c[who], key, path)
+
+def found(code: int) -> bool:
+    return code not in (401, 403, 404)
+
+
+def only(*codes: int) -> Callable[[int], bool]:
+    return lambda code: code in codes
+
+
+class Probe:
+    """One route called as each identity; ``problems`` is what went wrong (empty: all held)."""
+
+    def __init__(self, world: World, key: str) -> None:
+        self.world, self.key = world, key
+        self.problems: list[str] = []
+        self.real = _fill(key, world.objects, False)
+        self.random = _fill(key, world.objects, True)
+
+    async def expect(self, who: str, ok: Callable[[int], bool], path: str | None = None,
+                     client: Client | None = None) -> httpx.Response:
+        path = path or self.real
+        r = await _call(client or self.world.clients[who], self.key, path, self.world.objects)
         if r.status_code >= 500 or not ok(r.status_code):
-            problems.append(f"{key} as {who} ({path}): {r.status_code} {r.text[:200]}")
+            self.problems.append(f"{self.key} as {who} ({path}): {r.status_code} {r.text[:200]}")
         if who == "other" and any(secret in r.text and secret not in path
-                                  for secret in world.secrets):  # not what it sent itself
-            problems.append(f"{key} as another user leaks the owner's data: {r.text[:200]}")
+                                  for secret in self.world.secrets):  # not what it sent itself
+            self.problems.append(f"{self.key} as another user leaks the owner's data: "
+                                 f"{r.text[:200]}")
         return r
 
-    def reached(code: int) -> bool:
-        return code not in (401, 403)
+    async def refused(self, *who: str, code: int = 401) -> None:
+        for name in who:
+            await self.expect(name, only(code))
 
-    if access is Access.PUBLIC:
-        await expect("anonymous", reached)
-        return problems
-    for who in ("anonymous", "revoked"):
-        await expect(who, lambda code: code == 401)
-    if access in (Access.NODE, Access.NODE_OBJECT):
-        for who in ("owner", "admin"):
-            await expect(who, lambda code: code == 401)
-        await expect("node", reached)
-        if access is Access.NODE_OBJECT:
-            r = await _call(world.other_node.client, key, real)
-            if r.status_code != 404:
-                problems.append(f"{key} as another node: {r.status_code}, not 404")
-        return problems
-    await expect("node", lambda code: code == 401)
-    if access is Access.ADMIN:
-        for who in ("owner", "other"):
-            await expect(who, lambda code: code == 403)
-        await expect("admin", reached)
-        return problems
-    if not has_object:  # USER
-        for who in ("other", "owner", "admin"):
-            await expect(who, reached)
-        return problems
-    ids = (real.rsplit("/", 1)[-1], random.rsplit("/", 1)[-1])
-    strangers = ("other", "admin") if access is Access.SELF else ("other",)
+
+async def _check(world: World, key: str) -> list[str]:
+    """Every identity on ``key``, as its line in ``ACCESS`` says."""
+    probe, access = Probe(world, key), ACCESS[key]
+    if access is PUBLIC:
+        await probe.expect("anonymous", reached)
+    elif access is SIGNED:
+        await _check_signed(probe)
+    elif access in (NODE, NODE_OBJECT):
+        await _check_node(probe, access)
+    else:
+        await probe.refused("anonymous", "revoked", "node")
+        if access in (ADMIN, SCRAPE):
+            await probe.refused("owner", "other", code=403)
+            await probe.expect("admin", reached)
+            if access is SCRAPE:
+                await probe.expect("scraper", reached)
+        elif probe.real == probe.random:  # USER
+            for who in ("other", "owner", "admin"):
+                await probe.expect(who, reached)
+        else:
+            await _check_object(probe, access)
+    return probe.problems
+
+
+async def _check_object(probe: Probe, access: Access) -> None:
+    """OWNER, SELF, SHARED, OWNER_USE: a real object and a random id's."""
+    strangers = ("other", "admin") if access in (SELF, SHARED) else ("other",)
     for who in strangers:
-        on_real = await expect(who, lambda code: code == 404)
-        on_random = await expect(who, lambda code: code == 404, random)
-        if not _same_404(on_real, on_random, *_ids(real, random, ids)):
-            problems.append(f"{key} as {who}: a real object answers unlike a random id")
-    await expect("owner", lambda code: code == 404, random)
-    await expect("owner", lambda code: code not in (401, 403, 404))
-    if access is Access.OWNER:
-        await expect("admin", lambda code: code not in (401, 403, 404))
-    return problems
+        on_real = await probe.expect(who, only(404))
+        on_random = await probe.expect(who, only(404), probe.random)
+        if not _same_404(on_real, on_random, *_ids(probe.real, probe.random)):
+            probe.problems.append(f"{probe.key} as {who}: a real object answers unlike a "
+                                  "random id")
+    if access is SHARED:  # carol, whom alice's folders are shared with read-only
+        reads = probe.key.startswith("GET ")
+        await probe.expect("grantee", found if reads else only(403))
+    await probe.expect("owner", only(404), probe.random)
+    await probe.expect("owner", found)
+    if access is OWNER:
+        await probe.expect("admin", found)
+    if access is OWNER_USE:
+        await probe.expect("admin", only(403))
+        await probe.expect("admin", only(404), probe.random)
 
 
-def _ids(real: str, random: str, fallback: tuple[str, str]) -> tuple[str, str]:
-    for a, b in zip(real.split("/"), random.split("/"), strict=True):
-        if a != b:
-            return a, b
-    return fallback
+async def _check_node(probe: Probe, access: Access) -> None:
+    await probe.refused("anonymous", "revoked", "owner", "admin")
+    await probe.expect("node", reached)
+    if access is NODE_OBJECT:
+        await probe.expect("another node", only(404), client=probe.world.other_node.client)
+
+
+async def _check_signed(probe: Probe) -> None:
+    """The URL works for whoever holds it; one altered (its signature, a later expiry) or
+    signed for another object works for no one, whatever token comes with it."""
+    url = probe.real
+    path, query = url.split("?", 1)
+    params = dict(part.split("=", 1) for part in query.split("&"))
+    forged = [
+        f"{path}?" + "&".join(f"{k}={v}" for k, v in {**params, **change}.items())
+        for change in ({"signature": params["signature"][::-1]},
+                       {"expires": str(int(params["expires"]) + 86400)})
+    ] + [f"{path.rsplit('/', 1)[0]}/{uuid.uuid4()}?{query}"]
+    for who in ("anonymous", "revoked", "node", "other", "owner", "admin"):
+        await probe.expect(who, found, url)
+        for attempt in forged:
+            await probe.expect(who, only(403), attempt)
+
+
+def _ids(real: str, random: str) -> tuple[str, str]:
+    """The first segment where the real path and the random one differ."""
+    return next((a, b) for a, b in zip(real.split("/"), random.split("/"), strict=True)
+                if a != b)
 
 
 def test_every_route_has_a_decision(app: FastAPI) -> None:
@@ -252,6 +486,6 @@ async def test_the_matrix_holds_for_every_route(
         keys = sorted(_operations(app), key=lambda k: k in LAST)
         problems = [problem for key in keys for problem in await _check(world, key)]
     finally:
-        await world.clients["revoked"].aclose()
+        for who in ("anonymous", "revoked", "scraper"):
+            await world.clients[who].aclose()
     assert not problems, "\n".join(problems)
-
