@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from gpuslice.common.schemas.sessions import (
         SessionExecResult,
         SessionLogs,
+        SessionPreview,
         SessionPublic,
         StatusChange,
     )
@@ -119,27 +120,19 @@ class Client(StorageCalls):
 
     # ------------------------------------------------------------ sessions
 
-    def create_sessions(
-        self, *, image: str, gpu: float | str = 0, cpu: float | str = 1,
-        mem: int | str = "1g", count: int = 1, name: str | None = None,
-        type: str = "interactive", command: list[str] | None = None,
-        env: dict[str, str] | None = None, priority: int = 0, gpu_model: str | None = None,
-        apps: list[str] | None = None,
-        gpu_mem: int | str | None = None, folders: list[str] | None = None,
-    ) -> list[SessionPublic]:
-        """Launch sessions. ``apps``: apps of the image to start as soon as each runs;
-        ``gpu_mem`` (instead of ``gpu``): the GPU memory it needs; ``folders``: storage
-        folders to mount, ``NAME`` or ``NAME:ro``."""
-        resources: dict[str, Any] = {"gpu": gpu, "cpu": cpu, "mem": mem}
-        if gpu_mem is not None:
-            resources["gpu_mem"] = gpu_mem
-        body = {
-            "image": image, "resources": resources, "count": count,
-            "name": name, "type": type, "command": command, "env": env or {},
-            "priority": priority, "gpu_model": gpu_model, "apps": apps or [],
-            "folders": folders or [],
-        }
+    def create_sessions(self, *, image: str, **shape: Any) -> list[SessionPublic]:
+        """Launch sessions of ``image``; ``shape`` as ``session_body`` takes it (``gpu``,
+        ``cpu``, ``mem``, ``count``, ``name``, ``type``, ``command``, ``env``, ``priority``,
+        ``gpu_model``, ``apps``, ``gpu_mem``, ``folders``)."""
+        body = session_body(image=image, **shape)
         return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
+
+    def preview_sessions(self, *, image: str, **shape: Any) -> SessionPreview:
+        """What ``create_sessions`` with the same arguments would do now, creating nothing:
+        how many would start at once, how many would queue and why; the same errors."""
+        body = session_body(image=image, **shape)
+        return self._call("POST", "/sessions/preview", schemas.sessions.SessionPreview,
+                          json=body)
 
     def list_sessions(
         self, *, status: Iterable[str] = (), owner: str | None = None, name: str | None = None,
@@ -560,3 +553,23 @@ def _sse_data(lines: Iterable[str]) -> Iterator[str]:
 
 
 __all__ = ["ApiError", "Client"]
+
+
+def session_body(
+    *, image: str, gpu: float | str = 0, cpu: float | str = 1, mem: int | str = "1g",
+    count: int = 1, name: str | None = None, type: str = "interactive",
+    command: list[str] | None = None, env: dict[str, str] | None = None, priority: int = 0,
+    gpu_model: str | None = None, apps: list[str] | None = None,
+    gpu_mem: int | str | None = None, folders: list[str] | None = None,
+) -> dict[str, Any]:
+    """A request for sessions as the API takes it. ``apps``: apps of the image to start as soon
+    as each runs; ``gpu_mem`` (instead of ``gpu``): the GPU memory it needs; ``folders``:
+    storage folders to mount, ``NAME`` or ``NAME:ro``."""
+    resources: dict[str, Any] = {"gpu": gpu, "cpu": cpu, "mem": mem}
+    if gpu_mem is not None:
+        resources["gpu_mem"] = gpu_mem
+    return {
+        "image": image, "resources": resources, "count": count, "name": name, "type": type,
+        "command": command, "env": env or {}, "priority": priority, "gpu_model": gpu_model,
+        "apps": apps or [], "folders": folders or [],
+    }

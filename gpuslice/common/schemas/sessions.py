@@ -200,6 +200,23 @@ class SessionPublic(BaseModel):
     )
 
 
+class SessionPreview(BaseModel):
+    """What creating a request would do now: how many of its sessions the scheduler would start
+    at once and how many would queue (and why), with the cluster's shape for a GPU picker.
+    Nothing is created; the same checks as creating apply (the same errors)."""
+
+    fits_now: int = Field(description="Sessions that would start at once.")
+    will_queue: int = Field(description="Sessions that would wait PENDING.")
+    reason: str | None = Field(description="Why the first one to queue would wait.")
+    queue_position: int | None = Field(description="Its 1-based place in the queue.")
+    fgpu_step: Number = Field(description="The cluster's fGPU step (`scheduler.fgpu_step`).")
+    fgpu_per_gpu: list[Number] = Field(
+        description="fGPU per GPU of the alive nodes (the default when none has a GPU)."
+    )
+    max_gpu: Number = Field(description="The most fGPU one session could get on one node.")
+    largest_free: Number = Field(description="The largest free slice on one GPU now.")
+
+
 class SessionExec(BaseModel):
     """Run a command in a RUNNING session, as the session's user."""
 

@@ -15,6 +15,7 @@ from gpuslice.common.schemas.sessions import (
     SessionExec,
     SessionExecResult,
     SessionLogs,
+    SessionPreview,
     SessionPublic,
     SessionStatus,
 )
@@ -28,7 +29,15 @@ from gpuslice.manager.api.deps import (
     VisibleSession,
 )
 from gpuslice.manager.services.monitoring.stats import describe
-from gpuslice.manager.services.sessions import commands, commit, launch, logs, stream, views
+from gpuslice.manager.services.sessions import (
+    commands,
+    commit,
+    launch,
+    logs,
+    preview,
+    stream,
+    views,
+)
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 
@@ -39,6 +48,17 @@ async def create_sessions(
 ) -> list[SessionPublic]:
     """Create `count` sessions; they are PENDING at once and the scheduling loop places them."""
     return await launch.create_sessions(db, user, body, settings)
+
+
+@router.post("/preview")
+async def preview_sessions(
+    body: SessionCreate, db: DbDep, user: CurrentUser, settings: SettingsDep
+) -> SessionPreview:
+    """What creating `body` would do now, creating nothing: how many of its sessions would
+    start at once and how many would queue (with the first one's reason and queue position),
+    and the cluster's fGPU step and largest request. Refuses what creating would refuse, with
+    the same errors."""
+    return await preview.preview(db, user, body, settings)
 
 
 @router.get("")
