@@ -136,13 +136,13 @@ class Client(StorageCalls):
 
     def list_sessions(
         self, *, status: Iterable[str] = (), owner: str | None = None, name: str | None = None,
-        limit: int = 100, offset: int = 0,
+        type: str | None = None, limit: int = 100, offset: int = 0,
     ) -> Page[SessionPublic]:
+        """One page of sessions, newest first; ``type``: interactive or batch."""
         params: dict[str, Any] = {"status": list(status), "limit": limit, "offset": offset}
-        if owner:
-            params["owner"] = owner
-        if name:
-            params["name"] = name
+        for key, value in (("owner", owner), ("name", name), ("type", type)):
+            if value:
+                params[key] = value
         page = schemas.common.Page[schemas.sessions.SessionPublic]
         return self._call("GET", "/sessions", page, params=params)
 

@@ -55,3 +55,13 @@ async def test_preview_refuses_what_creating_refuses(
     assert bad["field"] == "resources.gpu" and "decimal places" in bad["message"]
     unknown = await preview(alice, 404, image="no-such-image:1")
     assert unknown["field"] == "image"
+
+
+async def test_sessions_filter_by_type(make_user: Any) -> None:
+    alice = await make_user("alice")
+    await create(alice, name="shell")
+    await create(alice, name="job", type="batch", command=["true"])
+    batch = (await alice.get("/api/v1/sessions", params={"type": "batch"})).json()
+    assert [s["name"] for s in batch["items"]] == ["job"] and batch["total"] == 1
+    bad = await alice.get("/api/v1/sessions", params={"type": "nope"})
+    assert bad.status_code == 422 and bad.json()["field"] == "type"

@@ -18,6 +18,7 @@ from gpuslice.common.schemas.sessions import (
     SessionPreview,
     SessionPublic,
     SessionStatus,
+    SessionType,
 )
 from gpuslice.manager.api.deps import (
     ChannelDep,
@@ -69,14 +70,15 @@ async def list_all(
     status_: Annotated[list[SessionStatus] | None, Query(alias="status")] = None,
     owner: Annotated[str | None, Query(description="Admins: a username or user id.")] = None,
     name: Annotated[str | None, Query(max_length=80, description="Exactly this name.")] = None,
+    type_: Annotated[SessionType | None, Query(alias="type")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> Page[SessionPublic]:
-    """Sessions the caller may see, newest first; filter by status, owner (admins) or name. A
-    page holds fewer than `limit` items when its answer would pass `limits.max_answer` bytes:
-    continue from `offset` plus the items returned."""
+    """Sessions the caller may see, newest first; filter by status, type, owner (admins) or
+    name. A page holds fewer than `limit` items when its answer would pass `limits.max_answer`
+    bytes: continue from `offset` plus the items returned."""
     return await views.list_sessions(
-        db, user, statuses=status_ or (), owner=owner, name=name, limit=limit, offset=offset,
+        db, user, statuses=status_ or (), owner=owner, name=name, kind=type_, limit=limit, offset=offset,
         max_bytes=settings.limits.max_answer,
     )
 
