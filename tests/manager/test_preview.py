@@ -65,3 +65,14 @@ async def test_sessions_filter_by_type(make_user: Any) -> None:
     assert [s["name"] for s in batch["items"]] == ["job"] and batch["total"] == 1
     bad = await alice.get("/api/v1/sessions", params={"type": "nope"})
     assert bad.status_code == 422 and bad.json()["field"] == "type"
+
+
+async def test_a_command_line_is_split_like_a_shell_or_refused(make_user: Any) -> None:
+    alice = await make_user("alice")
+    [job] = await create(alice, type="batch", command_line="python3 -c 'print(6 * 7)'")
+    assert job["command"] == ["python3", "-c", "print(6 * 7)"]
+    bad = await create(alice, 422, type="batch", command_line="echo 'unclosed")
+    assert bad["field"] == "command_line" and "no closing quotation" in bad["message"]
+    both = await create(alice, 422, command=["true"], command_line="true")
+    assert "not both" in both["message"]
+    assert (await alice.get("/api/v1/sessions")).json()["total"] == 1

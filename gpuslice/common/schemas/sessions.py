@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+import shlex
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gpuslice.common.schemas.common import Number, ResourcesIn, ResourcesPublic
 from gpuslice.common.schemas.storage import (
@@ -73,6 +74,11 @@ class SessionCreate(BaseModel):
     command: list[str] | None = Field(
         default=None, max_length=256, description="Batch sessions: the command to run (argv)."
     )
+    command_line: Line | None = Field(
+        default=None, max_length=32768,
+        description="Instead of `command`: one line split into argv as a POSIX shell splits it "
+        "(quotes, backslashes), e.g. `python3 -c 'print(6*7)'`; it is not run by a shell.",
+    )
     env: dict[str, Annotated[str, Field(max_length=32768)]] = Field(
         default_factory=dict, max_length=256
     )
@@ -100,6 +106,23 @@ class SessionCreate(BaseModel):
             parse_folder_request(item)
         return value
 
+    @field_validator("command_line")
+    @classmethod
+    def _check_command_line(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_command(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_command(self) -> SessionCreate:
+        if self.command_line is None:
+            return self
+        if self.command is not None:
+            raise ValueError("give command (argv) or command_line, not both")
+        self.command = split_command(self.command_line) or None
+        self.command_line = None
+        return self
+
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str | None) -> str | None:
@@ -117,6 +140,17 @@ class SessionCreate(BaseModel):
             if not _ENV_KEY_RE.match(key):
                 raise ValueError(f"env: {key!r} is not a valid variable name")
         return value
+
+
+def split_command(line: str) -> list[str]:
+    """argv from a shell-like line; ValueError naming what is wrong."""
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise ValueError(f"command_line: {str(exc).lower()} in {line!r}") from None
+    if len(argv) > 256:
+        raise ValueError(f"command_line: {len(argv)} arguments; at most 256 are allowed")
+    return argv
 
 
 class SessionDestroy(BaseModel):
