@@ -29,7 +29,12 @@ export function detailPage(main, parts) {
   let terminal = null;
 
   async function refresh() {
-    session = await get("/sessions/" + encodeURIComponent(id));
+    try {
+      session = await get("/sessions/" + encodeURIComponent(id));
+    } catch (err) {
+      clear(head, h("p", { class: "error", id: "session-error" }, err.message));
+      return;
+    }
     document.title = session.name + ": gpuslice";
     clear(head, h("h1", null, session.name + " "), badge(session.status), h("span", { class: "spacer" }),
       FINAL.has(session.status) || session.status === "TERMINATING" ? null :
@@ -145,11 +150,12 @@ export function detailPage(main, parts) {
         logs.textContent = err.message;
       }
     }
-    logTimer = setTimeout(pollLogs, FINAL.has(session && session.status) ? 10000 : 2000);
+    if (session) logTimer = setTimeout(pollLogs, FINAL.has(session.status) ? 10000 : 2000);
   }
 
   let usageTimer = null;
   async function pollUsage() {
+    if (!session) return;
     try {
       const stats = await get("/sessions/" + encodeURIComponent(id) + "/stats");
       const now = stats.now;
