@@ -198,6 +198,8 @@ def test_two_versions_in_the_terminal_and_jupyter_in_a_new_tab(
 
     if not image_built("gpuslice/notebook:4.2.5"):
         pytest.skip("gpuslice/notebook:4.2.5 is not built (scripts/build-images.sh)")
+    page.goto(f"{plat.url}/#/sessions")
+    page.wait_for_selector("#launch")
     launch(page, "gpuslice/notebook:4.2.5", gpu="0.5", cpu="0.5", mem="1g", name="nb")
     sid = until(lambda: users["alice"].get_session("nb").id, 10, "nb")
     users["alice"].wait(sid, {"RUNNING"}, timeout=120)
@@ -224,7 +226,7 @@ def test_users_see_only_their_own_and_an_admin_sees_all(
     time.sleep(1.5)  # a live list would have shown it by now
     assert all(r["id"] != mine.id for r in rows(page))
     page.goto(f"{plat.url}/#/folders")
-    page.wait_for_selector("#folder-rows")
+    page.wait_for_selector("#folders")
     time.sleep(0.5)
     assert "alice-data" not in page.inner_text("#folders")
     page.goto(f"{plat.url}/#/sessions/{mine.id}")

@@ -78,8 +78,8 @@ async def list_all(
     name. A page holds fewer than `limit` items when its answer would pass `limits.max_answer`
     bytes: continue from `offset` plus the items returned."""
     return await views.list_sessions(
-        db, user, statuses=status_ or (), owner=owner, name=name, kind=type_, limit=limit, offset=offset,
-        max_bytes=settings.limits.max_answer,
+        db, user, statuses=status_ or (), owner=owner, name=name, kind=type_, limit=limit,
+        offset=offset, max_bytes=settings.limits.max_answer,
     )
 
 
