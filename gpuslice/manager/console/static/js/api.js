@@ -59,7 +59,8 @@ export async function pages(path, params, onPage) {
   const items = [];
   let offset = 0;
   for (;;) {
-    const page = await get(path + query({ ...params, limit: 500, offset }));
+    // a short first page is on screen soonest; the rest come in the API's largest pages
+    const page = await get(path + query({ ...params, limit: offset ? 500 : 100, offset }));
     items.push(...page.items);
     offset += page.items.length;
     const done = page.items.length === 0 || offset >= page.total;
