@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 
 import httpx
 
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     from gpuslice.common.schemas.sessions import (
         SessionExecResult,
         SessionLogs,
+        SessionPreview,
         SessionPublic,
         StatusChange,
     )
@@ -120,36 +121,30 @@ class Client(StorageCalls):
     # ------------------------------------------------------------ sessions
 
     def create_sessions(
-        self, *, image: str, gpu: float | str = 0, cpu: float | str = 1,
-        mem: int | str = "1g", count: int = 1, name: str | None = None,
-        type: str = "interactive", command: list[str] | None = None,
-        env: dict[str, str] | None = None, priority: int = 0, gpu_model: str | None = None,
-        apps: list[str] | None = None,
-        gpu_mem: int | str | None = None, folders: list[str] | None = None,
+        self, *, image: str, **shape: Unpack[SessionShape]
     ) -> list[SessionPublic]:
-        """Launch sessions. ``apps``: apps of the image to start as soon as each runs;
-        ``gpu_mem`` (instead of ``gpu``): the GPU memory it needs; ``folders``: storage
-        folders to mount, ``NAME`` or ``NAME:ro``."""
-        resources: dict[str, Any] = {"gpu": gpu, "cpu": cpu, "mem": mem}
-        if gpu_mem is not None:
-            resources["gpu_mem"] = gpu_mem
-        body = {
-            "image": image, "resources": resources, "count": count,
-            "name": name, "type": type, "command": command, "env": env or {},
-            "priority": priority, "gpu_model": gpu_model, "apps": apps or [],
-            "folders": folders or [],
-        }
+        """Launch sessions of ``image``; ``shape``: see :class:`SessionShape` (``gpu``, ``cpu``,
+        ``mem``, ``count``, ``name``, ``type``, ``command``, ``env``, ``priority``,
+        ``gpu_model``, ``apps``, ``gpu_mem``, ``folders``)."""
+        body = session_body(image=image, **shape)
         return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
+
+    def preview_sessions(self, *, image: str, **shape: Unpack[SessionShape]) -> SessionPreview:
+        """What ``create_sessions`` with the same arguments would do now, creating nothing:
+        how many would start at once, how many would queue and why; the same errors."""
+        body = session_body(image=image, **shape)
+        return self._call("POST", "/sessions/preview", schemas.sessions.SessionPreview,
+                          json=body)
 
     def list_sessions(
         self, *, status: Iterable[str] = (), owner: str | None = None, name: str | None = None,
-        limit: int = 100, offset: int = 0,
+        type: str | None = None, limit: int = 100, offset: int = 0,
     ) -> Page[SessionPublic]:
+        """One page of sessions, newest first; ``type``: interactive or batch."""
         params: dict[str, Any] = {"status": list(status), "limit": limit, "offset": offset}
-        if owner:
-            params["owner"] = owner
-        if name:
-            params["name"] = name
+        for key, value in (("owner", owner), ("name", name), ("type", type)):
+            if value:
+                params[key] = value
         page = schemas.common.Page[schemas.sessions.SessionPublic]
         return self._call("GET", "/sessions", page, params=params)
 
@@ -560,3 +555,38 @@ def _sse_data(lines: Iterable[str]) -> Iterator[str]:
 
 
 __all__ = ["ApiError", "Client"]
+
+
+class SessionShape(TypedDict, total=False):
+    """What a request for sessions may say besides its image (the API's defaults otherwise).
+    ``apps``: apps of the image to start as soon as each runs; ``gpu_mem`` (instead of
+    ``gpu``): the GPU memory it needs; ``folders``: storage folders, ``NAME`` or ``NAME:ro``."""
+
+    gpu: float | str
+    cpu: float | str
+    mem: int | str
+    count: int
+    name: str | None
+    type: str
+    command: list[str] | None
+    env: dict[str, str]
+    priority: int
+    gpu_model: str | None
+    apps: list[str]
+    gpu_mem: int | str | None
+    folders: list[str]
+
+
+def session_body(*, image: str, **shape: Unpack[SessionShape]) -> dict[str, Any]:
+    """A request for sessions as the API takes it."""
+    resources: dict[str, Any] = {"gpu": shape.get("gpu", 0), "cpu": shape.get("cpu", 1),
+                                 "mem": shape.get("mem", "1g")}
+    if shape.get("gpu_mem") is not None:
+        resources["gpu_mem"] = shape.get("gpu_mem")
+    return {
+        "image": image, "resources": resources, "count": shape.get("count", 1),
+        "name": shape.get("name"), "type": shape.get("type", "interactive"),
+        "command": shape.get("command"), "env": shape.get("env") or {},
+        "priority": shape.get("priority", 0), "gpu_model": shape.get("gpu_model"),
+        "apps": shape.get("apps") or [], "folders": shape.get("folders") or [],
+    }

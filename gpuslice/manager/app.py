@@ -33,6 +33,7 @@ from gpuslice.manager.api.routes import (
     users,
 )
 from gpuslice.manager.api.version_headers import VersionHeaders
+from gpuslice.manager.console import routes as console
 from gpuslice.manager.db import migrate
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import LoopState, supervise
@@ -97,7 +98,9 @@ def create_app(settings: ManagerSettings, database: Database | None = None) -> F
     app.include_router(api)
     app.include_router(monitoring.scrape)  # /metrics, where Prometheus looks by default
     app.include_router(proxy_routes.router)  # /login, for browsers
+    app.include_router(console.router)  # /, the web console
     app.mount("/assets", StaticFiles(directory=pages.STATIC), name="assets")
+    app.mount("/console", StaticFiles(directory=console.STATIC), name="console")
     app.add_middleware(ProxyDispatch)  # /s/<session>/<app>/…: the apps, before the router
     return app
 

@@ -87,6 +87,7 @@ ACCESS: dict[str, Access] = {
     "GET /api/v1/sessions": USER,
     "GET /api/v1/sessions/events": USER,
     "POST /api/v1/sessions/destroy": USER,
+    "POST /api/v1/sessions/preview": USER,
     "GET /api/v1/sessions/{session_id}": OWNER,
     "DELETE /api/v1/sessions/{session_id}": OWNER,
     "GET /api/v1/sessions/{session_id}/logs": OWNER,

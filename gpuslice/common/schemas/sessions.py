@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import re
+import shlex
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from gpuslice.common.schemas.common import Number, ResourcesIn, ResourcesPublic
 from gpuslice.common.schemas.storage import (
@@ -73,6 +74,11 @@ class SessionCreate(BaseModel):
     command: list[str] | None = Field(
         default=None, max_length=256, description="Batch sessions: the command to run (argv)."
     )
+    command_line: Line | None = Field(
+        default=None, max_length=32768,
+        description="Instead of `command`: one line split into argv as a POSIX shell splits it "
+        "(quotes, backslashes), e.g. `python3 -c 'print(6*7)'`; it is not run by a shell.",
+    )
     env: dict[str, Annotated[str, Field(max_length=32768)]] = Field(
         default_factory=dict, max_length=256
     )
@@ -100,6 +106,23 @@ class SessionCreate(BaseModel):
             parse_folder_request(item)
         return value
 
+    @field_validator("command_line")
+    @classmethod
+    def _check_command_line(cls, value: str | None) -> str | None:
+        if value is not None:
+            split_command(value)
+        return value
+
+    @model_validator(mode="after")
+    def _one_command(self) -> SessionCreate:
+        if self.command_line is None:
+            return self
+        if self.command is not None:
+            raise ValueError("give command (argv) or command_line, not both")
+        self.command = split_command(self.command_line) or None
+        self.command_line = None
+        return self
+
     @field_validator("name")
     @classmethod
     def _check_name(cls, value: str | None) -> str | None:
@@ -117,6 +140,17 @@ class SessionCreate(BaseModel):
             if not _ENV_KEY_RE.match(key):
                 raise ValueError(f"env: {key!r} is not a valid variable name")
         return value
+
+
+def split_command(line: str) -> list[str]:
+    """argv from a shell-like line; ValueError naming what is wrong."""
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:  # "No closing quotation", "No escaped character"
+        raise ValueError(f"command_line: {str(exc).lower()} in {line!r}") from None
+    if len(argv) > 256:
+        raise ValueError(f"command_line: {len(argv)} arguments; at most 256 are allowed")
+    return argv
 
 
 class SessionDestroy(BaseModel):
@@ -198,6 +232,23 @@ class SessionPublic(BaseModel):
         description="RUNNING, in single-session answers: when its owner's idle rule or lifetime "
         "limit will reclaim it if it goes on as it is (null: nothing will).",
     )
+
+
+class SessionPreview(BaseModel):
+    """What creating a request would do now: how many of its sessions the scheduler would start
+    at once and how many would queue (and why), with the cluster's shape for a GPU picker.
+    Nothing is created; the same checks as creating apply (the same errors)."""
+
+    fits_now: int = Field(description="Sessions that would start at once.")
+    will_queue: int = Field(description="Sessions that would wait PENDING.")
+    reason: str | None = Field(description="Why the first one to queue would wait.")
+    queue_position: int | None = Field(description="Its 1-based place in the queue.")
+    fgpu_step: Number = Field(description="The cluster's fGPU step (`scheduler.fgpu_step`).")
+    fgpu_per_gpu: list[Number] = Field(
+        description="fGPU per GPU of the alive nodes (the default when none has a GPU)."
+    )
+    max_gpu: Number = Field(description="The most fGPU one session could get on one node.")
+    largest_free: Number = Field(description="The largest free slice on one GPU now.")
 
 
 class SessionExec(BaseModel):

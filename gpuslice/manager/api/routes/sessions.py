@@ -15,8 +15,10 @@ from gpuslice.common.schemas.sessions import (
     SessionExec,
     SessionExecResult,
     SessionLogs,
+    SessionPreview,
     SessionPublic,
     SessionStatus,
+    SessionType,
 )
 from gpuslice.manager.api.deps import (
     ChannelDep,
@@ -28,7 +30,15 @@ from gpuslice.manager.api.deps import (
     VisibleSession,
 )
 from gpuslice.manager.services.monitoring.stats import describe
-from gpuslice.manager.services.sessions import commands, commit, launch, logs, stream, views
+from gpuslice.manager.services.sessions import (
+    commands,
+    commit,
+    launch,
+    logs,
+    preview,
+    stream,
+    views,
+)
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 
@@ -41,6 +51,17 @@ async def create_sessions(
     return await launch.create_sessions(db, user, body, settings)
 
 
+@router.post("/preview")
+async def preview_sessions(
+    body: SessionCreate, db: DbDep, user: CurrentUser, settings: SettingsDep
+) -> SessionPreview:
+    """What creating `body` would do now, creating nothing: how many of its sessions would
+    start at once and how many would queue (with the first one's reason and queue position),
+    and the cluster's fGPU step and largest request. Refuses what creating would refuse, with
+    the same errors."""
+    return await preview.preview(db, user, body, settings)
+
+
 @router.get("")
 async def list_all(
     db: DbDep,
@@ -49,15 +70,16 @@ async def list_all(
     status_: Annotated[list[SessionStatus] | None, Query(alias="status")] = None,
     owner: Annotated[str | None, Query(description="Admins: a username or user id.")] = None,
     name: Annotated[str | None, Query(max_length=80, description="Exactly this name.")] = None,
+    type_: Annotated[SessionType | None, Query(alias="type")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> Page[SessionPublic]:
-    """Sessions the caller may see, newest first; filter by status, owner (admins) or name. A
-    page holds fewer than `limit` items when its answer would pass `limits.max_answer` bytes:
-    continue from `offset` plus the items returned."""
+    """Sessions the caller may see, newest first; filter by status, type, owner (admins) or
+    name. A page holds fewer than `limit` items when its answer would pass `limits.max_answer`
+    bytes: continue from `offset` plus the items returned."""
     return await views.list_sessions(
-        db, user, statuses=status_ or (), owner=owner, name=name, limit=limit, offset=offset,
-        max_bytes=settings.limits.max_answer,
+        db, user, statuses=status_ or (), owner=owner, name=name, kind=type_, limit=limit,
+        offset=offset, max_bytes=settings.limits.max_answer,
     )
 
 

@@ -3,27 +3,24 @@
 // shell's bytes both ways; text messages are {"op": "resize"} up, "attached" and "exit" down.
 // A dropped connection reconnects to the same shell (the agent keeps it a minute) by its id,
 // which the tab keeps in sessionStorage, so a reload finds the same shell too.
+// The web console opens the same terminal in its session page: gpusliceTerminal(element,
+// session id, say) returns { focus(), close() }.
 "use strict";
-(function () {
-  const session = document.body.dataset.session;
+window.gpusliceTerminal = function (element, session, say) {
   const kept = "gpuslice-terminal-" + session;
-  const status = document.getElementById("status");
   const term = new Terminal({ cursorBlink: true, scrollback: 10000, convertEol: false });
   const fit = new FitAddon.FitAddon();
   const encoder = new TextEncoder();
   let socket = null;
   let ended = false;
+  let closed = false;
   let attached = false; // once a shell was there, a lost connection is tried again
   let retryUntil = 0;
 
   term.loadAddon(fit);
-  term.open(document.getElementById("terminal"));
+  term.open(element);
   fit.fit();
   term.focus();
-
-  function say(text) {
-    status.textContent = text;
-  }
 
   function connect() {
     const scheme = location.protocol === "https:" ? "wss:" : "ws:";
@@ -54,7 +51,7 @@
       }
     };
     socket.onclose = function (event) {
-      if (ended) {
+      if (ended || closed) {
         return;
       }
       if (!attached) {
@@ -83,8 +80,30 @@
       socket.send(JSON.stringify({ op: "resize", rows: size.rows, cols: size.cols }));
     }
   });
-  window.addEventListener("resize", function () {
+  function refit() {
     fit.fit();
-  });
+  }
+  window.addEventListener("resize", refit);
   connect();
-})();
+  return {
+    focus: function () {
+      term.focus();
+    },
+    close: function () {
+      closed = true;
+      window.removeEventListener("resize", refit);
+      if (socket) {
+        socket.close();
+      }
+      term.dispose();
+    },
+  };
+};
+
+if (document.body.dataset.session) { // the terminal's own page
+  const status = document.getElementById("status");
+  window.gpusliceTerminal(document.getElementById("terminal"), document.body.dataset.session,
+    function (text) {
+      status.textContent = text;
+    });
+}

@@ -59,7 +59,7 @@ async def run_pass(
         snap = await load_snapshot(db)
         if not snap.pending:
             return PassStats()
-        requests = [_request(row) for row in snap.pending.values()]
+        requests = [queued_request(row) for row in snap.pending.values()]
         result = schedule(requests, snap.nodes, snap.users, config, time.time())
         stats = await _apply(db, snap, result)
         await _write_waiting(db, snap, result)
@@ -74,13 +74,15 @@ async def load_snapshot(db: AsyncSession) -> Snapshot:
     pending = (
         await db.scalars(select(SessionRow).where(SessionRow.status == SessionStatus.PENDING))
     ).all()
-    users = await _user_states(db, {row.owner_id for row in pending}) if pending else {}
+    users = await user_states(db, {row.owner_id for row in pending}) if pending else {}
     await db.commit()
     db.expunge_all()  # detached: a rollback later in the pass must not expire them
     return Snapshot(nodes, {row.id: row for row in pending}, users)
 
 
-async def _user_states(db: AsyncSession, owners: set[str]) -> dict[str, UserState]:
+async def user_states(db: AsyncSession, owners: set[str]) -> dict[str, UserState]:
+    """Each owner's quota and what their allocated sessions use (owners without a policy:
+    absent, unlimited)."""
     policies = (
         await db.execute(
             select(User.id, ResourcePolicy)
@@ -124,7 +126,8 @@ def _node(row: NodeRow) -> Node:
     )
 
 
-def _request(row: SessionRow) -> Request:
+def queued_request(row: SessionRow) -> Request:
+    """A PENDING session as the scheduler core sees it."""
     return Request(
         row.id, row.owner_id, Resources(row.gpu, row.cpu, row.mem), row.created_at.timestamp(),
         row.priority, row.gpu_model, row.pool, gpu_mem=row.gpu_mem or 0,

@@ -58,6 +58,7 @@ async def list_sessions(
     statuses: Sequence[SessionStatus] = (),
     owner: str | None = None,
     name: str | None = None,
+    kind: SessionType | None = None,
     limit: int = 100,
     offset: int = 0,
     max_bytes: int | None = None,
@@ -70,6 +71,8 @@ async def list_sessions(
         where.append(SessionRow.status.in_(list(statuses)))
     if name is not None:  # names repeat (count > 1, reuse after destroy): newest first decides
         where.append(SessionRow.name == name)
+    if kind is not None:
+        where.append(SessionRow.type == kind)
     if owner is not None:
         if viewer.role != Role.ADMIN:
             raise Forbidden("only admins filter by owner", field="owner")

@@ -1,0 +1,185 @@
+// One session: what it asked for and got (the slice on its device), why it is in its status,
+// its history, its apps (the terminal in the page; web apps in a new tab), live usage and its
+// logs (following).
+import { get, post } from "./api.js";
+import { add, badge, bytes, clear, fgpu, h, num, toast, when } from "./dom.js";
+import { watch } from "./live.js";
+import { sparkline } from "./charts.js";
+import { openTerminal } from "./terminal.js";
+import { configuration, waitText } from "./sessions.js";
+
+const FINAL = new Set(["TERMINATED", "ERROR", "CANCELLED"]);
+
+export function detailPage(main, parts) {
+  const id = parts[0];
+  const head = h("div", { class: "bar" });
+  const summary = h("div", { class: "card", id: "session-summary" });
+  const allocation = h("div", { class: "card", id: "session-allocation" });
+  const apps = h("div", { class: "card", id: "session-apps" });
+  const usage = h("div", { class: "card", id: "session-usage" });
+  const history = h("div", { class: "card", id: "session-history" });
+  const follow = h("input", { type: "checkbox", id: "logs-follow", checked: true });
+  const logs = h("pre", { class: "logs", id: "session-logs", tabindex: 0 }, "");
+  const logsCard = h("div", { class: "card" },
+    h("div", { class: "bar" }, h("h2", null, "Logs"), h("label", null, follow, " Follow")), logs);
+  add(main, h("p", null, h("a", { href: "#/sessions" }, "← Sessions")), head, summary, allocation, apps,
+    usage, history, logsCard);
+  let session = null;
+  let appsShown = "";
+  let terminal = null;
+
+  async function refresh() {
+    try {
+      session = await get("/sessions/" + encodeURIComponent(id));
+    } catch (err) {
+      clear(head, h("p", { class: "error", id: "session-error" }, err.message));
+      return;
+    }
+    document.title = session.name + ": gpuslice";
+    clear(head, h("h1", null, session.name + " "), badge(session.status), h("span", { class: "spacer" }),
+      FINAL.has(session.status) || session.status === "TERMINATING" ? null :
+        h("button", { type: "button", class: "danger", id: "destroy-one", onclick: destroy }, "Destroy"));
+    showSummary();
+    showAllocation();
+    showHistory();
+    await showApps();
+  }
+
+  function showSummary() {
+    const s = session;
+    const rows = [
+      ["Status", [badge(s.status), " ", waitText(s)]],
+      ["Configuration", configuration(s)],
+      ["Image", s.image], ["Type", s.type + (s.command ? ": " + s.command.join(" ") : "")],
+      ["Owner", s.owner], ["Node", s.placement ? s.placement.node_name : "–"],
+      ["Created", when(s.created_at)], ["Id", s.id],
+    ];
+    if (s.result) rows.push(["Result", s.result + " (exit code " + s.exit_code + ")"]);
+    if (s.folders.length) rows.push(["Folders", s.folders.map((f) => f.name + (f.read_only ? " (ro)" : "")).join(", ")]);
+    if (s.reclaim) rows.push(["Reclaimed", when(s.reclaim.at) + ": " + s.reclaim.reason]);
+    clear(summary, h("dl", { class: "kv" }, rows.map(([k, v]) => [h("dt", null, k), h("dd", null, v)])));
+  }
+
+  function showAllocation() {
+    const devices = session.placement ? session.placement.devices : [];
+    clear(allocation, h("h2", null, "Allocation"), devices.length === 0 ?
+      h("p", { class: "muted" }, session.placement ? "No GPU (CPU only)" : "Not placed") :
+      h("div", { class: "table-wrap" }, h("table", { id: "allocation" },
+        h("thead", null, h("tr", null, ["GPU", "Model", "Slice", "Share", "GPU memory", "SMs", "UUID"].map((x) => h("th", null, x)))),
+        h("tbody", null, devices.map((d) => h("tr", null,
+          h("td", null, d.device_index), h("td", null, d.device_model), h("td", null, fgpu(d.gpu)),
+          h("td", null, num(d.fraction * 100, 1) + "%"), h("td", { class: "slice-mem" }, bytes(d.mem)),
+          h("td", null, d.sms), h("td", { class: "muted" }, d.device_uuid)))))));
+  }
+
+  function showHistory() {
+    clear(history, h("h2", null, "Status history"), h("table", { id: "history" },
+      h("tbody", null, (session.history || []).map((c) => h("tr", null,
+        h("td", null, when(c.at)), h("td", null, badge(c.status)), h("td", { class: "muted" }, c.reason))))));
+  }
+
+  async function showApps() {
+    if (session.status !== "RUNNING") {
+      appsShown = "";
+      if (terminal) { terminal.close(); terminal = null; }
+      clear(apps, h("h2", null, "Apps"), h("p", { class: "muted" }, "Apps open once the session is RUNNING."));
+      return;
+    }
+    let list;
+    try {
+      list = await get("/sessions/" + encodeURIComponent(id) + "/apps");
+    } catch (err) {
+      clear(apps, h("h2", null, "Apps"), h("p", { class: "error" }, err.message));
+      return;
+    }
+    const key = JSON.stringify(list.apps.map((a) => [a.name, a.state, a.message]));
+    if (key === appsShown) return;
+    appsShown = key;
+    const box = terminal ? terminal.box : null;
+    clear(apps, h("h2", null, "Apps"), h("div", { class: "bar", id: "app-buttons" }, list.apps.map(appButton)),
+      list.apps.filter((a) => a.state === "failed").map((a) =>
+        h("div", { class: "error" }, a.name + " failed" + (a.exit_code !== null && a.exit_code !== undefined ? " (exit code " + a.exit_code + ")" : "") +
+          ": " + (a.message || ""), a.logs ? h("pre", { class: "logs" }, a.logs) : null)),
+      box);
+  }
+
+  function appButton(app) {
+    const state = h("span", { class: "muted" }, " " + app.state);
+    if (app.name === "terminal") {
+      return h("span", null, h("button", { type: "button", id: "open-terminal", onclick: showTerminal }, "Terminal"), state);
+    }
+    // Opened as a link: the proxy starts the app on first open, in a tab of its own.
+    return h("span", null, h("a", { href: app.url, target: "_blank", rel: "noopener", id: "open-" + app.name,
+      class: "button", onclick: () => setTimeout(() => { appsShown = ""; showApps(); }, 1500) }, "Open " + app.name), state);
+  }
+
+  async function showTerminal() {
+    if (terminal) { terminal.focus(); return; }
+    const status = h("div", { class: "muted", id: "terminal-status" }, "loading the terminal…");
+    const box = h("div", { id: "terminal-wrap" }, h("div", { id: "terminal-box" }), status);
+    apps.append(box);
+    try {
+      terminal = await openTerminal(box.firstChild, id, (text) => { status.textContent = text; });
+      terminal.box = box;
+    } catch (err) {
+      status.textContent = err.message;
+    }
+  }
+
+  async function destroy() {
+    if (!confirm("Destroy " + session.name + "?")) return;
+    try {
+      await post("/sessions/destroy", { ids: [id] });
+      live.now();
+    } catch (err) {
+      toast("Could not destroy: " + err.message);
+    }
+  }
+
+  let logTimer = null;
+  async function pollLogs() {
+    if (follow.checked && session && session.status !== "PENDING") {
+      try {
+        const answer = await get("/sessions/" + encodeURIComponent(id) + "/logs?tail=2000");
+        const atEnd = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 8;
+        if (logs.textContent !== answer.logs) {
+          logs.textContent = answer.logs || "(no output yet)";
+          if (atEnd) logs.scrollTop = logs.scrollHeight;
+        }
+      } catch (err) {
+        logs.textContent = err.message;
+      }
+    }
+    if (session) logTimer = setTimeout(pollLogs, FINAL.has(session.status) ? 10000 : 2000);
+  }
+
+  let usageTimer = null;
+  async function pollUsage() {
+    if (!session) return;
+    try {
+      const stats = await get("/sessions/" + encodeURIComponent(id) + "/stats");
+      const now = stats.now;
+      const gpus = now && now.gpus ? now.gpus : [];
+      clear(usage, h("h2", null, "Usage"), h("div", { class: "grid" },
+        h("div", null, "CPU busy: ", now && now.cpu !== null ? num(now.cpu) + " cores" : "–"),
+        h("div", null, "Memory: ", now ? bytes(now.mem) : "–"),
+        gpus.map((g) => h("div", null, "GPU memory: ", bytes(g.mem_used), " · util ", g.utilization === null ? "–" : g.utilization + "%")),
+        h("div", null, "Totals: ", num(stats.totals.fgpu_hours) + " fGPU-h, " + num(stats.totals.cpu_hours) + " CPU-h")),
+      stats.points.length > 1 ? sparkline(stats.points.map((p) => p.cpu || 0), "CPU cores busy") : null);
+    } catch (err) {
+      clear(usage, h("h2", null, "Usage"), h("p", { class: "muted" }, err.message));
+    }
+    usageTimer = setTimeout(pollUsage, 5000);
+  }
+
+  const live = watch(refresh, { sessionId: id, poll: () => session && !FINAL.has(session.status) });
+  live.now().then(() => { pollLogs(); pollUsage(); });
+  return {
+    stop() {
+      live.stop();
+      clearTimeout(logTimer);
+      clearTimeout(usageTimer);
+      if (terminal) terminal.close();
+    },
+  };
+}

@@ -1,0 +1,168 @@
+// The Sessions page: every session the API shows the caller (an admin: everyone's), live,
+// with filters, destroy (one or many) and the launch dialog.
+import { get, pages, post, query } from "./api.js";
+import { add, age, badge, bytes, clear, fgpu, h, num, toast } from "./dom.js";
+import { openLaunch } from "./launch.js";
+import { watch } from "./live.js";
+
+const ACTIVE = ["PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING"];
+const MOVING = new Set(["PENDING", "SCHEDULED", "PREPARING", "TERMINATING"]);
+const STATUS_FILTERS = {
+  active: ACTIVE,
+  all: [],
+  PENDING: ["PENDING"],
+  RUNNING: ["RUNNING"],
+  ended: ["TERMINATED", "ERROR", "CANCELLED"],
+};
+
+export function configuration(s) {
+  const r = s.resources;
+  const gpu = r.gpu_mem && !s.placement ? bytes(r.gpu_mem) + " GPU memory" : fgpu(r.gpu);
+  return [gpu, num(r.cpu) + " CPU", bytes(r.mem), imageName(s.image)].join(" · ");
+}
+
+export function imageName(ref) {
+  return ref.replace(/^.*\//, "").replace(":", " ");
+}
+
+export function waitText(s) {
+  if (s.status !== "PENDING") return s.status === "RUNNING" ? "" : s.status_reason;
+  const position = s.queue_position ? "#" + s.queue_position + " in queue · " : "";
+  return position + s.status_reason;
+}
+
+export function sessionsPage(main, _parts, me) {
+  const admin = me.role === "admin";
+  const rows = new Map(); // id -> { tr, key }
+  const selected = new Set();
+  let painted = false;
+  const status = h("select", { id: "filter-status", onchange: () => live.now() },
+    h("option", { value: "active" }, "Active"), h("option", { value: "all" }, "All"),
+    h("option", { value: "PENDING" }, "Pending"), h("option", { value: "RUNNING" }, "Running"),
+    h("option", { value: "ended" }, "Ended"));
+  const type = h("select", { id: "filter-type", onchange: () => live.now() },
+    h("option", { value: "" }, "Any"), h("option", { value: "interactive" }, "Interactive"),
+    h("option", { value: "batch" }, "Batch"));
+  const search = h("input", { id: "filter-name", type: "search", placeholder: "name contains",
+    oninput: () => applySearch() });
+  const destroyMany = h("button", { type: "button", class: "danger", disabled: true,
+    onclick: () => destroy([...selected]) }, "Destroy selected");
+  const count = h("span", { class: "muted", id: "session-count" });
+  const all = h("input", { type: "checkbox", "aria-label": "Select all shown",
+    onchange: () => selectAll(all.checked) });
+  const body = h("tbody", { id: "session-rows" });
+  const heads = ["Name", "Status", "Configuration", "Type", "Node", admin ? "Owner" : null, "Age", ""];
+  add(main,
+    h("div", { class: "bar" },
+      h("h1", null, "Sessions"), h("span", { class: "spacer" }),
+      h("button", { type: "button", class: "primary", id: "launch", onclick: () => openLaunch(me) }, "Launch")),
+    h("div", { class: "bar", role: "search" },
+      h("label", null, "Status", status), h("label", null, "Type", type),
+      h("label", null, "Name", search), destroyMany, h("span", { class: "spacer" }), count),
+    h("div", { class: "table-wrap" },
+      h("table", { id: "sessions" },
+        h("thead", null, h("tr", null, h("th", null, all),
+          heads.filter((x) => x !== null).map((x) => h("th", { scope: "col" }, x)))),
+        body)));
+
+  function row(s) {
+    const box = h("input", { type: "checkbox", "aria-label": "Select " + s.name,
+      checked: selected.has(s.id), onchange: () => select(s.id, box.checked) });
+    const ended = !ACTIVE.includes(s.status);
+    return h("tr", { dataset: { id: s.id, name: s.name, status: s.status } },
+      h("td", null, box),
+      h("td", null, h("a", { href: "#/sessions/" + s.id }, s.name)),
+      h("td", { class: "status-cell" }, badge(s.status), h("span", { class: "reason" }, waitText(s))),
+      h("td", { class: "config" }, configuration(s)),
+      h("td", null, s.type),
+      h("td", null, s.placement ? s.placement.node_name : "–"),
+      admin ? h("td", null, s.owner) : null,
+      h("td", { title: s.created_at }, age(s.created_at)),
+      h("td", null, ended ? null : h("button", { type: "button", class: "danger",
+        "aria-label": "Destroy " + s.name, onclick: () => destroy([s.id]) }, "Destroy")));
+  }
+
+  function render(items, total, done) {
+    const seen = new Set();
+    let cursor = body.firstChild;
+    for (const s of items) {
+      seen.add(s.id);
+      const key = s.status + s.updated_at + s.queue_position + s.status_reason + (s.placement ? 1 : 0);
+      let entry = rows.get(s.id);
+      if (!entry || entry.key !== key) {
+        const tr = row(s);
+        if (entry) {
+          if (cursor === entry.tr) cursor = tr;
+          entry.tr.replaceWith(tr);
+        }
+        entry = { tr, key, name: s.name };
+        rows.set(s.id, entry);
+      }
+      if (entry.tr === cursor) cursor = cursor.nextSibling;
+      else body.insertBefore(entry.tr, cursor);
+    }
+    for (const [id, entry] of rows) {
+      if (done && !seen.has(id)) {
+        entry.tr.remove();
+        rows.delete(id);
+        selected.delete(id);
+      }
+    }
+    count.textContent = total + (total === 1 ? " session" : " sessions");
+    applySearch();
+    syncSelection();
+    if (!painted && items.length) {
+      painted = true;
+      requestAnimationFrame(() => {
+        // read by the browser tests and bench/console.py: ms from navigation to the list shown
+        document.body.dataset.listPaintMs = String(Math.round(performance.now()));
+      });
+    }
+  }
+
+  function applySearch() {
+    const text = search.value.trim().toLowerCase();
+    for (const entry of rows.values()) entry.tr.hidden = text !== "" && !entry.name.includes(text);
+  }
+  function select(id, on) {
+    if (on) selected.add(id);
+    else selected.delete(id);
+    syncSelection();
+  }
+  function selectAll(on) {
+    for (const [id, entry] of rows) {
+      if (entry.tr.hidden) continue;
+      select(id, on);
+      entry.tr.querySelector("input[type=checkbox]").checked = on;
+    }
+  }
+  function syncSelection() {
+    destroyMany.disabled = selected.size === 0;
+    destroyMany.textContent = selected.size ? "Destroy selected (" + selected.size + ")" : "Destroy selected";
+  }
+
+  async function destroy(ids) {
+    const names = ids.map((id) => (rows.get(id) || { name: id }).name);
+    if (!confirm("Destroy " + names.join(", ") + "?")) return;
+    try {
+      await post("/sessions/destroy", { ids });
+      ids.forEach((id) => selected.delete(id));
+      toast("Destroying " + names.join(", "));
+      live.now();
+    } catch (err) {
+      toast("Could not destroy: " + err.message);
+    }
+  }
+
+  async function refresh() {
+    const params = { status: STATUS_FILTERS[status.value], type: type.value || undefined };
+    await pages("/sessions", params, render);
+  }
+
+  const live = watch(refresh, {
+    poll: () => [...rows.values()].some((e) => MOVING.has(e.tr.dataset.status)),
+  });
+  live.now();
+  return live;
+}
+

@@ -1,0 +1,69 @@
+"""What creating a request would do now, without creating it (the console's launch dialog).
+
+The same checks as creating (``launch.check_create``, so the same errors), then one scheduling
+pass of the pure core on the cluster as it is (alive nodes, the PENDING queue, quotas) with the
+request's sessions added at the back of the queue, as new ones would be. Nothing is written, and
+the answer holds counts and a reason only: no other user's sessions or names.
+"""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from gpuslice.common.resources import Resources, fgpu_decimal
+from gpuslice.common.schemas.sessions import SessionCreate, SessionPreview
+from gpuslice.manager.db.models import User
+from gpuslice.manager.scheduler import Node, Request, schedule
+from gpuslice.manager.services.scheduling.passes import (
+    load_snapshot,
+    queued_request,
+    user_states,
+)
+from gpuslice.manager.services.sessions.launch import check_create
+from gpuslice.manager.settings import ManagerSettings
+
+_PREFIX = "preview-"
+
+
+async def preview(
+    db: AsyncSession, user: User, body: SessionCreate, settings: ManagerSettings
+) -> SessionPreview:
+    """How many of ``body``'s sessions would start now and how many would queue (and why)."""
+    await check_create(db, user, body, settings)
+    user_id = user.id
+    snap = await load_snapshot(db)
+    users = dict(snap.users)
+    if user_id not in users:
+        users.update(await user_states(db, {user_id}))
+        await db.commit()
+    now = time.time()
+    res = Resources(body.resources.gpu, body.resources.cpu, body.resources.mem)
+    mine = [
+        Request(f"{_PREFIX}{i}", user_id, res, now + i * 1e-6, body.priority, body.gpu_model,
+                gpu_mem=body.resources.gpu_mem or 0)
+        for i in range(body.count)
+    ]
+    queue = [queued_request(row) for row in snap.pending.values()] + mine
+    result = schedule(queue, snap.nodes, users, settings.scheduler.core_config(), now)
+    placed = {p.request_id for p in result.placements}
+    fits = sum(1 for r in mine if r.id in placed)
+    first = next((result.waiting[r.id] for r in mine if r.id in result.waiting), None)
+    return SessionPreview(
+        fits_now=fits, will_queue=body.count - fits,
+        reason=first.reason if first else None,
+        queue_position=first.position if first else None,
+        fgpu_step=settings.scheduler.fgpu_step,
+        fgpu_per_gpu=_ratios(snap.nodes, settings.nodes.device_capacity),
+        max_gpu=fgpu_decimal(max((len(n.devices) * n.device_capacity for n in snap.nodes),
+                                 default=0)),
+        largest_free=fgpu_decimal(max(
+            (n.device_capacity - d.used for n in snap.nodes for d in n.devices), default=0)),
+    )
+
+
+def _ratios(nodes: list[Node], default: int) -> list[Decimal]:
+    found = sorted({n.device_capacity for n in nodes if n.devices}) or [default]
+    return [fgpu_decimal(c) for c in found]

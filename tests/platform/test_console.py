@@ -1,0 +1,254 @@
+"""The web console in real Chromium (Playwright) against `gpuslice up` (one mock 8 GiB GPU,
+2 fGPU per GPU), as the users' guide tells it: launch from the dialog, watch the list change
+live, open the terminal and JupyterLab from the app launcher; two users never see each other's
+sessions or folders; an admin sees every session and the node view.
+
+One platform and one browser serve the module. Screenshots go to ``GPUSLICE_ARTIFACTS``
+(default ``tests/artifacts/``; the tests print where).
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuslice.client import Client
+from tests.platform.conftest import Platform, run_up
+
+pytestmark = pytest.mark.docker
+
+BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("GPUSLICE_ARTIFACTS", Path(__file__).parents[1] / "artifacts"))
+CONSOLE = Path(__file__).parents[2] / "gpuslice/manager/console/static"
+BASE = "gpuslice/base:0.1.0"
+PASSWORD = "console-pass-1"
+
+
+@pytest.fixture(scope="module")
+def plat(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    yield from run_up(tmp_path_factory.mktemp("console"))
+
+
+@pytest.fixture(scope="module")
+def browser(plat: Platform) -> Iterator[Any]:
+    executable = next((b for b in BROWSERS if os.path.exists(b)), None)
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if executable is None:
+        pytest.skip("no Chromium (tools/host-setup.sh --browser installs it)")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    print(f"console screenshots in {ARTIFACTS}")
+    with sync_api.sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="module")
+def users(plat: Platform) -> dict[str, Client]:
+    admin = plat.client()
+    made = {}
+    for name in ("alice", "bob"):
+        admin.create_user(name, PASSWORD)
+        made[name] = Client(plat.url)
+        made[name].login(name, PASSWORD)
+    return made
+
+
+def open_console(plat: Platform, browser: Any, username: str, password: str = PASSWORD) -> Any:
+    page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
+    page.on("dialog", lambda dialog: dialog.accept())  # "Destroy …?"
+    page.goto(plat.url + "/")
+    assert "/login" in page.url  # no login yet: the form first
+    page.fill("#u", username)
+    page.fill("#p", password)
+    page.click("button")
+    page.wait_for_selector("#sessions")
+    return page
+
+
+def until(check: Any, timeout: float = 30.0, what: str = "") -> Any:
+    """Poll ``check`` from here (the console's CSP forbids the evaluation wait_for_function
+    uses) until it returns something true."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = check()
+        except Exception:  # not on the page yet
+            got = None
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
+        time.sleep(0.2)
+
+
+def rows(page: Any) -> list[dict[str, str]]:
+    found = []
+    for tr in page.query_selector_all("#session-rows tr"):
+        cells = tr.query_selector_all("td")
+        found.append({"id": tr.get_attribute("data-id"), "name": tr.get_attribute("data-name"),
+                      "status": tr.get_attribute("data-status"),
+                      "reason": cells[2].inner_text(), "config": cells[3].inner_text()})
+    return found
+
+
+def launch(page: Any, image: str, **fields: str) -> None:
+    page.click("#launch")
+    page.wait_for_selector("#launch-dialog")
+    page.select_option("#launch-env", image.split(":")[0])
+    page.select_option("#launch-version", image)
+    for key, value in fields.items():
+        if key == "type":
+            page.check(f"#launch-type-{value}")
+        else:
+            page.fill(f"#launch-{key}", value)
+    page.click("#launch-submit")
+
+
+def shot(page: Any, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"console-{name}.png"))
+
+
+def destroy_all(client: Client) -> None:
+    live = [s.id for s in client.list_all_sessions(
+        status=["PENDING", "SCHEDULED", "PREPARING", "RUNNING"])]
+    if live:
+        client.destroy_sessions(live)
+    for sid in live:
+        client.wait(sid, {"TERMINATED", "CANCELLED", "ERROR"}, timeout=60)
+
+
+def test_the_guides_scenario_two_run_one_waits_then_starts(
+    plat: Platform, browser: Any, users: dict[str, Client]
+) -> None:
+    page = open_console(plat, browser, "alice")
+    launch(page, BASE, gpu="1", count="3", cpu="0.25", mem="256m", name="demo")
+    page.wait_for_selector("#launch-dialog", state="detached")
+    # three rows at once (the event stream), then two RUNNING and one PENDING with its reason
+    until(lambda: len(rows(page)) == 3, 5, "three rows")
+    shown = until(lambda: (r := rows(page)) and sorted(x["status"] for x in r) == [
+        "PENDING", "RUNNING", "RUNNING"] and r, 60, "2 RUNNING + 1 PENDING")
+    waiting = next(r for r in shown if r["status"] == "PENDING")
+    assert "#1 in queue" in waiting["reason"] and "fGPU" in waiting["reason"], waiting
+    assert all(r["config"].startswith("1 fGPU · 0.25 CPU · 256 MiB") for r in shown), shown
+    shot(page, "sessions")
+
+    running = next(r for r in shown if r["status"] == "RUNNING")
+    page.click(f"#session-rows tr[data-id='{running['id']}'] button.danger")
+    until(lambda: next(r for r in rows(page) if r["id"] == waiting["id"])["status"] == "RUNNING",
+          30, "the waiting session RUNNING without a reload")
+
+    other = next(r for r in shown if r["status"] == "RUNNING" and r["id"] != running["id"])
+    page.click(f"a[href='#/sessions/{other['id']}']")
+    page.wait_for_selector("#allocation .slice-mem")
+    assert page.inner_text("#allocation .slice-mem") == "4 GiB"  # 1 of 2 fGPU of 8 GiB
+    assert "50%" in page.inner_text("#allocation")
+    assert "RUNNING" in page.inner_text("#session-history")
+    shot(page, "detail")
+    destroy_all(users["alice"])
+
+
+def test_bad_input_is_shown_next_to_its_field_and_creates_nothing(
+    plat: Platform, browser: Any, users: dict[str, Client]
+) -> None:
+    page = open_console(plat, browser, "alice")
+    before = users["alice"].list_sessions().total
+    launch(page, BASE, gpu="4", cpu="0.25", mem="256m")  # 2 GPUs: the node has one
+    until(lambda: "GPU" in page.inner_text("#err-gpu"), 10, "the GPU error")
+    gpu_error = page.inner_text("#err-gpu")
+    page.fill("#launch-gpu", "0.5")
+    page.check("#launch-type-batch")
+    page.fill("#launch-command", "echo 'unclosed")
+    page.click("#launch-submit")
+    until(lambda: "no closing quotation" in page.inner_text("#err-command"), 10, "command error")
+    shot(page, "bad-input")
+    assert page.is_visible("#launch-dialog")
+    assert users["alice"].list_sessions().total == before, gpu_error
+
+
+def test_two_versions_in_the_terminal_and_jupyter_in_a_new_tab(
+    plat: Platform, browser: Any, users: dict[str, Client]
+) -> None:
+    page = open_console(plat, browser, "alice")
+    for version in ("1.3.2", "1.5.2"):
+        launch(page, f"gpuslice/scipy:{version}", gpu="0.5", cpu="0.5", mem="1g",
+               name=f"sk-{version.replace('.', '-')}")
+        page.wait_for_selector("#launch-dialog", state="detached")
+    for version in ("1.3.2", "1.5.2"):
+        sid = users["alice"].get_session(f"sk-{version.replace('.', '-')}").id
+        users["alice"].wait(sid, {"RUNNING"}, timeout=120)
+        page.goto(f"{plat.url}/#/sessions/{sid}")
+        page.wait_for_selector("#open-terminal", timeout=60_000)
+        page.click("#open-terminal")
+        until(lambda: "connected" in page.inner_text("#terminal-status"), 30, "terminal")
+        page.click("#terminal-box")
+        page.keyboard.type("python3 -c 'import sklearn; print(\"v=\" + sklearn.__version__)'; "
+                           "nvidia-smi\n")
+        wanted = f"v={version}"
+        until(lambda w=wanted: w in page.inner_text(".xterm-rows"), 60, wanted)
+        until(lambda: "2048 MiB" in page.inner_text(".xterm-rows"), 30, "the slice's memory")
+        shot(page, f"terminal-{version}")
+    destroy_all(users["alice"])
+
+    if not image_built("gpuslice/notebook:4.2.5"):
+        pytest.skip("gpuslice/notebook:4.2.5 is not built (scripts/build-images.sh)")
+    page.goto(f"{plat.url}/#/sessions")
+    page.wait_for_selector("#launch")
+    launch(page, "gpuslice/notebook:4.2.5", gpu="0.5", cpu="0.5", mem="1g", name="nb")
+    sid = until(lambda: users["alice"].get_session("nb").id, 10, "nb")
+    users["alice"].wait(sid, {"RUNNING"}, timeout=120)
+    page.goto(f"{plat.url}/#/sessions/{sid}")
+    page.wait_for_selector("#open-jupyter", timeout=60_000)
+    with page.context.expect_page() as opened:
+        page.click("#open-jupyter")
+    lab = opened.value
+    lab.wait_for_selector(".jp-LauncherCard", timeout=180_000)
+    shot(lab, "jupyter")
+    lab.close()
+    destroy_all(users["alice"])
+
+
+def test_users_see_only_their_own_and_an_admin_sees_all(
+    plat: Platform, browser: Any, users: dict[str, Client]
+) -> None:
+    alice = users["alice"]
+    [mine] = alice.create_sessions(image=BASE, gpu=0.5, cpu=0.25, mem="256m", name="alices")
+    alice.create_folder("alice-data")
+    alice.wait(mine.id, {"RUNNING"}, timeout=60)
+
+    page = open_console(plat, browser, "bob")
+    time.sleep(1.5)  # a live list would have shown it by now
+    assert all(r["id"] != mine.id for r in rows(page))
+    page.goto(f"{plat.url}/#/folders")
+    page.wait_for_selector("#folders")
+    time.sleep(0.5)
+    assert "alice-data" not in page.inner_text("#folders")
+    page.goto(f"{plat.url}/#/sessions/{mine.id}")
+    until(lambda: "no session" in page.inner_text("main").lower(), 10, "a 404 for bob")
+    assert not page.is_visible("a[data-page='admin']")
+
+    admin = open_console(plat, browser, "admin", plat.admin_password())
+    until(lambda: any(r["id"] == mine.id for r in rows(admin)), 10, "alice's session for admin")
+    assert "alice" in admin.inner_text("#sessions")
+    admin.goto(f"{plat.url}/#/admin/nodes")
+    admin.wait_for_selector(".node .slice-table")
+    node_view = admin.inner_text("#admin-body")
+    assert plat.node in node_view and "alices" in node_view and "2 GiB" in node_view
+    shot(admin, "admin-nodes")
+    destroy_all(alice)
+
+
+def test_the_console_script_stays_small() -> None:
+    """Every console module gzipped (the terminal emulator, loaded on first use, apart)."""
+    size = sum(len(gzip.compress(p.read_bytes(), 9)) for p in CONSOLE.rglob("*.js"))
+    assert size <= 150 * 1024, size
+
+
+def image_built(tag: str) -> bool:
+    return subprocess.run(["docker", "image", "inspect", tag], capture_output=True).returncode == 0
