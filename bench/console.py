@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _local import admin_password, free_port, wait_live
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
@@ -45,7 +45,7 @@ def main() -> None:
     if executable is None:
         sys.exit("no Chromium (tools/host-setup.sh --browser installs it)")
     with tempfile.TemporaryDirectory() as tmp:
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
         env |= {"GPUSLICE_DATA_DIR": tmp, "GPUSLICE_SESSIONS__MAX_COUNT": "100",
@@ -53,8 +53,8 @@ def main() -> None:
         manager = subprocess.Popen([GPUSLICE, "manager", "serve", "--port", str(port)], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            _wait(url, manager)
-            password = _admin_password(Path(tmp))
+            wait_live(url, manager)
+            password = admin_password(Path(tmp))
             with httpx.Client(base_url=url + "/api/v1", timeout=60) as http:
                 token = http.post("/auth/login", json={"username": "admin",
                                                        "password": password}).json()
@@ -119,29 +119,10 @@ def _load(page: Any, url: str, rows: int) -> tuple[float, float]:
     return first, float(every)
 
 
-def _wait(url: str, manager: subprocess.Popen[bytes]) -> None:
-    for _ in range(600):
-        if manager.poll() is not None:
-            raise SystemExit("the manager exited")
-        try:
-            if httpx.get(url + "/api/v1/health/live", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    raise SystemExit("the manager did not start")
 
 
-def _admin_password(data_dir: Path) -> str:
-    text = (data_dir / "admin-credentials").read_text()
-    return next(line.split(": ", 1)[1] for line in text.splitlines()
-                if line.startswith("password: "))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _parse() -> argparse.Namespace:

@@ -19,7 +19,6 @@ import argparse
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
+from _local import admin_password, free_port, wait_live
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 HAMMER = r"""
@@ -55,7 +55,7 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2]), float(sys.argv[3])))
 def main() -> None:
     args = _parse()
     with tempfile.TemporaryDirectory() as tmp:
-        port = _free_port()
+        port = free_port()
         url = f"http://127.0.0.1:{port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
         env |= {"GPUSLICE_DATA_DIR": tmp, "GPUSLICE_AUTH__LOGIN_WINDOW": str(args.window)}
@@ -63,7 +63,7 @@ def main() -> None:
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             with httpx.Client(base_url=url, timeout=30) as http:
-                _wait(http, manager)
+                wait_live(str(http.base_url).rstrip("/"), manager)
                 idle = _health(http, seconds=5)
                 hammer = subprocess.Popen(
                     [sys.executable, "-c", HAMMER, url, str(args.clients), str(args.seconds)],
@@ -73,7 +73,7 @@ def main() -> None:
                 out, _ = hammer.communicate(timeout=args.seconds + 120)
                 counts = {int(k): v for k, v in json.loads(out).items()}
                 time.sleep(args.window + 1)
-                password = _admin_password(Path(tmp))
+                password = admin_password(Path(tmp))
                 r = http.post("/api/v1/auth/login",
                               json={"username": "admin", "password": password})
                 after = "ok" if r.status_code == 200 else f"FAILED({r.status_code})"
@@ -106,27 +106,10 @@ def _pct(values: list[float], pct: int) -> float:
     return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
-def _wait(http: httpx.Client, manager: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and manager.poll() is None:
-        try:
-            if http.get("/api/v1/health").status_code == 200:
-                return
-        except httpx.TransportError:
-            time.sleep(0.2)
-    raise SystemExit("the manager did not start")
 
 
-def _admin_password(data_dir: Path) -> str:
-    text = (data_dir / "admin-credentials").read_text()
-    return next(line.split(": ", 1)[1] for line in text.splitlines()
-                if line.startswith("password: "))
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _parse() -> argparse.Namespace:

@@ -34,6 +34,7 @@ from pathlib import Path
 
 import aiodocker
 import httpx
+from _local import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -58,7 +59,7 @@ def main() -> None:
     app_image.build(tag, args.image)
     node = f"bench-{uuid.uuid4().hex[:8]}"
     with tempfile.TemporaryDirectory() as tmp:
-        proc, client = start_platform(Path(tmp), _free_port(), node)
+        proc, client = start_platform(Path(tmp), free_port(), node)
         try:
             run(client, proc.pid, tag, args)
         finally:
@@ -176,12 +177,6 @@ def _containers(node: str) -> list[str]:
     return out.split()
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _ms(seconds: float) -> float:
