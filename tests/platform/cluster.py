@@ -44,6 +44,7 @@ MANAGER_SETTINGS = {
     "GPUSLICE_NODES__ASSIGNMENT_POLL": "0.5",
     "GPUSLICE_SCHEDULER__INTERVAL": "1",
     "GPUSLICE_LOG__FORMAT": "json",
+    "GPUSLICE_SESSIONS__MAX_COUNT": "100",  # the test fills the cluster in one request
 }
 FGPU_PER_GPU = "25"  # one mock GPU per node, 25 slots of 1 fGPU
 
