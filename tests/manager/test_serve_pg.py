@@ -216,8 +216,9 @@ async def test_killed_in_the_middle_of_a_create_of_ten_leaves_none(
     raw = make_url(pg).set(drivername="postgresql").render_as_string(hide_password=False)
     holder = await asyncpg.connect(raw)
     try:
-        # The create inserts its ten sessions (one request's most), then waits on this lock to write their
-        # history: killed there, it is mid-transaction with its rows written, not committed.
+        # The create inserts its ten sessions (one request's most), then waits on this lock to
+        # write their history: killed there, it is mid-transaction with its rows written, not
+        # committed.
         tx = holder.transaction()
         await tx.start()
         await holder.execute("LOCK TABLE status_history IN EXCLUSIVE MODE")
