@@ -39,13 +39,13 @@ up: host venv web
 test: host-test venv web images lint test-sqlite test-pg
 
 test-sqlite:
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 # The manager's tests are the ones that talk to the database; each gets a database of its own.
 # The multi-node cluster (two managers on PostgreSQL, two agents) runs here too.
 test-pg:
 	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/manager \
-		tests/platform/test_cluster.py
+		tests/platform/test_cluster.py --durations=15
 
 lint: venv
 	$(VENV)/bin/ruff check .
