@@ -36,12 +36,17 @@ from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 
 
-def start_platform(data_dir: Path, port: int, node: str) -> tuple[subprocess.Popen[str], Client]:
+def start_platform(
+    data_dir: Path, port: int, node: str, *, fgpu_per_gpu: str = "2",
+    settings: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen[str], Client]:
+    """`gpuslice up` with one mock 8 GiB GPU; ``settings``: extra ``GPUSLICE_*`` variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
     env["GPUSLICE_CLIENT_CONFIG"] = str(data_dir / "client.json")
+    env.update(settings or {})
     proc = subprocess.Popen(
         [GPUSLICE, "up", "--data-dir", str(data_dir), "--port", str(port), "--node-name", node,
-         "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", "2"],
+         "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", fgpu_per_gpu],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )

@@ -30,8 +30,8 @@ from gpuslice.agent.runtime.models import (
     ImagePullError,
 )
 from gpuslice.agent.runtime.spec import SpecError, SpecOptions, build_container_spec
-from gpuslice.common.logs import bind
 from gpuslice.common.docker_engine import explain
+from gpuslice.common.logs import bind
 from gpuslice.common.schemas.agents import Assignment, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 

@@ -33,6 +33,7 @@ from gpuslice.manager.api.routes import (
     users,
 )
 from gpuslice.manager.api.version_headers import VersionHeaders
+from gpuslice.manager.db import migrate
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import LoopState, supervise
 from gpuslice.manager.proxy import pages
