@@ -106,6 +106,18 @@ class ContainerState:
             addresses=_addresses(info),
         )
 
+    @classmethod
+    def from_listing(cls, entry: Mapping[str, Any]) -> ContainerState:
+        """A container not stopped, from its entry in a container listing (which has no exit
+        code, OOM flag nor times: none of them applies before it stops)."""
+        labels = entry.get("Labels") or {}
+        names = entry.get("Names") or [""]
+        return cls.from_inspect({
+            "Id": entry["Id"], "Name": names[0],
+            "State": {"Status": entry.get("State", "unknown")},
+            "Config": {"Labels": labels}, "NetworkSettings": entry.get("NetworkSettings"),
+        })
+
 
 def _addresses(info: Mapping[str, Any]) -> dict[str, str]:
     networks = (info.get("NetworkSettings") or {}).get("Networks") or {}
