@@ -6,10 +6,10 @@ See README.md beside this file for the policies' exact semantics.
 from __future__ import annotations
 
 import heapq
+import math
 from collections import defaultdict, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from itertools import groupby
 
 from gpuslice.common.resources import Resources
@@ -101,7 +101,7 @@ class _Pass:
 
     def drf(self, order: list[Request]) -> None:
         """Dominant resource fairness within each priority level, highest level first."""
-        totals = self._cluster_totals()
+        totals = _share_scales(self._cluster_totals())
         for _, tier in groupby(order, key=lambda r: r.priority):
             per_user: dict[str, deque[Request]] = defaultdict(deque)
             for req in tier:
@@ -189,7 +189,7 @@ class _Pass:
 
     def _freest_device(self, group: GroupIndex, res: Resources) -> _Hold | None:
         for amount in reversed(group.amounts):
-            for _, rank, pos in group.slices[amount]:
+            for rank, pos in self.state.devices_at(group, amount):
                 if _could_host(self.state.nodes[rank], res):
                     return _Hold(self.state.nodes[rank], [pos])
         for ns in group.nodes:  # every device is full: hold the first one that could fit it
@@ -200,7 +200,7 @@ class _Pass:
 
     def _freest_node(self, group: GroupIndex, k: int, res: Resources) -> _Hold | None:
         for count in reversed(group.counts):  # nodes with the most entirely free devices first
-            for _, rank in group.whole[count]:
+            for rank in group.whole[count]:
                 ns = self.state.nodes[rank]
                 if _could_host(ns, res):
                     return _Hold(ns, self._freest(ns, group, k))
@@ -226,18 +226,15 @@ class _Pass:
         mem = sum(ns.node.mem for ns in self.state.nodes)
         return Resources(gpu, cpu, mem)
 
-    def _share(self, uid: str, totals: Resources) -> Fraction:
+    def _share(self, uid: str, scales: tuple[int, int, int]) -> int:
+        """The user's dominant share, times a common multiple of the totals (``_share_scales``):
+        an integer that orders users exactly as the fractions would, at a fraction of the cost
+        (a pass compares shares once per request)."""
         user = self.users.get(uid)
         if user is None:
-            return Fraction(0)
+            return 0
         used = user.used
-        shares = [
-            Fraction(part, whole)
-            for part, whole in ((used.gpu, totals.gpu), (used.cpu, totals.cpu),
-                                (used.mem, totals.mem))
-            if whole > 0
-        ]
-        return max(shares, default=Fraction(0))
+        return max(used.gpu * scales[0], used.cpu * scales[1], used.mem * scales[2])
 
     # ------------------------------------------------------------ result
 
@@ -276,6 +273,19 @@ class _Pass:
         if req.pool in held_pools:
             return "; some capacity is held for sessions that have waited longer"
         return ""
+
+
+def _share_scales(totals: Resources) -> tuple[int, int, int]:
+    """``L // total`` per resource, ``L`` the least common multiple of the totals: ``part *
+    scale`` is then ``part / total * L`` exactly, so shares compare as integers. A resource the
+    cluster has none of counts for nothing (scale 0)."""
+    wholes = [w for w in (totals.gpu, totals.cpu, totals.mem) if w > 0]
+    common = math.lcm(*wholes) if wholes else 1
+    return (
+        common // totals.gpu if totals.gpu > 0 else 0,
+        common // totals.cpu if totals.cpu > 0 else 0,
+        common // totals.mem if totals.mem > 0 else 0,
+    )
 
 
 def _shape(req: Request) -> Shape:

@@ -77,7 +77,7 @@ def _slice_reason(
             fits = True
         if group.amounts and group.amounts[-1] > largest:
             largest = group.amounts[-1]
-            _, rank, pos = group.slices[largest][0]
+            rank, pos = next(state.devices_at(group, largest))
             ns = state.nodes[rank]
             where = f" ({ns.node.name} GPU {ns.node.devices[pos].index})"
     if not fits:
@@ -100,7 +100,7 @@ def _whole_reason(
     for group, _ in groups:
         if group.counts and group.counts[-1] > most:
             most = group.counts[-1]
-            where = f" ({state.nodes[group.whole[most][0][1]].node.name})"
+            where = f" ({state.nodes[group.whole[most][0]].node.name})"
     if all(most < kk for _, kk in groups):
         return f"{need}; the most entirely free GPUs on one node is {most}{where}"
     hosts = [ns for g, kk in groups for ns in g.nodes if len(ns.whole_free(g.key)) >= kk]

@@ -10,7 +10,8 @@ the caller cache a failed request shape for the rest of the pass.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
@@ -28,9 +29,12 @@ from gpuslice.manager.scheduler.model import (
 
 # (pool, model, device capacity in milli-fGPU, device memory in bytes)
 GroupKey = tuple[str, str, int, int]
-DeviceKey = tuple[int, int, int]  # (tie-break, node rank, device position)
-NodeKey = tuple[int, int]  # (0, node rank)
-BucketKey = DeviceKey | NodeKey
+# Bucket keys are plain integers (they compare several times faster than tuples, and a pass
+# re-indexes twice per placement): a device is (node rank, position) packed for binpack and
+# (position, node rank) for spread, so the integer order is that tie-break; a node is its rank.
+BucketKey = int
+_POS_BITS = 16  # device positions on one node: fewer than 65,536
+_RANK_BITS = 32  # nodes in one pass: fewer than 4 billion
 
 
 @dataclass(slots=True)
@@ -44,6 +48,8 @@ class NodeState:
     gpu_used: int
     groups: dict[GroupKey, list[int]] = field(default_factory=dict)  # group -> device positions
     held: set[int] = field(default_factory=set)  # device positions held for a waiting request
+    device_groups: list[GroupIndex] = field(default_factory=list)  # by device position
+    whole_counts: dict[GroupKey, int] = field(default_factory=dict)  # entirely free, not held
 
     def free(self, pos: int) -> int:
         return self.node.device_capacity - self.node.devices[pos].used
@@ -75,9 +81,9 @@ class GroupIndex:
         self.cap = key[2]
         self.mem = key[3]
         self.slices: dict[int, SortedList] = {}  # free milli-fGPU -> device keys
-        self.amounts = SortedList()  # the free amounts that have devices
-        self.whole: dict[int, SortedList] = {}  # entirely free devices on a node -> node keys
-        self.counts = SortedList()
+        self.amounts: list[int] = []  # the free amounts that have devices, sorted
+        self.whole: dict[int, SortedList] = {}  # entirely free devices on a node -> ranks
+        self.counts: list[int] = []  # sorted
         self.nodes: list[NodeState] = []  # nodes with devices in this group, by rank
 
     def gpu_of(self, req: Request, step: int) -> int | None:
@@ -93,27 +99,26 @@ class GroupIndex:
 
 # A candidate placement: its score (lower is better), node, device positions and group.
 Candidate = tuple[tuple[int, int], NodeState, list[int], GroupIndex]
-BucketOp = Callable[[dict[int, SortedList], SortedList, int, BucketKey], None]
 
 
 def _add(
-    buckets: dict[int, SortedList], present: SortedList, amount: int, key: BucketKey
+    buckets: dict[int, SortedList], present: list[int], amount: int, key: BucketKey
 ) -> None:
     bucket = buckets.get(amount)
     if bucket is None:
         bucket = buckets[amount] = SortedList()
-        present.add(amount)
+        insort(present, amount)
     bucket.add(key)
 
 
 def _remove(
-    buckets: dict[int, SortedList], present: SortedList, amount: int, key: BucketKey
+    buckets: dict[int, SortedList], present: list[int], amount: int, key: BucketKey
 ) -> None:
     bucket = buckets[amount]
     bucket.remove(key)
     if not bucket:
         del buckets[amount]
-        present.remove(amount)
+        del present[bisect_left(present, amount)]
 
 
 class ClusterState:
@@ -121,6 +126,7 @@ class ClusterState:
 
     def __init__(self, nodes: Sequence[Node], strategy: Strategy, step: int = 10) -> None:
         self.strategy = strategy
+        self.spread = strategy is Strategy.SPREAD  # read on every placement: once here
         self.step = step  # milli-fGPU: what a request by GPU memory is rounded up to
         self.nodes: list[NodeState] = []
         self.groups: dict[GroupKey, GroupIndex] = {}
@@ -128,6 +134,7 @@ class ClusterState:
         self._match_cache: dict[tuple[str, str | None], list[GroupIndex]] = {}
         for rank, node in enumerate(sorted(nodes, key=lambda n: n.id)):
             self._add_node(rank, node)
+        self._build_index()
 
     # ------------------------------------------------------------ queries
 
@@ -167,26 +174,35 @@ class ClusterState:
         _, ns, positions, group = best
         return self._placement(req, ns, positions, group)
 
+    def devices_at(self, group: GroupIndex, amount: int) -> Iterator[tuple[int, int]]:
+        """(node rank, device position) of the group's devices with ``amount`` free, best
+        tie-break first."""
+        if self.spread:
+            mask = (1 << _RANK_BITS) - 1
+            return ((key & mask, key >> _RANK_BITS) for key in group.slices[amount])
+        mask = (1 << _POS_BITS) - 1
+        return ((key >> _POS_BITS, key & mask) for key in group.slices[amount])
+
     # ------------------------------------------------------------ changes
 
     def allocate(self, found: Found) -> None:
         """Take the placement's capacity from the working state and re-index what changed."""
         ns, positions = found.node, found.positions
-        self._unindex(ns, positions)
+        before = self._indexed(ns, positions)
         for pos, piece in zip(positions, found.placement.slices, strict=True):
             ns.node.devices[pos].used += piece.gpu
             ns.gpu_used += piece.gpu
         ns.cpu_free -= found.placement.resources.cpu
         ns.mem_free -= found.placement.resources.mem
-        self._index(ns, positions)
+        self._reindex(ns, positions, before)
 
     def hold(self, ns: NodeState, positions: list[int], res: Resources) -> None:
         """Keep devices and cpu/mem of a node out of reach for the rest of the pass."""
-        self._unindex(ns, positions)
+        before = self._indexed(ns, positions)
         ns.held.update(positions)
         ns.cpu_free = max(0, ns.cpu_free - res.cpu)
         ns.mem_free = max(0, ns.mem_free - res.mem)
-        self._index(ns, positions)  # held devices are left out of the index
+        self._reindex(ns, positions, before)  # held devices are left out of the index
 
     # ------------------------------------------------------------ helpers
 
@@ -200,6 +216,8 @@ class ClusterState:
             copy, rank, node.cpu - node.cpu_used, node.mem - node.mem_used,
             sum(d.used for d in devices),
         )
+        if len(devices) >= 1 << _POS_BITS or rank >= 1 << _RANK_BITS:
+            raise ValueError("a pass takes fewer than 65,536 devices per node and 2**32 nodes")
         for pos, dev in enumerate(devices):
             key = (node.pool, dev.model, node.device_capacity, dev.mem)
             ns.groups.setdefault(key, []).append(pos)
@@ -210,47 +228,86 @@ class ClusterState:
             if group is None:
                 group = self.groups[key] = GroupIndex(key)
             group.nodes.append(ns)
-        self._index(ns, list(range(len(devices))))
+        ns.device_groups = [
+            self.groups[(node.pool, dev.model, node.device_capacity, dev.mem)] for dev in devices
+        ]
+        ns.whole_counts = {
+            key: sum(1 for p in members if devices[p].used == 0)
+            for key, members in ns.groups.items()
+        }
 
-    def _groups_of(self, ns: NodeState, positions: list[int]) -> set[GroupKey]:
-        return {k for k, members in ns.groups.items() if any(p in members for p in positions)}
+    def _build_index(self) -> None:
+        """Every group's buckets, built at once (sorting each bucket once is several times
+        faster than adding keys one by one)."""
+        spread = self.spread
+        slices: dict[GroupIndex, dict[int, list[int]]] = {g: {} for g in self.groups.values()}
+        whole: dict[GroupIndex, dict[int, list[int]]] = {g: {} for g in self.groups.values()}
+        for ns in self.nodes:
+            cap, rank = ns.node.device_capacity, ns.rank
+            for pos, dev in enumerate(ns.node.devices):
+                if cap - dev.used > 0:
+                    key = (pos << _RANK_BITS) | rank if spread else (rank << _POS_BITS) | pos
+                    slices[ns.device_groups[pos]].setdefault(cap - dev.used, []).append(key)
+            for key, count in ns.whole_counts.items():
+                if count:
+                    whole[self.groups[key]].setdefault(count, []).append(rank)
+        for group in self.groups.values():
+            group.slices = {a: SortedList(keys) for a, keys in slices[group].items()}
+            group.amounts = sorted(group.slices)
+            group.whole = {c: SortedList(ranks) for c, ranks in whole[group].items()}
+            group.counts = sorted(group.whole)
 
-    def _unindex(self, ns: NodeState, positions: list[int]) -> None:
-        self._reindex(ns, positions, _remove)
+    def _indexed(self, ns: NodeState, positions: list[int]) -> list[int]:
+        """The free amount each device is indexed under now (0: not indexed: full or held)."""
+        devices, held, cap = ns.node.devices, ns.held, ns.node.device_capacity
+        return [0 if p in held else cap - devices[p].used for p in positions]
 
-    def _index(self, ns: NodeState, positions: list[int]) -> None:
-        self._reindex(ns, positions, _add)
+    def _reindex(self, ns: NodeState, positions: list[int], before: list[int]) -> None:
+        """Move the devices at ``positions`` (indexed under ``before``) to their buckets now,
+        and the node in the buckets of entirely free devices where that count changed.
 
-    def _reindex(self, ns: NodeState, positions: list[int], op: BucketOp) -> None:
-        # Keys are static, so a change re-indexes only the devices it touched. Among devices
-        # with the same free amount, binpack takes the lowest node rank first (filling nodes one
-        # after another); spread takes the lowest device position first and then the node rank,
-        # which deals new slices round-robin over the nodes.
-        spread = self.strategy is Strategy.SPREAD
-        devices = ns.node.devices
-        cap = ns.node.device_capacity
-        for pos in positions:
-            free = cap - devices[pos].used
-            if free > 0 and pos not in ns.held:
-                group = self.groups[(ns.node.pool, devices[pos].model, cap, devices[pos].mem)]
-                op(group.slices, group.amounts, free, (pos if spread else 0, ns.rank, pos))
-        for key in self._groups_of(ns, positions):
-            count = len(ns.whole_free(key))
+        Keys are static, so a change touches only the devices it changed. Among devices with
+        the same free amount, binpack takes the lowest node rank first (filling nodes one after
+        another); spread takes the lowest device position first and then the node rank, which
+        deals new slices round-robin over the nodes. (The hot path of a pass: each placement
+        comes here once.)"""
+        spread = self.spread
+        cap, rank = ns.node.device_capacity, ns.rank
+        now = self._indexed(ns, positions)
+        counts: dict[GroupIndex, int] = {}  # group -> entirely free devices before the change
+        for pos, was, free in zip(positions, before, now, strict=True):
+            if was == free:
+                continue
+            group = ns.device_groups[pos]
+            key = (pos << _RANK_BITS) | rank if spread else (rank << _POS_BITS) | pos
+            if was > 0:
+                _remove(group.slices, group.amounts, was, key)
+            if free > 0:
+                _add(group.slices, group.amounts, free, key)
+            if group not in counts:
+                counts[group] = ns.whole_counts[group.key]
+            # entirely free = indexed with the whole device free
+            ns.whole_counts[group.key] += (free == cap) - (was == cap)
+        for group, was_count in counts.items():
+            count = ns.whole_counts[group.key]
+            if count == was_count:
+                continue
+            if was_count:
+                _remove(group.whole, group.counts, was_count, rank)
             if count:
-                group = self.groups[key]
-                op(group.whole, group.counts, count, (0, ns.rank))
+                _add(group.whole, group.counts, count, rank)
 
-    def _amounts(self, present: SortedList, least: int) -> Iterator[int]:
-        start = present.bisect_left(least)
-        if self.strategy is Strategy.SPREAD:
-            return present.islice(start, reverse=True)
-        return present.islice(start)
+    def _amounts(self, present: list[int], least: int) -> list[int]:
+        # a copy: these lists are short (one entry per distinct free amount)
+        start = bisect_left(present, least)
+        fitting = present[start:]
+        return fitting[::-1] if self.spread else fitting
 
     def _find_slice(
         self, group: GroupIndex, gpu: int, cpu: int, mem: int
     ) -> Candidate | None:
         for amount in self._amounts(group.amounts, gpu):
-            for _, rank, pos in group.slices[amount]:
+            for rank, pos in self.devices_at(group, amount):
                 ns = self.nodes[rank]
                 if ns.fits(cpu, mem):
                     return (self._score(amount - gpu, rank), ns, [pos], group)
@@ -260,7 +317,7 @@ class ClusterState:
         self, group: GroupIndex, k: int, cpu: int, mem: int
     ) -> Candidate | None:
         for count in self._amounts(group.counts, k):
-            for _, rank in group.whole[count]:
+            for rank in group.whole[count]:
                 ns = self.nodes[rank]
                 if ns.fits(cpu, mem):
                     positions = ns.whole_free(group.key)[:k]
@@ -275,7 +332,7 @@ class ClusterState:
 
     def _score(self, leftover: int, rank: int) -> tuple[int, int]:
         """Lower is better: binpack wants the tightest fit, spread the loosest."""
-        return (leftover if self.strategy is Strategy.BINPACK else -leftover, rank)
+        return (-leftover if self.spread else leftover, rank)
 
     def _placement(
         self, req: Request, ns: NodeState, positions: list[int], group: GroupIndex | None
