@@ -355,7 +355,10 @@ class Agent:
                     self.say("agent: the Docker Engine is back; re-adopting its containers")
                 lost = False
                 log.info("docker events: connected")
-            self._kick.set()
+            if event.kind != "start" or event.session_id not in self._busy:
+                # A start the agent made itself is followed by its step's end, which kicks
+                # reconcile then: one pass, not two (each lists the node's containers).
+                self._kick.set()
             if stop.is_set():
                 return
 

@@ -210,8 +210,12 @@ class SessionActions:
         else:
             await self.runtime.stop_container(cid, self.settings.stop_grace_s)
         logs = await self._final_logs(sid, cid)
-        await self.runtime.remove(sid, cid)
+        # Reported once stopped, removed after: the slice is free when the process is gone,
+        # so the next session in the queue does not wait for the container's removal. This
+        # step is the session's one until it ends, so reconcile cannot see the stopped
+        # container meanwhile and report it as having exited by itself.
         await self.report(sid, StateReport(status=status, reason=reason, logs=logs))
+        await self.runtime.remove(sid, cid)
 
     async def _remove(self, sid: str, cid: str | None) -> None:
         self.say(
