@@ -5,13 +5,14 @@ in a subprocess; N batch sessions running ``true`` (1 fGPU, 0.1 CPU, 64 MiB each
 once) are created through the SDK, and the clock stops when the last one is TERMINATED (from
 the event stream). Then every session must be TERMINATED with result SUCCESS, and no container
 of the node may be left behind. Floor: the same N containers (same image, command, user,
-limits, init) created, started, waited for and removed through the Engine API (aiodocker), 8
-at a time, measured in the same run just before.
+limits, init, on the agent's fenced session network) created, started, waited for and removed
+through the Engine API (aiodocker), 8 at a time, measured in the same run just before; and the
+same on Docker's default bridge (no isolation: ``bridge_*``), just after.
 
     python bench/throughput.py [--sessions 200] [--image gpuslice/base:<version>]
 
-Last line: ``platform_per_s=<n> floor_per_s=<n> ratio=<x> lost=<n> left=<n>`` (ratio: the
-platform's rate over the floor's).
+Last line: ``platform_per_s=<n> floor_per_s=<n> ratio=<x> bridge_per_s=<n> bridge_ratio=<x>
+lost=<n> left=<n>`` (ratio: the platform's rate over the floor's).
 """
 
 from __future__ import annotations
@@ -45,10 +46,8 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--image", default=DEFAULT_SESSION_IMAGE)
     args = parser.parse_args()
-    floor_s = asyncio.run(plain_batch(args.image, args.sessions))
-    print(f"floor:    {args.sessions} containers in {floor_s:.1f} s "
-          f"({args.sessions / floor_s:.2f}/s)", flush=True)
     node = f"bench-{uuid.uuid4().hex[:6]}"
+    network = f"gpuslice-{node}"  # the agent's fenced session network
     with tempfile.TemporaryDirectory() as tmp:
         proc, client = start_platform(
             Path(tmp), _free_port(), node, fgpu_per_gpu=str(SLOTS),
@@ -56,17 +55,26 @@ def main() -> None:
                       "GPUSLICE_SESSIONS__MAX_COUNT": "100"},
         )
         try:
+            floor_s = asyncio.run(plain_batch(args.image, args.sessions, network))
+            print(f"floor:    {args.sessions} containers in {floor_s:.1f} s "
+                  f"({args.sessions / floor_s:.2f}/s), on the session network", flush=True)
             platform_s, lost = platform_batch(client, args.image, args.sessions)
+            print(f"platform: {args.sessions} sessions in {platform_s:.1f} s "
+                  f"({args.sessions / platform_s:.2f}/s)", flush=True)
             left = _left_behind(node)
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(60)
             _remove_containers(node)
-    print(f"platform: {args.sessions} sessions in {platform_s:.1f} s "
-          f"({args.sessions / platform_s:.2f}/s); lost {lost}, containers left {left}")
+            subprocess.run(["docker", "network", "rm", network], capture_output=True)
+    bridge_s = asyncio.run(plain_batch(args.image, args.sessions, None))
+    print(f"bridge:   {args.sessions} containers in {bridge_s:.1f} s "
+          f"({args.sessions / bridge_s:.2f}/s), on Docker's default bridge (no isolation)")
+    print(f"lost {lost}, containers left {left}")
     rate, floor = args.sessions / platform_s, args.sessions / floor_s
+    bridge = args.sessions / bridge_s
     print(f"platform_per_s={rate:.2f} floor_per_s={floor:.2f} ratio={rate / floor:.2f} "
-          f"lost={lost} left={left}")
+          f"bridge_per_s={bridge:.2f} bridge_ratio={rate / bridge:.2f} lost={lost} left={left}")
 
 
 def platform_batch(client: Client, image: str, n: int) -> tuple[float, int]:
@@ -102,15 +110,17 @@ def _follow(client: Client, ended: dict[str, float], wanted: set[str],
                 done.set()
 
 
-async def plain_batch(image: str, n: int) -> float:
-    """The floor: n containers through the Engine API, SLOTS at a time."""
-    config = {
-        "Image": image, "Cmd": ["true"], "User": "1000:1000",
-        "Labels": {"gpuslice-bench": "throughput"},
-        "HostConfig": {"NanoCpus": 100_000_000, "Memory": 64 * 2**20,
-                       "MemorySwap": 64 * 2**20, "Init": True, "CapDrop": ["ALL"],
-                       "SecurityOpt": ["no-new-privileges"]},
+async def plain_batch(image: str, n: int, network: str | None) -> float:
+    """The floor: n containers through the Engine API, SLOTS at a time, on ``network`` (the
+    sessions' one: isolation is part of what a session is) or Docker's default bridge."""
+    host: dict[str, object] = {
+        "NanoCpus": 100_000_000, "Memory": 64 * 2**20, "MemorySwap": 64 * 2**20, "Init": True,
+        "CapDrop": ["ALL"], "SecurityOpt": ["no-new-privileges"],
     }
+    if network is not None:
+        host["NetworkMode"] = network
+    config = {"Image": image, "Cmd": ["true"], "User": "1000:1000",
+              "Labels": {"gpuslice-bench": "throughput"}, "HostConfig": host}
     slots = asyncio.Semaphore(SLOTS)
     async with aiodocker.Docker() as docker:
         await docker.version()

@@ -184,6 +184,16 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
         found.sort(key=lambda s: s.name != name)  # the named one first: it is the real one
         return found[0]
 
+    async def inspect(self, container_id: str) -> ContainerState | None:
+        """One container by id, or ``None`` when it is gone."""
+        try:
+            info = await self._call(lambda d: d.containers.container(container_id).show())
+        except aiodocker.DockerError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return ContainerState.from_inspect(info)
+
     async def list_managed(self) -> list[ContainerState]:
         """Every session container of this node, running or not, from Docker's labels."""
         return await self._list({"label": [LABEL_SESSION, self._node_label]})
@@ -464,6 +474,7 @@ def _to_event(raw: dict[str, Any]) -> RuntimeEvent | None:
         session_id=str(attributes.get(LABEL_SESSION, "")),
         container_id=str(actor.get("ID") or raw.get("id") or ""),
         exit_code=int(code) if code is not None and str(code).lstrip("-").isdigit() else None,
+        name=str(attributes.get("name", "")),
     )
 
 
