@@ -53,7 +53,7 @@ async def in_session(
     await link.heartbeat(Heartbeat(cpu=8000, mem=16 * GiB))
     [session] = await create(alice, resources={"cpu": 1, "mem": "1g"})
     for _ in range(100):
-        if (await link.assignments(None, 0)).sessions:
+        if (await link.assignments(None, 0))[0].sessions:
             break
         await asyncio.sleep(0.1)
     await link.report(session["id"], StateReport(status=SessionStatus.RUNNING))

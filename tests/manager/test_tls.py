@@ -87,7 +87,8 @@ async def test_an_agent_joins_over_https_checking_the_certificate(
             await untrusting.connect(NodeRegister(join_token=token, name="tls-node"))
     finally:
         await untrusting.close()
-    link = ManagerLink(https_url, tmp_path / "a2", ca_bundle=pki.ca)
+    trusting = ssl.create_default_context(cafile=str(pki.ca))
+    link = ManagerLink(https_url, tmp_path / "a2", verify=trusting)
     try:
         credential = await link.connect(NodeRegister(join_token=token, name="tls-node"))
         assert credential.manager_url == https_url  # the token was not used by the refusal
