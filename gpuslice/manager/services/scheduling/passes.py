@@ -152,15 +152,16 @@ async def _apply(db: AsyncSession, snap: Snapshot, result: PassResult) -> PassSt
     placed = [(p, snap.pending[p.request_id]) for p in result.placements]
     for start in range(0, len(placed), BATCH):
         batch = placed[start:start + BATCH]
-        try:
-            await apply_placements(db, batch, names)
-            await db.commit()
-            stats.placed += len(batch)
-            continue
-        except (PlacementLost, StaleStatus, DBAPIError) as exc:
-            await db.rollback()
-            log.info("a batch of %d placements lost a race (%s); placing them one by one",
-                     len(batch), exc)
+        if len(batch) > 1:  # (one placement alone goes the simpler way below)
+            try:
+                await apply_placements(db, batch, names)
+                await db.commit()
+                stats.placed += len(batch)
+                continue
+            except (PlacementLost, StaleStatus, DBAPIError) as exc:
+                await db.rollback()
+                log.info("a batch of %d placements lost a race (%s); placing them one by one",
+                         len(batch), exc)
         for placement, row in batch:
             try:
                 await apply_placement(db, placement, row, names[placement.node_id])
