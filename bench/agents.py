@@ -12,7 +12,7 @@ resident memory (sampled), and how many nodes the manager wrongly marked LOST.
     python bench/agents.py [--agents 1000] [--seconds 120] [--pg postgresql+asyncpg://…]
 
 Last line: ``heartbeat_ms_p50=<ms> heartbeat_ms_p99=<ms> manager_cpu_cores=<x>
-manager_rss_mb=<MB> lost_nodes=<n> agents=<n> seconds=<s>``.
+manager_rss_mb=<MB> lost_nodes=<n> failed_calls=<n> agents=<n> seconds=<s>``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
@@ -45,6 +46,7 @@ GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 DEFAULT_PG = "postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice"
 GiB = 1024**3
 IMAGES = ["gpuslice/base:0.1.0", "gpuslice/scipy:1.5.2", "python:3.11"]
+FAILED: list[float] = []  # calls that failed (refused, reset, 5xx)
 
 
 def main() -> None:
@@ -131,22 +133,27 @@ async def _run(url: str, tmp: Path, pid: int, args: argparse.Namespace) -> dict[
         interval = nodes[0][1] / 1000
         beats: list[float] = []
         stop = asyncio.Event()
-        cpu_before, started = _cpu_seconds(pid), time.monotonic()
-        rss = [_rss_mb(pid)]
-        tasks = [asyncio.create_task(_agent(client, auth, interval, beats, stop, i))
-                 for i, (auth, _ms) in enumerate(nodes)]
-        while time.monotonic() - started < args.seconds:
-            await asyncio.sleep(1.0)
-            rss.append(_rss_mb(pid))
-        cpu = (_cpu_seconds(pid) - cpu_before) / (time.monotonic() - started)
-        stop.set()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        # aiohttp for the agents' own calls: httpx's pool costs grow with its connections,
+        # and with 2,000 of them this process, not the manager, would set the pace.
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(url, connector=connector) as agents:
+            cpu_before, started = _cpu_seconds(pid), time.monotonic()
+            rss = [_rss_mb(pid)]
+            tasks = [asyncio.create_task(_agent(agents, auth, interval, beats, stop, i))
+                     for i, (auth, _ms) in enumerate(nodes)]
+            while time.monotonic() - started < args.seconds:
+                await asyncio.sleep(1.0)
+                rss.append(_rss_mb(pid))
+            cpu = (_cpu_seconds(pid) - cpu_before) / (time.monotonic() - started)
+            stop.set()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         listed = (await client.get("/api/v1/nodes")).json()
     lost = sum(1 for n in listed if n["status"] != "ALIVE")
     return {"beats": beats, "manager_cpu_cores": f"{cpu:.2f}",
-            "manager_rss_mb": f"{max(rss):.0f}", "lost_nodes": lost, "agents": args.agents,
+            "manager_rss_mb": f"{max(rss):.0f}", "lost_nodes": lost,
+            "failed_calls": len(FAILED), "agents": args.agents,
             "seconds": f"{args.seconds:.0f}"}
 
 
@@ -160,6 +167,14 @@ async def _login(client: httpx.AsyncClient, tmp: Path) -> None:
 
 async def _register(client: httpx.AsyncClient, count: int) -> list[tuple[dict[str, str], int]]:
     async def one(i: int) -> tuple[dict[str, str], int]:
+        for _attempt in range(5):
+            try:
+                return await join(i)
+            except httpx.TransportError:  # the manager busy with the others: once more
+                await asyncio.sleep(1.0)
+        return await join(i)
+
+    async def join(i: int) -> tuple[dict[str, str], int]:
         name = f"agent-{i:04d}"
         token = (await client.post("/api/v1/join-tokens", json={"name": name})).json()["token"]
         r = await client.post("/api/v1/agents/register", headers={"Authorization": ""},
@@ -169,12 +184,12 @@ async def _register(client: httpx.AsyncClient, count: int) -> list[tuple[dict[st
         return {"Authorization": f"Bearer {body['credential']}"}, body["heartbeat_interval_ms"]
 
     nodes = []
-    for start in range(0, count, 50):
-        nodes += await asyncio.gather(*(one(i) for i in range(start, min(count, start + 50))))
+    for start in range(0, count, 10):
+        nodes += await asyncio.gather(*(one(i) for i in range(start, min(count, start + 10))))
     return nodes
 
 
-async def _agent(client: httpx.AsyncClient, auth: dict[str, str], interval: float,
+async def _agent(client: aiohttp.ClientSession, auth: dict[str, str], interval: float,
                  beats: list[float], stop: asyncio.Event, index: int) -> None:
     body = _heartbeat(index)
     await asyncio.sleep(random.uniform(0, interval))  # agents start at different times
@@ -182,24 +197,34 @@ async def _agent(client: httpx.AsyncClient, auth: dict[str, str], interval: floa
     try:
         while not stop.is_set():
             started = time.perf_counter()
-            r = await client.post("/api/v1/agents/me/heartbeat", headers=auth, json=body)
-            beats.append((time.perf_counter() - started) * 1000)
-            r.raise_for_status()
+            try:
+                async with client.post("/api/v1/agents/me/heartbeat", headers=auth,
+                                       json=body) as r:
+                    r.raise_for_status()
+                    await r.read()
+                beats.append((time.perf_counter() - started) * 1000)
+            except aiohttp.ClientError:  # counted, and the agent goes on (as a real one does)
+                FAILED.append(time.perf_counter() - started)
             await asyncio.sleep(max(0.0, interval - (time.perf_counter() - started)))
     finally:
         polls.cancel()
 
 
-async def _long_polls(client: httpx.AsyncClient, auth: dict[str, str],
+async def _long_polls(client: aiohttp.ClientSession, auth: dict[str, str],
                       stop: asyncio.Event) -> None:
     version = None
     while not stop.is_set():
         params: dict[str, Any] = {"wait": 25}
         if version is not None:
             params["since"] = version
-        r = await client.get("/api/v1/agents/me/assignments", headers=auth, params=params)
-        r.raise_for_status()
-        version = r.json()["version"]
+        try:
+            async with client.get("/api/v1/agents/me/assignments", headers=auth,
+                                  params=params) as r:
+                r.raise_for_status()
+                version = (await r.json())["version"]
+        except aiohttp.ClientError:
+            FAILED.append(0.0)
+            await asyncio.sleep(1.0)
 
 
 def _heartbeat(index: int) -> dict[str, Any]:

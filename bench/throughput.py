@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import socket
 import subprocess
@@ -34,7 +35,7 @@ import aiodocker
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.start_latency import start_platform  # noqa: E402
-from gpuslice.client import Client  # noqa: E402
+from gpuslice.client import ApiError, Client  # noqa: E402
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE  # noqa: E402
 
 SLOTS = 8  # 1 fGPU sessions on one GPU of 8 fGPU
@@ -103,11 +104,12 @@ def platform_batch(client: Client, image: str, n: int) -> tuple[float, int]:
 
 def _follow(client: Client, ended: dict[str, float], wanted: set[str],
             done: threading.Event) -> None:
-    for change in client.events():
-        if change.status.value in FINAL:
-            ended[change.session_id] = time.perf_counter()
-            if wanted and wanted <= ended.keys():
-                done.set()
+    with contextlib.suppress(ApiError):  # the platform stops at the end
+        for change in client.events():
+            if change.status.value in FINAL:
+                ended[change.session_id] = time.perf_counter()
+                if wanted and wanted <= ended.keys():
+                    done.set()
 
 
 async def plain_batch(image: str, n: int, network: str | None) -> float:
