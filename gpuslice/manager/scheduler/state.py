@@ -248,9 +248,9 @@ class ClusterState:
                 if cap - dev.used > 0:
                     key = (pos << _RANK_BITS) | rank if spread else (rank << _POS_BITS) | pos
                     slices[ns.device_groups[pos]].setdefault(cap - dev.used, []).append(key)
-            for key, count in ns.whole_counts.items():
+            for group_key, count in ns.whole_counts.items():
                 if count:
-                    whole[self.groups[key]].setdefault(count, []).append(rank)
+                    whole[self.groups[group_key]].setdefault(count, []).append(rank)
         for group in self.groups.values():
             group.slices = {a: SortedList(keys) for a, keys in slices[group].items()}
             group.amounts = sorted(group.slices)

@@ -129,8 +129,8 @@ async def transition_many(
         for r, c in zip(rows, changes, strict=True)
     ])
     wake_after_commit(db, "history")
-    nodes = sorted({c.get("node_id", r.node_id) for r, c in zip(rows, changes, strict=True)}
-                   - {None})
+    touched = (c.get("node_id", r.node_id) for r, c in zip(rows, changes, strict=True))
+    nodes: list[str] = sorted({str(n) for n in touched if n is not None})
     if nodes:
         await db.execute(update(NodeRow).where(NodeRow.id.in_(nodes)).values(
             assignment_version=NodeRow.assignment_version + 1))
