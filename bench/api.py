@@ -1,4 +1,4 @@
-"""Manager API latency: create → SCHEDULED, and listing a page of 100 among 10,000 sessions.
+"""Manager API latency: create → SCHEDULED, and a page of 100 among many sessions.
 
     python bench/api.py                      # SQLite in a temporary directory
     python bench/api.py --pg postgresql://user:pw@host/db   # a fresh database on that server
@@ -6,7 +6,9 @@
 The app runs in this process (its real lifespan: migrations, scheduling loop) and is called
 through httpx's ASGI transport, so the figures are the manager's own, without network hops.
 create → SCHEDULED is measured from just before the POST to the SCHEDULED row's timestamp in the
-status history. Last line: ``create_to_scheduled_ms_p50=<ms> list_page_ms_p99=<ms>``.
+status history. Pages are listed unfiltered, by status (a tenth of the sessions) and by owner
+(half). Last line: ``create_to_scheduled_ms_p50=<ms> list_page_ms_p99=<ms>
+list_status_ms_p99=<ms> list_owner_ms_p99=<ms>``.
 """
 
 from __future__ import annotations
@@ -52,14 +54,23 @@ async def main() -> None:
                     await _login(client, Path(tmp))
                     await _add_node(client)
                     create_ms = await _create_to_scheduled(client, args.creates)
-                    await _fill(app, args.sessions)
-                    list_ms = await _list_pages(client, args.lists)
+                    owner = await _fill(app, args.sessions)
+                    lists = {
+                        "list_page_ms": await _list_pages(client, args.lists, {}),
+                        "list_status_ms": await _list_pages(client, args.lists,
+                                                            {"status": "ERROR"}),
+                        "list_owner_ms": await _list_pages(client, args.lists,
+                                                           {"owner": owner}),
+                    }
     backend = "postgresql" if args.pg else "sqlite"
     print(f"backend={backend} creates={len(create_ms)} sessions_listed_from={args.sessions}")
     _report("create_to_scheduled_ms", create_ms)
-    _report("list_page_ms", list_ms)
+    for name, values in lists.items():
+        _report(name, values)
     p50 = statistics.median(create_ms)
-    print(f"create_to_scheduled_ms_p50={p50:.2f} list_page_ms_p99={_pct(list_ms, 99):.2f}")
+    print(f"create_to_scheduled_ms_p50={p50:.2f} "
+          + " ".join(f"{name.replace('_ms', '')}_ms_p99={_pct(values, 99):.2f}"
+                     for name, values in lists.items()))
 
 
 def _parse() -> argparse.Namespace:
@@ -138,17 +149,22 @@ async def _scheduled_at(client: httpx.AsyncClient, session_id: str) -> datetime:
     raise RuntimeError(f"session {session_id} was not scheduled within 10 s")
 
 
-async def _fill(app: Any, total: int) -> None:
-    """Top the sessions table up to ``total`` rows (finished sessions, as after months of use)."""
+async def _fill(app: Any, total: int) -> str:
+    """Top the sessions table up to ``total`` rows (ended sessions, as after months of use),
+    a tenth of them ERROR, every other one another user's; that user's name."""
     async with app.state.sessionmaker() as db:
-        owner = await db.scalar(select(User.id))
+        admin = await db.scalar(select(User.id))
+        other = User(username="bench-user", password_hash="-", role="user", is_active=True)
+        db.add(other)
+        await db.flush()
         have = len((await db.scalars(select(SessionRow.id))).all())
         base = datetime.now(UTC) - timedelta(days=30)
         rows = [
             {
-                "name": f"old-{i}", "owner_id": owner, "image": IMAGE, "type": "batch",
-                "command": ["python", "train.py"], "env": {"SEED": str(i)}, "priority": 0,
-                "gpu": 500, "cpu": 1000, "mem": GiB, "status": "TERMINATED",
+                "name": f"old-{i}", "owner_id": other.id if i % 2 else admin, "image": IMAGE,
+                "type": "batch", "command": ["python", "train.py"], "env": {"SEED": str(i)},
+                "priority": 0, "gpu": 500, "cpu": 1000, "mem": GiB,
+                "status": "ERROR" if i % 10 == 3 else "TERMINATED",
                 "status_reason": "exited with code 0", "result": "SUCCESS", "exit_code": 0,
                 "created_at": base + timedelta(seconds=i), "updated_at": base,
             }
@@ -157,14 +173,18 @@ async def _fill(app: Any, total: int) -> None:
         for start in range(0, len(rows), 1000):
             await db.execute(insert(SessionRow), rows[start : start + 1000])
         await db.commit()
+    return "bench-user"
 
 
-async def _list_pages(client: httpx.AsyncClient, samples: int) -> list[float]:
+async def _list_pages(
+    client: httpx.AsyncClient, samples: int, filters: dict[str, str]
+) -> list[float]:
     latencies = []
     for i in range(samples):
-        offset = (i * 100) % 10_000
+        offset = (i * 100) % 9_000  # within the first 9,000 of each listing
         started = time.perf_counter()
-        r = await client.get("/api/v1/sessions", params={"limit": 100, "offset": offset})
+        r = await client.get("/api/v1/sessions",
+                             params={"limit": 100, "offset": offset, **filters})
         latencies.append((time.perf_counter() - started) * 1000)
         r.raise_for_status()
         assert len(r.json()["items"]) == 100

@@ -6,9 +6,14 @@ arrives on the event stream. Plain: the same image and command created and start
 same Engine API (aiodocker), the clock stopping when start returns. Runs alternate between the
 two so that both see the same machine load.
 
-    python bench/start_latency.py [--runs 10] [--image gpuslice/base:<version>]
+    python bench/start_latency.py [--runs 10] [--restarts 7] [--image gpuslice/base:<version>]
 
-Last line: ``platform_ms_p50=<ms> plain_ms_p50=<ms> ratio=<x>``.
+Then the queue restart: four sessions hold the whole GPU and a fifth waits; the clock runs from
+the request destroying a holder to the waiting session's RUNNING event (its floor: the plain
+start, so ``restart_over_plain_ms`` is what the platform adds on that path).
+
+Last line: ``platform_ms_p50=<ms> plain_ms_p50=<ms> ratio=<x> restart_ms_p50=<ms>
+restart_over_plain_ms=<ms>``.
 """
 
 from __future__ import annotations
@@ -36,12 +41,17 @@ from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 
 
-def start_platform(data_dir: Path, port: int, node: str) -> tuple[subprocess.Popen[str], Client]:
+def start_platform(
+    data_dir: Path, port: int, node: str, *, fgpu_per_gpu: str = "2",
+    settings: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen[str], Client]:
+    """`gpuslice up` with one mock 8 GiB GPU; ``settings``: extra ``GPUSLICE_*`` variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
     env["GPUSLICE_CLIENT_CONFIG"] = str(data_dir / "client.json")
+    env.update(settings or {})
     proc = subprocess.Popen(
         [GPUSLICE, "up", "--data-dir", str(data_dir), "--port", str(port), "--node-name", node,
-         "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", "2"],
+         "--mock-gpus", "1x8GiB", "--fgpu-per-gpu", fgpu_per_gpu],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         start_new_session=True,
     )
@@ -93,6 +103,49 @@ async def plain_run(image: str) -> float:
     return elapsed
 
 
+def queue_restarts(
+    client: Client, events: queue.Queue[tuple[str, str, float]], runs: int, image: str
+) -> list[float]:
+    """Capacity full (4 sessions of 0.5 fGPU on 2 fGPU) and one session waiting: destroy a
+    holder; seconds from the destroy request to the waiting session's RUNNING event."""
+    holders = [_started(client, events, image, f"hold-{i}") for i in range(4)]
+    restarts = []
+    try:
+        for i in range(runs):
+            [waiting] = client.create_sessions(image=image, gpu="0.5", cpu="0.25", mem="128m",
+                                               name=f"queued-{i}")
+            time.sleep(0.3)  # it is PENDING, behind the full GPU
+            victim = holders.pop(0)
+            started = time.perf_counter()
+            client.destroy_sessions([victim])
+            restarts.append(_await_status(events, waiting.id, "RUNNING") - started)
+            holders.append(waiting.id)
+            print(f"restart {i + 1:2d}: {restarts[-1] * 1000:7.1f} ms", flush=True)
+    finally:
+        client.destroy_sessions(holders)
+        for sid in holders:
+            client.wait(sid, {"TERMINATED"}, timeout=60)
+    return restarts
+
+
+def _started(client: Client, events: queue.Queue[tuple[str, str, float]], image: str,
+             name: str) -> str:
+    [session] = client.create_sessions(image=image, gpu="0.5", cpu="0.25", mem="128m",
+                                       name=name)
+    _await_status(events, session.id, "RUNNING")
+    return session.id
+
+
+def _await_status(events: queue.Queue[tuple[str, str, float]], session_id: str,
+                  wanted: str) -> float:
+    while True:
+        sid, status, at = events.get(timeout=60)
+        if sid == session_id and status in (wanted, "ERROR"):
+            if status != wanted:
+                raise SystemExit(f"session {session_id} failed")
+            return at
+
+
 def follow(client: Client, events: queue.Queue[tuple[str, str, float]]) -> None:
     for change in client.events():
         events.put((change.session_id, change.status.value, time.perf_counter()))
@@ -101,6 +154,7 @@ def follow(client: Client, events: queue.Queue[tuple[str, str, float]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--restarts", type=int, default=7, help="queue restarts to time")
     parser.add_argument("--image", default=DEFAULT_SESSION_IMAGE)
     args = parser.parse_args()
     with socket.socket() as probe:
@@ -121,7 +175,10 @@ def main() -> None:
                 platform_ms.append(platform_run(client, events, i) * 1000)
                 plain_ms.append(asyncio.run(plain_run(args.image)) * 1000)
                 print(f"run {i:2d}: platform {platform_ms[-1]:7.1f} ms   "
-                      f"plain {plain_ms[-1]:7.1f} ms")
+                      f"plain {plain_ms[-1]:7.1f} ms", flush=True)
+            restart_ms = [t * 1000 for t in queue_restarts(client, events, args.restarts,
+                                                           args.image)]
+            plain_ms += [asyncio.run(plain_run(args.image)) * 1000 for _ in range(3)]
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(60)
@@ -129,7 +186,11 @@ def main() -> None:
     print(f"platform: median {p50:.1f} ms, max {max(platform_ms):.1f} ms "
           f"(create request -> RUNNING event)")
     print(f"plain:    median {q50:.1f} ms, max {max(plain_ms):.1f} ms (create + start)")
-    print(f"platform_ms_p50={p50:.1f} plain_ms_p50={q50:.1f} ratio={p50 / q50:.2f}")
+    r50 = statistics.median(restart_ms)
+    print(f"restart:  median {r50:.1f} ms, max {max(restart_ms):.1f} ms (destroy request -> "
+          "the waiting session's RUNNING event)")
+    print(f"platform_ms_p50={p50:.1f} plain_ms_p50={q50:.1f} ratio={p50 / q50:.2f} "
+          f"restart_ms_p50={r50:.1f} restart_over_plain_ms={r50 - q50:.1f}")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ class Action:
     status: SessionStatus | None = None  # what to report
     exit_code: int | None = None
     reason: str = ""
+    container_id: str | None = None  # the session's container as seen (no need to look again)
 
 
 def decide(
@@ -38,9 +39,12 @@ def decide(
 ) -> Action | None:
     """The one next step for a session, or None when desired and actual agree."""
     if assignment is None:
-        return Action(Act.REMOVE, session_id) if container is not None else None
+        if container is None:
+            return None
+        return Action(Act.REMOVE, session_id, container_id=container.container_id)
     if assignment.desired == "stopped":
-        return Action(Act.STOP, session_id, SessionStatus.TERMINATED, reason="stopped")
+        return Action(Act.STOP, session_id, SessionStatus.TERMINATED, reason="stopped",
+                      container_id=container.container_id if container else None)
     status = assignment.status
     if container is None or container.status == "created":
         if status in (SessionStatus.SCHEDULED, SessionStatus.PREPARING):
@@ -60,7 +64,7 @@ def decide(
 
 def _finished(assignment: Assignment, container: ContainerState) -> Action:
     code = container.exit_code
-    sid = assignment.session_id
+    sid, cid = assignment.session_id, container.container_id
     if container.oom_killed:
         return Action(
             Act.FINISH,
@@ -68,9 +72,12 @@ def _finished(assignment: Assignment, container: ContainerState) -> Action:
             SessionStatus.ERROR,
             code,
             "killed: it used more than its memory limit (out of memory)",
+            cid,
         )
     if assignment.type is SessionType.BATCH and code is not None:
-        return Action(Act.FINISH, sid, SessionStatus.TERMINATED, code, f"exited with code {code}")
+        return Action(
+            Act.FINISH, sid, SessionStatus.TERMINATED, code, f"exited with code {code}", cid
+        )
     detail = f" with code {code}{_signal_note(code)}" if code is not None else ""
     error = f": {container.error}" if container.error else ""
     return Action(
@@ -79,6 +86,7 @@ def _finished(assignment: Assignment, container: ContainerState) -> Action:
         SessionStatus.ERROR,
         code,
         f"its container stopped unexpectedly{detail}{error}",
+        cid,
     )
 
 

@@ -22,7 +22,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -44,7 +44,11 @@ from gpuslice.agent.manager_link import (
 )
 from gpuslice.agent.requests import RequestContext, RequestRunner
 from gpuslice.agent.runtime.docker import DockerRuntime
-from gpuslice.agent.runtime.models import DockerUnavailable
+from gpuslice.agent.runtime.models import (
+    ContainerRuntimeError,
+    ContainerState,
+    DockerUnavailable,
+)
 from gpuslice.agent.runtime.spec import DeviceInfo, SpecOptions, container_name
 from gpuslice.agent.sampling import GpuSampler
 from gpuslice.agent.sessions import SessionActions
@@ -62,6 +66,7 @@ RECONCILE_SAFETY_S = 10.0
 DEFAULT_HEARTBEAT_MS = 5000
 # The longest a heartbeat waits for a fresh report before it sends the last one again.
 COLLECT_BUDGET_S = 1.0
+_ENDED = (SessionStatus.TERMINATED, SessionStatus.ERROR)
 
 
 class Agent:
@@ -89,6 +94,8 @@ class Agent:
         self.desired: Assignments | None = None
         self._kick = asyncio.Event()
         self._busy: dict[str, asyncio.Task[None]] = {}  # session id -> its running work
+        # busy session -> its container that stopped meanwhile (and its name if cleanly)
+        self._stopped: dict[str, tuple[str, str | None]] = {}
         self._heartbeat_now = asyncio.Event()  # images changed, or the manager asked (rescan)
         self._rescan: int | None = None
         self.ready = asyncio.Event()  # joined, and the manager has its first heartbeat
@@ -335,6 +342,7 @@ class Agent:
                     await self.sessions.report(bad.session_id, StateReport(
                         status=SessionStatus.ERROR, reason=bad.reason[:2000]))
             self.desired = desired
+            self.start_placed(desired)
             self._kick.set()
             self.requests.take(desired.requests)  # each delivered in this answer only
             if self._rescan is not None and desired.rescan != self._rescan:
@@ -355,7 +363,13 @@ class Agent:
                     self.say("agent: the Docker Engine is back; re-adopting its containers")
                 lost = False
                 log.info("docker events: connected")
-            self._kick.set()
+            if event.kind == "die" and event.session_id and event.container_id:
+                self.finish_stopped(event.session_id, event.container_id,
+                                    event.name if event.exit_code == 0 else None)
+            if event.kind != "start" or event.session_id not in self._busy:
+                # A start the agent made itself is followed by its step's end, which kicks
+                # reconcile then: one pass, not two (each lists the node's containers).
+                self._kick.set()
             if stop.is_set():
                 return
 
@@ -385,9 +399,7 @@ class Agent:
                 # The session's one step, so reconcile cannot see the stopped container first
                 # and report it as having exited by itself.
                 ending = Action(Act.STOP, sid, SessionStatus.ERROR, reason=overuse.reason)
-                task = asyncio.create_task(self.sessions.do(ending, None))
-                self._busy[sid] = task
-                task.add_done_callback(functools.partial(self._done, sid))
+                self._step(sid, self.sessions.do(ending, None))
             await _sleep_or_stop(stop, self.settings.sample_interval_ms / 1000)
 
     # ------------------------------------------------------------ reconcile
@@ -422,14 +434,64 @@ class Agent:
             if session_id in self._busy:
                 continue
             action = decide(wanted.get(session_id), actual.get(session_id), session_id)
-            if action is None or self.sessions.already_reported(action):
+            if action is None or self.sessions.already_reported(action) or self._ended(action):
                 continue
-            task = asyncio.create_task(self.sessions.do(action, wanted.get(session_id)))
-            self._busy[session_id] = task
-            task.add_done_callback(functools.partial(self._done, session_id))
+            self._step(session_id, self.sessions.do(action, wanted.get(session_id)))
+
+    def start_placed(self, desired: Assignments) -> None:
+        """Start the sessions just placed here at once, without waiting for a listing of the
+        node's containers (dockerd answers listings slowly while it starts others, seconds
+        on a busy node). Safe without the look: a start creates the container under the
+        session's name first and adopts the one that exists (Docker's 409)."""
+        for a in desired.sessions:
+            sid = a.session_id
+            if (a.status is SessionStatus.SCHEDULED and a.desired == "running"
+                    and sid not in self._busy and sid not in self.sessions.reported):
+                self._step(sid, self.sessions.do(Action(Act.START, sid), a))
+
+    def finish_stopped(self, session_id: str, container_id: str, clean: str | None) -> None:
+        """A container stopped by itself: take the session's step (report how it ended)
+        without a listing of the node's containers. ``clean``: its name, when its ``die``
+        event says it exited with code 0 (then nothing needs looking up; else it is
+        inspected, for an OOM kill or a runtime error)."""
+        if self.desired is None:
+            return
+        if session_id in self._busy:  # its step ends first (a batch that ended as it started)
+            self._stopped[session_id] = (container_id, clean)
+            return
+
+        async def step() -> None:
+            try:
+                state = (ContainerState.exited_cleanly(container_id, clean, session_id)
+                         if clean else await self.runtime.inspect(container_id))
+            except ContainerRuntimeError as err:  # reconcile's next pass looks again
+                log.warning("session %s: looking at its stopped container: %s", session_id, err)
+                return
+            if state is None or state.name != container_name(session_id):
+                return  # gone already, or a stray duplicate (reconcile removes those)
+            wanted = self._assignment(session_id)
+            action = decide(wanted, state, session_id)
+            if action is not None and action.act is Act.FINISH and not self._ended(action):
+                await self.sessions.do(action, wanted)
+
+        self._step(session_id, step())
+
+    def _step(self, session_id: str, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work`` as the session's one step (reconcile leaves it alone meanwhile)."""
+        task = asyncio.create_task(work)
+        self._busy[session_id] = task
+        task.add_done_callback(functools.partial(self._done, session_id))
+
+    def _ended(self, action: Action) -> bool:
+        # Told the manager that it ended: a start from assignments older than that report
+        # would run a batch twice.
+        return (action.act is Act.START
+                and self.sessions.reported.get(action.session_id) in _ENDED)
 
     def _done(self, session_id: str, _task: asyncio.Task[None]) -> None:
         self._busy.pop(session_id, None)
+        if (stopped := self._stopped.pop(session_id, None)) is not None:
+            self.finish_stopped(session_id, *stopped)
         self._kick.set()  # the step may have a follow-up (e.g. RUNNING after PREPARING)
 
     # ------------------------------------------------------------ images

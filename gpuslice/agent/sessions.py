@@ -81,9 +81,10 @@ class SessionActions:
             elif action.act is Act.FINISH:
                 await self._finish(action)
             elif action.act is Act.STOP:
-                await self._stop(sid, action.status or SessionStatus.TERMINATED, action.reason)
+                await self._stop(sid, action.status or SessionStatus.TERMINATED, action.reason,
+                                 action.container_id)
             elif action.act is Act.REMOVE:
-                await self._remove(sid)
+                await self._remove(sid, action.container_id)
         except (DockerUnavailable, LinkError) as err:
             log.warning("session %s: %s: %s (will retry)", sid, action.act.value, err)
             await asyncio.sleep(1.0)
@@ -190,28 +191,38 @@ class SessionActions:
 
     async def _finish(self, action: Action) -> None:
         """The container stopped by itself: report how (with its last logs), then remove it."""
-        sid = action.session_id
-        logs = await self._final_logs(sid)
+        sid, cid = action.session_id, action.container_id
+        logs = await self._final_logs(sid, cid)
         await self.report(sid, StateReport(
             status=action.status, exit_code=action.exit_code, reason=action.reason, logs=logs
         ))
-        await self.runtime.remove(sid)
+        await self.runtime.remove(sid, cid)
 
-    async def _stop(self, sid: str, status: SessionStatus, reason: str) -> None:
+    async def _stop(
+        self, sid: str, status: SessionStatus, reason: str, cid: str | None = None
+    ) -> None:
         """Stop the container, keep its last logs, remove it, and report ``status`` with
         ``reason``: TERMINATED "stopped" when the manager asked, or the agent's own reason
-        (the watchdog's ERROR), not how the process exited."""
-        await self.runtime.stop(sid, self.settings.stop_grace_s)
-        logs = await self._final_logs(sid)
-        await self.runtime.remove(sid)
+        (the watchdog's ERROR), not how the process exited. ``cid``: its container, when
+        reconcile just saw it (each look-up is a listing dockerd must answer)."""
+        if cid is None:
+            await self.runtime.stop(sid, self.settings.stop_grace_s)
+        else:
+            await self.runtime.stop_container(cid, self.settings.stop_grace_s)
+        logs = await self._final_logs(sid, cid)
+        # Reported once stopped, removed after: the slice is free when the process is gone,
+        # so the next session in the queue does not wait for the container's removal. This
+        # step is the session's one until it ends, so reconcile cannot see the stopped
+        # container meanwhile and report it as having exited by itself.
         await self.report(sid, StateReport(status=status, reason=reason, logs=logs))
+        await self.runtime.remove(sid, cid)
 
-    async def _remove(self, sid: str) -> None:
+    async def _remove(self, sid: str, cid: str | None) -> None:
         self.say(
             f"agent: removing the container of session {sid} (the manager no longer lists it)"
         )
         await self.runtime.stop(sid, self.settings.stop_grace_s)
-        await self.runtime.remove(sid)
+        await self.runtime.remove(sid, cid)
 
     async def _pull(self, assignment: Assignment) -> None:
         """Pull the session's image (in the registry, not on this node yet), its progress
@@ -227,8 +238,9 @@ class SessionActions:
         self.say(f"agent: pulling {image} for session {sid}")
         await self.runtime.pull(image, progress)
 
-    async def _final_logs(self, session_id: str) -> str | None:
+    async def _final_logs(self, session_id: str, cid: str | None = None) -> str | None:
         try:
-            return (await self.runtime.logs(session_id, tail=FINAL_LOG_LINES))[-FINAL_LOG_CAP:]
+            logs = await self.runtime.logs(session_id, tail=FINAL_LOG_LINES, container_id=cid)
+            return logs[-FINAL_LOG_CAP:]
         except ContainerRuntimeError:
             return None

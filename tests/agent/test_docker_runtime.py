@@ -258,7 +258,7 @@ async def test_a_container_created_but_never_started_is_started(
     runtime: DockerRuntime, make_spec: MakeSpec
 ) -> None:
     spec = make_spec()
-    created = await runtime._create(spec)  # as if the agent died between create and start
+    created, _ = await runtime._create(spec)  # as if the agent died between create and start
     assert created.status == "created" and created.exit_code is None
     state = await runtime.ensure_running(spec)
     assert (state.container_id, state.status) == (created.container_id, "running")

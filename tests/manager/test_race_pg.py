@@ -8,15 +8,27 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from sqlalchemy import func, insert, select
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gpuslice.common.schemas.sessions import HOLDING
+from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
 from gpuslice.manager.db import migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.db.models import Allocation, DeviceRow, NodeRow, SessionRow, User
+from gpuslice.manager.errors import StaleStatus
 from gpuslice.manager.events import Hub
-from gpuslice.manager.scheduler import Policy, SchedulerConfig, Strategy
-from gpuslice.manager.services.scheduling.passes import PassStats, run_pass
+from gpuslice.manager.scheduler import Placement, Policy, SchedulerConfig, Strategy, schedule
+from gpuslice.manager.services.lifecycle import transition
+from gpuslice.manager.services.scheduling import passes
+from gpuslice.manager.services.scheduling.allocation import PlacementLost, apply_placements
+from gpuslice.manager.services.scheduling.passes import (
+    BATCH,
+    PassStats,
+    Snapshot,
+    load_snapshot,
+    queued_request,
+    run_pass,
+)
 from tests.conftest import pg_url
 
 pytestmark = pytest.mark.pg
@@ -25,7 +37,12 @@ NODES, DEVICES, REQUESTS = 8, 4, 200
 
 
 @pytest.mark.skipif(pg_url() is None, reason="needs PostgreSQL: set GPUSLICE_TEST_PG")
-async def test_two_schedulers_never_over_allocate(database_url: str) -> None:
+async def test_two_schedulers_never_over_allocate(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small batches, so that the two schedulers' batches interleave (and some lose, and go
+    # one by one) rather than one pass taking every slice in a single transaction.
+    monkeypatch.setattr(passes, "BATCH", 4)
     managers = [make_engine(database_url, pool_size=5) for _ in range(2)]
     try:
         await migrate.upgrade(managers[0])
@@ -52,6 +69,75 @@ async def test_two_schedulers_never_over_allocate(database_url: str) -> None:
     finally:
         for engine in managers:
             await engine.dispose()
+
+
+@pytest.mark.skipif(pg_url() is None, reason="needs PostgreSQL: set GPUSLICE_TEST_PG")
+async def test_batches_of_placements_racing_never_over_allocate(database_url: str) -> None:
+    """Two schedulers decide on the same snapshot, so their batches want the same slices;
+    applied together (one transaction each, at the same instant, again and again), every
+    device and node counter stays within capacity and equal to what is allocated, and each
+    session is placed at most once: a batch that meets a counter without room is refused
+    whole."""
+    managers = [make_engine(database_url, pool_size=5) for _ in range(2)]
+    try:
+        await migrate.upgrade(managers[0])
+        makers = [make_sessionmaker(engine, Hub()) for engine in managers]
+        await _seed(makers[0])
+        config = SchedulerConfig(Policy.FIFO, Strategy.BINPACK)  # both want the same slices
+        configs = [config, config]
+        won = lost = 0
+        for _round in range(12):
+            snaps = [await _snapshot(m) for m in makers]
+            results = [schedule([queued_request(r) for r in snap.pending.values()], snap.nodes,
+                                snap.users, config, 0.0)
+                       for snap, config in zip(snaps, configs, strict=True)]
+            if not results[0].placements:
+                break
+            outcomes = await asyncio.gather(*(
+                _apply_batch(maker, snap, result.placements[:BATCH])
+                for maker, snap, result in zip(makers, snaps, results, strict=True)
+            ))
+            won += sum(outcomes)
+            lost += len(outcomes) - sum(outcomes)
+            await _check_final(makers[0])
+            await _end_some(makers[0])  # room for the next round's batches
+        assert won >= 6 and lost >= 6  # they raced each round; the loser lost whole
+        print(f"batches won={won} lost={lost}")
+    finally:
+        for engine in managers:
+            await engine.dispose()
+
+
+async def _end_some(maker: async_sessionmaker[AsyncSession]) -> None:
+    """Every other placed session ends (through the one door, which releases its slice)."""
+    async with maker() as db:
+        held = (await db.scalars(select(SessionRow).where(
+            SessionRow.status == "SCHEDULED").order_by(SessionRow.id))).all()
+        for row in held[::2]:
+            await transition(db, row, SessionStatus.TERMINATED, "done")
+        await db.commit()
+
+
+async def _snapshot(maker: async_sessionmaker[AsyncSession]) -> Snapshot:
+    async with maker() as db:
+        return await load_snapshot(db)
+
+
+async def _apply_batch(
+    maker: async_sessionmaker[AsyncSession], snap: Snapshot, placements: list[Placement]
+) -> bool:
+    """Whether the whole batch was applied (else nothing of it was)."""
+    names = {n.id: n.name for n in snap.nodes}
+    async with maker() as db:
+        try:
+            await apply_placements(
+                db, [(p, snap.pending[p.request_id]) for p in placements], names
+            )
+            await db.commit()
+        except (PlacementLost, StaleStatus, DBAPIError):
+            await db.rollback()
+            return False
+    return True
 
 
 async def _until_idle(

@@ -166,10 +166,9 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
         A finished batch container is left as it is (its exit code is the result: a batch
         never runs twice). A stopped interactive one is started again.
         """
-        state = await self.find(spec.session_id)
-        fresh = state is None
-        if state is None:
-            state = await self._create(spec)  # writes the session's files
+        # Create first, and adopt on Docker's 409 (the name is the session's): a look before
+        # would cost a listing on every start, and could not close the race anyway.
+        state, fresh = await self._create(spec)  # writes the session's files
         if state.status == "created" or (state.finished and spec.session_type == "interactive"):
             if not fresh:
                 await self._write_files(spec)  # the node's copy may be gone (wiped data dir)
@@ -185,6 +184,16 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
         found.sort(key=lambda s: s.name != name)  # the named one first: it is the real one
         return found[0]
 
+    async def inspect(self, container_id: str) -> ContainerState | None:
+        """One container by id, or ``None`` when it is gone."""
+        try:
+            info = await self._call(lambda d: d.containers.container(container_id).show())
+        except aiodocker.DockerError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return ContainerState.from_inspect(info)
+
     async def list_managed(self) -> list[ContainerState]:
         """Every session container of this node, running or not, from Docker's labels."""
         return await self._list({"label": [LABEL_SESSION, self._node_label]})
@@ -195,21 +204,28 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
         if state is None:
             return None
         if state.running:
-            try:
-                await self._call(
-                    lambda d: d.containers.container(state.container_id).stop(t=grace_s)
-                )
-            except aiodocker.DockerError as exc:
-                if exc.status not in (304, 404):  # already stopped / gone meanwhile
-                    raise
+            await self.stop_container(state.container_id, grace_s)
         return await self.find(session_id)
 
-    async def remove(self, session_id: str) -> bool:
-        """Remove the container (killing it if needed). ``False`` when there was none."""
-        state = await self.find(session_id)
-        if state is None:
-            return False
-        await self.remove_container(state.container_id)
+    async def stop_container(self, container_id: str, grace_s: int = 10) -> None:
+        """Stop one container by id (SIGTERM, SIGKILL after ``grace_s``); stopped or gone
+        already is fine."""
+        try:
+            await self._call(lambda d: d.containers.container(container_id).stop(t=grace_s))
+        except aiodocker.DockerError as exc:
+            if exc.status not in (304, 404):  # already stopped / gone meanwhile
+                raise
+
+    async def remove(self, session_id: str, container_id: str | None = None) -> bool:
+        """Remove the container (killing it if needed) and the session's files. ``False``
+        when there was none. ``container_id``: the session's container as the caller just saw
+        it (no look-up)."""
+        if container_id is None:
+            state = await self.find(session_id)
+            if state is None:
+                return False
+            container_id = state.container_id
+        await self.remove_container(container_id)
         await asyncio.to_thread(shutil.rmtree, self._files_dir(session_id), True)
         return True
 
@@ -242,12 +258,23 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
             await asyncio.to_thread(shutil.rmtree, sessions / name, True)
         return pruned
 
-    async def logs(self, session_id: str, *, tail: int | None = None) -> str:
-        """stdout and stderr so far (the last ``tail`` lines), interleaved as written."""
-        container = await self._container(session_id)
-        chunks = await self._call(
-            lambda d: container.log(stdout=True, stderr=True, tail=tail if tail else "all")
-        )
+    async def logs(
+        self, session_id: str, *, tail: int | None = None, container_id: str | None = None
+    ) -> str:
+        """stdout and stderr so far (the last ``tail`` lines), interleaved as written.
+        ``container_id``: the session's container as the caller just saw it (no look-up)."""
+        if container_id is None:
+            container = await self._container(session_id)
+        else:
+            container = self._client().containers.container(container_id)
+        try:
+            chunks = await self._call(
+                lambda d: container.log(stdout=True, stderr=True, tail=tail if tail else "all")
+            )
+        except aiodocker.DockerError as exc:
+            if exc.status == 404:
+                raise SessionNotFound(session_id) from None
+            raise
         return "".join(chunks)
 
     async def follow_logs(self, session_id: str, *, tail: int | None = None) -> AsyncIterator[str]:
@@ -361,13 +388,17 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
         raise DockerUnavailable(f"Docker Engine unreachable: {failure}") from failure
 
     async def _list(self, filters: dict[str, list[str]]) -> list[ContainerState]:
+        """The listing says all that a created or running container's state needs (labels,
+        status, addresses); only a stopped one is inspected, for its exit code and OOM kill.
+        Every extra call is work for dockerd, which starts the containers too: inspecting
+        every container on each look cost a busy node a third of its start rate."""
         listed = await self._call(
             lambda d: d.containers.list(all=True, filters=json.dumps(filters))
         )
 
-        async def inspect(
-            container: aiodocker.containers.DockerContainer,
-        ) -> ContainerState | None:
+        async def state(container: aiodocker.containers.DockerContainer) -> ContainerState | None:
+            if str(container["State"]) not in ("exited", "dead"):
+                return ContainerState.from_listing(container._container)
             try:
                 return ContainerState.from_inspect(await self._call(lambda d: container.show()))
             except aiodocker.DockerError as exc:
@@ -375,7 +406,7 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
                     return None  # removed between the listing and the inspection
                 raise
 
-        states = await asyncio.gather(*(inspect(c) for c in listed))
+        states = await asyncio.gather(*(state(c) for c in listed))
         return [s for s in states if s is not None]
 
     async def _container(self, session_id: str) -> aiodocker.containers.DockerContainer:
@@ -391,7 +422,8 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
         root = self._files_dir(spec.session_id)
         await asyncio.to_thread(_write_files, root, spec.files())
 
-    async def _create(self, spec: ContainerSpec) -> ContainerState:
+    async def _create(self, spec: ContainerSpec) -> tuple[ContainerState, bool]:
+        """The session's container, and whether this call created it (else it existed)."""
         image_env = await self.image_env(spec.image)
         await self._write_files(spec)
         config = spec.create_config(image_env, files_dir=str(self._files_dir(spec.session_id)))
@@ -410,8 +442,12 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
                 raise ContainerRuntimeError(
                     f"{spec.name} exists but carries no session label of node {self.node_name}"
                 ) from exc
-            return existing
-        return ContainerState.from_inspect(await self._call(lambda d: container.show()))
+            return existing, False
+        # Just created: its state is what was asked (no inspection needed until it starts).
+        return ContainerState.from_inspect({
+            "Id": container.id, "Name": spec.name, "State": {"Status": "created"},
+            "Config": {"Labels": config.get("Labels") or {}},
+        }), True
 
     async def _start(self, state: ContainerState) -> ContainerState:
         container = self._client().containers.container(state.container_id)
@@ -438,6 +474,7 @@ def _to_event(raw: dict[str, Any]) -> RuntimeEvent | None:
         session_id=str(attributes.get(LABEL_SESSION, "")),
         container_id=str(actor.get("ID") or raw.get("id") or ""),
         exit_code=int(code) if code is not None and str(code).lstrip("-").isdigit() else None,
+        name=str(attributes.get("name", "")),
     )
 
 

@@ -106,6 +106,28 @@ class ContainerState:
             addresses=_addresses(info),
         )
 
+    @classmethod
+    def exited_cleanly(cls, container_id: str, name: str, session_id: str) -> ContainerState:
+        """A container that exited with code 0, as its ``die`` event says (no OOM kill nor
+        runtime error ends with 0, so there is nothing more to look up)."""
+        return cls.from_inspect({
+            "Id": container_id, "Name": name,
+            "State": {"Status": "exited", "ExitCode": 0, "StartedAt": "(it ran)"},
+            "Config": {"Labels": {LABEL_SESSION: session_id}},
+        })
+
+    @classmethod
+    def from_listing(cls, entry: Mapping[str, Any]) -> ContainerState:
+        """A container not stopped, from its entry in a container listing (which has no exit
+        code, OOM flag nor times: none of them applies before it stops)."""
+        labels = entry.get("Labels") or {}
+        names = entry.get("Names") or [""]
+        return cls.from_inspect({
+            "Id": entry["Id"], "Name": names[0],
+            "State": {"Status": entry.get("State", "unknown")},
+            "Config": {"Labels": labels}, "NetworkSettings": entry.get("NetworkSettings"),
+        })
+
 
 def _addresses(info: Mapping[str, Any]) -> dict[str, str]:
     networks = (info.get("NetworkSettings") or {}).get("Networks") or {}
@@ -164,3 +186,4 @@ class RuntimeEvent:
     container_id: str = ""
     exit_code: int | None = None
     detail: str = ""
+    name: str = ""  # the container's

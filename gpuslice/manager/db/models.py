@@ -213,9 +213,10 @@ class DeviceRow(Base):
 class SessionRow(Base):
     __tablename__ = "sessions"
     __table_args__ = (
-        Index("ix_sessions_owner_created", "owner_id", "created_at"),
-        Index("ix_sessions_status_created", "status", "created_at"),
-        Index("ix_sessions_created", "created_at"),
+        # Listings are newest first with the id as tie-break: indexes in that very order.
+        Index("ix_sessions_owner_created_id", "owner_id", "created_at", "id"),
+        Index("ix_sessions_status_created_id", "status", "created_at", "id"),
+        Index("ix_sessions_created_id", "created_at", "id"),
         Index("ix_sessions_node_status", "node_id", "status"),
         Index("ix_sessions_name_created", "name", "created_at"),  # ?name=, newest first
     )

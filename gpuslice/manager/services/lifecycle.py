@@ -12,7 +12,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
@@ -75,6 +75,78 @@ async def transition(
     # One line per status change (the reason is the platform's text, never user data).
     log.info("session %s: %s -> %s: %s", row.name, current.value, to.value, reason,
              extra={"session_id": row.id, "node_id": node_id})
+
+
+async def transition_many(
+    db: AsyncSession, rows: Sequence[SessionRow], to: SessionStatus,
+    changes: Sequence[dict[str, Any]],
+) -> None:
+    """``transition()`` for many sessions of one status at once, in few statements: each
+    row moves to ``to`` with its own ``changes`` (``reason`` and the values to set, e.g.
+    ``node_id``), all or none. Raises as ``transition()`` does, ``StaleStatus`` when any row
+    moved meanwhile (nothing of this call is then to be kept: the caller rolls back). The rows
+    in memory are not updated. Moves that release capacity take ``transition()``'s way, one
+    by one (each its own allocations)."""
+    if not rows:
+        return
+    current = SessionStatus(rows[0].status)
+    if any(SessionStatus(r.status) is not current for r in rows):
+        raise ValueError("transition_many moves sessions of one status")
+    if to not in LEGAL[current]:
+        raise IllegalTransition(
+            f"sessions that are {current} cannot become {to}", field="status"
+        )
+    if current in HOLDING and to not in HOLDING:
+        for row, change in zip(rows, changes, strict=True):
+            values = {k: v for k, v in change.items() if k != "reason"}
+            await transition(db, row, to, change["reason"], **values)
+        return
+    now = utcnow()
+    ids = [r.id for r in rows]
+    keys = sorted({k for change in changes for k in change} - {"reason"})
+    fields: dict[str, Any] = {
+        "status": to, "updated_at": now,
+        "status_reason": _per_row(ids, [c["reason"] for c in changes]),
+        **{k: _per_row(ids, [c.get(k, getattr(r, k)) for r, c in zip(rows, changes,
+                                                                    strict=True)])
+           for k in keys},
+    }
+    if to is not S.PENDING:
+        fields.setdefault("wait_code", None)
+        fields.setdefault("queue_position", None)
+    moved = (await db.execute(
+        update(SessionRow)
+        .where(SessionRow.id.in_(ids), SessionRow.status == current)
+        .values(**fields)
+        .returning(SessionRow.id)
+        .execution_options(synchronize_session=False)
+    )).scalars().all()
+    if len(moved) != len(ids):
+        raise StaleStatus(f"{len(ids) - len(moved)} of the sessions changed status meanwhile")
+    await db.execute(insert(StatusHistory), [
+        {"session_id": r.id, "owner_id": r.owner_id, "from_status": current, "to_status": to,
+         "reason": c["reason"], "at": now}
+        for r, c in zip(rows, changes, strict=True)
+    ])
+    wake_after_commit(db, "history")
+    touched = (c.get("node_id", r.node_id) for r, c in zip(rows, changes, strict=True))
+    nodes: list[str] = sorted({str(n) for n in touched if n is not None})
+    if nodes:
+        await db.execute(update(NodeRow).where(NodeRow.id.in_(nodes)).values(
+            assignment_version=NodeRow.assignment_version + 1))
+        for node_id in nodes:
+            wake_after_commit(db, "node", node_id)
+    for r, c in zip(rows, changes, strict=True):
+        log.info("session %s: %s -> %s: %s", r.name, current.value, to.value, c["reason"],
+                 extra={"session_id": r.id, "node_id": c.get("node_id", r.node_id)})
+
+
+def _per_row(ids: Sequence[str], values: Sequence[Any]) -> Any:
+    """One value per session id, as a SQL expression (a CASE on the id; a constant when they
+    are all the same)."""
+    if all(v == values[0] for v in values):
+        return values[0]
+    return case(dict(zip(ids, values, strict=True)), value=SessionRow.id)
 
 
 async def record_created(db: AsyncSession, rows: Sequence[SessionRow], reason: str) -> None:

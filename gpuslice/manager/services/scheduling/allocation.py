@@ -10,13 +10,16 @@ on the counters are a second line of defence.
 
 from __future__ import annotations
 
-from sqlalchemy import insert, select, update
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.manager.db.models import Allocation, DeviceRow, NodeRow, SessionRow
-from gpuslice.manager.scheduler import Placement
-from gpuslice.manager.services.lifecycle import transition
+from gpuslice.manager.scheduler import DeviceSlice, Placement
+from gpuslice.manager.services.lifecycle import transition, transition_many
 
 
 class PlacementLost(Exception):
@@ -55,14 +58,7 @@ async def apply_placement(
         )
         if ok.rowcount != 1:  # type: ignore[attr-defined]
             raise PlacementLost(f"device {device.uuid} has less than the slice free")
-        allocations.append(
-            {
-                "session_id": row.id, "device_id": device.id, "device_index": piece.index,
-                "device_uuid": piece.uuid, "device_model": device.model,
-                "device_capacity": device.capacity, "gpu": piece.gpu, "mem": piece.mem,
-                "sms": piece.sms,
-            }
-        )
+        allocations.append(_allocation(row.id, device, piece))
     if allocations:
         await db.execute(insert(Allocation), allocations)
     # gpu: a session asked by GPU memory holds the slice chosen on its device from now on
@@ -70,6 +66,94 @@ async def apply_placement(
         db, row, SessionStatus.SCHEDULED, f"scheduled on node {node_name}",
         node_id=placement.node_id, gpu=res.gpu,
     )
+
+
+async def apply_placements(
+    db: AsyncSession, placed: Sequence[tuple[Placement, SessionRow]], names: dict[str, str]
+) -> None:
+    """Allocate many placements inside the caller's transaction, in a few statements: all of
+    them, or ``PlacementLost`` / ``StaleStatus`` (the caller rolls back; nothing is kept).
+
+    The same guards as ``apply_placement``, over each counter's total for the batch: one
+    conditional UPDATE for the nodes and one for the devices, each returning the rows it
+    changed, so a single counter without room fails the whole batch. Rows are locked nodes,
+    then devices, each in id order, then the PENDING sessions (the lock order of
+    placements), so two schedulers' batches wait on each other instead of deadlocking.
+    """
+    if not placed:
+        return
+    per_node: dict[str, list[int]] = {}
+    for placement, _row in placed:
+        total = per_node.setdefault(placement.node_id, [0, 0])
+        total[0] += placement.resources.cpu
+        total[1] += placement.resources.mem
+    await _lock(db, NodeRow, NodeRow.id, sorted(per_node))
+    cpu, mem = (case({n: t[i] for n, t in per_node.items()}, value=NodeRow.id) for i in (0, 1))
+    nodes_ok = (await db.execute(
+        update(NodeRow)
+        .where(NodeRow.id.in_(list(per_node)), NodeRow.status == "ALIVE",
+               NodeRow.cpu_used + cpu <= NodeRow.cpu, NodeRow.mem_used + mem <= NodeRow.mem)
+        .values(cpu_used=NodeRow.cpu_used + cpu, mem_used=NodeRow.mem_used + mem)
+        .returning(NodeRow.id)
+    )).scalars().all()
+    if len(nodes_ok) != len(per_node):
+        raise PlacementLost(f"{len(per_node) - len(nodes_ok)} node(s) have no room left")
+    devices = await _batch_devices(db, [p for p, _row in placed])
+    per_device: dict[int, int] = {}
+    for placement, _row in placed:
+        for piece in placement.slices:
+            device = devices[(placement.node_id, piece.index)]
+            per_device[device.id] = per_device.get(device.id, 0) + piece.gpu
+    if per_device:
+        await _lock(db, DeviceRow, DeviceRow.id, sorted(per_device))
+        gpu = case(per_device, value=DeviceRow.id)
+        devices_ok = (await db.execute(
+            update(DeviceRow)
+            .where(DeviceRow.id.in_(list(per_device)), DeviceRow.used + gpu <= DeviceRow.capacity)
+            .values(used=DeviceRow.used + gpu)
+            .returning(DeviceRow.id)
+        )).scalars().all()
+        if len(devices_ok) != len(per_device):
+            raise PlacementLost(f"{len(per_device) - len(devices_ok)} device(s) have less free")
+        await db.execute(insert(Allocation), [
+            _allocation(row.id, devices[(placement.node_id, piece.index)], piece)
+            for placement, row in placed for piece in placement.slices
+        ])
+    await transition_many(db, [row for _p, row in placed], SessionStatus.SCHEDULED, [
+        {"reason": f"scheduled on node {names[p.node_id]}", "node_id": p.node_id,
+         "gpu": p.resources.gpu}
+        for p, _row in placed
+    ])
+
+
+async def _lock(db: AsyncSession, table: type[Any], key: Any, ids: list[Any]) -> None:
+    # PostgreSQL: row locks taken in id order (SQLite has one writer at a time: no-op there)
+    if db.get_bind().dialect.name == "postgresql":
+        await db.execute(select(key).where(key.in_(ids)).order_by(key).with_for_update())
+
+
+async def _batch_devices(
+    db: AsyncSession, placements: list[Placement]
+) -> dict[tuple[str, int], DeviceRow]:
+    wanted = {(p.node_id, s.index) for p in placements for s in p.slices}
+    if not wanted:
+        return {}
+    rows = (await db.scalars(
+        select(DeviceRow).where(DeviceRow.node_id.in_({n for n, _ in wanted}))
+    )).all()
+    found = {(d.node_id, d.index): d for d in rows if (d.node_id, d.index) in wanted}
+    if len(found) != len(wanted):
+        raise PlacementLost(f"{len(wanted) - len(found)} device(s) are gone")
+    return found
+
+
+def _allocation(session_id: str, device: DeviceRow, piece: DeviceSlice) -> dict[str, Any]:
+    return {
+        "session_id": session_id, "device_id": device.id, "device_index": piece.index,
+        "device_uuid": piece.uuid, "device_model": device.model,
+        "device_capacity": device.capacity, "gpu": piece.gpu, "mem": piece.mem,
+        "sms": piece.sms,
+    }
 
 
 async def _device_rows(db: AsyncSession, placement: Placement) -> dict[int, DeviceRow]:

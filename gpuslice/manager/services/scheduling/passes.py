@@ -1,8 +1,10 @@
 """The scheduling loop's pass: load the cluster, decide with the pure core, apply guarded.
 
-load (one short read) → ``schedule()`` (pure, no transaction open) → each placement in its own
-transaction through ``apply_placement`` (guarded; a lost race rolls back only that placement and
-asks for another pass) → pending reasons and queue positions written only where they changed.
+load (one short read) → ``schedule()`` (pure, no transaction open) → the placements in batches,
+each in one transaction through ``apply_placements`` (guarded; a lost race rolls the batch back,
+then its placements go one by one through ``apply_placement``, so only those that lost roll
+back, and another pass is asked for) → pending reasons and queue positions written only where
+they changed.
 """
 
 from __future__ import annotations
@@ -32,9 +34,16 @@ from gpuslice.manager.scheduler import (
     schedule,
 )
 from gpuslice.manager.services.policies import quota_of
-from gpuslice.manager.services.scheduling.allocation import PlacementLost, apply_placement
+from gpuslice.manager.services.scheduling.allocation import (
+    PlacementLost,
+    apply_placement,
+    apply_placements,
+)
 
 log = logging.getLogger(__name__)
+# Placements applied in one transaction. Bounded so that one batch's statements stay well
+# within the databases' bound-parameter limits and a lost race costs little to redo.
+BATCH = 200
 
 
 @dataclass(slots=True)
@@ -68,16 +77,18 @@ async def run_pass(
     return stats
 
 
-async def load_snapshot(db: AsyncSession) -> Snapshot:
-    """Alive nodes with their used capacity, PENDING sessions, and users' quotas and usage."""
-    nodes = await alive_nodes(db)
+async def load_snapshot(db: AsyncSession, *, nodes: bool = False) -> Snapshot:
+    """Alive nodes with their used capacity, PENDING sessions, and users' quotas and usage.
+    With nothing PENDING, no node is read unless ``nodes`` asks for them: an idle manager's
+    passes (woken by every node that joins or changes) cost one indexed look."""
     pending = (
         await db.scalars(select(SessionRow).where(SessionRow.status == SessionStatus.PENDING))
     ).all()
+    alive = await alive_nodes(db) if pending or nodes else []
     users = await user_states(db, {row.owner_id for row in pending}) if pending else {}
     await db.commit()
     db.expunge_all()  # detached: a rollback later in the pass must not expire them
-    return Snapshot(nodes, {row.id: row for row in pending}, users)
+    return Snapshot(alive, {row.id: row for row in pending}, users)
 
 
 async def user_states(db: AsyncSession, owners: set[str]) -> dict[str, UserState]:
@@ -135,19 +146,35 @@ def queued_request(row: SessionRow) -> Request:
 
 
 async def _apply(db: AsyncSession, snap: Snapshot, result: PassResult) -> PassStats:
+    """Placements in batches of ``BATCH``, each one transaction (a commit, and one wake-up of
+    each node's long-poll, per batch rather than per placement). A batch that loses a race
+    anywhere is rolled back whole and its placements applied one by one, so only those that
+    really lost are lost."""
     stats = PassStats(waiting=len(result.waiting))
     names = {n.id: n.name for n in snap.nodes}
-    for placement in result.placements:
-        row = snap.pending[placement.request_id]
-        try:
-            await apply_placement(db, placement, row, names[placement.node_id])
-            await db.commit()
-            stats.placed += 1
-        except (PlacementLost, StaleStatus, DBAPIError) as exc:
-            # DBAPIError: a deadlock or check-constraint refusal on PostgreSQL; same meaning.
-            await db.rollback()
-            stats.conflicts += 1
-            log.info("placement of %s lost a race: %s", row.id, exc)
+    placed = [(p, snap.pending[p.request_id]) for p in result.placements]
+    for start in range(0, len(placed), BATCH):
+        batch = placed[start:start + BATCH]
+        if len(batch) > 1:  # (one placement alone goes the simpler way below)
+            try:
+                await apply_placements(db, batch, names)
+                await db.commit()
+                stats.placed += len(batch)
+                continue
+            except (PlacementLost, StaleStatus, DBAPIError) as exc:
+                await db.rollback()
+                log.info("a batch of %d placements lost a race (%s); placing them one by one",
+                         len(batch), exc)
+        for placement, row in batch:
+            try:
+                await apply_placement(db, placement, row, names[placement.node_id])
+                await db.commit()
+                stats.placed += 1
+            except (PlacementLost, StaleStatus, DBAPIError) as exc:
+                # DBAPIError: a deadlock or check-constraint refusal on PostgreSQL; same meaning.
+                await db.rollback()
+                stats.conflicts += 1
+                log.info("placement of %s lost a race: %s", row.id, exc)
     return stats
 
 

@@ -34,7 +34,7 @@ async def preview(
     """How many of ``body``'s sessions would start now and how many would queue (and why)."""
     await check_create(db, user, body, settings)
     user_id = user.id
-    snap = await load_snapshot(db)
+    snap = await load_snapshot(db, nodes=True)  # the cluster even with no queue
     users = dict(snap.users)
     if user_id not in users:
         users.update(await user_states(db, {user_id}))
