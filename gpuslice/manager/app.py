@@ -51,6 +51,7 @@ from gpuslice.manager.services.monitoring import loops as monitoring_loops
 from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
 from gpuslice.manager.services.nodes import registration
 from gpuslice.manager.services.nodes.liveness import SweepGrace, sweep_lost
+from gpuslice.manager.services.nodes.versions import VersionWatch
 from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.storage.fs import StorageFS
 from gpuslice.manager.services.storage.usage import measure_all
@@ -209,6 +210,10 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         async with sessionmaker() as db:
             await purge_stale(db, app.state.model_store, settings.model_store.upload_timeout)
 
+    # Other replicas' changes to what nodes must run reach this one's long-polls (see
+    # services/nodes/versions.py).
+    watch = supervise("node versions", VersionWatch(sessionmaker, hub).look,
+                      interval=settings.nodes.assignment_poll, jitter=0, database_url=url)
     uploads = supervise("model uploads", purge_uploads,
                         interval=min(3600.0, settings.model_store.upload_timeout / 4),
                         database_url=url)
@@ -219,6 +224,7 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         *monitoring_loops.start(sessionmaker, settings),
         asyncio.create_task(storage, name="gpuslice-storage-usage"),
         asyncio.create_task(uploads, name="gpuslice-model-uploads"),
+        asyncio.create_task(watch, name="gpuslice-node-versions"),
     ]
 
 

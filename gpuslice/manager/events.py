@@ -67,6 +67,13 @@ class Hub:
     def node(self, node_id: str) -> Signal:
         return self._nodes.setdefault(node_id, Signal())
 
+    def wake_node(self, node_id: str) -> bool:
+        """Wake the node's waiters if anyone ever waited for it here; whether it did."""
+        signal = self._nodes.get(node_id)
+        if signal is not None:
+            signal.notify()
+        return signal is not None
+
     def publish(self, wakeups: Iterable[tuple[str, str]]) -> None:
         for kind, key in wakeups:
             if kind == "scheduler":

@@ -123,10 +123,37 @@ async def test_a_long_poll_whose_agent_hung_up_delivers_nothing(
     async def gone() -> bool:
         return True
 
-    dead = await long_poll(app.state.sessionmaker, app.state.hub, agent.node_id, None, 0, 0.1,
-                           gone=gone)
+    sessionmaker, hub = app.state.sessionmaker, app.state.hub
+    dead = await long_poll(sessionmaker, hub, agent.node_id, None, 0, gone=gone)
     assert dead.requests == []
-    alive = await long_poll(app.state.sessionmaker, app.state.hub, agent.node_id, None, 0, 0.1)
+    alive = await long_poll(sessionmaker, hub, agent.node_id, None, 0)
     [request] = alive.requests
     assert request.session_id == sid
     waiting.cancel()
+
+
+async def test_a_change_another_replica_made_reaches_a_parked_long_poll(
+    app: FastAPI, make_agent: AgentFactory
+) -> None:
+    # Another replica's commit wakes nobody here: this replica's version watcher (one query per
+    # `assignment_poll`, 0.5 s in these tests, for every node at once) finds it.
+    agent = await make_agent(auto_run=False)
+    sessionmaker, hub = app.state.sessionmaker, app.state.hub
+    async with sessionmaker() as db:
+        [version] = (await db.execute(
+            update(NodeRow).where(NodeRow.id == agent.node_id)
+            .values(assignment_version=NodeRow.assignment_version)
+            .returning(NodeRow.assignment_version)
+        )).scalars().all()
+        await db.commit()
+    parked = asyncio.create_task(long_poll(sessionmaker, hub, agent.node_id, version, 20))
+    await asyncio.sleep(1.2)  # a few of the watcher's looks: nothing moved, it stays parked
+    assert not parked.done()
+    started = time.monotonic()
+    async with sessionmaker() as db:  # as another replica would: no wake-up in this hub
+        await db.execute(update(NodeRow).where(NodeRow.id == agent.node_id)
+                         .values(assignment_version=version + 1))
+        await db.commit()
+    answer = await asyncio.wait_for(parked, 5)
+    assert answer.version == version + 1
+    assert time.monotonic() - started < 2.0  # the watcher's interval, not the 20 s wait

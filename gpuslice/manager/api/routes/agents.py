@@ -65,14 +65,12 @@ async def get_assignments(
     node: CurrentNode,
     sessionmaker: SessionmakerDep,
     hub: HubDep,
-    settings: SettingsDep,
     since: Annotated[int | None, Query(description="The version the agent has.")] = None,
     wait: Annotated[float, Query(ge=0, le=60, description="Long-poll seconds.")] = 25,
 ) -> Assignments:
     """The node's desired state; with `since`, waits until it differs from that version."""
     return await assignments.long_poll(
-        sessionmaker, hub, node.id, since, wait, settings.nodes.assignment_poll,
-        gone=request.is_disconnected,
+        sessionmaker, hub, node.id, since, wait, gone=request.is_disconnected,
     )
 
 

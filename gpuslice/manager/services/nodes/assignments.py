@@ -2,8 +2,9 @@
 
 Every change to a node's desired state bumps ``nodes.assignment_version`` in the same transaction
 (see ``lifecycle.transition`` and ``channel``). An agent asks with the version it has; the answer
-comes at once if the version moved, else when this process's hub signals the node, else after a
-short database poll (another manager replica made the change), else at the wait limit. Each
+comes at once if the version moved, else when this process's hub signals the node (a change
+committed here, or one made by another replica that ``versions.VersionWatch`` saw: one query a
+second for all nodes, not one per parked long-poll), else at the wait limit. Each
 answer carries the node's new requests (``channel.deliver``: each in one answer only), unless
 the agent that asked has gone: a killed agent's long-poll stays parked here until it notices,
 and a request handed to it would be lost while its successor polls beside it.
@@ -52,7 +53,6 @@ async def long_poll(
     node_id: str,
     since: int | None,
     wait: float,
-    poll: float,
     gone: Callable[[], Awaitable[bool]] | None = None,
 ) -> Assignments:
     """The node's assignments once they differ from version ``since`` (at once without one),
@@ -72,7 +72,7 @@ async def long_poll(
                 answer, unsendable = await _build(db, node_id, version or 0, deliver=not hung_up)
                 await _end(db, unsendable)
                 return answer
-        await wait_for(changed, min(poll, remaining))
+        await wait_for(changed, remaining)
 
 
 async def _build(
