@@ -46,7 +46,7 @@ async def heartbeat(
         return await _ack(db, node_id)
     came_back = node.status != NodeStatus.ALIVE
     changed = came_back or (node.cpu, node.mem) != (body.cpu, body.mem)
-    await db.execute(
+    version = await db.scalar(
         update(NodeRow)
         .where(NodeRow.id == node.id)
         .values(
@@ -56,6 +56,7 @@ async def heartbeat(
             images=sorted(set(body.images)), usage=_usage(body), status=NodeStatus.ALIVE,
             last_heartbeat_at=utcnow(), engine_error=None,
         )
+        .returning(NodeRow.assignment_version)
     )
     changed = await _sync_devices(db, node, body) or changed
     await image_reports.sync_node(db, node.id, body)
@@ -68,7 +69,8 @@ async def heartbeat(
     await samples.store(db, node_id, body.usage, utcnow(), max_gap_ms)
     if timed is not None:
         timed(time.perf_counter() - started)
-    return await _ack(db, node_id)
+    # The version as of this heartbeat's commit: a later change wakes the node's long-poll.
+    return HeartbeatAck(node_id=node_id, status=NodeStatus.ALIVE, assignment_version=version or 0)
 
 
 async def _ack(db: AsyncSession, node_id: str) -> HeartbeatAck:
