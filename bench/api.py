@@ -7,7 +7,8 @@ The app runs in this process (its real lifespan: migrations, scheduling loop) an
 through httpx's ASGI transport, so the figures are the manager's own, without network hops.
 create → SCHEDULED is measured from just before the POST to the SCHEDULED row's timestamp in the
 status history. Pages are listed unfiltered, by status (a tenth of the sessions) and by owner
-(half). Last line: ``create_to_scheduled_ms_p50=<ms> list_page_ms_p99=<ms>
+(half), each walked page after page with the page's ``next`` (so deep pages are measured too).
+Last line: ``create_to_scheduled_ms_p50=<ms> list_page_ms_p99=<ms>
 list_status_ms_p99=<ms> list_owner_ms_p99=<ms>``.
 """
 
@@ -179,15 +180,18 @@ async def _fill(app: Any, total: int) -> str:
 async def _list_pages(
     client: httpx.AsyncClient, samples: int, filters: dict[str, str]
 ) -> list[float]:
+    """Pages walked as a client walks the listing (each page's ``next``), deeper and deeper,
+    from the top again at its end."""
     latencies = []
-    for i in range(samples):
-        offset = (i * 100) % 9_000  # within the first 9,000 of each listing
+    position: dict[str, str] = {}
+    for _ in range(samples):
         started = time.perf_counter()
-        r = await client.get("/api/v1/sessions",
-                             params={"limit": 100, "offset": offset, **filters})
+        r = await client.get("/api/v1/sessions", params={"limit": 100, **filters, **position})
         latencies.append((time.perf_counter() - started) * 1000)
         r.raise_for_status()
-        assert len(r.json()["items"]) == 100
+        page = r.json()
+        assert page["items"]
+        position = {"after": page["next"]} if page["next"] else {}
     return latencies
 
 

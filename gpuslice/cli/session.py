@@ -117,8 +117,9 @@ def list_(
         "--all-pages", help="Every matching session, fetched page after page.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Your sessions, newest first. JSON: {"items", "total", "limit", "offset"}; the listing is
-    complete when "total" equals the number of items (else page with --offset, or --all-pages)."""
+    """Your sessions, newest first. JSON: {"items", "total", "limit", "offset", "next"}; the
+    listing is complete when "total" equals the number of items (else page with --offset, or
+    --all-pages)."""
     if not 1 <= limit <= PAGE_MAX:
         raise CliError(f"--limit: must be between 1 and {PAGE_MAX}, got {limit}", 2)
     if offset < 0:
@@ -135,7 +136,8 @@ def list_(
         page: dict[str, Any]
         if all_pages:
             items = client.get_all_json("/sessions", query)
-            page = {"items": items, "total": len(items), "limit": len(items), "offset": 0}
+            page = {"items": items, "total": len(items), "limit": len(items), "offset": 0,
+                    "next": None}
         else:
             page = client.get_json("/sessions", query | {"limit": limit, "offset": offset})
     if as_json:

@@ -445,13 +445,20 @@ class Client(StorageCalls):
         one may come twice: each (by ``id``) is kept once."""
         items: dict[Any, Any] = {}
         offset = 0
+        position: dict[str, Any] = {"offset": 0}
         while True:
-            page = self.get_json(path, (params or {}) | {"limit": page_size, "offset": offset})
+            page = self.get_json(path, (params or {}) | {"limit": page_size} | position)
             for item in page["items"]:
                 items.setdefault(item.get("id", len(items)), item)
             offset += len(page["items"])
+            if "next" in page:  # a listing that says where its next page begins
+                if page["next"] is None:
+                    return list(items.values())
+                position = {"after": page["next"]}
+                continue
             if len(page["items"]) < page_size or offset >= page["total"]:
                 return list(items.values())
+            position = {"offset": offset}
 
     # ------------------------------------------------------------ plumbing
 

@@ -133,7 +133,42 @@ async def test_list_by_exact_name_newest_first(admin: Client, make_user: UserFac
     mine = (await other.get("/api/v1/sessions", params={"name": "train"})).json()
     assert [s["id"] for s in mine["items"]] == [hers["id"]]
     none = (await admin.get("/api/v1/sessions", params={"name": "nope"})).json()
-    assert none == {"items": [], "total": 0, "limit": 100, "offset": 0}
+    assert none == {"items": [], "total": 0, "limit": 100, "offset": 0, "next": None}
+
+
+async def test_pages_walked_with_next_see_each_session_once(
+    admin: Client, make_user: UserFactory
+) -> None:
+    created = await create(admin, count=7, name="walk")
+    bob = await make_user("bob")
+    await create(bob, count=2, name="his")  # not hers to see: never on her pages
+    alice = await make_user("alice")
+    [theirs] = await create(alice, name="hers")
+    seen: list[str] = []
+    params: dict[str, object] = {"limit": 3, "owner": "admin"}
+    newer = 0
+    while True:
+        page = (await admin.get("/api/v1/sessions", params=params)).json()
+        assert page["total"] == 7 + newer and len(page["items"]) <= 3
+        seen += [s["id"] for s in page["items"]]
+        if page["next"] is None:
+            break
+        params = {"limit": 3, "owner": "admin", "after": page["next"]}
+        await create(admin, name="newer")  # created meanwhile: before the cursor, not on a page
+        newer += 1
+    assert seen == [s["id"] for s in reversed(created)]  # newest first, each once, none skipped
+    # A user's cursor walks her own sessions only, whatever position it names.
+    mine = (await alice.get("/api/v1/sessions", params={"limit": 1})).json()
+    assert [s["id"] for s in mine["items"]] == [theirs["id"]] and mine["next"] is None
+    first = (await admin.get("/api/v1/sessions", params={"limit": 1})).json()
+    after_admin = await alice.get("/api/v1/sessions", params={"after": first["next"]})
+    assert [s["owner"] for s in after_admin.json()["items"]] in ([], ["alice"])
+    for bad in ("not-a-cursor", "eA", "MjAyNnx4"):  # junk, "x", "2026|x"
+        r = await admin.get("/api/v1/sessions", params={"after": bad})
+        assert r.status_code == 422, bad
+        assert "`after` is not a position this listing gave" in r.text
+    both = await admin.get("/api/v1/sessions", params={"after": first["next"], "offset": 1})
+    assert both.status_code == 422 and "not both" in both.text
 
 
 async def test_destroying_a_pending_session_cancels_it_at_once(admin: Client) -> None:

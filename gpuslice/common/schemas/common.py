@@ -108,3 +108,9 @@ class Page(BaseModel, Generic[T]):
     total: int = Field(description="Number of items matching the filters, all pages together.")
     limit: int
     offset: int
+    next: str | None = Field(
+        default=None,
+        description="Where the next page begins (give it as `after`), or null on the last page. "
+        "Paging with it costs the same on page 1 and page 1,000, and an item created meanwhile "
+        "does not push one already seen onto the next page.",
+    )

@@ -73,13 +73,17 @@ async def list_all(
     type_: Annotated[SessionType | None, Query(alias="type")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
+    after: Annotated[str | None, Query(
+        max_length=200, description="Begin after this position: a previous page's `next`.",
+    )] = None,
 ) -> Page[SessionPublic]:
     """Sessions the caller may see, newest first; filter by status, type, owner (admins) or
     name. A page holds fewer than `limit` items when its answer would pass `limits.max_answer`
-    bytes: continue from `offset` plus the items returned."""
+    bytes. Walk the listing with `after` = the page's `next` (the same cost for every page), or
+    with `offset` plus the items returned."""
     return await views.list_sessions(
         db, user, statuses=status_ or (), owner=owner, name=name, kind=type_, limit=limit,
-        offset=offset, max_bytes=settings.limits.max_answer,
+        offset=offset, after=after, max_bytes=settings.limits.max_answer,
     )
 
 

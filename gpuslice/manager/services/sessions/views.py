@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy import ColumnElement, Select, func, literal, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
@@ -23,8 +26,9 @@ from gpuslice.common.schemas.sessions import (
 from gpuslice.common.schemas.storage import SessionFolder
 from gpuslice.common.schemas.users import Role
 from gpuslice.common.text import scrub
+from gpuslice.manager.db.base import UTCDateTime
 from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, StatusHistory, User
-from gpuslice.manager.errors import Forbidden, NotFound
+from gpuslice.manager.errors import Forbidden, InvalidRequest, NotFound
 
 
 def visible(stmt: Select, viewer: User) -> Select:  # type: ignore[type-arg]
@@ -61,11 +65,17 @@ async def list_sessions(
     kind: SessionType | None = None,
     limit: int = 100,
     offset: int = 0,
+    after: str | None = None,
     max_bytes: int | None = None,
 ) -> Page[SessionPublic]:
     """Newest first; ``owner`` (an admin's filter) is a username or a user id, ``name`` exact.
     With ``max_bytes``, the page stops early (at least one item) once its answer would pass
-    that size: continue from ``offset`` + the items returned."""
+    that size: continue from ``offset`` + the items returned, or from the page's ``next``.
+
+    ``after`` (a page's ``next``) starts the page just past the item it names, read in the
+    listing's index order (created, id): no row before it is read, whatever the page."""
+    if after is not None and offset:
+        raise InvalidRequest("give either `after` or `offset`, not both", field="after")
     where: list[ColumnElement[bool]] = []
     if statuses:
         where.append(SessionRow.status.in_(list(statuses)))
@@ -83,12 +93,40 @@ async def list_sessions(
     counted = visible(select(func.count()).select_from(SessionRow), viewer).where(*where)
     total = await db.scalar(counted)
     page = visible(_described(), viewer).where(*where)
+    if after is not None:
+        created, last_id = _cursor_position(after)
+        page = page.where(tuple_(SessionRow.created_at, SessionRow.id)
+                          < tuple_(literal(created, UTCDateTime()), literal(last_id)))
     page = page.order_by(SessionRow.created_at.desc(), SessionRow.id.desc())
-    rows = (await db.execute(page.limit(limit).offset(offset))).all()
-    items = [to_public(row, owner_name, node_name)
-             for row, owner_name, node_name in _within(rows, max_bytes)]
+    read = (await db.execute(page.limit(limit + 1).offset(offset))).all()  # one more: is
+    rows = read[:limit]  # there a next page?
+    kept = _within(rows, max_bytes)
+    items = [to_public(row, owner_name, node_name) for row, owner_name, node_name in kept]
     await db.commit()
-    return Page(items=items, total=total or 0, limit=limit, offset=offset)
+    more = len(read) > limit or len(kept) < len(rows)
+    return Page(items=items, total=total or 0, limit=limit, offset=offset,
+                next=_cursor(kept[-1][0]) if kept and more else None)
+
+
+def _cursor(row: SessionRow) -> str:
+    """Opaque to clients: where the listing stands (the last item's created time and id)."""
+    raw = f"{row.created_at.isoformat()}|{row.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _cursor_position(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, last_id = raw.split("|", 1)
+        at = datetime.fromisoformat(created)
+        if at.tzinfo is None or not last_id:
+            raise ValueError(raw)
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise InvalidRequest(
+            "`after` is not a position this listing gave: pass a page's `next` as it came",
+            field="after",
+        ) from None
+    return at, last_id
 
 
 async def describe(db: AsyncSession, session_id: str, *, history: bool = True) -> SessionPublic:
