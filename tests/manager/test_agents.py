@@ -16,6 +16,7 @@ from gpuslice.manager.db.models import NodeRow
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import AgentFactory, Client, client_for, create
+from tests.manager.fake_agent import gpu
 from tests.manager.test_e2e import wait_status
 
 
@@ -197,3 +198,55 @@ async def test_the_slice_fraction_is_the_same_in_the_api_and_on_the_wire(
     exact = (wire_slice["gpu"], wire_slice["capacity"], wire_slice["sm_percent"])
     assert exact == (1000, 3000, 33)
     assert wire["resources"] == {"gpu": 1000, "cpu": 1000, "mem": 1024**3}
+
+
+async def test_a_heartbeat_that_reports_the_same_is_cheap_and_any_change_is_applied(
+    app: FastAPI, admin: Client, make_agent: AgentFactory
+) -> None:
+    agent = await make_agent(auto_run=False, devices=[gpu(0), gpu(1)])
+
+    async def node() -> dict[str, Any]:
+        return (await admin.get("/api/v1/nodes")).json()[0]
+
+    async def digest() -> str | None:
+        async with app.state.sessionmaker() as db:
+            found = await db.scalar(select(NodeRow.report_digest))
+            await db.commit()
+            return found
+
+    await agent.heartbeat()
+    applied = await digest()
+    assert applied is not None  # all of it applied: the next same report is one UPDATE
+    before = (await node())["last_heartbeat_at"]
+    await agent.heartbeat()
+    assert await digest() == applied and (await node())["last_heartbeat_at"] > before
+
+    agent.images = [*agent.images, "python:3.12"]  # a new image: applied, a new digest
+    await agent.heartbeat()
+    assert "python:3.12" in (await node())["images"] and await digest() not in (None, applied)
+
+    # A session holds GPU 1 and most of the CPU while the node reports less of both: the
+    # report is applied as far as it can be, and again at each heartbeat until it all is.
+    [s] = await create(admin, resources={"gpu": 2, "cpu": 2})
+    await wait_status(admin, s["id"], {"SCHEDULED"})
+    agent.devices, agent.cpu = [gpu(0)], 1000
+    await agent.heartbeat()
+    held = await node()
+    assert [d["index"] for d in held["devices"]] == [0, 1] and held["cpu"] == 2
+    assert await digest() is None
+    await agent.heartbeat()  # still held: still the full path
+    assert [d["index"] for d in (await node())["devices"]] == [0, 1]
+    await admin.delete(f"/api/v1/sessions/{s['id']}")
+    await wait_status(admin, s["id"], {"CANCELLED", "TERMINATING", "TERMINATED"})
+    await agent.report(s["id"], "TERMINATED", exit_code=0)
+    await agent.heartbeat()
+    freed = await node()
+    assert [d["index"] for d in freed["devices"]] == [0] and freed["cpu"] == 1
+    assert await digest() is not None
+
+    # A LOST node's report is applied in full whatever its digest.
+    async with app.state.sessionmaker() as db:
+        await db.execute(update(NodeRow).values(status="LOST"))
+        await db.commit()
+    assert (await agent.heartbeat())["status"] == "ALIVE"
+    assert (await node())["status"] == "ALIVE"

@@ -37,43 +37,43 @@ async def _db(request: Request) -> AsyncIterator[AsyncSession]:
         yield db
 
 
-def _settings(request: Request) -> ManagerSettings:
+async def _settings(request: Request) -> ManagerSettings:
     return request.app.state.settings
 
 
-def _hub(request: Request) -> Hub:
+async def _hub(request: Request) -> Hub:
     return request.app.state.hub
 
 
-def _sessionmaker(request: Request) -> async_sessionmaker[AsyncSession]:
+async def _sessionmaker(request: Request) -> async_sessionmaker[AsyncSession]:
     return request.app.state.sessionmaker
 
 
-def _channel(request: Request) -> Channel:
+async def _channel(request: Request) -> Channel:
     return request.app.state.channel
 
 
-def _metrics(request: Request) -> ManagerMetrics:
+async def _metrics(request: Request) -> ManagerMetrics:
     return request.app.state.metrics
 
 
-def _storage(request: Request) -> StorageFS:
+async def _storage(request: Request) -> StorageFS:
     return request.app.state.storage
 
 
-def _model_store(request: Request) -> ModelStore:
+async def _model_store(request: Request) -> ModelStore:
     return request.app.state.model_store
 
 
-def _loops(request: Request) -> Mapping[str, LoopState]:
+async def _loops(request: Request) -> Mapping[str, LoopState]:
     return request.app.state.loops
 
 
-def _schema_head(request: Request) -> str:
+async def _schema_head(request: Request) -> str:
     return request.app.state.schema_head
 
 
-def _throttle(request: Request) -> LoginThrottle:
+async def _throttle(request: Request) -> LoginThrottle:
     return request.app.state.login_throttle
 
 

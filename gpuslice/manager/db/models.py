@@ -186,6 +186,9 @@ class NodeRow(Base):
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # Why the node's Docker Engine does not answer, as its agent says (None: it does).
     engine_error: Mapped[str | None] = mapped_column(String(500))
+    # What the last heartbeat applied in full reported (capacity, devices, images); null when
+    # something is left to apply (a device still allocated, capacity held by sessions).
+    report_digest: Mapped[str | None] = mapped_column(String(64))
 
     devices: Mapped[list[DeviceRow]] = relationship(
         lazy="raise", order_by="DeviceRow.index", passive_deletes=True

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -44,9 +46,16 @@ async def heartbeat(
             )
         )
         return await _ack(db, node_id)
+    digest = report_digest(body)
+    if node.status == NodeStatus.ALIVE and node.engine_error is None and (
+        node.report_digest == digest
+    ):
+        version = await _same_report(db, node_id, body, digest)
+        if version is not None:
+            return await _store_samples(db, node_id, body, version, max_gap_ms, timed)
     came_back = node.status != NodeStatus.ALIVE
     changed = came_back or (node.cpu, node.mem) != (body.cpu, body.mem)
-    version = await db.scalar(
+    version, cpu, mem = (await db.execute(
         update(NodeRow)
         .where(NodeRow.id == node.id)
         .values(
@@ -54,17 +63,56 @@ async def heartbeat(
             cpu=case((NodeRow.cpu_used > body.cpu, NodeRow.cpu_used), else_=body.cpu),
             mem=case((NodeRow.mem_used > body.mem, NodeRow.mem_used), else_=body.mem),
             images=sorted(set(body.images)), usage=_usage(body), status=NodeStatus.ALIVE,
-            last_heartbeat_at=utcnow(), engine_error=None,
+            last_heartbeat_at=utcnow(), engine_error=None, report_digest=None,
         )
-        .returning(NodeRow.assignment_version)
-    )
-    changed = await _sync_devices(db, node, body) or changed
-    await image_reports.sync_node(db, node.id, body)
+        .returning(NodeRow.assignment_version, NodeRow.cpu, NodeRow.mem)
+    )).one()
+    devices_changed, devices_settled = await _sync_devices(db, node, body)
+    changed = devices_changed or changed
+    await image_reports.sync_node(db, node_id, body)
+    if devices_settled and (cpu, mem) == (body.cpu, body.mem):
+        # All of it applied: the same report next time is one UPDATE (``_same_report``).
+        await db.execute(update(NodeRow).where(NodeRow.id == node_id)
+                         .values(report_digest=digest))
     if changed:
         wake_after_commit(db, "scheduler")
     await db.commit()
     if came_back:
         log.warning("node %s is back (it reports %d running)", node.name, len(body.running))
+    return await _store_samples(db, node_id, body, version, max_gap_ms, timed)
+
+
+def report_digest(body: Heartbeat) -> str:
+    """What a heartbeat says beside its readings: capacity, devices, images (any change of
+    them, and only that, changes the digest)."""
+    static = body.model_dump(mode="json", include={"cpu", "mem", "images", "image_details"})
+    static["devices"] = [d.model_dump(mode="json", exclude={"mem_used", "utilization"})
+                         for d in body.devices]
+    raw = json.dumps(static, sort_keys=True, separators=(",", ":")).encode()
+    return hashlib.sha256(raw).hexdigest()
+
+
+async def _same_report(
+    db: AsyncSession, node_id: str, body: Heartbeat, digest: str
+) -> int | None:
+    """The heartbeat of an ALIVE node reporting what it reported last (the usual one): its
+    readings and time, in one guarded UPDATE. None (nothing written) if the node's row moved
+    meanwhile (the sweep called it LOST, a full heartbeat is being applied): the full path."""
+    version = await db.scalar(
+        update(NodeRow)
+        .where(NodeRow.id == node_id, NodeRow.status == NodeStatus.ALIVE,
+               NodeRow.report_digest == digest, NodeRow.engine_error.is_(None))
+        .values(usage=_usage(body), last_heartbeat_at=utcnow())
+        .returning(NodeRow.assignment_version)
+    )
+    await db.commit()
+    return version
+
+
+async def _store_samples(
+    db: AsyncSession, node_id: str, body: Heartbeat, version: int, max_gap_ms: int,
+    timed: Callable[[float], None] | None,
+) -> HeartbeatAck:
     started = time.perf_counter()
     await samples.store(db, node_id, body.usage, utcnow(), max_gap_ms)
     if timed is not None:
@@ -88,7 +136,10 @@ def _log_engine(node: str, problem: str | None) -> None:
                     node, problem)
 
 
-async def _sync_devices(db: AsyncSession, node: NodeRow, body: Heartbeat) -> bool:
+async def _sync_devices(
+    db: AsyncSession, node: NodeRow, body: Heartbeat
+) -> tuple[bool, bool]:
+    """Whether the devices changed, and whether all of the report is applied."""
     current = {
         d.index: d
         for d in (
@@ -109,12 +160,17 @@ async def _sync_devices(db: AsyncSession, node: NodeRow, body: Heartbeat) -> boo
         elif (row.uuid, row.model, row.mem, row.sms) != (dev.uuid, dev.model, dev.mem, dev.sms):
             row.uuid, row.model, row.mem, row.sms = dev.uuid, dev.model, dev.mem, dev.sms
             changed = True
+    settled = True
     if current:  # devices gone from the node: drop those nothing is allocated on
         gone = [d.id for d in current.values()]
-        await db.execute(delete(DeviceRow).where(DeviceRow.id.in_(gone), DeviceRow.used == 0))
+        dropped = await db.execute(
+            delete(DeviceRow).where(DeviceRow.id.in_(gone), DeviceRow.used == 0)
+            .returning(DeviceRow.id)
+        )
+        settled = len(dropped.all()) == len(gone)  # (the others: at a later heartbeat)
         changed = True
     await db.flush()
-    return changed
+    return changed, settled
 
 
 def _usage(body: Heartbeat) -> dict[str, dict[str, dict[str, int | None]]]:

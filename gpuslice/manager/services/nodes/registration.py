@@ -218,6 +218,7 @@ async def _issue(
     credential = new_token(NODE_TOKEN_PREFIX)
     node.credential_hash = token_digest(credential)
     node.pool = body.pool
+    node.report_digest = None  # its first heartbeat is applied in full
     if node.revoked_at is not None:  # re-keyed after a revocation: it may join again
         node.revoked_at, node.status, node.last_heartbeat_at = None, NodeStatus.ALIVE, utcnow()
     await db.commit()
