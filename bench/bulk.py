@@ -13,7 +13,7 @@ Then the guarded allocation is checked: every session placed exactly once, and e
     python bench/bulk.py --pg postgresql://user:pw@host/db   # a fresh database on that server
 
 Last line: ``backend=<sqlite|postgresql> scheduled_per_s=<n> seconds=<s> sessions=<n>
-nodes=<n> consistent=<yes|no>``.
+nodes=<n> consistent=<yes|no> failed_calls=<n>``.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from gpuslice.manager.db.models import (  # noqa: E402
 from gpuslice.manager.settings import load_settings  # noqa: E402
 
 GiB = 1024**3
+FAILED: list[int] = []  # the agents' calls that failed (status), retried as agents do
 
 
 async def main() -> None:
@@ -59,7 +60,7 @@ async def main() -> None:
             )
             app = create_app(settings)
             async with app.router.lifespan_context(app):
-                transport = httpx.ASGITransport(app=app)
+                transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)  # a 500
                 async with httpx.AsyncClient(transport=transport, base_url="http://m",
                                              timeout=120) as client:
                     await _login(client, Path(tmp))
@@ -74,7 +75,7 @@ async def main() -> None:
           f"allocation consistent: {consistent}")
     print(f"backend={backend} scheduled_per_s={args.sessions / seconds:.0f} "
           f"seconds={seconds:.2f} sessions={args.sessions} nodes={args.nodes} "
-          f"consistent={'yes' if consistent else 'no'}")
+          f"consistent={'yes' if consistent else 'no'} failed_calls={len(FAILED)}")
 
 
 def _parse() -> argparse.Namespace:
@@ -118,7 +119,10 @@ async def _long_poll(client: httpx.AsyncClient, auth: dict[str, str],
         if version is not None:
             params["since"] = version
         r = await client.get("/api/v1/agents/me/assignments", headers=auth, params=params)
-        r.raise_for_status()
+        if r.status_code != 200:  # as an agent does: again a little later
+            FAILED.append(r.status_code)
+            await asyncio.sleep(1.0)
+            continue
         version = r.json()["version"]
     await beats
 
@@ -129,8 +133,9 @@ async def _heartbeats(client: httpx.AsyncClient, auth: dict[str, str],
     while not stop.is_set():
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 5.0)
-        (await client.post("/api/v1/agents/me/heartbeat", headers=auth,
-                           json=body)).raise_for_status()
+        r = await client.post("/api/v1/agents/me/heartbeat", headers=auth, json=body)
+        if r.status_code != 200:  # counted; the next one comes at the interval, as an agent's
+            FAILED.append(r.status_code)
 
 
 def _devices(auth: dict[str, str]) -> list[dict[str, Any]]:
@@ -189,12 +194,19 @@ async def _consistent(app: Any, total: int) -> bool:
             .where(SessionRow.status == "SCHEDULED").group_by(SessionRow.node_id)
         )).all()}
         nodes = (await db.execute(select(NodeRow.id, NodeRow.cpu_used, NodeRow.mem_used))).all()
+        statuses = dict((await db.execute(
+            select(SessionRow.status, func.count()).group_by(SessionRow.status))).tuples().all())
+        reasons = (await db.execute(
+            select(SessionRow.status_reason, func.count())
+            .where(SessionRow.status != "SCHEDULED").group_by(SessionRow.status_reason)
+        )).all()
     once = len(per_session) == total and all(n == 1 for _, n in per_session)
     devices_ok = all(used == (device_sums.get(d) or 0) for d, used in devices)
     nodes_ok = all((c, m) == node_sums.get(n, (0, 0)) for n, c, m in nodes)
     if not (scheduled == total and once and devices_ok and nodes_ok):
         print(f"inconsistent: {scheduled} of {total} SCHEDULED, placed once: {once}, "
-              f"device counters right: {devices_ok}, node counters right: {nodes_ok}")
+              f"device counters right: {devices_ok}, node counters right: {nodes_ok}; "
+              f"by status: {statuses}; not scheduled because: {reasons}")
     return scheduled == total and once and devices_ok and nodes_ok
 
 
