@@ -18,7 +18,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 _KEY = "gpuslice.wakeups"
-LONG_POLLS = 4
 HUB_KEY = "gpuslice.hub"
 
 
@@ -55,9 +54,6 @@ class Hub:
     history: Signal = field(default_factory=Signal)
     answers: Signal = field(default_factory=Signal)  # an agent answered a request
     closing: asyncio.Event = field(default_factory=asyncio.Event)
-    # Long-poll answers read at once: a commit that wakes hundreds of nodes must leave database
-    # connections to heartbeats and the API (the others wait their turn, a few ms each).
-    long_polls: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(LONG_POLLS))
     _nodes: dict[str, Signal] = field(default_factory=dict)
 
     def close(self) -> None:

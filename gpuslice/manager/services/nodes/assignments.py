@@ -61,7 +61,7 @@ async def long_poll(
     deadline = time.monotonic() + wait
     while True:
         changed = hub.node(node_id).listen()
-        async with hub.long_polls, sessionmaker() as db:
+        async with sessionmaker() as db:
             version = await db.scalar(
                 select(NodeRow.assignment_version).where(NodeRow.id == node_id)
             )
