@@ -205,9 +205,10 @@ class SessionActions:
         ``reason``: TERMINATED "stopped" when the manager asked, or the agent's own reason
         (the watchdog's ERROR), not how the process exited. ``cid``: its container, when
         reconcile just saw it (each look-up is a listing dockerd must answer)."""
-        if cid is None:
-            await self.runtime.stop(sid, self.settings.stop_grace_s)
-        else:
+        if cid is None:  # one look-up, for the stop, the logs and the removal
+            found = await self.runtime.find(sid)
+            cid = found.container_id if found is not None else None
+        if cid is not None:
             await self.runtime.stop_container(cid, self.settings.stop_grace_s)
         logs = await self._final_logs(sid, cid)
         # Reported once stopped, removed after: the slice is free when the process is gone,
