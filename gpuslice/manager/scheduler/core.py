@@ -279,13 +279,10 @@ def _share_scales(totals: Resources) -> tuple[int, int, int]:
     """``L // total`` per resource, ``L`` the least common multiple of the totals: ``part *
     scale`` is then ``part / total * L`` exactly, so shares compare as integers. A resource the
     cluster has none of counts for nothing (scale 0)."""
-    wholes = [w for w in (totals.gpu, totals.cpu, totals.mem) if w > 0]
-    common = math.lcm(*wholes) if wholes else 1
-    return (
-        common // totals.gpu if totals.gpu > 0 else 0,
-        common // totals.cpu if totals.cpu > 0 else 0,
-        common // totals.mem if totals.mem > 0 else 0,
-    )
+    wholes = (totals.gpu, totals.cpu, totals.mem)
+    common = math.lcm(*(w for w in wholes if w > 0))  # (1 for none)
+    gpu, cpu, mem = (common // w if w > 0 else 0 for w in wholes)
+    return gpu, cpu, mem
 
 
 def _shape(req: Request) -> Shape:

@@ -174,6 +174,10 @@ class ClusterState:
         _, ns, positions, group = best
         return self._placement(req, ns, positions, group)
 
+    def _device_key(self, rank: int, pos: int) -> BucketKey:
+        """The device's bucket key (``devices_at`` unpacks it)."""
+        return (pos << _RANK_BITS) | rank if self.spread else (rank << _POS_BITS) | pos
+
     def devices_at(self, group: GroupIndex, amount: int) -> Iterator[tuple[int, int]]:
         """(node rank, device position) of the group's devices with ``amount`` free, best
         tie-break first."""
@@ -239,14 +243,13 @@ class ClusterState:
     def _build_index(self) -> None:
         """Every group's buckets, built at once (sorting each bucket once is several times
         faster than adding keys one by one)."""
-        spread = self.spread
         slices: dict[GroupIndex, dict[int, list[int]]] = {g: {} for g in self.groups.values()}
         whole: dict[GroupIndex, dict[int, list[int]]] = {g: {} for g in self.groups.values()}
         for ns in self.nodes:
             cap, rank = ns.node.device_capacity, ns.rank
             for pos, dev in enumerate(ns.node.devices):
                 if cap - dev.used > 0:
-                    key = (pos << _RANK_BITS) | rank if spread else (rank << _POS_BITS) | pos
+                    key = self._device_key(rank, pos)
                     slices[ns.device_groups[pos]].setdefault(cap - dev.used, []).append(key)
             for group_key, count in ns.whole_counts.items():
                 if count:
@@ -271,7 +274,6 @@ class ClusterState:
         another); spread takes the lowest device position first and then the node rank, which
         deals new slices round-robin over the nodes. (The hot path of a pass: each placement
         comes here once.)"""
-        spread = self.spread
         cap, rank = ns.node.device_capacity, ns.rank
         now = self._indexed(ns, positions)
         counts: dict[GroupIndex, int] = {}  # group -> entirely free devices before the change
@@ -279,7 +281,7 @@ class ClusterState:
             if was == free:
                 continue
             group = ns.device_groups[pos]
-            key = (pos << _RANK_BITS) | rank if spread else (rank << _POS_BITS) | pos
+            key = self._device_key(rank, pos)
             if was > 0:
                 _remove(group.slices, group.amounts, was, key)
             if free > 0:
