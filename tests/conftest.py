@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
+import sys
+import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -14,6 +18,36 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 PG_URL = os.environ.get("GPUSLICE_TEST_PG")
+# A hung test fails at pytest-timeout's limit (pyproject.toml) instead of holding CI until it
+# is killed. A minute before that, every task of the test's event loop prints its stack: an
+# idle loop's thread stack says nothing about which wait never ended.
+TASKS_REPORT_S = 540
+
+
+def _print_tasks(signum: int, frame: object) -> None:
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        print("hung test: no event loop is running", file=sys.stderr)
+        return
+    tasks = asyncio.all_tasks(loop)
+    print(f"hung test: {len(tasks)} tasks", file=sys.stderr)
+    for task in tasks:
+        task.print_stack(file=sys.stderr)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    signal.signal(signal.SIGUSR1, _print_tasks)
+    main = threading.main_thread().ident
+    assert main is not None
+    timer = threading.Timer(TASKS_REPORT_S, signal.pthread_kill, (main, signal.SIGUSR1))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def pg_url() -> str | None:

@@ -59,6 +59,7 @@ from gpuslice.common.docker_engine import explain
 from gpuslice.common.logs import bind
 from gpuslice.common.schemas.agents import Assignments, Heartbeat, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
+from gpuslice.common.waits import wait_event
 
 log = logging.getLogger("gpuslice.agent")
 LONG_POLL_S = 25.0
@@ -273,8 +274,7 @@ class Agent:
                 await self._send(body)
                 if done:  # its samples reached the manager (a report sent again has no new)
                     collector.sent()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._heartbeat_now.wait(), interval_ms / 1000)
+                await wait_event(self._heartbeat_now, interval_ms / 1000)
                 self._heartbeat_now.clear()
         finally:
             if collecting is not None:
@@ -375,8 +375,7 @@ class Agent:
 
     async def _reconcile_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), RECONCILE_SAFETY_S)
+            await wait_event(self._kick, RECONCILE_SAFETY_S)
             self._kick.clear()
             if self.desired is not None:
                 await self.reconcile(self.desired)
@@ -582,8 +581,7 @@ def _private_link(url: str) -> bool:
 
 
 async def _sleep_or_stop(stop: asyncio.Event, seconds: float) -> None:
-    with contextlib.suppress(TimeoutError):
-        await asyncio.wait_for(stop.wait(), seconds)
+    await wait_event(stop, seconds)
 
 
 __all__ = ["Agent"]

@@ -242,12 +242,12 @@ async def _keep_standard_image(stop: asyncio.Event, say: Callable[[str], None]) 
     import aiohttp
 
     from gpuslice.common.docker_engine import docker_client
+    from gpuslice.common.waits import wait_event
 
     docker = docker_client()
     try:
         while not stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), IMAGE_CHECK_S)
+            await wait_event(stop, IMAGE_CHECK_S)
             if stop.is_set():
                 return
             try:
@@ -264,8 +264,7 @@ async def _keep_standard_image(stop: asyncio.Event, say: Callable[[str], None]) 
                 await _build_standard_image(docker, say)
             except CliError as err:
                 say(f"{err}; trying again in a minute")
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), 60)
+                await wait_event(stop, 60)
     finally:
         await docker.close()
 

@@ -17,6 +17,8 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
+from gpuslice.common.waits import wait_event
+
 _KEY = "gpuslice.wakeups"
 HUB_KEY = "gpuslice.hub"
 
@@ -41,11 +43,7 @@ class Signal:
 
 async def wait_for(event: asyncio.Event, timeout: float) -> bool:
     """True if ``event`` was set within ``timeout`` seconds."""
-    try:
-        await asyncio.wait_for(event.wait(), max(timeout, 0))
-    except TimeoutError:
-        return False
-    return True
+    return await wait_event(event, timeout)
 
 
 @dataclass

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from gpuslice.common.waits import wait_event
 from gpuslice.manager.db.faults import describe
 
 log = logging.getLogger(__name__)
@@ -94,7 +95,4 @@ async def _sleep(delay: float, wake: asyncio.Event | None) -> None:
     if wake is None:
         await asyncio.sleep(delay)
         return
-    try:
-        await asyncio.wait_for(wake.wait(), delay)
-    except TimeoutError:
-        pass
+    await wait_event(wake, delay)

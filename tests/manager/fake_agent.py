@@ -87,6 +87,7 @@ class FakeAgent:
         self.running: set[str] = set()
         self.seen: list[dict[str, Any]] = []  # every assignments answer
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def start(self) -> None:
         body: dict[str, Any] = {"join_token": self.join_token, "name": self.name}
@@ -104,8 +105,13 @@ class FakeAgent:
         for task in list(self._link_tasks):
             task.cancel()
         await asyncio.gather(*self._link_tasks, return_exceptions=True)
+        self._stopping = True
         if self._task is not None:
-            self._task.cancel()
+            # Cancelled again until it ends: the cancel can land on a wait inside the app
+            # (the app runs in this task) that swallows it; the loop then ends at its next turn.
+            while not self._task.done():
+                self._task.cancel()
+                await asyncio.wait({self._task}, timeout=1)
             # a test that revoked or re-keyed this node has seen its loop end with a 401
             with contextlib.suppress(asyncio.CancelledError, httpx.HTTPStatusError):
                 await self._task
@@ -139,7 +145,7 @@ class FakeAgent:
 
     async def _follow(self) -> None:
         version: int | None = None
-        while True:
+        while not self._stopping:
             params: dict[str, Any] = {"wait": 5}
             if version is not None:
                 params["since"] = version

@@ -202,7 +202,8 @@ class LinkPool:
         try:
             await self.channel.post(node_id, ask, timeout=timeout, session_id=session_id,
                                     about=about, request_id=request_id)
-            return await asyncio.wait_for(asyncio.shield(waiter), timeout)
+            async with asyncio.timeout(timeout):  # not wait_for: see common.waits
+                return await asyncio.shield(waiter)
         except TimeoutError:
             raise AgentTimeout(
                 f"the agent of {about} did not open a stream within {timeout:g} s (is it "
