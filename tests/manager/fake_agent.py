@@ -88,6 +88,7 @@ class FakeAgent:
         self.seen: list[dict[str, Any]] = []  # every assignments answer
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
+        self.last_report: dict[str, Any] = {}  # the last heartbeat's body
 
     async def start(self) -> None:
         body: dict[str, Any] = {"join_token": self.join_token, "name": self.name}
@@ -128,6 +129,7 @@ class FakeAgent:
             body["usage"] = [{"session_id": sid, **sample} for sid, sample in self.usage.items()]
         r = await self.client.post("/api/v1/agents/me/heartbeat", json=body)
         r.raise_for_status()
+        self.last_report = body
         return r.json()
 
     async def report(self, session_id: str, status: str, **extra: Any) -> httpx.Response:

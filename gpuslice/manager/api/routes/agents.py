@@ -20,6 +20,7 @@ from gpuslice.manager.api.deps import (
     Bearer,
     CurrentNode,
     DbDep,
+    HeartbeatCredential,
     HubDep,
     MetricsDep,
     SessionmakerDep,
@@ -49,12 +50,13 @@ async def register(
 @router.post("/me/heartbeat")
 @node_body
 async def heartbeat(
-    body: Heartbeat, db: DbDep, node: CurrentNode, settings: SettingsDep, metrics: MetricsDep
+    body: Heartbeat, db: DbDep, credential: HeartbeatCredential, settings: SettingsDep,
+    metrics: MetricsDep,
 ) -> HeartbeatAck:
     """Report devices, capacity, images and usage (samples go to monitoring's history); keeps
     the node ALIVE."""
     return await heartbeats.heartbeat(
-        db, node, body, max_gap_ms=round(settings.nodes.node_timeout * 1000),
+        db, credential, body, max_gap_ms=round(settings.nodes.node_timeout * 1000),
         timed=metrics.heartbeat_store.observe,
     )
 

@@ -11,30 +11,46 @@ from collections.abc import Callable
 from sqlalchemy import case, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpuslice.common.logs import bind
 from gpuslice.common.schemas.agents import Heartbeat, HeartbeatAck, NodeStatus
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import DeviceRow, NodeRow
 from gpuslice.manager.events import wake_after_commit
+from gpuslice.manager.security import token_digest
 from gpuslice.manager.services.images import reports as image_reports
 from gpuslice.manager.services.monitoring import samples
+from gpuslice.manager.services.nodes.registration import authenticate_node
 
 log = logging.getLogger(__name__)
 
 
 async def heartbeat(
-    db: AsyncSession, node: NodeRow, body: Heartbeat, *, max_gap_ms: int = 30_000,
+    db: AsyncSession, credential: str, body: Heartbeat, *, max_gap_ms: int = 30_000,
     timed: Callable[[float], None] | None = None,
 ) -> HeartbeatAck:
-    """Record capacity, devices, images and usage; a LOST node that reports in is ALIVE again.
+    """Record capacity, devices, images and usage of the node whose ``credential`` this is; a
+    LOST node that reports in is ALIVE again.
 
     The samples go to monitoring's history (``max_gap_ms``: the longest a sample may stand
     for; ``timed`` is told how long storing them took).
+
+    The usual heartbeat (an ALIVE node reporting what it reported last, readings aside) is one
+    UPDATE found by the credential's digest: no row is read. Any other is applied in full.
 
     A heartbeat with ``engine_error`` (the node's Docker Engine does not answer) keeps the node
     ALIVE and records why, but changes nothing it does not know: images, usage, capacity.
     Its sessions are not lost: a live-restore engine keeps them running meanwhile, and the
     agent re-adopts them (or reports how they ended) once the engine answers again.
     """
+    digest = report_digest(body)
+    if body.engine_error is None:
+        found = await _same_report(db, token_digest(credential), body, digest)
+        if found is not None:
+            node_id, version = found
+            bind(node_id=node_id)  # what this request logs names the node
+            return await _store_samples(db, node_id, body, version, max_gap_ms, timed)
+    node = await authenticate_node(db, credential)
+    bind(node_id=node.id)
     node_id = node.id  # read now: storing the samples may roll back (and expire ``node``)
     if node.engine_error != body.engine_error:
         _log_engine(node.name, body.engine_error)
@@ -46,13 +62,6 @@ async def heartbeat(
             )
         )
         return await _ack(db, node_id)
-    digest = report_digest(body)
-    if node.status == NodeStatus.ALIVE and node.engine_error is None and (
-        node.report_digest == digest
-    ):
-        version = await _same_report(db, node_id, body, digest)
-        if version is not None:
-            return await _store_samples(db, node_id, body, version, max_gap_ms, timed)
     came_back = node.status != NodeStatus.ALIVE
     changed = came_back or (node.cpu, node.mem) != (body.cpu, body.mem)
     version, cpu, mem = (await db.execute(
@@ -93,20 +102,22 @@ def report_digest(body: Heartbeat) -> str:
 
 
 async def _same_report(
-    db: AsyncSession, node_id: str, body: Heartbeat, digest: str
-) -> int | None:
+    db: AsyncSession, credential_hash: str, body: Heartbeat, digest: str
+) -> tuple[str, int] | None:
     """The heartbeat of an ALIVE node reporting what it reported last (the usual one): its
-    readings and time, in one guarded UPDATE. None (nothing written) if the node's row moved
-    meanwhile (the sweep called it LOST, a full heartbeat is being applied): the full path."""
-    version = await db.scalar(
+    readings and time, in one UPDATE guarded by all it assumes; the node's id and assignment
+    version. None (nothing written) for anything else: an unknown or revoked credential, a
+    node the sweep called LOST, one whose report changed or was not all applied."""
+    found = (await db.execute(
         update(NodeRow)
-        .where(NodeRow.id == node_id, NodeRow.status == NodeStatus.ALIVE,
-               NodeRow.report_digest == digest, NodeRow.engine_error.is_(None))
+        .where(NodeRow.credential_hash == credential_hash, NodeRow.revoked_at.is_(None),
+               NodeRow.status == NodeStatus.ALIVE, NodeRow.report_digest == digest,
+               NodeRow.engine_error.is_(None))
         .values(usage=_usage(body), last_heartbeat_at=utcnow())
-        .returning(NodeRow.assignment_version)
-    )
+        .returning(NodeRow.id, NodeRow.assignment_version)
+    )).first()
     await db.commit()
-    return version
+    return (found[0], found[1]) if found is not None else None
 
 
 async def _store_samples(
