@@ -105,27 +105,45 @@ async def plain_run(image: str) -> float:
 
 def queue_restarts(
     client: Client, events: queue.Queue[tuple[str, str, float]], runs: int, image: str
-) -> list[float]:
+) -> tuple[list[float], dict[str, list[float]]]:
     """Capacity full (4 sessions of 0.5 fGPU on 2 fGPU) and one session waiting: destroy a
-    holder; seconds from the destroy request to the waiting session's RUNNING event."""
+    holder; seconds from the destroy request to the waiting session's RUNNING event, and where
+    they went (``STEPS``, from the status events as the stream delivered them)."""
     holders = [_started(client, events, image, f"hold-{i}") for i in range(4)]
-    restarts = []
+    restarts: list[float] = []
+    steps: dict[str, list[float]] = {name: [] for name, _, _ in STEPS}
     try:
         for i in range(runs):
             [waiting] = client.create_sessions(image=image, gpu="0.5", cpu="0.25", mem="128m",
                                                name=f"queued-{i}")
             time.sleep(0.3)  # it is PENDING, behind the full GPU
             victim = holders.pop(0)
+            seen: dict[tuple[str, str], float] = {}
             started = time.perf_counter()
+            seen[(victim, "destroy")] = started
             client.destroy_sessions([victim])
-            restarts.append(_await_status(events, waiting.id, "RUNNING") - started)
+            restarts.append(_await_status(events, waiting.id, "RUNNING", seen) - started)
+            ids = {"victim": victim, "waiting": waiting.id}
+            for name, (who, was), (whom, then) in STEPS:
+                first, second = (ids[who], was), (ids[whom], then)
+                if first in seen and second in seen:
+                    steps[name].append(seen[second] - seen[first])
             holders.append(waiting.id)
             print(f"restart {i + 1:2d}: {restarts[-1] * 1000:7.1f} ms", flush=True)
     finally:
         client.destroy_sessions(holders)
         for sid in holders:
             client.wait(sid, {"TERMINATED"}, timeout=60)
-    return restarts
+    return restarts, steps
+
+
+# The queue restart's steps: (name, from, to), each a (session, status event) pair.
+STEPS = [
+    ("stop", ("victim", "destroy"), ("victim", "TERMINATED")),
+    ("place", ("victim", "TERMINATED"), ("waiting", "SCHEDULED")),
+    ("deliver", ("waiting", "SCHEDULED"), ("waiting", "PREPARING")),
+    ("start", ("waiting", "PREPARING"), ("waiting", "RUNNING")),
+]
 
 
 def _started(client: Client, events: queue.Queue[tuple[str, str, float]], image: str,
@@ -137,9 +155,11 @@ def _started(client: Client, events: queue.Queue[tuple[str, str, float]], image:
 
 
 def _await_status(events: queue.Queue[tuple[str, str, float]], session_id: str,
-                  wanted: str) -> float:
+                  wanted: str, seen: dict[tuple[str, str], float] | None = None) -> float:
     while True:
         sid, status, at = events.get(timeout=60)
+        if seen is not None:
+            seen.setdefault((sid, status), at)
         if sid == session_id and status in (wanted, "ERROR"):
             if status != wanted:
                 raise SystemExit(f"session {session_id} failed")
@@ -176,8 +196,8 @@ def main() -> None:
                 plain_ms.append(asyncio.run(plain_run(args.image)) * 1000)
                 print(f"run {i:2d}: platform {platform_ms[-1]:7.1f} ms   "
                       f"plain {plain_ms[-1]:7.1f} ms", flush=True)
-            restart_ms = [t * 1000 for t in queue_restarts(client, events, args.restarts,
-                                                           args.image)]
+            restarts, steps = queue_restarts(client, events, args.restarts, args.image)
+            restart_ms = [t * 1000 for t in restarts]
             plain_ms += [asyncio.run(plain_run(args.image)) * 1000 for _ in range(3)]
         finally:
             proc.send_signal(signal.SIGINT)
@@ -189,6 +209,8 @@ def main() -> None:
     r50 = statistics.median(restart_ms)
     print(f"restart:  median {r50:.1f} ms, max {max(restart_ms):.1f} ms (destroy request -> "
           "the waiting session's RUNNING event)")
+    print("restart steps (median ms): " + "  ".join(
+        f"{name} {statistics.median(times) * 1000:.1f}" for name, times in steps.items() if times))
     print(f"platform_ms_p50={p50:.1f} plain_ms_p50={q50:.1f} ratio={p50 / q50:.2f} "
           f"restart_ms_p50={r50:.1f} restart_over_plain_ms={r50 - q50:.1f}")
 
