@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 
 from fastapi import FastAPI
@@ -54,7 +55,9 @@ async def test_not_ready_when_the_scheduler_loop_died(app: FastAPI, anon: Client
     body = r.json()
     assert body["status"] == "not_ready"
     assert body["checks"]["scheduler"]["ok"] is False
-    assert "scheduler has not run for 3600 s" in body["checks"]["scheduler"]["detail"]
+    # the hour, plus however long the request took on a busy machine (a second, rounded up)
+    said = re.search(r"scheduler has not run for (\d+) s", body["checks"]["scheduler"]["detail"])
+    assert said is not None and 3600 <= int(said[1]) <= 3610
     assert body["checks"]["database"]["ok"] is True
 
 
