@@ -17,8 +17,6 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
-from gpuslice.common.waits import wait_event
-
 _KEY = "gpuslice.wakeups"
 HUB_KEY = "gpuslice.hub"
 
@@ -26,8 +24,9 @@ HUB_KEY = "gpuslice.hub"
 class Signal:
     """Wakes every current waiter at once.
 
-    Take ``listen()`` *before* looking at the database, then ``wait_for()`` it: a notify that
-    lands between the look and the wait is not missed.
+    Take ``listen()`` *before* looking at the database, then wait for it
+    (``common.waits.wait_event``): a notify that lands between the look and the wait is not
+    missed.
     """
 
     def __init__(self) -> None:
@@ -39,11 +38,6 @@ class Signal:
 
     def listen(self) -> asyncio.Event:
         return self._event
-
-
-async def wait_for(event: asyncio.Event, timeout: float) -> bool:
-    """True if ``event`` was set within ``timeout`` seconds."""
-    return await wait_event(event, timeout)
 
 
 @dataclass

@@ -46,10 +46,11 @@ from gpuslice.common.schemas.agents import (
     LogsAnswer,
     NodeStatus,
 )
+from gpuslice.common.waits import wait_event
 from gpuslice.manager.db.base import new_id, utcnow
 from gpuslice.manager.db.models import AgentRequestRow, NodeRow
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
-from gpuslice.manager.events import Hub, wait_for, wake_after_commit
+from gpuslice.manager.events import Hub, wake_after_commit
 
 A = TypeVar("A", LogsAnswer, ExecAnswer, CommitAnswer, AppsAnswer)
 
@@ -119,7 +120,7 @@ class Channel:
                     )
                     await db.commit()
                     return None if got is None else expect.model_validate(got)
-            await wait_for(woken, min(self.poll, remaining))
+            await wait_event(woken, min(self.poll, remaining))
 
 
 async def deliver(db: AsyncSession, node_id: str) -> list[AgentRequest]:

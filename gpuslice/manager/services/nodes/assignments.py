@@ -31,9 +31,10 @@ from gpuslice.common.schemas.agents import (
 )
 from gpuslice.common.schemas.common import ExactResources
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus, SessionType
+from gpuslice.common.waits import wait_event
 from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, User
 from gpuslice.manager.errors import IllegalTransition, StaleStatus
-from gpuslice.manager.events import Hub, wait_for
+from gpuslice.manager.events import Hub
 from gpuslice.manager.services import channel
 from gpuslice.manager.services.apps import catalog as apps_catalog
 from gpuslice.manager.services.images.reports import pulls_for, removals_for
@@ -72,7 +73,7 @@ async def long_poll(
                 answer, unsendable = await _build(db, node_id, version or 0, deliver=not hung_up)
                 await _end(db, unsendable)
                 return answer
-        await wait_for(changed, remaining)
+        await wait_event(changed, remaining)
 
 
 async def _build(

@@ -14,8 +14,9 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.schemas.sessions import StatusChange
+from gpuslice.common.waits import wait_event
 from gpuslice.manager.db.models import StatusHistory, User
-from gpuslice.manager.events import Hub, wait_for
+from gpuslice.manager.events import Hub
 from gpuslice.manager.services.sessions.views import change_of, visible_history
 
 BATCH = 500
@@ -46,4 +47,4 @@ async def status_changes(
             since = row.id
             yield change_of(row)
         if len(rows) < BATCH:
-            await wait_for(appended, poll)
+            await wait_event(appended, poll)
