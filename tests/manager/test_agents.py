@@ -14,6 +14,7 @@ from gpuslice.manager.app import create_app
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import NodeRow
 from gpuslice.manager.services.nodes.liveness import sweep_lost
+from gpuslice.manager.services.scheduling.passes import alive_nodes
 from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import AgentFactory, Client, client_for, create
 from tests.manager.fake_agent import gpu
@@ -250,3 +251,22 @@ async def test_a_heartbeat_that_reports_the_same_is_cheap_and_any_change_is_appl
         await db.commit()
     assert (await agent.heartbeat())["status"] == "ALIVE"
     assert (await node())["status"] == "ALIVE"
+
+
+async def test_the_scheduler_reads_each_alive_node_with_its_devices_in_order(
+    app: FastAPI, admin: Client, make_agent: AgentFactory
+) -> None:
+    await make_agent("gpus", devices=[gpu(1, mem=80 * 2**30), gpu(0)])
+    await make_agent("cpu-only", devices=[], cpu=4000)
+    [session] = await create(admin, resources={"gpu": 0.5})
+    await wait_status(admin, session["id"], {"RUNNING"})
+    gone = await make_agent("gone", devices=[gpu(0)])
+    async with app.state.sessionmaker() as db:
+        await db.execute(update(NodeRow).where(NodeRow.name == "gone").values(status="LOST"))
+        await db.commit()
+        nodes = {n.name: n for n in await alive_nodes(db)}
+    assert set(nodes) == {"gpus", "cpu-only"}, gone
+    assert nodes["cpu-only"].devices == [] and nodes["cpu-only"].cpu == 4000
+    devices = nodes["gpus"].devices
+    assert [(d.index, d.mem) for d in devices] == [(0, 40 * 2**30), (1, 80 * 2**30)]
+    assert sum(d.used for d in devices) == 500  # the session's half GPU, on one of them

@@ -17,11 +17,10 @@ from typing import cast
 from sqlalchemy import Table, bindparam, func, select, update
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from sqlalchemy.orm import selectinload
 
 from gpuslice.common.resources import Resources
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
-from gpuslice.manager.db.models import NodeRow, ResourcePolicy, SessionRow, User
+from gpuslice.manager.db.models import DeviceRow, NodeRow, ResourcePolicy, SessionRow, User
 from gpuslice.manager.errors import StaleStatus
 from gpuslice.manager.events import Hub
 from gpuslice.manager.scheduler import (
@@ -122,19 +121,35 @@ async def user_states(db: AsyncSession, owners: set[str]) -> dict[str, UserState
 
 
 async def alive_nodes(db: AsyncSession) -> list[Node]:
-    """The schedulable nodes as the core sees them, with what is allocated on each."""
-    rows = await db.scalars(
-        select(NodeRow).where(NodeRow.status == "ALIVE").options(selectinload(NodeRow.devices))
-    )
-    return [_node(n) for n in rows]
+    """The schedulable nodes as the core sees them, with what is allocated on each.
 
-
-def _node(row: NodeRow) -> Node:
-    devices = [Device(d.index, d.uuid, d.model, d.mem, d.sms, d.used) for d in row.devices]
-    return Node(
-        row.id, row.name, row.cpu, row.mem, devices, row.device_capacity, row.cpu_used,
-        row.mem_used, row.pool,
+    One read of plain rows (each node joined with its devices), no ORM objects: it runs on
+    every create (the feasibility check) and every pass, and building a mapped object per
+    device took half its time."""
+    rows = await db.execute(
+        select(
+            NodeRow.id, NodeRow.name, NodeRow.cpu, NodeRow.mem, NodeRow.device_capacity,
+            NodeRow.cpu_used, NodeRow.mem_used, NodeRow.pool,
+            DeviceRow.index.label("device_index"), DeviceRow.uuid, DeviceRow.model,
+            DeviceRow.mem.label("device_mem"), DeviceRow.sms, DeviceRow.used,
+        )
+        .outerjoin(DeviceRow, DeviceRow.node_id == NodeRow.id)
+        .where(NodeRow.status == "ALIVE")
+        .order_by(NodeRow.id, DeviceRow.index)
     )
+    nodes: dict[str, Node] = {}
+    for r in rows:
+        node = nodes.get(r.id)
+        if node is None:
+            node = nodes[r.id] = Node(
+                r.id, r.name, r.cpu, r.mem, [], r.device_capacity, r.cpu_used, r.mem_used,
+                r.pool,
+            )
+        if r.device_index is not None:  # a node without devices (CPU only): one row, all NULL
+            node.devices.append(
+                Device(r.device_index, r.uuid, r.model, r.device_mem, r.sms, r.used)
+            )
+    return list(nodes.values())
 
 
 def queued_request(row: SessionRow) -> Request:
