@@ -55,6 +55,7 @@ from gpuslice.agent.sessions import SessionActions
 from gpuslice.agent.streams import StreamService
 from gpuslice.agent.usage import UsageCollector
 from gpuslice.agent.watchdog import find_overuse, slice_limits
+from gpuslice.common import heap
 from gpuslice.common.docker_engine import explain
 from gpuslice.common.logs import bind
 from gpuslice.common.schemas.agents import Assignments, Heartbeat, StateReport
@@ -159,7 +160,8 @@ class Agent:
                 self._supervise("gpu sampling", self._sampling_loop, stop),
             ]
             tasks = [asyncio.create_task(loop) for loop in loops]
-            await stop.wait()
+            with heap.settled():
+                await stop.wait()
             for task in [*tasks, *self._busy.values()]:
                 task.cancel()
             await asyncio.gather(*tasks, *self._busy.values(), return_exceptions=True)

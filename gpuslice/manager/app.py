@@ -13,6 +13,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.types import Scope
 
+from gpuslice.common import heap
 from gpuslice.manager.api import edge, errors
 from gpuslice.manager.api.routes import (
     agents,
@@ -149,7 +150,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     try:
         loops = _start_loops(app)
         try:
-            yield
+            with heap.settled():
+                yield
         finally:
             for task in loops:
                 task.cancel()
