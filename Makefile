@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice
 
-.PHONY: up test test-sqlite test-pg lint bench host host-test images venv web
+.PHONY: up test test-sqlite test-pg test-pg-manager test-pg-cluster lint bench host host-test images venv web
 
 venv: $(VENV)/.installed
 
@@ -34,18 +34,24 @@ UP_ARGS ?=
 up: host venv web
 	$(VENV)/bin/gpuslice up $(UP_ARGS)
 
-# Everything: unit and property tests, the manager on SQLite, real Docker; then the database
-# tests again on PostgreSQL.
-test: host-test venv web images lint test-sqlite test-pg
+# Everything: unit and property tests, the manager on SQLite, real Docker; the database tests
+# again on PostgreSQL (beside the SQLite pass: tools/test-passes.sh), then the cluster.
+test: host-test venv web images lint
+	bash tools/test-passes.sh
 
 test-sqlite:
 	$(PY) -m pytest -q -p no:cacheprovider --durations=25
 
 # The manager's tests are the ones that talk to the database; each gets a database of its own.
 # The multi-node cluster (two managers on PostgreSQL, two agents) runs here too.
-test-pg:
-	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/manager \
-		tests/platform/test_cluster.py --durations=15
+test-pg: test-pg-manager test-pg-cluster
+
+test-pg-manager:
+	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/manager --durations=15
+
+test-pg-cluster:
+	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider \
+		tests/platform/test_cluster.py
 
 lint: venv
 	$(VENV)/bin/ruff check .
