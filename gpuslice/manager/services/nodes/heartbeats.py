@@ -108,6 +108,10 @@ async def _same_report(
     readings and time, in one UPDATE guarded by all it assumes; the node's id and assignment
     version. None (nothing written) for anything else: an unknown or revoked credential, a
     node the sweep called LOST, one whose report changed or was not all applied."""
+    if db.get_bind().dialect.name == "postgresql":
+        # One statement that either applies whole or not at all: no BEGIN and COMMIT round
+        # trips around it (the connection goes back to the pool, isolation reset, at commit).
+        await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
     found = (await db.execute(
         update(NodeRow)
         .where(NodeRow.credential_hash == credential_hash, NodeRow.revoked_at.is_(None),
@@ -115,6 +119,7 @@ async def _same_report(
                NodeRow.engine_error.is_(None))
         .values(usage=_usage(body), last_heartbeat_at=utcnow())
         .returning(NodeRow.id, NodeRow.assignment_version)
+        .execution_options(synchronize_session=False)  # no mapped node is in this session
     )).first()
     await db.commit()
     return (found[0], found[1]) if found is not None else None
