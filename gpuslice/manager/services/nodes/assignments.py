@@ -63,24 +63,25 @@ async def long_poll(
     while True:
         changed = hub.node(node_id).listen()
         async with sessionmaker() as db:
-            version = await db.scalar(
-                select(NodeRow.assignment_version).where(NodeRow.id == node_id)
-            )
+            version, rescan = (await db.execute(
+                select(NodeRow.assignment_version, NodeRow.rescan).where(NodeRow.id == node_id)
+            )).one_or_none() or (None, None)
             remaining = deadline - time.monotonic()
             hung_up = gone is not None and await gone()
             if (since is None or version != since or remaining <= 0 or hub.closing.is_set()
                     or hung_up):
-                answer, unsendable = await _build(db, node_id, version or 0, deliver=not hung_up)
+                answer, unsendable = await _build(
+                    db, node_id, version or 0, rescan or 0, deliver=not hung_up
+                )
                 await _end(db, unsendable)
                 return answer
         await wait_event(changed, remaining)
 
 
 async def _build(
-    db: AsyncSession, node_id: str, version: int, deliver: bool
+    db: AsyncSession, node_id: str, version: int, rescan: int, deliver: bool
 ) -> tuple[Assignments, list[SessionRow]]:
     """The answer, and the sessions left out of it because they cannot be sent (see _end)."""
-    rescan = await db.scalar(select(NodeRow.rescan).where(NodeRow.id == node_id))
     rows = (
         await db.execute(
             select(SessionRow, User.username)
@@ -101,7 +102,7 @@ async def _build(
                   for row, owner in sendable],
         requests=await channel.deliver(db, node_id) if deliver else [],
         remove_images=await removals_for(db, node_id),
-        rescan=rescan or 0,
+        rescan=rescan,
     )
     await db.commit()  # the requests count as delivered from here on
     return answer, [row for row, owner in rows if (row, owner) not in sendable]
