@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -20,6 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
+
+from tests.ports import free_port
 
 REPO = Path(__file__).resolve().parents[1]
 SCRAPE_CONFIG = REPO / "deploy" / "monitoring" / "prometheus.yml"
@@ -79,7 +80,7 @@ def prometheus(target: str, token: str, workdir: Path) -> Iterator[Prometheus]:
         assert old in config, f"{SCRAPE_CONFIG} no longer has {old!r}"
         config = config.replace(old, new)
     (workdir / "prometheus.yml").write_text(config)
-    port = _free_port()
+    port = free_port()
     log = workdir / "prometheus.log"
     with log.open("wb") as out:
         process = subprocess.Popen(
@@ -111,9 +112,3 @@ def _wait_ready(server: Prometheus, timeout: float = 60.0) -> None:
             pass
         time.sleep(0.2)
     raise AssertionError(f"prometheus did not start:\n{server.log.read_text()[-3000:]}")
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])

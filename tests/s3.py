@@ -9,7 +9,6 @@ fixture into a ``conftest.py`` (or a test module) to use it.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,8 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
+
+from tests.ports import free_port
 
 KEY, SECRET = "gpuslice-test", "gpuslice-test-secret"
 
@@ -39,9 +40,7 @@ class S3Server:
 
 
 def start_s3(host: str = "127.0.0.1") -> tuple[subprocess.Popen[bytes], S3Server]:
-    with socket.socket() as probe:
-        probe.bind((host, 0))
-        port = probe.getsockname()[1]
+    port = free_port(host)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     process = subprocess.Popen(
         [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)], env=env,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 from gpuslice.client import Client
+from tests.ports import free_port
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 IMAGE = "tests/idle:1"  # never pulled: no node joins, the sessions wait PENDING
@@ -38,9 +38,7 @@ class Manager:
 @pytest.fixture
 def manager(tmp_path: Path) -> Iterator[Manager]:
     """A manager whose admin owns three PENDING sessions."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     home = tmp_path / "home"
     (home / ".config").mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")} | {

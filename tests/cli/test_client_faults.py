@@ -5,7 +5,6 @@ nor a schema error."""
 from __future__ import annotations
 
 import shutil
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +17,7 @@ import pytest
 
 from gpuslice import __version__
 from gpuslice.client import ApiError, Client
+from tests.ports import free_port
 
 from .conftest import GPUSLICE, Manager, _password, _wait_ready
 
@@ -38,9 +38,7 @@ def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_no_manager_answers(manager: Manager) -> None:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        url = f"http://127.0.0.1:{probe.getsockname()[1]}"
+    url = f"http://127.0.0.1:{free_port()}"
     message = one_line(cli(manager.env | {"GPUSLICE_URL": url}, "session", "list"))
     assert message == (f"cannot reach the manager at {url} (Connection refused): is it "
                        "running? (`gpuslice up` runs one here; `gpuslice login URL` uses "
@@ -82,9 +80,7 @@ def newer_manager(tmp_path: Path) -> Iterator[str]:
     init.write_text(init.read_text().replace(f'"{__version__}"', '"0.2.0"'))
     versions = copy / "gpuslice" / "common" / "versions.py"
     versions.write_text(versions.read_text().replace("API_REVISION = 1", "API_REVISION = 2"))
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(copy), "HOME": str(tmp_path),
            "GPUSLICE_DATA_DIR": str(tmp_path / "newer-data")}
     process = subprocess.Popen(

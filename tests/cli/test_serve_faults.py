@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from gpuslice.client import Client
+from tests.ports import free_port
 
 from .conftest import GPUSLICE, IMAGE, _password, _wait_ready
 
@@ -24,7 +25,7 @@ START = "error: "
 
 def serve(tmp_path: Path, env: dict[str, str], port: int | None = None,
           prefix: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], int]:
-    port = port or _free_port()
+    port = port or free_port()
     process = subprocess.Popen(
         [*prefix, GPUSLICE, "manager", "serve", "--port", str(port)],
         env=_env(tmp_path) | env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -44,7 +45,7 @@ def refused(tmp_path: Path, env: dict[str, str], port: int | None = None) -> str
 
 
 def test_a_postgresql_nobody_answers(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     url = f"postgresql+asyncpg://gpuslice:secret@127.0.0.1:{port}/gpuslice"
     message = refused(tmp_path, {"GPUSLICE_DATABASE__URL": url})
     assert message.startswith(f"the database gpuslice at 127.0.0.1:{port} does not answer (")
@@ -181,12 +182,6 @@ def _env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
     return env | {"GPUSLICE_DATA_DIR": str(tmp_path / "data"), "HOME": str(tmp_path),
                   "GPUSLICE_CLIENT_CONFIG": str(tmp_path / "client.json")}
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def test_health_says_which_gpuslice_answers(tmp_path: Path) -> None:

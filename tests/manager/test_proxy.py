@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ from gpuslice.manager.db.models import AgentRequestRow, SessionRow
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.conftest import IMAGE, UserFactory, client_for, create
 from tests.manager.fake_agent import FakeAgent
+from tests.ports import free_port
 
 APPS_IMAGE = "apps:1"
 APPS = [
@@ -47,9 +47,7 @@ def settings(tmp_path: Path, database_url: str) -> ManagerSettings:
 @pytest.fixture
 async def url(app: FastAPI) -> AsyncIterator[str]:
     """The app served by uvicorn on a free port (its lifespan is the `app` fixture's)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
                                            log_level="warning", ws_max_size=64 * 1024**2))
     serving = asyncio.create_task(server.serve())

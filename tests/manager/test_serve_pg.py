@@ -10,6 +10,7 @@ import os
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
@@ -23,6 +24,7 @@ from sqlalchemy.engine import make_url
 
 from gpuslice.client import Client
 from tests.cli.conftest import _wait_ready as wait_ready
+from tests.ports import free_port
 
 pytestmark = pytest.mark.pg
 
@@ -39,9 +41,7 @@ def pg(database_url: str) -> str:
 
 class Manager:
     def __init__(self, tmp_path: Path, url: str) -> None:
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.data = tmp_path / "data"
         self.env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")} | {
@@ -124,42 +124,51 @@ def test_a_wrong_password(tmp_path: Path, pg: str) -> None:
 
 class Proxy:
     """A TCP relay to the database that the test can cut (the database "goes away": its
-    connections drop, new ones are refused) and restore, on the same port."""
+    connections drop, new ones are reset) and restore. The listening socket is held from
+    start to close, so the port cannot be taken by another process's connection meanwhile
+    (other test passes run beside this one)."""
 
     def __init__(self, target: tuple[str, int]) -> None:
         self.target = target
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self._server: socket.socket | None = None
+        self._server = socket.socket()
+        self._server.bind(("127.0.0.1", 0))
+        self._server.listen()
+        self.port = self._server.getsockname()[1]
+        self._cut = True
         self._open: list[socket.socket] = []
         self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
 
     def start(self) -> None:
-        server = socket.socket()
-        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        server.bind(("127.0.0.1", self.port))
-        server.listen()
-        self._server = server
-        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+        with self._lock:
+            self._cut = False
 
     def cut(self) -> None:
-        server, self._server = self._server, None
-        if server is not None:
-            server.close()
         with self._lock:
+            self._cut = True
             for conn in self._open:
                 conn.close()
             self._open.clear()
 
-    def _accept(self, server: socket.socket) -> None:
+    def close(self) -> None:
+        self.cut()
+        self._server.close()
+
+    def _accept(self) -> None:
         while True:
             try:
-                client, _ = server.accept()
+                client, _ = self._server.accept()
             except OSError:
                 return
-            upstream = socket.create_connection(self.target)
+            upstream = None if self._cut else socket.create_connection(self.target)
             with self._lock:
+                if self._cut or upstream is None:
+                    client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                      struct.pack("ii", 1, 0))
+                    client.close()
+                    if upstream is not None:
+                        upstream.close()
+                    continue
                 self._open += [client, upstream]
             threading.Thread(target=self._pump, args=(client, upstream), daemon=True).start()
 
@@ -201,7 +210,7 @@ def test_the_database_away_while_running_is_a_503_then_recovers(
         done = manager.cli(token, "session", "create", "--image", IMAGE, "--cpu", "0.25")
         assert done.returncode == 0, done.stderr
     finally:
-        proxy.cut()
+        proxy.close()
         out = manager.output()
     assert "Traceback" not in out
 

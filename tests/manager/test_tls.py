@@ -20,7 +20,7 @@ from gpuslice.manager.app import create_app
 from gpuslice.manager.server import ManagerServer
 from gpuslice.manager.services.users import CREDENTIALS_FILE
 from gpuslice.manager.settings import ManagerSettings
-from tests.platform.conftest import free_port
+from tests.ports import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="needs openssl")
 

@@ -28,7 +28,8 @@ from typing import Any, TypeVar
 import httpx
 
 from tests.conftest import create_pg_database, drop_pg_database
-from tests.platform.conftest import GPUSLICE, Process, free_port, remove_node_containers
+from tests.platform.conftest import GPUSLICE, Process, remove_node_containers
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 HAPROXY_CONFIG = ROOT / "deploy" / "haproxy.cfg"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ from tests.dockerd import (
     running_private_dockerd,
 )
 from tests.platform import app_image
+from tests.ports import free_port
 
 __all__ = ["base_image", "can_restart_dockerd", "docker_ready", "private_dockerd",
            "restart_dockerd", "running_private_dockerd"]
@@ -189,12 +189,6 @@ class Platform:
 
 STATUSES = ("PENDING", "SCHEDULED", "PREPARING", "RUNNING", "TERMINATING", "TERMINATED",
             "ERROR", "CANCELLED")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _base_env(tmp: Path) -> dict[str, str]:

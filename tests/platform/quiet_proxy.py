@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 import threading
 import time
+
+from tests.ports import free_port
 
 
 class QuietProxy:
     def __init__(self, target_port: int, idle: float) -> None:
         self.target_port = target_port
         self.idle = idle
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.dropped = 0  # WebSocket connections it closed for being quiet
         self._loop = asyncio.new_event_loop()

@@ -20,8 +20,9 @@ import httpx
 import pytest
 
 from gpuslice.client import Client
-from tests.platform.conftest import Platform, free_port, run_split
+from tests.platform.conftest import Platform, run_split
 from tests.platform.quiet_proxy import QuietProxy
+from tests.ports import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
