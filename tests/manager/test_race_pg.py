@@ -64,7 +64,11 @@ async def test_two_schedulers_never_over_allocate(
         await _check_final(makers[0])
         placed = sum(s.placed for run in stats for s in run)
         conflicts = sum(s.conflicts for run in stats for s in run)
-        assert placed > 0 and all(any(s.placed for s in run) for run in stats)
+        # They met: a batch lost to the other scheduler somewhere, or both placed some. (One
+        # whose every batch lost, and whose one-by-one retries found the slices gone, places
+        # nothing: that is the race too, and what CI's busy machine sometimes produces.)
+        assert placed > 0
+        assert conflicts > 0 or all(any(s.placed for s in run) for run in stats)
         print(f"placed={placed} lost_races={conflicts}")
     finally:
         for engine in managers:

@@ -5,12 +5,14 @@ exists or not, none is half-made or made twice, and the agent reconnects by itse
 from __future__ import annotations
 
 import json
+import select
 import signal
 import sqlite3
 import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -80,12 +82,17 @@ def test_killed_during_a_commit_the_image_reaches_the_catalog_once(
     split_platform: Platform, image_name: str,
 ) -> None:
     plat = split_platform
-    plat.ok("session", "create", "--name", "src", *SMALL, "--wait")
+    [src] = json.loads(plat.ok("session", "create", "--name", "src", *SMALL, "--wait", "--json"))
     plat.ok("session", "exec", "src", "--", "sh", "-c", "echo kept > /home/work/note")
-    commit = subprocess.Popen([GPUSLICE, "session", "commit", "src", "--name", image_name],
-                              env=plat.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True)
-    _wait_delivered(plat.data_dir / "gpuslice.db", "commit")  # the agent is committing now
+    # Docker pauses a container while it commits it: killed after that, the agent is
+    # committing. (Killed once the request is marked delivered but before the agent has read
+    # the answer that carries it, the request is lost with the manager, and no image comes.)
+    with _docker_events(plat.env, f"gpuslice-{src['id']}", "pause") as paused:
+        commit = subprocess.Popen([GPUSLICE, "session", "commit", "src", "--name", image_name],
+                                  env=plat.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        _wait_delivered(plat.data_dir / "gpuslice.db", "commit")
+        paused()
     again = kill_manager(plat)
     out, err = commit.communicate(timeout=60)
     assert "Traceback" not in out + err
@@ -122,6 +129,31 @@ def _wait_connected(pid: int, port: int) -> None:
         return False
 
     _until(connected, f"process {pid} never connected to port {port}")
+
+
+@contextmanager
+def _docker_events(
+    env: dict[str, str], container: str, action: str
+) -> Iterator[Callable[[], None]]:
+    """Watch the engine's events from now on; yields a call that waits (30 s at most) until
+    ``container`` has had ``action``."""
+    watcher = subprocess.Popen(
+        ["docker", "events", "--since", f"{time.time() - 1:.3f}",
+         "--filter", f"container={container}", "--filter",
+         f"event={action}", "--format", "{{.Action}}"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert watcher.stdout is not None
+
+    def seen() -> None:
+        ready, _, _ = select.select([watcher.stdout], [], [], 30)
+        assert ready and watcher.stdout.readline().strip() == action, (
+            f"{container} had no {action} event within 30s")
+
+    try:
+        yield seen
+    finally:
+        watcher.kill()
+        watcher.wait()
 
 
 def _wait_delivered(database: Path, kind: str) -> None:
