@@ -26,7 +26,7 @@ from gpuslice.manager.services.images import catalog
 from gpuslice.manager.services.lifecycle import record_created, transition
 from gpuslice.manager.services.policies import quota_of
 from gpuslice.manager.services.scheduling.passes import alive_nodes
-from gpuslice.manager.services.sessions.views import describe_many, visible
+from gpuslice.manager.services.sessions.views import created_public, describe_many, visible
 from gpuslice.manager.services.storage import mounts
 from gpuslice.manager.settings import ManagerSettings, SessionSettings
 
@@ -61,7 +61,7 @@ async def create_sessions(
     await db.flush()
     await record_created(db, rows, "created")
     await db.commit()
-    return await describe_many(db, [r.id for r in rows])
+    return [created_public(row, user.username) for row in rows]
 
 
 async def check_create(

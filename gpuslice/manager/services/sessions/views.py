@@ -167,17 +167,34 @@ def to_public(
     history: list[StatusChange] | None = None,
 ) -> SessionPublic:
     """``row``: as ``_described()`` reads it; ``allocations``: its slices held now."""
+    return _public(row, row.owner_name, row.node_name, allocations, history)
+
+
+def created_public(row: SessionRow, owner_name: str) -> SessionPublic:
+    """A session just inserted (PENDING, nowhere yet), answered from what was written rather
+    than read back: the create's answer then costs no query, and no read competes with the
+    scheduling pass its commit woke."""
+    return _public(row, owner_name, None, (), None)
+
+
+def _public(
+    row: Any,
+    owner_name: str,
+    node_name: str | None,
+    allocations: Sequence[Row[Any]],
+    history: list[StatusChange] | None,
+) -> SessionPublic:
     status = SessionStatus(row.status)
     placement = None
-    if row.node_id is not None and row.node_name is not None:
+    if row.node_id is not None and node_name is not None:
         placement = PlacementPublic(
-            node_id=row.node_id, node_name=row.node_name,
+            node_id=row.node_id, node_name=node_name,
             devices=[_slice(a) for a in allocations],
         )
     # Stored text is answered as it is, but for what no answer can carry (text.scrub): one bad
     # row must never break a listing.
     return SessionPublic(
-        id=row.id, name=scrub(row.name), owner_id=row.owner_id, owner=row.owner_name,
+        id=row.id, name=scrub(row.name), owner_id=row.owner_id, owner=owner_name,
         image=scrub(row.image), type=SessionType(row.type), command=scrub(row.command),
         env=scrub(row.env), priority=row.priority,
         resources=ResourcesPublic.of(row.gpu, row.cpu, row.mem, row.gpu_mem),

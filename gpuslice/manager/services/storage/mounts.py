@@ -24,6 +24,13 @@ from gpuslice.manager.errors import InvalidRequest
 
 async def resolve(db: AsyncSession, user: User, requests: Sequence[str]) -> list[dict[str, Any]]:
     """The session's mounts ``[{folder_id, name, read_only}]``: those asked, then dot-folders."""
+    if not requests:  # (most creates) only the owner's dot-folders: one short read
+        dot = await db.scalars(
+            select(FolderRow)
+            .where(FolderRow.owner_id == user.id, FolderRow.name.startswith("."))
+            .order_by(FolderRow.name)
+        )
+        return [{"folder_id": row.id, "name": row.name, "read_only": False} for row in dot]
     usable = await _usable(db, user)
     mounts: list[dict[str, Any]] = []
     for request in requests:
