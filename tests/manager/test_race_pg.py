@@ -135,7 +135,7 @@ async def _apply_batch(
     async with maker() as db:
         try:
             await apply_placements(
-                db, [(p, snap.pending[p.request_id]) for p in placements], names
+                db, [(p, snap.pending[p.request_id]) for p in placements], names, snap.devices
             )
             await db.commit()
         except (PlacementLost, StaleStatus, DBAPIError):

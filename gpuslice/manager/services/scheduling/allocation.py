@@ -11,6 +11,7 @@ on the counters are a second line of defence.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import case, insert, select, update
@@ -22,14 +23,30 @@ from gpuslice.manager.scheduler import DeviceSlice, Placement
 from gpuslice.manager.services.lifecycle import transition, transition_many
 
 
+@dataclass(frozen=True, slots=True)
+class DeviceRef:
+    """A device's row as the pass read it with the nodes, so that applying the pass reads no
+    device again. The guards below still check the row as it is when they write."""
+
+    id: int
+    uuid: str
+    model: str
+    capacity: int
+
+
+# (node id, device index) -> the device's row
+DeviceRefs = dict[tuple[str, int], DeviceRef]
+
+
 class PlacementLost(Exception):
     """Some capacity of the placement is gone (another scheduler took it); nothing was written."""
 
 
 async def apply_placement(
-    db: AsyncSession, placement: Placement, row: SessionRow, node_name: str
+    db: AsyncSession, placement: Placement, row: SessionRow, node_name: str, devices: DeviceRefs
 ) -> None:
-    """Allocate ``placement`` for the PENDING session ``row`` inside the caller's transaction.
+    """Allocate ``placement`` for the PENDING session ``row`` inside the caller's transaction;
+    ``devices``: the rows of the devices the pass saw.
 
     Raises ``PlacementLost`` (the caller rolls back) when a guard fails; ``StaleStatus`` when the
     session is no longer PENDING.
@@ -47,10 +64,9 @@ async def apply_placement(
     )
     if node_ok.rowcount != 1:  # type: ignore[attr-defined]
         raise PlacementLost(f"node {placement.node_id} has no room left or is gone")
-    devices = await _device_rows(db, placement)
+    slices = [(_device(devices, placement.node_id, piece), piece) for piece in placement.slices]
     allocations = []
-    for piece in sorted(placement.slices, key=lambda s: devices[s.index].id):
-        device = devices[piece.index]
+    for device, piece in sorted(slices, key=lambda s: s[0].id):
         ok = await db.execute(
             update(DeviceRow)
             .where(DeviceRow.id == device.id, DeviceRow.used + piece.gpu <= DeviceRow.capacity)
@@ -69,7 +85,8 @@ async def apply_placement(
 
 
 async def apply_placements(
-    db: AsyncSession, placed: Sequence[tuple[Placement, SessionRow]], names: dict[str, str]
+    db: AsyncSession, placed: Sequence[tuple[Placement, SessionRow]], names: dict[str, str],
+    devices: DeviceRefs,
 ) -> None:
     """Allocate many placements inside the caller's transaction, in a few statements: all of
     them, or ``PlacementLost`` / ``StaleStatus`` (the caller rolls back; nothing is kept).
@@ -98,11 +115,10 @@ async def apply_placements(
     )).scalars().all()
     if len(nodes_ok) != len(per_node):
         raise PlacementLost(f"{len(per_node) - len(nodes_ok)} node(s) have no room left")
-    devices = await _batch_devices(db, [p for p, _row in placed])
     per_device: dict[int, int] = {}
     for placement, _row in placed:
         for piece in placement.slices:
-            device = devices[(placement.node_id, piece.index)]
+            device = _device(devices, placement.node_id, piece)
             per_device[device.id] = per_device.get(device.id, 0) + piece.gpu
     if per_device:
         await _lock(db, DeviceRow, DeviceRow.id, sorted(per_device))
@@ -116,7 +132,7 @@ async def apply_placements(
         if len(devices_ok) != len(per_device):
             raise PlacementLost(f"{len(per_device) - len(devices_ok)} device(s) have less free")
         await db.execute(insert(Allocation), [
-            _allocation(row.id, devices[(placement.node_id, piece.index)], piece)
+            _allocation(row.id, _device(devices, placement.node_id, piece), piece)
             for placement, row in placed for piece in placement.slices
         ])
     await transition_many(db, [row for _p, row in placed], SessionStatus.SCHEDULED, [
@@ -132,44 +148,17 @@ async def _lock(db: AsyncSession, table: type[Any], key: Any, ids: list[Any]) ->
         await db.execute(select(key).where(key.in_(ids)).order_by(key).with_for_update())
 
 
-async def _batch_devices(
-    db: AsyncSession, placements: list[Placement]
-) -> dict[tuple[str, int], DeviceRow]:
-    wanted = {(p.node_id, s.index) for p in placements for s in p.slices}
-    if not wanted:
-        return {}
-    rows = (await db.scalars(
-        select(DeviceRow).where(DeviceRow.node_id.in_({n for n, _ in wanted}))
-    )).all()
-    found = {(d.node_id, d.index): d for d in rows if (d.node_id, d.index) in wanted}
-    if len(found) != len(wanted):
-        raise PlacementLost(f"{len(wanted) - len(found)} device(s) are gone")
-    return found
+def _device(devices: DeviceRefs, node_id: str, piece: DeviceSlice) -> DeviceRef:
+    device = devices.get((node_id, piece.index))
+    if device is None or device.uuid != piece.uuid:
+        raise PlacementLost(f"device {piece.uuid} of node {node_id} is gone")
+    return device
 
 
-def _allocation(session_id: str, device: DeviceRow, piece: DeviceSlice) -> dict[str, Any]:
+def _allocation(session_id: str, device: DeviceRef, piece: DeviceSlice) -> dict[str, Any]:
     return {
         "session_id": session_id, "device_id": device.id, "device_index": piece.index,
         "device_uuid": piece.uuid, "device_model": device.model,
         "device_capacity": device.capacity, "gpu": piece.gpu, "mem": piece.mem,
         "sms": piece.sms,
     }
-
-
-async def _device_rows(db: AsyncSession, placement: Placement) -> dict[int, DeviceRow]:
-    if not placement.slices:
-        return {}
-    indexes = [s.index for s in placement.slices]
-    rows = (
-        await db.scalars(
-            select(DeviceRow).where(
-                DeviceRow.node_id == placement.node_id, DeviceRow.index.in_(indexes)
-            )
-        )
-    ).all()
-    found = {d.index: d for d in rows}
-    missing = set(indexes) - found.keys()
-    if missing:
-        raise PlacementLost(f"devices {sorted(missing)} of node {placement.node_id} are gone")
-    return found
-

@@ -34,6 +34,8 @@ from gpuslice.manager.scheduler import (
 )
 from gpuslice.manager.services.policies import quota_of
 from gpuslice.manager.services.scheduling.allocation import (
+    DeviceRef,
+    DeviceRefs,
     PlacementLost,
     apply_placement,
     apply_placements,
@@ -51,12 +53,12 @@ class PassStats:
     conflicts: int = 0
     waiting: int = 0
 
-
 @dataclass(slots=True)
 class Snapshot:
     nodes: list[Node]
     pending: dict[str, SessionRow]  # detached rows
     users: dict[str, UserState]
+    devices: DeviceRefs
 
 
 async def run_pass(
@@ -80,14 +82,21 @@ async def load_snapshot(db: AsyncSession, *, nodes: bool = False) -> Snapshot:
     """Alive nodes with their used capacity, PENDING sessions, and users' quotas and usage.
     With nothing PENDING, no node is read unless ``nodes`` asks for them: an idle manager's
     passes (woken by every node that joins or changes) cost one indexed look."""
-    pending = (
-        await db.scalars(select(SessionRow).where(SessionRow.status == SessionStatus.PENDING))
+    queued = (
+        await db.execute(
+            select(SessionRow, User.policy_id)
+            .join(User, User.id == SessionRow.owner_id)
+            .where(SessionRow.status == SessionStatus.PENDING)
+        )
     ).all()
-    alive = await alive_nodes(db) if pending or nodes else []
-    users = await user_states(db, {row.owner_id for row in pending}) if pending else {}
+    pending = [row for row, _policy in queued]
+    alive, devices = await _alive(db) if pending or nodes else ([], {})
+    # only owners with a policy have a quota to load (the usual case: none, no query)
+    limited = {row.owner_id for row, policy in queued if policy is not None}
+    users = await user_states(db, limited) if limited else {}
     await db.commit()
     db.expunge_all()  # detached: a rollback later in the pass must not expire them
-    return Snapshot(alive, {row.id: row for row in pending}, users)
+    return Snapshot(alive, {row.id: row for row in pending}, users, devices)
 
 
 async def user_states(db: AsyncSession, owners: set[str]) -> dict[str, UserState]:
@@ -126,18 +135,25 @@ async def alive_nodes(db: AsyncSession) -> list[Node]:
     One read of plain rows (each node joined with its devices), no ORM objects: it runs on
     every create (the feasibility check) and every pass, and building a mapped object per
     device took half its time."""
+    return (await _alive(db))[0]
+
+
+async def _alive(db: AsyncSession) -> tuple[list[Node], DeviceRefs]:
+    """``alive_nodes``, and their devices' rows for applying placements."""
     rows = await db.execute(
         select(
             NodeRow.id, NodeRow.name, NodeRow.cpu, NodeRow.mem, NodeRow.device_capacity,
             NodeRow.cpu_used, NodeRow.mem_used, NodeRow.pool,
-            DeviceRow.index.label("device_index"), DeviceRow.uuid, DeviceRow.model,
-            DeviceRow.mem.label("device_mem"), DeviceRow.sms, DeviceRow.used,
+            DeviceRow.id.label("device_id"), DeviceRow.index.label("device_index"),
+            DeviceRow.uuid, DeviceRow.model, DeviceRow.mem.label("device_mem"), DeviceRow.sms,
+            DeviceRow.used, DeviceRow.capacity,
         )
         .outerjoin(DeviceRow, DeviceRow.node_id == NodeRow.id)
         .where(NodeRow.status == "ALIVE")
         .order_by(NodeRow.id, DeviceRow.index)
     )
     nodes: dict[str, Node] = {}
+    devices: DeviceRefs = {}
     for r in rows:
         node = nodes.get(r.id)
         if node is None:
@@ -149,7 +165,8 @@ async def alive_nodes(db: AsyncSession) -> list[Node]:
             node.devices.append(
                 Device(r.device_index, r.uuid, r.model, r.device_mem, r.sms, r.used)
             )
-    return list(nodes.values())
+            devices[(r.id, r.device_index)] = DeviceRef(r.device_id, r.uuid, r.model, r.capacity)
+    return list(nodes.values()), devices
 
 
 def queued_request(row: SessionRow) -> Request:
@@ -172,7 +189,7 @@ async def _apply(db: AsyncSession, snap: Snapshot, result: PassResult) -> PassSt
         batch = placed[start:start + BATCH]
         if len(batch) > 1:  # (one placement alone goes the simpler way below)
             try:
-                await apply_placements(db, batch, names)
+                await apply_placements(db, batch, names, snap.devices)
                 await db.commit()
                 stats.placed += len(batch)
                 continue
@@ -182,7 +199,9 @@ async def _apply(db: AsyncSession, snap: Snapshot, result: PassResult) -> PassSt
                          len(batch), exc)
         for placement, row in batch:
             try:
-                await apply_placement(db, placement, row, names[placement.node_id])
+                await apply_placement(
+                    db, placement, row, names[placement.node_id], snap.devices
+                )
                 await db.commit()
                 stats.placed += 1
             except (PlacementLost, StaleStatus, DBAPIError) as exc:
