@@ -27,7 +27,7 @@ import pytest
 
 from gpuslice.agent.config import NetworkSettings
 from gpuslice.agent.isolation.network import SessionNetwork, ipv6_available
-from gpuslice.agent.runtime import DockerRuntime
+from gpuslice.agent.runtime import ContainerState, DockerRuntime
 from gpuslice.agent.runtime.spec import ContainerSpec, SessionSpec, SpecOptions
 from gpuslice.agent.runtime.spec import build_container_spec as build
 
@@ -174,6 +174,14 @@ def _spec(runtime: DockerRuntime, base_image: str, network: str,
     return build(session, options)
 
 
+async def _running(runtime: DockerRuntime, spec: ContainerSpec) -> ContainerState:
+    """Started, as a look finds it (with its address: a start alone does not inspect)."""
+    await runtime.ensure_running(spec)
+    state = await runtime.find(spec.session_id)
+    assert state is not None and state.running
+    return state
+
+
 async def _reach(runtime: DockerRuntime, session_id: str, host: str, port: int) -> str:
     done = await runtime.exec(session_id, ["python3", "-c", PROBE, host, str(port)],
                               timeout=15)
@@ -188,9 +196,9 @@ async def test_sessions_reach_only_what_the_policy_allows(
     network = fence(NetworkSettings())
     info = await network.start()
     await network.start()  # a second start (an agent restart) changes nothing
-    a = await runtime.ensure_running(_spec(runtime, base_image, network.name))
-    b = await runtime.ensure_running(_spec(runtime, base_image, network.name,
-                                           command=("python3", "-c", LISTEN, str(PORT))))
+    a = await _running(runtime, _spec(runtime, base_image, network.name))
+    b = await _running(runtime, _spec(runtime, base_image, network.name,
+                                      command=("python3", "-c", LISTEN, str(PORT))))
     assert a.ip_address and b.ip_address and a.ip_address != b.ip_address
     host_ip = _host_address()
 

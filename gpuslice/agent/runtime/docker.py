@@ -16,9 +16,11 @@ import asyncio
 import json
 import os
 import random
+import re
 import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,6 +58,7 @@ from gpuslice.session_tools import CONTAINER_ENDPOINT_DIR, CONTAINER_TOOLS_DIR, 
 
 T = TypeVar("T")
 _EVENTS = ("start", "die", "oom", "destroy")
+_EXITED = re.compile(r"^Exited \((-?\d+)\)")
 _CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError)
 
 
@@ -194,9 +197,11 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
             raise
         return ContainerState.from_inspect(info)
 
-    async def list_managed(self) -> list[ContainerState]:
-        """Every session container of this node, running or not, from Docker's labels."""
-        return await self._list({"label": [LABEL_SESSION, self._node_label]})
+    async def list_managed(self, busy: Collection[str] = ()) -> list[ContainerState]:
+        """Every session container of this node, running or not, from Docker's labels.
+        ``busy``: sessions whose stopped containers the caller leaves alone (a step of theirs
+        runs): not inspected, so their exit code is unknown (``None``)."""
+        return await self._list({"label": [LABEL_SESSION, self._node_label]}, busy)
 
     async def stop(self, session_id: str, grace_s: int = 10) -> ContainerState | None:
         """SIGTERM, then SIGKILL after ``grace_s``. ``None`` when there is no container."""
@@ -387,18 +392,27 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
                 await asyncio.sleep(0.05)
         raise DockerUnavailable(f"Docker Engine unreachable: {failure}") from failure
 
-    async def _list(self, filters: dict[str, list[str]]) -> list[ContainerState]:
+    async def _list(
+        self, filters: dict[str, list[str]], busy: Collection[str] = ()
+    ) -> list[ContainerState]:
         """The listing says all that a created or running container's state needs (labels,
-        status, addresses); only a stopped one is inspected, for its exit code and OOM kill.
-        Every extra call is work for dockerd, which starts the containers too: inspecting
-        every container on each look cost a busy node a third of its start rate."""
+        status, addresses), and a stopped one's when it exited with code 0 (its ``Status``
+        says so; nothing else ends with 0); another stopped one is inspected, for its exit
+        code and OOM kill, unless its session is ``busy``. Every extra call is work for
+        dockerd, which starts the containers too: inspecting every container on each look
+        cost a busy node a third of its start rate."""
         listed = await self._call(
             lambda d: d.containers.list(all=True, filters=json.dumps(filters))
         )
 
         async def state(container: aiodocker.containers.DockerContainer) -> ContainerState | None:
+            entry = container._container
             if str(container["State"]) not in ("exited", "dead"):
-                return ContainerState.from_listing(container._container)
+                return ContainerState.from_listing(entry)
+            if _listed_exit_code(entry) == 0:
+                return ContainerState.from_listing(entry, exit_code=0)
+            if (entry.get("Labels") or {}).get(LABEL_SESSION) in busy:
+                return ContainerState.from_listing(entry)
             try:
                 return ContainerState.from_inspect(await self._call(lambda d: container.show()))
             except aiodocker.DockerError as exc:
@@ -458,7 +472,10 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
                 raise ContainerRuntimeError(
                     f"starting {state.name} failed: {exc.message}"
                 ) from exc
-        return ContainerState.from_inspect(await self._call(lambda d: container.show()))
+        # Started: no inspection (a call dockerd answers while it starts others). The session
+        # runs from here on; one that exits at once (a short batch) is finished from its
+        # ``die`` event. Addresses are known to a later ``find``.
+        return replace(state, status="running", exit_code=None, oom_killed=False, error="")
 
 
 def _to_event(raw: dict[str, Any]) -> RuntimeEvent | None:
@@ -476,6 +493,13 @@ def _to_event(raw: dict[str, Any]) -> RuntimeEvent | None:
         exit_code=int(code) if code is not None and str(code).lstrip("-").isdigit() else None,
         name=str(attributes.get("name", "")),
     )
+
+
+def _listed_exit_code(entry: dict[str, Any]) -> int | None:
+    """The exit code in a stopped container's listing ``Status`` (``Exited (3) 2 seconds
+    ago``), or ``None`` when it says none."""
+    match = _EXITED.match(str(entry.get("Status") or ""))
+    return int(match[1]) if match else None
 
 
 def _write_files(root: Path, files: dict[str, bytes]) -> None:

@@ -117,14 +117,20 @@ class ContainerState:
         })
 
     @classmethod
-    def from_listing(cls, entry: Mapping[str, Any]) -> ContainerState:
-        """A container not stopped, from its entry in a container listing (which has no exit
-        code, OOM flag nor times: none of them applies before it stops)."""
+    def from_listing(
+        cls, entry: Mapping[str, Any], exit_code: int | None = None
+    ) -> ContainerState:
+        """A container from its entry in a container listing (which has no exit code, OOM
+        flag nor times: none of them applies before it stops). ``exit_code``: a stopped
+        one's, when known otherwise (0 from its listed status: no OOM kill nor runtime error
+        ends with 0)."""
         labels = entry.get("Labels") or {}
         names = entry.get("Names") or [""]
+        state: dict[str, Any] = {"Status": entry.get("State", "unknown")}
+        if exit_code is not None:
+            state.update(ExitCode=exit_code, StartedAt="(it ran)")
         return cls.from_inspect({
-            "Id": entry["Id"], "Name": names[0],
-            "State": {"Status": entry.get("State", "unknown")},
+            "Id": entry["Id"], "Name": names[0], "State": state,
             "Config": {"Labels": labels}, "NetworkSettings": entry.get("NetworkSettings"),
         })
 
