@@ -343,9 +343,11 @@ class Agent:
                 with contextlib.suppress(LinkError):
                     await self.sessions.report(bad.session_id, StateReport(
                         status=SessionStatus.ERROR, reason=bad.reason[:2000]))
-            self.desired = desired
+            before, self.desired = self.desired, desired
             self.start_placed(desired)
-            self._kick.set()
+            self.stop_wanted(desired)
+            if self._news(before, desired):
+                self._kick.set()
             self.requests.take(desired.requests)  # each delivered in this answer only
             if self._rescan is not None and desired.rescan != self._rescan:
                 self._heartbeat_now.set()
@@ -368,9 +370,10 @@ class Agent:
             if event.kind == "die" and event.session_id and event.container_id:
                 self.finish_stopped(event.session_id, event.container_id,
                                     event.name if event.exit_code == 0 else None)
-            if event.kind != "start" or event.session_id not in self._busy:
-                # A start the agent made itself is followed by its step's end, which kicks
-                # reconcile then: one pass, not two (each lists the node's containers).
+            if event.session_id not in self._busy:
+                # A busy session's container is its step's (a start or removal the agent
+                # made, a stop taken by ``finish_stopped`` just above): the step's end kicks
+                # reconcile then, one pass, not two (each lists the node's containers).
                 self._kick.set()
             if stop.is_set():
                 return
@@ -408,8 +411,8 @@ class Agent:
     async def reconcile(self, desired: Assignments) -> None:
         """One pass: every session gets the one next step it needs, run as its own task."""
         wanted = {a.session_id: a for a in desired.sessions}
-        try:
-            containers = await self.runtime.list_managed()
+        try:  # busy sessions' stopped containers are their steps': not inspected
+            containers = await self.runtime.list_managed(busy=set(self._busy))
         except DockerUnavailable as err:  # sessions to start wait for it, and say so
             problem = explain(err, self.settings.docker_url)
             for a in desired.sessions:
@@ -449,6 +452,38 @@ class Agent:
             if (a.status is SessionStatus.SCHEDULED and a.desired == "running"
                     and sid not in self._busy and sid not in self.sessions.reported):
                 self._step(sid, self.sessions.do(Action(Act.START, sid), a))
+
+    def stop_wanted(self, desired: Assignments) -> None:
+        """Stop the sessions the manager wants stopped at once, without waiting for a listing
+        (a session queued behind a full node waits on this stop). The stop goes by the
+        container's name, which is the session's; a busy session's stop is reconcile's after
+        its step (whose end kicks a pass)."""
+        for a in desired.sessions:
+            sid = a.session_id
+            if (a.desired == "stopped" and sid not in self._busy
+                    and self.sessions.reported.get(sid) not in _ENDED):
+                stop = Action(Act.STOP, sid, SessionStatus.TERMINATED, reason="stopped")
+                self._step(sid, self.sessions.do(stop, a))
+
+    def _news(self, before: Assignments | None, after: Assignments) -> bool:
+        """Whether ``after`` holds anything for reconcile, beyond what this agent did or said
+        itself: its own reports coming back as statuses, sessions it took a step for just now
+        (``start_placed``, ``stop_wanted``: a busy session is looked at again when its step
+        ends), sessions gone once it reported their end. Each pass lists the node's
+        containers, work for dockerd while it starts others."""
+        if before is None:
+            return True
+        old = {a.session_id: a for a in before.sessions}
+        for a in after.sessions:
+            sid, was = a.session_id, old.pop(a.session_id, None)
+            if sid in self._busy:
+                continue
+            if was is None or a.model_copy(update={"status": was.status}) != was:
+                return True
+            if a.status is not was.status and self.sessions.reported.get(sid) is not a.status:
+                return True
+        return any(sid not in self._busy and self.sessions.reported.get(sid) not in _ENDED
+                   for sid in old)
 
     def finish_stopped(self, session_id: str, container_id: str, clean: str | None) -> None:
         """A container stopped by itself: take the session's step (report how it ended)

@@ -29,7 +29,12 @@ from gpuslice.agent.runtime.models import (
     ImageNotFound,
     ImagePullError,
 )
-from gpuslice.agent.runtime.spec import SpecError, SpecOptions, build_container_spec
+from gpuslice.agent.runtime.spec import (
+    SpecError,
+    SpecOptions,
+    build_container_spec,
+    container_name,
+)
 from gpuslice.common.docker_engine import explain
 from gpuslice.common.logs import bind
 from gpuslice.common.schemas.agents import Assignment, StateReport
@@ -204,12 +209,10 @@ class SessionActions:
         """Stop the container, keep its last logs, remove it, and report ``status`` with
         ``reason``: TERMINATED "stopped" when the manager asked, or the agent's own reason
         (the watchdog's ERROR), not how the process exited. ``cid``: its container, when
-        reconcile just saw it (each look-up is a listing dockerd must answer)."""
-        if cid is None:  # one look-up, for the stop, the logs and the removal
-            found = await self.runtime.find(sid)
-            cid = found.container_id if found is not None else None
-        if cid is not None:
-            await self.runtime.stop_container(cid, self.settings.stop_grace_s)
+        reconcile just saw it; else its name, which is the session's (no look-up: each is a
+        listing dockerd must answer; a missing container is no error on any of the calls)."""
+        cid = cid or container_name(sid)
+        await self.runtime.stop_container(cid, self.settings.stop_grace_s)
         logs = await self._final_logs(sid, cid)
         # Reported once stopped, removed after: the slice is free when the process is gone,
         # so the next session in the queue does not wait for the container's removal. This
@@ -222,7 +225,10 @@ class SessionActions:
         self.say(
             f"agent: removing the container of session {sid} (the manager no longer lists it)"
         )
-        await self.runtime.stop(sid, self.settings.stop_grace_s)
+        if cid is None:
+            await self.runtime.stop(sid, self.settings.stop_grace_s)
+        else:
+            await self.runtime.stop_container(cid, self.settings.stop_grace_s)
         await self.runtime.remove(sid, cid)
 
     async def _pull(self, assignment: Assignment) -> None:

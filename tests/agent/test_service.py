@@ -179,3 +179,55 @@ async def test_heartbeats_go_on_while_docker_is_too_busy_to_report(
     release.set()
     collector.heartbeat = fresh  # type: ignore[method-assign]
     await until(lambda: len(manager.heartbeats) >= seen + 6)
+
+
+async def test_a_stop_the_manager_asks_for_needs_no_reconcile_pass(
+    agent_running: Agent, manager: StandInManager, base_image: str
+) -> None:
+    # The session queued behind a full node waits on this stop: it is taken as the
+    # assignments arrive, by the container's name, not after a listing of the node.
+    agent, sid = agent_running, f"s{uuid.uuid4().hex[:10]}"
+    manager.sessions = [assignment(agent, base_image, sid)]
+    manager.change()
+    await until(lambda: "RUNNING" in manager.statuses(sid))
+    passes = 0
+
+    async def no_pass(_desired: Any) -> None:
+        nonlocal passes
+        passes += 1
+
+    agent.reconcile = no_pass  # type: ignore[method-assign]
+    manager.sessions = [assignment(agent, base_image, sid, status="TERMINATING",
+                                   desired="stopped")]
+    manager.change()
+    await until(lambda: "TERMINATED" in manager.statuses(sid))
+    async with asyncio.timeout(10):
+        while await agent.runtime.find(sid) is not None:
+            await asyncio.sleep(0.05)
+    assert manager.statuses(sid).count("TERMINATED") == 1
+
+
+async def test_the_agents_own_reports_coming_back_start_no_reconcile_pass(
+    agent_running: Agent, manager: StandInManager, base_image: str
+) -> None:
+    agent, sid = agent_running, f"s{uuid.uuid4().hex[:10]}"
+    manager.sessions = [assignment(agent, base_image, sid)]
+    manager.change()
+    await until(lambda: "RUNNING" in manager.statuses(sid) and sid not in agent._busy)
+    passes = 0
+    reconcile = agent.reconcile
+
+    async def counted(desired: Any) -> None:
+        nonlocal passes
+        passes += 1
+        await reconcile(desired)
+
+    agent.reconcile = counted  # type: ignore[method-assign]
+    manager.sessions = [assignment(agent, base_image, sid, status="RUNNING")]  # its own word
+    manager.change()
+    await until(lambda: agent.desired is not None and agent.desired.version == manager.version)
+    await asyncio.sleep(0.3)
+    assert passes == 0
+    manager.sessions = [assignment(agent, base_image, sid, status="RUNNING", env={"A": "1"})]
+    manager.change()  # not the agent's doing: looked at
+    await until(lambda: passes >= 1)
