@@ -270,3 +270,26 @@ async def test_the_scheduler_reads_each_alive_node_with_its_devices_in_order(
     devices = nodes["gpus"].devices
     assert [(d.index, d.mem) for d in devices] == [(0, 40 * 2**30), (1, 80 * 2**30)]
     assert sum(d.used for d in devices) == 500  # the session's half GPU, on one of them
+
+
+async def test_the_nodes_own_start_reports_wake_no_long_poll(
+    admin: Client, make_agent: AgentFactory, app: FastAPI
+) -> None:
+    """PREPARING and RUNNING come from the node itself: no new answer for it (its version
+    stays); an end releases the slice, and the agent hears of it (to remove the container)."""
+    agent = await make_agent(auto_run=False)
+    [s] = await create(admin, resources={"gpu": 0.5})
+    await wait_status(admin, s["id"], {"SCHEDULED"})
+
+    async def version() -> int:
+        async with app.state.sessionmaker() as db:
+            return await db.scalar(select(NodeRow.assignment_version)) or 0
+
+    placed = await version()
+    answers = len(agent.seen)
+    for status in ("PREPARING", "RUNNING"):
+        assert (await agent.report(s["id"], status)).json() == {"status": status}
+    await asyncio.sleep(0.2)  # a long-poll woken by the reports would have answered by now
+    assert await version() == placed and len(agent.seen) == answers
+    await agent.report(s["id"], "TERMINATED", exit_code=0)
+    assert await version() == placed + 1

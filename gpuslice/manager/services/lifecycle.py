@@ -37,9 +37,16 @@ LEGAL: dict[SessionStatus, frozenset[SessionStatus]] = {
 
 
 async def transition(
-    db: AsyncSession, row: SessionRow, to: SessionStatus, reason: str, **values: Any
+    db: AsyncSession, row: SessionRow, to: SessionStatus, reason: str, *,
+    node_reported: bool = False, **values: Any,
 ) -> None:
     """Move ``row`` from the status it holds now to ``to``; ``values`` are set in the same UPDATE.
+
+    ``node_reported``: the session's node told us (its agent's report), so a move that
+    releases nothing is no news to it: its assignment version stays, and no long-poll answers
+    (each answer rebuilds the node's whole desired state; PREPARING and RUNNING reports were
+    two of a session's four). A release still bumps it: the agent removes the container once
+    the session leaves its assignment.
 
     Raises ``IllegalTransition`` for a move the lifecycle forbids and ``StaleStatus`` when the
     row's status in the database is no longer ``row.status`` (someone else moved it first).
@@ -65,7 +72,7 @@ async def transition(
     await _append_history(db, [row], current, to, reason, now)
     node_id = fields.get("node_id", row.node_id)
     releases = current in HOLDING and to not in HOLDING
-    if node_id is not None:
+    if node_id is not None and (releases or not node_reported):
         await _touch_node(db, row, node_id, releases)
         wake_after_commit(db, "node", node_id)
     if releases:

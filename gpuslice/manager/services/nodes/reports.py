@@ -58,7 +58,8 @@ async def _apply_report(db: AsyncSession, row: SessionRow, body: StateReport) ->
     if body.status in (S.PREPARING, S.RUNNING):
         # Once stopping, a late "running" must not undo the stop; never go back to PREPARING.
         if current in (S.SCHEDULED, S.PREPARING) and current is not body.status:
-            await transition(db, row, body.status, body.reason or _started(body.status))
+            await transition(db, row, body.status, body.reason or _started(body.status),
+                             node_reported=True)
         elif current is S.PREPARING and body.status is S.PREPARING and body.reason:
             await _progress(db, row.id, body.reason)
         return
