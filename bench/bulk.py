@@ -34,6 +34,7 @@ from sqlalchemy import func, insert, select
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.api import IMAGE, _database, _login  # noqa: E402
+from gpuslice.agent.service import LONG_POLL_S  # noqa: E402
 from gpuslice.manager.app import create_app  # noqa: E402
 from gpuslice.manager.db.base import new_id  # noqa: E402
 from gpuslice.manager.db.models import (  # noqa: E402
@@ -68,6 +69,7 @@ async def main() -> None:
                     polls = await _join_nodes(client, args.nodes, stop)
                     seconds = await _schedule_all(app, args.sessions)
                     stop.set()
+                    app.state.hub.close()  # parked long-polls answer now, as at shutdown
                     await asyncio.gather(*polls, return_exceptions=True)
                     consistent = await _consistent(app, args.sessions)
     backend = "postgresql" if args.pg else "sqlite"
@@ -111,11 +113,11 @@ async def _join_nodes(
 async def _long_poll(client: httpx.AsyncClient, auth: dict[str, str],
                      stop: asyncio.Event) -> None:
     """What an agent does: heartbeat (every 5 s) and take its assignments as soon as they
-    change."""
+    change, each long-poll waiting as long as the agent's do."""
     beats = asyncio.create_task(_heartbeats(client, auth, stop))
     version = None
     while not stop.is_set():
-        params: dict[str, Any] = {"wait": 5}
+        params: dict[str, Any] = {"wait": LONG_POLL_S}
         if version is not None:
             params["since"] = version
         r = await client.get("/api/v1/agents/me/assignments", headers=auth, params=params)
