@@ -13,6 +13,7 @@ announces each (re)connection, and :meth:`DockerRuntime.wait_ready` waits for th
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import random
@@ -432,15 +433,25 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
     def _files_dir(self, session_id: str) -> Path:
         return self.files_root / "sessions" / session_id
 
-    async def _write_files(self, spec: ContainerSpec) -> None:
-        root = self._files_dir(spec.session_id)
-        await asyncio.to_thread(_write_files, root, spec.files())
+    async def _write_files(self, spec: ContainerSpec) -> Path:
+        """This session's files in its own directory, and the shared ones (the hook, the
+        tools) in the node's copy for their content: that copy's directory."""
+        shared = spec.shared_files()
+        digest = hashlib.sha256()
+        for path in sorted(shared):
+            digest.update(f"{path}\0{len(shared[path])}\0".encode())
+            digest.update(shared[path])
+        shared_dir = self.files_root / "shared" / digest.hexdigest()[:24]
+        await asyncio.to_thread(_write_session_files, self._files_dir(spec.session_id),
+                                spec.session_files(), shared_dir, shared)
+        return shared_dir
 
     async def _create(self, spec: ContainerSpec) -> tuple[ContainerState, bool]:
         """The session's container, and whether this call created it (else it existed)."""
         image_env = await self.image_env(spec.image)
-        await self._write_files(spec)
-        config = spec.create_config(image_env, files_dir=str(self._files_dir(spec.session_id)))
+        shared_dir = await self._write_files(spec)
+        config = spec.create_config(image_env, files_dir=str(self._files_dir(spec.session_id)),
+                                    shared_dir=str(shared_dir))
         for host_dir in spec.host_dirs:
             await asyncio.to_thread(_make_host_dir, host_dir.path, host_dir.uid, host_dir.gid)
         try:
@@ -502,6 +513,25 @@ def _listed_exit_code(entry: dict[str, Any]) -> int | None:
     return int(match[1]) if match else None
 
 
+def _write_session_files(
+    root: Path, files: dict[str, bytes], shared_dir: Path, shared: dict[str, bytes]
+) -> None:
+    """A session's own files under ``root``, and the shared ones under ``shared_dir`` unless
+    they are there already (a directory named by their content is never changed: it is made
+    whole beside it, then renamed into place)."""
+    if not shared_dir.is_dir():
+        partial = shared_dir.with_name(f".{shared_dir.name}.{os.getpid()}.{time.monotonic_ns()}")
+        _write_files(partial, shared)
+        try:
+            os.rename(partial, shared_dir)
+        except OSError:  # another start made it first
+            shutil.rmtree(partial, ignore_errors=True)
+    _write_files(root, files)
+    # The in-session endpoint's socket appears here (the agent's endpoint server makes it);
+    # the directory is mounted whether or not the server runs, so it must exist first.
+    (root / CONTAINER_ENDPOINT_DIR.lstrip("/")).mkdir(mode=0o755, parents=True, exist_ok=True)
+
+
 def _write_files(root: Path, files: dict[str, bytes]) -> None:
     """Write ``files`` under ``root`` at their container paths, each replaced atomically:
     a session reading its allocation never sees half a file."""
@@ -514,9 +544,7 @@ def _write_files(root: Path, files: dict[str, bytes]) -> None:
         partial.write_bytes(content)
         partial.chmod(0o755 if _is_program(path) else 0o644)
         os.replace(partial, target)
-    # The in-session endpoint's socket appears here (the agent's endpoint server makes it);
-    # the directory is mounted whether or not the server runs, so it must exist first.
-    (root / CONTAINER_ENDPOINT_DIR.lstrip("/")).mkdir(mode=0o755, parents=True, exist_ok=True)
+    root.mkdir(mode=0o755, parents=True, exist_ok=True)
     root.chmod(0o755)
 
 

@@ -172,15 +172,18 @@ class ContainerSpec:
         }
 
     def create_config(
-        self, image_env: Sequence[str] = (), files_dir: str | None = None
+        self, image_env: Sequence[str] = (), files_dir: str | None = None,
+        shared_dir: str | None = None,
     ) -> dict[str, Any]:
         """The Engine API body of ``POST /containers/create``.
 
         ``image_env`` is the image's own ``Env`` (``KEY=value``): its ``PYTHONPATH`` is kept
-        behind the hook directory rather than replaced. ``files_dir`` is the node directory
-        holding :meth:`files` (see :meth:`file_mounts`).
+        behind the hook directory rather than replaced. ``files_dir`` and ``shared_dir`` are
+        the node directories holding :meth:`session_files` and :meth:`shared_files` (see
+        :meth:`file_mounts`).
         """
-        mounts = [*self.mounts, *(self.file_mounts(files_dir) if files_dir else [])]
+        file_mounts = self.file_mounts(files_dir, shared_dir) if files_dir else []
+        mounts = [*self.mounts, *file_mounts]
         for mount in mounts:
             if PurePosixPath(mount.source).name in _DOCKER_SOCKETS:
                 raise SpecError(f"refusing to mount a container engine socket ({mount.source})")
@@ -237,27 +240,39 @@ class ContainerSpec:
             "HostConfig": host_config,
         }
 
-    def file_mounts(self, files_dir: str) -> list[Mount]:
-        """Read-only bind mounts that show :meth:`files`, kept on the node under ``files_dir``
-        at their container paths: the hook as one directory, every other file on its own."""
+    def file_mounts(self, files_dir: str, shared_dir: str | None = None) -> list[Mount]:
+        """Read-only bind mounts that show :meth:`files`: the hook and the tools as one
+        directory each from ``shared_dir`` (the node's one copy of :meth:`shared_files`; else
+        ``files_dir``), the endpoint's directory and every other file on its own from
+        ``files_dir`` (this session's :meth:`session_files`), all at their container paths."""
+        shared = shared_dir or files_dir
         mounts = [
-            Mount(source=f"{files_dir}{directory}", target=directory)
-            for directory in (CONTAINER_HOOK_DIR, CONTAINER_TOOLS_DIR, CONTAINER_ENDPOINT_DIR)
+            Mount(source=f"{shared}{directory}", target=directory)
+            for directory in (CONTAINER_HOOK_DIR, CONTAINER_TOOLS_DIR)
         ]
-        shared = (f"{CONTAINER_HOOK_DIR}/", f"{CONTAINER_TOOLS_DIR}/")
-        for path in sorted(self.files()):
-            if not path.startswith(shared):
-                mounts.append(Mount(source=f"{files_dir}{path}", target=path))
+        mounts.append(
+            Mount(source=f"{files_dir}{CONTAINER_ENDPOINT_DIR}", target=CONTAINER_ENDPOINT_DIR)
+        )
+        for path in sorted(self.session_files()):
+            mounts.append(Mount(source=f"{files_dir}{path}", target=path))
         return mounts
 
     def files(self) -> dict[str, bytes]:
         """Files the session sees, read-only: absolute container path → content."""
-        files = {ALLOCATION_PATH: (allocation_json(self.allocation, indent=2) + "\n").encode()}
-        for name, content in hook_files().items():
-            files[f"{CONTAINER_HOOK_DIR}/{name}"] = content
+        return {**self.shared_files(), **self.session_files()}
+
+    def shared_files(self) -> dict[str, bytes]:
+        """The hook and the in-session tools: the same for every session of a kind (real or
+        simulated GPUs), so a node keeps one copy of them, not one per session."""
+        files = {f"{CONTAINER_HOOK_DIR}/{name}": content for name, content in hook_files().items()}
         simulated = self.allocation.get("accelerator") == "mock"
         for name, content in tool_files(simulated_gpu=simulated).items():
             files[f"{CONTAINER_TOOLS_DIR}/{name}"] = content
+        return files
+
+    def session_files(self) -> dict[str, bytes]:
+        """This session's own files: its allocation, and the hard caps' (``extra_files``)."""
+        files = {ALLOCATION_PATH: (allocation_json(self.allocation, indent=2) + "\n").encode()}
         files.update(self.extra_files)
         return files
 

@@ -6,6 +6,8 @@ every status change goes through ``lifecycle.transition``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -63,7 +65,7 @@ async def _apply_report(db: AsyncSession, row: SessionRow, body: StateReport) ->
         elif current is S.PREPARING and body.status is S.PREPARING and body.reason:
             await _progress(db, row.id, body.reason)
         return
-    logs = {"final_logs": body.logs} if body.logs is not None else {}
+    logs: dict[str, Any] = {"final_logs": body.logs} if body.logs is not None else {}
     if body.status is S.TERMINATED:
         result, reason = _ended(row, body)
         await transition(
