@@ -1,3 +1,5 @@
+import gc
+
 from gpuslice.common.resources import GiB, Resources
 from gpuslice.manager.scheduler import (
     Policy,
@@ -7,6 +9,7 @@ from gpuslice.manager.scheduler import (
     UserState,
     WaitCode,
     check_request,
+    queue_order,
     schedule,
 )
 
@@ -115,6 +118,72 @@ def test_priority_goes_first_under_every_policy():
         requests = [req("low", 1, at=0), req("high", 1, at=5, priority=10)]
         result = schedule(requests, nodes, {}, config, now=10)
         assert placed_ids(result) == ["high"], config.policy
+
+
+def test_queue_order_is_priority_then_time_then_id_whatever_the_input_order():
+    requests = [
+        req("b", at=1.0), req("a", at=1.0), req("c", at=0.5), req("urgent", at=9.0, priority=5),
+        req("low", at=0.0, priority=-1), req("d", at=1.0, priority=5),
+    ]
+    expected = ["d", "urgent", "c", "a", "b", "low"]
+    for shift in range(len(requests)):
+        rotated = requests[shift:] + requests[:shift]
+        assert [r.id for r in queue_order(rotated)] == expected
+        assert [r.id for r in queue_order(rotated[::-1])] == expected
+
+
+def test_placement_walks_past_nodes_with_free_gpus_but_no_free_memory():
+    """The freest (spread) or fullest (binpack) device is on a node without the memory asked;
+    the next one in the strategy's order that has it is taken, for slices and whole GPUs."""
+    def nodes():
+        full = [node(f"n{i}", gpus=2, mem="16g") for i in range(3)]
+        for n in full[:2]:
+            n.mem_used = n.mem - 1 * GiB  # GPUs entirely free, 1 GiB of memory left
+        full[2].devices[0].used = 500
+        return full
+
+    for strategy in Strategy:
+        config = SchedulerConfig(strategy=strategy)
+        small = schedule([req("r", 0.5, mem="2g")], nodes(), {}, config, now=9)
+        assert [(p.node_id, p.slices[0].index) for p in small.placements] == [
+            ("n2", 0 if strategy is Strategy.BINPACK else 1)
+        ]
+        whole = schedule([req("w", 1, mem="2g"), req("ww", 2, mem="2g")], nodes(), {}, config,
+                         now=9)
+        assert [(p.node_id, [s.index for s in p.slices]) for p in whole.placements] == [
+            ("n2", [1])
+        ]
+        assert whole.waiting["ww"].reason == (
+            "needs 2 whole GPUs on one node and, on the same node, 1.0 CPU and 2 GiB of memory; "
+            "the most free is 1 GiB of memory (n0)"
+        )
+
+
+def test_a_pass_makes_no_reference_cycles_and_leaves_the_collector_as_it_was():
+    """``schedule`` pauses CPython's cyclic garbage collector while it runs: that costs nothing
+    only if the pass leaves nothing for the collector to find (its working state included)."""
+    nodes = [node(f"n{i}", gpus=4, cpu="8", mem="32g") for i in range(3)]
+    requests = [
+        *queue(12, 0.5, mem="2g"), req("whole", 2, at=20.0), req("huge", 4, at=0.5),
+        req("memory", gpu_mem="2g", at=21.0), req("cpu-only", 0, at=22.0),
+        req("capped", 1, user="bob", at=23.0),
+    ]
+    users = {"bob": UserState(Quota(max_gpu=500))}
+    configs = [SchedulerConfig(policy, strategy, max_wait_before_reserve=1)
+               for policy in Policy for strategy in Strategy]
+    gc.collect()
+    for config in configs:
+        gc.disable()
+        try:
+            result = schedule(requests, nodes, users, config, now=100)
+            assert not gc.isenabled()  # left off: it was off
+            unreachable = gc.collect()
+        finally:
+            gc.enable()
+        assert result.placements and result.waiting
+        assert unreachable == 0, config
+        schedule(requests, nodes, users, config, now=100)
+        assert gc.isenabled()  # on again after the pass
 
 
 def test_quota_keeps_a_request_pending_with_its_reason_and_does_not_block_others():

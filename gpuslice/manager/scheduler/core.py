@@ -5,12 +5,15 @@ See README.md beside this file for the policies' exact semantics.
 
 from __future__ import annotations
 
+import gc
 import heapq
 import math
 from collections import defaultdict, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import groupby
+from operator import attrgetter
 
 from gpuslice.common.resources import Resources
 from gpuslice.manager.scheduler.model import (
@@ -23,16 +26,26 @@ from gpuslice.manager.scheduler.model import (
     WaitCode,
     Waiting,
 )
-from gpuslice.manager.scheduler.reasons import capacity_reason, quota_block
-from gpuslice.manager.scheduler.state import ClusterState, Found, GroupIndex, NodeState
+from gpuslice.manager.scheduler.reasons import Usage, capacity_reason, quota_block
+from gpuslice.manager.scheduler.state import BucketKey, ClusterState, Found, GroupIndex, NodeState
 
 # (pool, GPU model, fGPU, cpu, memory, GPU memory): requests of one shape fit or fail alike
 Shape = tuple[str, str | None, int, int, int, int]
+# Outcomes whose text is written at the end of the pass: one shared tuple each, not one per
+# waiting request (a pass leaves up to the whole queue waiting).
+_FIFO = (WaitCode.FIFO, "")
+_CAPACITY = (WaitCode.CAPACITY, "")
 
 
 def queue_order(queue: Iterable[Request]) -> list[Request]:
     """Priority first (higher first), then the time it was queued, then its id."""
-    return sorted(queue, key=lambda r: (-r.priority, r.enqueued_at, r.id))
+    # Least significant key first: each sort is stable (``reverse`` too), so it keeps the
+    # previous order among its ties. Three sorts on plain attributes are 2-2.5x faster than one
+    # on a tuple built by a lambda per request (100,000 requests: 65 ms instead of 125 shuffled).
+    order = sorted(queue, key=attrgetter("id"))
+    order.sort(key=attrgetter("enqueued_at"))
+    order.sort(key=attrgetter("priority"), reverse=True)
+    return order
 
 
 def schedule(
@@ -46,13 +59,35 @@ def schedule(
 
     Pure: the inputs are not changed, and the same inputs give the same result.
     """
-    run = _Pass(ClusterState(nodes, config.strategy, config.fgpu_step), users, config, now)
-    order = queue_order(queue)
-    if config.policy is Policy.DRF:
-        run.drf(order)
-    else:
-        run.in_order(order)
-    return run.result(order)
+    with _collector_paused():
+        run = _Pass(ClusterState(nodes, config.strategy, config.fgpu_step), users, config, now)
+        order = queue_order(queue)
+        if config.policy is Policy.DRF:
+            run.drf(order)
+        else:
+            run.in_order(order)
+        return run.result(order)
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """CPython's cyclic garbage collector off while a pass runs, and on again after.
+
+    A pass makes no reference cycles (tested), so a collection during it can free nothing the
+    pass made. But what it keeps (its working state, and a ``Placement``, its ``DeviceSlice``s
+    and their tuple per placement) sets off two or three full collections per pass at 10,000
+    nodes x 100,000 requests, each a walk over every object in the process (in the manager,
+    every row loaded too): a fifth of the pass, more on a busy machine. Reference counting
+    frees objects as usual meanwhile, and the collector runs at the first allocation after.
+    A collector someone else turned off is left off."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @dataclass(slots=True)
@@ -72,7 +107,8 @@ class _Pass:
         self.config = config
         self.now = now
         self.users = {
-            uid: UserState(u.quota, u.sessions, u.used) for uid, u in users.items()
+            uid: Usage(u.quota, u.sessions, u.used.gpu, u.used.cpu, u.used.mem)
+            for uid, u in users.items()
         }
         self.placed: PassResult = PassResult()
         self.outcome: dict[str, tuple[WaitCode, str]] = {}  # request id -> code, quota text
@@ -87,7 +123,7 @@ class _Pass:
         fifo = self.config.policy is Policy.FIFO
         for req in order:
             if fifo and req.pool in self.blocked:
-                self.outcome[req.id] = (WaitCode.FIFO, "")
+                self.outcome[req.id] = _FIFO
                 continue
             if self.try_place(req) is not None or self.outcome[req.id][0] is WaitCode.QUOTA:
                 continue  # a quota wait is the user's own: it holds up nobody else
@@ -109,11 +145,14 @@ class _Pass:
             heap = [(self._share(uid, totals), uid) for uid in sorted(per_user)]
             heapq.heapify(heap)
             while heap:
-                _, uid = heapq.heappop(heap)
+                uid = heap[0][1]  # the top stays put while its request is tried
                 pending = per_user[uid]
-                self.try_place(pending.popleft())
-                if pending:
-                    heapq.heappush(heap, (self._share(uid, totals), uid))
+                placed = self.try_place(pending.popleft()) is not None
+                if not pending:
+                    heapq.heappop(heap)
+                elif placed:  # its new share in place of the old: one sift, not two
+                    heapq.heapreplace(heap, (self._share(uid, totals), uid))
+                # placed nothing: its share is the same, so it stays on top for its next one
 
     # ------------------------------------------------------------ one request
 
@@ -130,20 +169,19 @@ class _Pass:
         if found is None:
             # capacity only shrinks during a pass, so this shape cannot fit later in it either
             self.failed.add(shape)
-            self.outcome[req.id] = (WaitCode.CAPACITY, "")
+            self.outcome[req.id] = _CAPACITY
             return None
         got = found.placement.resources
-        if user is not None and got != want and self._quota_blocks(req, got, user):
-            return None
+        if user is not None and req.gpu_mem and got != want and self._quota_blocks(req, got, user):
+            return None  # the slice on the device found is larger than the least one
         self.state.allocate(found)
         self.placed.placements.append(found.placement)
         if user is None:
-            user = self.users[req.user] = UserState()
-        user.sessions += 1
-        user.used = user.used + got
+            user = self.users[req.user] = Usage()
+        user.add(got)
         return found
 
-    def _quota_blocks(self, req: Request, want: Resources, user: UserState) -> bool:
+    def _quota_blocks(self, req: Request, want: Resources, user: Usage) -> bool:
         blocked = quota_block(want, user)
         if blocked is not None:
             self.outcome[req.id] = (WaitCode.QUOTA, blocked)
@@ -183,40 +221,46 @@ class _Pass:
                 else self._freest_node(group, k, res) if k > 0 else None
             )
             if hold is not None:
-                freed = sum(hold.node.free(p) for p in hold.positions)
+                freed = sum(hold.node.free[p] for p in hold.positions)
                 candidates.append(((-freed, hold.node.rank), hold))
         return min(candidates, key=lambda c: c[0])[1] if candidates else None
 
     def _freest_device(self, group: GroupIndex, res: Resources) -> _Hold | None:
-        for amount in reversed(group.amounts):
-            for rank, pos in self.state.devices_at(group, amount):
-                if _could_host(self.state.nodes[rank], res):
-                    return _Hold(self.state.nodes[rank], [pos])
-        for ns in group.nodes:  # every device is full: hold the first one that could fit it
-            free = [p for p in ns.groups[group.key] if p not in ns.held]
+        state = self.state
+
+        def could_host(key: BucketKey) -> bool:
+            return _could_host(state.nodes[state.device_at(key)[0]], res)
+
+        for amount in reversed(group.slices.amounts):
+            key = group.slices.first(amount, could_host)
+            if key is not None:
+                rank, pos = state.device_at(key)
+                return _Hold(state.nodes[rank], [pos])
+        for ns in state.nodes_of(group):  # every device is full: hold the first that could fit
+            free = [p for p in ns.positions(group) if p not in ns.held]
             if free and _could_host(ns, res):
                 return _Hold(ns, free[:1])
         return None
 
     def _freest_node(self, group: GroupIndex, k: int, res: Resources) -> _Hold | None:
-        for count in reversed(group.counts):  # nodes with the most entirely free devices first
-            for rank in group.whole[count]:
-                ns = self.state.nodes[rank]
-                if _could_host(ns, res):
-                    return _Hold(ns, self._freest(ns, group, k))
+        nodes = self.state.nodes
+        for count in reversed(group.whole.amounts):  # the most entirely free devices first
+            rank = group.whole.first(count, lambda rank: _could_host(nodes[rank], res))
+            if rank is not None:
+                return _Hold(nodes[rank], self._freest(nodes[rank], group, k))
         best: tuple[tuple[int, int], _Hold] | None = None
-        for ns in group.nodes:  # no device is entirely free: the node with the most free fGPU
-            if _could_host(ns, res) and len(ns.groups[group.key]) - len(ns.held) >= k:
+        for ns in self.state.nodes_of(group):  # no device entirely free: the most free fGPU
+            if _could_host(ns, res) and len(ns.positions(group)) - len(ns.held) >= k:
                 chosen = self._freest(ns, group, k)
-                score = (-sum(ns.free(p) for p in chosen), ns.rank)
+                score = (-sum(ns.free[p] for p in chosen), ns.rank)
                 if len(chosen) == k and (best is None or score < best[0]):
                     best = (score, _Hold(ns, chosen))
         return None if best is None else best[1]
 
     @staticmethod
     def _freest(ns: NodeState, group: GroupIndex, k: int) -> list[int]:
-        free = [p for p in ns.groups[group.key] if p not in ns.held]
-        return sorted(free, key=lambda p: (-ns.free(p), p))[:k]
+        free = [p for p in ns.positions(group) if p not in ns.held]
+        return sorted(free, key=lambda p: (-ns.free[p], p))[:k]
 
     # ------------------------------------------------------------ fairness
 
@@ -233,8 +277,7 @@ class _Pass:
         user = self.users.get(uid)
         if user is None:
             return 0
-        used = user.used
-        return max(used.gpu * scales[0], used.cpu * scales[1], used.mem * scales[2])
+        return max(user.gpu * scales[0], user.cpu * scales[1], user.mem * scales[2])
 
     # ------------------------------------------------------------ result
 

@@ -2,28 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
 from gpuslice.common.resources import Resources, format_cpu, format_fgpu, format_mem
-from gpuslice.manager.scheduler.model import Request, UserState, WaitCode
+from gpuslice.manager.scheduler.model import Quota, Request, WaitCode
 from gpuslice.manager.scheduler.state import ClusterState, GroupIndex, NodeState
 
 
-def quota_block(want: Resources, user: UserState) -> str | None:
+@dataclass(slots=True)
+class Usage:
+    """A user's quota and what they use during a pass: their running sessions plus what the
+    pass placed. Plain counters, added to in place on every placement."""
+
+    quota: Quota = field(default_factory=Quota)
+    sessions: int = 0
+    gpu: int = 0  # milli-fGPU
+    cpu: int = 0  # milli-cores
+    mem: int = 0  # bytes
+
+    def add(self, res: Resources) -> None:
+        self.sessions += 1
+        self.gpu += res.gpu
+        self.cpu += res.cpu
+        self.mem += res.mem
+
+
+def quota_block(want: Resources, user: Usage) -> str | None:
     """The quota that keeps a request for ``want`` from starting now, or None if its user's
     quota allows it."""
-    quota, used = user.quota, user.used
+    quota = user.quota
     if quota.max_sessions is not None and user.sessions + 1 > quota.max_sessions:
         return f"user quota: {user.sessions} of {quota.max_sessions} sessions in use"
-    checks = (
-        (quota.max_gpu, used.gpu, want.gpu, format_fgpu, " fGPU"),
-        (quota.max_cpu, used.cpu, want.cpu, format_cpu, " CPU"),
-        (quota.max_mem, used.mem, want.mem, format_mem, " of memory"),
-    )
-    for limit, in_use, asked, fmt, unit in checks:
-        if limit is not None and in_use + asked > limit:
-            return (
-                f"user quota: {fmt(in_use)} of {fmt(limit)}{unit} in use; "
-                f"this session needs {fmt(asked)}{unit} more"
-            )
+    # plain comparisons first: this runs for every request a pass tries
+    if quota.max_gpu is not None and user.gpu + want.gpu > quota.max_gpu:
+        return _over_quota(user.gpu, quota.max_gpu, want.gpu, format_fgpu, " fGPU")
+    if quota.max_cpu is not None and user.cpu + want.cpu > quota.max_cpu:
+        return _over_quota(user.cpu, quota.max_cpu, want.cpu, format_cpu, " CPU")
+    if quota.max_mem is not None and user.mem + want.mem > quota.max_mem:
+        return _over_quota(user.mem, quota.max_mem, want.mem, format_mem, " of memory")
     return None
 
 
@@ -73,11 +90,14 @@ def _slice_reason(
         need = f"needs {memory} of GPU memory ({format_fgpu(least)} fGPU) on one GPU"
     largest, where, fits = 0, "", False
     for group, gpu in groups:
-        if group.amounts and group.amounts[-1] >= gpu:
-            fits = True
-        if group.amounts and group.amounts[-1] > largest:
-            largest = group.amounts[-1]
-            rank, pos = next(state.devices_at(group, largest))
+        top = group.slices.largest()
+        if top is None:
+            continue
+        amount, key = top
+        fits = fits or amount >= gpu
+        if amount > largest:
+            largest = amount
+            rank, pos = state.device_at(key)
             ns = state.nodes[rank]
             where = f" ({ns.node.name} GPU {ns.node.devices[pos].index})"
     if not fits:
@@ -85,8 +105,8 @@ def _slice_reason(
             return f"{need}; no GPU has a free slice"
         return f"{need}; the largest free slice is {format_fgpu(largest)} fGPU{where}"
     hosts = [
-        ns for g, gpu in groups for ns in g.nodes
-        if any(ns.free(p) >= gpu and p not in ns.held for p in ns.groups[g.key])
+        ns for g, gpu in groups for ns in state.nodes_of(g)
+        if any(ns.free[p] >= gpu and p not in ns.held for p in ns.positions(g))
     ]
     return _host_reason(req.resources, hosts, f"{need} and, on the same node, ")
 
@@ -98,12 +118,14 @@ def _whole_reason(
     need = f"needs {k} whole GPU{'s' if k > 1 else ''} on one node"
     most, where = 0, ""
     for group, _ in groups:
-        if group.counts and group.counts[-1] > most:
-            most = group.counts[-1]
-            where = f" ({state.nodes[group.whole[most][0]].node.name})"
+        top = group.whole.largest()
+        if top is not None and top[0] > most:
+            most, rank = top
+            where = f" ({state.nodes[rank].node.name})"
     if all(most < kk for _, kk in groups):
         return f"{need}; the most entirely free GPUs on one node is {most}{where}"
-    hosts = [ns for g, kk in groups for ns in g.nodes if len(ns.whole_free(g.key)) >= kk]
+    # the buckets know each node's entirely free devices: no walk over every node
+    hosts = [state.nodes[rank] for g, kk in groups for rank in g.whole.keys_from(kk)]
     return _host_reason(res, hosts, f"{need} and, on the same node, ")
 
 
@@ -122,3 +144,10 @@ def _host_reason(res: Resources, hosts: list[NodeState], prefix: str) -> str:
     if short:
         return f"{text}; the most free is {' and '.join(short)}"
     return f"{text}; no node has both free at once"
+
+
+def _over_quota(in_use: int, limit: int, asked: int, fmt: Callable[[int], str], unit: str) -> str:
+    return (
+        f"user quota: {fmt(in_use)} of {fmt(limit)}{unit} in use; "
+        f"this session needs {fmt(asked)}{unit} more"
+    )

@@ -2,23 +2,27 @@
 
 Devices are grouped by (pool, GPU model, device capacity, device memory), so that every device
 of a group takes the same slice for a request by GPU memory. In each group, devices with free
-capacity sit in buckets keyed by their free milli-fGPU, and nodes in buckets keyed by how many
-entirely free devices they have. A placement is then a bisect plus a short walk instead of a scan
-of every device. Within one pass capacity only shrinks (placements and holds), which is what lets
-the caller cache a failed request shape for the rest of the pass.
+capacity are filed by their free milli-fGPU, and nodes by how many entirely free devices they
+have (``Buckets``, sorted by the strategy's tie-break). A placement is then a bisect and a short
+walk instead of a scan of every device. Within one pass capacity only shrinks (placements and
+holds), which is what lets the caller cache a failed request shape for the rest of the pass.
+
+The working state is kept small on purpose (a few objects per node, none per placement that
+outlives it) and free of reference cycles, so that reference counting frees it as soon as the
+pass ends: the pass runs with CPython's cyclic collector paused (``core._collector_paused``).
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from sortedcontainers import SortedList
 
 from gpuslice.common.resources import Resources
 from gpuslice.manager.scheduler.model import (
-    Device,
+    DeviceSlice,
     Node,
     Placement,
     Request,
@@ -30,61 +34,98 @@ from gpuslice.manager.scheduler.model import (
 # (pool, model, device capacity in milli-fGPU, device memory in bytes)
 GroupKey = tuple[str, str, int, int]
 # Bucket keys are plain integers (they compare several times faster than tuples, and a pass
-# re-indexes twice per placement): a device is (node rank, position) packed for binpack and
-# (position, node rank) for spread, so the integer order is that tie-break; a node is its rank.
+# files a key again on every placement): a device is (node rank, position) packed for binpack
+# and (position, node rank) for spread, so the integer order is that tie-break; a node is its
+# rank.
 BucketKey = int
 _POS_BITS = 16  # device positions on one node: fewer than 65,536
 _RANK_BITS = 32  # nodes in one pass: fewer than 4 billion
+_POS_MASK = (1 << _POS_BITS) - 1
+_RANK_MASK = (1 << _RANK_BITS) - 1
 
 
-@dataclass(slots=True)
-class NodeState:
-    """A working copy of one node: what is still free, and which devices are held."""
+class Buckets:
+    """Integer keys filed under a positive amount, each amount's keys in a sorted list.
 
-    node: Node
-    rank: int
-    cpu_free: int
-    mem_free: int
-    gpu_used: int
-    groups: dict[GroupKey, list[int]] = field(default_factory=dict)  # group -> device positions
-    held: set[int] = field(default_factory=set)  # device positions held for a waiting request
-    device_groups: list[GroupIndex] = field(default_factory=list)  # by device position
-    whole_counts: dict[GroupKey, int] = field(default_factory=dict)  # entirely free, not held
+    ``at`` says where each key is filed, so moving a key needs no search for its old amount.
+    (Heaps with lazy deletion make a move cheaper, but a walk past keys that do not fit then
+    pops and pushes back each one: 2-2.5x slower than this when many nodes have free GPUs and
+    no free memory.)
+    """
 
-    def free(self, pos: int) -> int:
-        return self.node.device_capacity - self.node.devices[pos].used
+    __slots__ = ("lists", "amounts", "at")
 
-    def fits(self, cpu: int, mem: int) -> bool:
-        return cpu <= self.cpu_free and mem <= self.mem_free
+    def __init__(self, entries: dict[int, list[BucketKey]]) -> None:
+        """``entries``: amount -> its keys."""
+        # one sort per bucket: several times faster than adding the keys one by one
+        self.lists: dict[int, SortedList] = {a: SortedList(keys) for a, keys in entries.items()}
+        self.amounts: list[int] = sorted(self.lists)  # the amounts that have keys, sorted
+        self.at: dict[BucketKey, int] = {
+            key: amount for amount, keys in entries.items() for key in keys
+        }
 
-    def whole_free(self, group: GroupKey) -> list[int]:
-        devices = self.node.devices
-        return [p for p in self.groups[group] if devices[p].used == 0 and p not in self.held]
+    def move(self, key: BucketKey, amount: int) -> None:
+        """File ``key`` under ``amount`` from now on (0: under none)."""
+        was = self.at.pop(key, 0)
+        if was:
+            bucket = self.lists[was]
+            bucket.remove(key)
+            if not bucket:
+                del self.lists[was]
+                del self.amounts[bisect_left(self.amounts, was)]
+        if amount > 0:
+            self.at[key] = amount
+            bucket = self.lists.get(amount)
+            if bucket is None:
+                bucket = self.lists[amount] = SortedList()
+                insort(self.amounts, amount)
+            bucket.add(key)
 
+    def first(
+        self, amount: int, fits: Callable[[BucketKey], bool] | None = None
+    ) -> BucketKey | None:
+        """The least key filed under ``amount`` for which ``fits`` holds (None: none)."""
+        bucket = self.lists.get(amount)
+        if bucket is None:
+            return None
+        if fits is None:
+            return bucket[0]
+        for key in bucket:
+            if fits(key):
+                return key
+        return None
 
-@dataclass(frozen=True, slots=True)
-class Found:
-    """A placement found in the working state, with where it sits (device positions)."""
+    def amount_of(self, key: BucketKey) -> int:
+        """The amount ``key`` is filed under now (0: none)."""
+        return self.at.get(key, 0)
 
-    placement: Placement
-    node: NodeState
-    positions: list[int]
+    def keys_from(self, least: int) -> list[BucketKey]:
+        """Every key filed under ``least`` or more now, in no particular order."""
+        return [key for key, amount in self.at.items() if amount >= least]
+
+    def largest(self) -> tuple[int, BucketKey] | None:
+        """The largest amount any key is filed under now, and its least key."""
+        if not self.amounts:
+            return None
+        amount = self.amounts[-1]
+        return amount, self.lists[amount][0]
 
 
 class GroupIndex:
     """Free capacity of one (pool, model, capacity, memory) group."""
 
-    __slots__ = ("key", "cap", "mem", "slices", "amounts", "whole", "counts", "nodes")
+    __slots__ = ("key", "cap", "mem", "slices", "whole", "ranks")
 
     def __init__(self, key: GroupKey) -> None:
         self.key = key
         self.cap = key[2]
         self.mem = key[3]
-        self.slices: dict[int, SortedList] = {}  # free milli-fGPU -> device keys
-        self.amounts: list[int] = []  # the free amounts that have devices, sorted
-        self.whole: dict[int, SortedList] = {}  # entirely free devices on a node -> ranks
-        self.counts: list[int] = []  # sorted
-        self.nodes: list[NodeState] = []  # nodes with devices in this group, by rank
+        self.slices = Buckets({})  # device keys by free milli-fGPU (held devices: none)
+        self.whole = Buckets({})  # node ranks by entirely free devices not held
+        # Ranks, not NodeStates, of the nodes with devices in this group, in order: a node
+        # refers to its groups, and a reference back would make the working state a cycle
+        # that only the garbage collector could free, well after the pass.
+        self.ranks: list[int] = []
 
     def gpu_of(self, req: Request, step: int) -> int | None:
         """The slice ``req`` takes on a device of this group (``None``: it cannot hold it)."""
@@ -97,28 +138,51 @@ class GroupIndex:
         return gpu // self.cap if gpu % self.cap == 0 else -1
 
 
-# A candidate placement: its score (lower is better), node, device positions and group.
-Candidate = tuple[tuple[int, int], NodeState, list[int], GroupIndex]
+@dataclass(slots=True, eq=False)
+class NodeState:
+    """A working view of one node: what is still free, and which devices are held. The input
+    ``node`` is only read; what the pass takes is counted here.
+
+    Kept to a few objects: a pass makes one per node and they live to its end, so each one
+    more is 10,000 more for the garbage collector to walk at 10,000 nodes. (How many devices
+    of a group are entirely free is ``group.whole.amount_of(rank)``.)"""
+
+    node: Node
+    rank: int
+    cpu_free: int
+    mem_free: int
+    free: list[int]  # free milli-fGPU by device position
+    keys: tuple[BucketKey, ...]  # bucket key by device position
+    device_groups: tuple[GroupIndex, ...]  # by device position
+    # device positions held for a waiting request: replaced, never changed in place, so that
+    # the nodes without any (nearly all) share the one empty set
+    held: frozenset[int] = frozenset()
+
+    def fits(self, cpu: int, mem: int) -> bool:
+        return cpu <= self.cpu_free and mem <= self.mem_free
+
+    def positions(self, group: GroupIndex) -> list[int]:
+        """The node's devices in ``group``."""
+        return [p for p, g in enumerate(self.device_groups) if g is group]
+
+    def whole_free(self, group: GroupIndex) -> list[int]:
+        free, held, cap = self.free, self.held, group.cap
+        return [p for p in self.positions(group) if free[p] == cap and p not in held]
 
 
-def _add(
-    buckets: dict[int, SortedList], present: list[int], amount: int, key: BucketKey
-) -> None:
-    bucket = buckets.get(amount)
-    if bucket is None:
-        bucket = buckets[amount] = SortedList()
-        insort(present, amount)
-    bucket.add(key)
+@dataclass(slots=True, eq=False)
+class Found:
+    """A placement found in the working state, with where it sits (device positions)."""
+
+    placement: Placement
+    node: NodeState
+    positions: list[int]
+    group: GroupIndex | None  # None: a request for no GPU
 
 
-def _remove(
-    buckets: dict[int, SortedList], present: list[int], amount: int, key: BucketKey
-) -> None:
-    bucket = buckets[amount]
-    bucket.remove(key)
-    if not bucket:
-        del buckets[amount]
-        del present[bisect_left(present, amount)]
+# A candidate placement: its score (lower is better), node, device positions, group, and the
+# slice per request (milli-fGPU) on that group's devices.
+Candidate = tuple[tuple[int, int], NodeState, list[int], GroupIndex, int]
 
 
 class ClusterState:
@@ -156,174 +220,154 @@ class ClusterState:
         res = req.resources
         if res.gpu == 0 and not req.gpu_mem:
             ns = self._find_cpu_only(req.pool, res.cpu, res.mem)
-            return None if ns is None else self._placement(req, ns, [], None)
+            return None if ns is None else self._placement(req, ns, [], None, 0)
         best: Candidate | None = None
         for group in self.matching_groups(req.pool, req.gpu_model):
-            gpu = group.gpu_of(req, self.step)
+            gpu = group.gpu_of(req, self.step) if req.gpu_mem else res.gpu
             if gpu is None:
                 continue  # a request by memory that these devices cannot hold
             k = group.kind(gpu)
             found = (
                 self._find_slice(group, gpu, res.cpu, res.mem) if k == 0
-                else self._find_whole(group, k, res.cpu, res.mem) if k > 0 else None
+                else self._find_whole(group, gpu, k, res.cpu, res.mem) if k > 0 else None
             )
             if found is not None and (best is None or found[0] < best[0]):
                 best = found
         if best is None:
             return None
-        _, ns, positions, group = best
-        return self._placement(req, ns, positions, group)
+        _, ns, positions, group, gpu = best
+        return self._placement(req, ns, positions, group, gpu)
 
-    def _device_key(self, rank: int, pos: int) -> BucketKey:
-        """The device's bucket key (``devices_at`` unpacks it)."""
-        return (pos << _RANK_BITS) | rank if self.spread else (rank << _POS_BITS) | pos
+    def nodes_of(self, group: GroupIndex) -> list[NodeState]:
+        """The nodes with devices in ``group``, by rank."""
+        return [self.nodes[rank] for rank in group.ranks]
 
-    def devices_at(self, group: GroupIndex, amount: int) -> Iterator[tuple[int, int]]:
-        """(node rank, device position) of the group's devices with ``amount`` free, best
-        tie-break first."""
+    def device_at(self, key: BucketKey) -> tuple[int, int]:
+        """(node rank, device position) of a device's bucket key."""
         if self.spread:
-            mask = (1 << _RANK_BITS) - 1
-            return ((key & mask, key >> _RANK_BITS) for key in group.slices[amount])
-        mask = (1 << _POS_BITS) - 1
-        return ((key >> _POS_BITS, key & mask) for key in group.slices[amount])
+            return key & _RANK_MASK, key >> _RANK_BITS
+        return key >> _POS_BITS, key & _POS_MASK
 
     # ------------------------------------------------------------ changes
 
     def allocate(self, found: Found) -> None:
-        """Take the placement's capacity from the working state and re-index what changed."""
-        ns, positions = found.node, found.positions
-        before = self._indexed(ns, positions)
-        for pos, piece in zip(positions, found.placement.slices, strict=True):
-            ns.node.devices[pos].used += piece.gpu
-            ns.gpu_used += piece.gpu
-        ns.cpu_free -= found.placement.resources.cpu
-        ns.mem_free -= found.placement.resources.mem
-        self._reindex(ns, positions, before)
+        """Take the placement's capacity from the working state and re-file what changed.
+
+        (The hot path of a pass: each placement comes here once.)"""
+        ns, placement, group = found.node, found.placement, found.group
+        ns.cpu_free -= placement.resources.cpu
+        ns.mem_free -= placement.resources.mem
+        if group is None:
+            return
+        free, cap, lost = ns.free, group.cap, 0
+        for pos, piece in zip(found.positions, placement.slices, strict=True):
+            was = free[pos]
+            free[pos] = was - piece.gpu
+            group.slices.move(ns.keys[pos], was - piece.gpu)
+            lost += was == cap
+        if lost:
+            self._lose_whole(ns, group, lost)
 
     def hold(self, ns: NodeState, positions: list[int], res: Resources) -> None:
         """Keep devices and cpu/mem of a node out of reach for the rest of the pass."""
-        before = self._indexed(ns, positions)
-        ns.held.update(positions)
         ns.cpu_free = max(0, ns.cpu_free - res.cpu)
         ns.mem_free = max(0, ns.mem_free - res.mem)
-        self._reindex(ns, positions, before)  # held devices are left out of the index
+        for pos in positions:
+            if pos in ns.held:
+                continue
+            ns.held = ns.held | {pos}
+            group = ns.device_groups[pos]
+            group.slices.move(ns.keys[pos], 0)  # held devices are left out of the index
+            if ns.free[pos] == group.cap:
+                self._lose_whole(ns, group, 1)
 
     # ------------------------------------------------------------ helpers
 
     def _add_node(self, rank: int, node: Node) -> None:
-        devices = [Device(d.index, d.uuid, d.model, d.mem, d.sms, d.used) for d in node.devices]
-        copy = Node(
-            node.id, node.name, node.cpu, node.mem, devices, node.device_capacity,
-            node.cpu_used, node.mem_used, node.pool,
-        )
-        ns = NodeState(
-            copy, rank, node.cpu - node.cpu_used, node.mem - node.mem_used,
-            sum(d.used for d in devices),
-        )
+        devices, cap = node.devices, node.device_capacity
         if len(devices) >= 1 << _POS_BITS or rank >= 1 << _RANK_BITS:
             raise ValueError("a pass takes fewer than 65,536 devices per node and 2**32 nodes")
-        for pos, dev in enumerate(devices):
-            key = (node.pool, dev.model, node.device_capacity, dev.mem)
-            ns.groups.setdefault(key, []).append(pos)
-        self.nodes.append(ns)
-        self.pool_nodes.setdefault(node.pool, []).append(ns)
-        for key in ns.groups:
+        positions = range(len(devices))
+        keys = tuple(
+            (p << _RANK_BITS) | rank if self.spread else (rank << _POS_BITS) | p
+            for p in positions
+        )
+        device_groups = []
+        for dev in devices:
+            key = (node.pool, dev.model, cap, dev.mem)
             group = self.groups.get(key)
             if group is None:
                 group = self.groups[key] = GroupIndex(key)
-            group.nodes.append(ns)
-        ns.device_groups = [
-            self.groups[(node.pool, dev.model, node.device_capacity, dev.mem)] for dev in devices
-        ]
-        ns.whole_counts = {
-            key: sum(1 for p in members if devices[p].used == 0)
-            for key, members in ns.groups.items()
-        }
+            device_groups.append(group)
+        ns = NodeState(
+            node, rank, node.cpu - node.cpu_used, node.mem - node.mem_used,
+            [cap - d.used for d in devices], keys, tuple(device_groups),
+        )
+        for group in dict.fromkeys(device_groups):  # each group once, in device order
+            group.ranks.append(rank)
+        self.nodes.append(ns)
+        self.pool_nodes.setdefault(node.pool, []).append(ns)
 
     def _build_index(self) -> None:
-        """Every group's buckets, built at once (sorting each bucket once is several times
-        faster than adding keys one by one)."""
+        """Every group's buckets, built at once (one sort per bucket)."""
         slices: dict[GroupIndex, dict[int, list[int]]] = {g: {} for g in self.groups.values()}
         whole: dict[GroupIndex, dict[int, list[int]]] = {g: {} for g in self.groups.values()}
         for ns in self.nodes:
-            cap, rank = ns.node.device_capacity, ns.rank
-            for pos, dev in enumerate(ns.node.devices):
-                if cap - dev.used > 0:
-                    key = self._device_key(rank, pos)
-                    slices[ns.device_groups[pos]].setdefault(cap - dev.used, []).append(key)
-            for group_key, count in ns.whole_counts.items():
-                if count:
-                    whole[self.groups[group_key]].setdefault(count, []).append(rank)
+            counts: dict[GroupIndex, int] = {}  # entirely free devices per group
+            for pos, free in enumerate(ns.free):
+                group = ns.device_groups[pos]
+                if free > 0:
+                    slices[group].setdefault(free, []).append(ns.keys[pos])
+                if free == group.cap:
+                    counts[group] = counts.get(group, 0) + 1
+            for group, count in counts.items():
+                whole[group].setdefault(count, []).append(ns.rank)
         for group in self.groups.values():
-            group.slices = {a: SortedList(keys) for a, keys in slices[group].items()}
-            group.amounts = sorted(group.slices)
-            group.whole = {c: SortedList(ranks) for c, ranks in whole[group].items()}
-            group.counts = sorted(group.whole)
+            group.slices = Buckets(slices[group])
+            group.whole = Buckets(whole[group])
 
-    def _indexed(self, ns: NodeState, positions: list[int]) -> list[int]:
-        """The free amount each device is indexed under now (0: not indexed: full or held)."""
-        devices, held, cap = ns.node.devices, ns.held, ns.node.device_capacity
-        return [0 if p in held else cap - devices[p].used for p in positions]
-
-    def _reindex(self, ns: NodeState, positions: list[int], before: list[int]) -> None:
-        """Move the devices at ``positions`` (indexed under ``before``) to their buckets now,
-        and the node in the buckets of entirely free devices where that count changed.
-
-        Keys are static, so a change touches only the devices it changed. Among devices with
-        the same free amount, binpack takes the lowest node rank first (filling nodes one after
-        another); spread takes the lowest device position first and then the node rank, which
-        deals new slices round-robin over the nodes. (The hot path of a pass: each placement
-        comes here once.)"""
-        cap, rank = ns.node.device_capacity, ns.rank
-        now = self._indexed(ns, positions)
-        counts: dict[GroupIndex, int] = {}  # group -> entirely free devices before the change
-        for pos, was, free in zip(positions, before, now, strict=True):
-            if was == free:
-                continue
-            group = ns.device_groups[pos]
-            key = self._device_key(rank, pos)
-            if was > 0:
-                _remove(group.slices, group.amounts, was, key)
-            if free > 0:
-                _add(group.slices, group.amounts, free, key)
-            if group not in counts:
-                counts[group] = ns.whole_counts[group.key]
-            # entirely free = indexed with the whole device free
-            ns.whole_counts[group.key] += (free == cap) - (was == cap)
-        for group, was_count in counts.items():
-            count = ns.whole_counts[group.key]
-            if count == was_count:
-                continue
-            if was_count:
-                _remove(group.whole, group.counts, was_count, rank)
-            if count:
-                _add(group.whole, group.counts, count, rank)
+    def _lose_whole(self, ns: NodeState, group: GroupIndex, lost: int) -> None:
+        """``lost`` of the node's devices in ``group`` are no longer entirely free (or held)."""
+        group.whole.move(ns.rank, group.whole.amount_of(ns.rank) - lost)
 
     def _amounts(self, present: list[int], least: int) -> list[int]:
-        # a copy: these lists are short (one entry per distinct free amount)
-        start = bisect_left(present, least)
-        fitting = present[start:]
+        """The amounts of at least ``least`` in the strategy's order (a copy: these lists are
+        short, one entry per distinct free amount)."""
+        fitting = present[bisect_left(present, least):]
         return fitting[::-1] if self.spread else fitting
 
     def _find_slice(
         self, group: GroupIndex, gpu: int, cpu: int, mem: int
     ) -> Candidate | None:
-        for amount in self._amounts(group.amounts, gpu):
-            for rank, pos in self.devices_at(group, amount):
-                ns = self.nodes[rank]
-                if ns.fits(cpu, mem):
-                    return (self._score(amount - gpu, rank), ns, [pos], group)
+        nodes = self.nodes
+        spread = self.spread
+
+        def fits(key: BucketKey) -> bool:
+            # the node's rank decoded here, not by ``device_at``: this runs per device walked
+            ns = nodes[key & _RANK_MASK if spread else key >> _POS_BITS]
+            return cpu <= ns.cpu_free and mem <= ns.mem_free
+
+        for amount in self._amounts(group.slices.amounts, gpu):
+            key = group.slices.first(amount, fits)
+            if key is not None:
+                rank, pos = self.device_at(key)
+                return (self._score(amount - gpu, rank), nodes[rank], [pos], group, gpu)
         return None
 
     def _find_whole(
-        self, group: GroupIndex, k: int, cpu: int, mem: int
+        self, group: GroupIndex, gpu: int, k: int, cpu: int, mem: int
     ) -> Candidate | None:
-        for count in self._amounts(group.counts, k):
-            for rank in group.whole[count]:
-                ns = self.nodes[rank]
-                if ns.fits(cpu, mem):
-                    positions = ns.whole_free(group.key)[:k]
-                    return (self._score((count - k) * group.cap, rank), ns, positions, group)
+        nodes = self.nodes
+
+        def fits(rank: int) -> bool:
+            return cpu <= nodes[rank].cpu_free and mem <= nodes[rank].mem_free
+
+        for count in self._amounts(group.whole.amounts, k):
+            rank = group.whole.first(count, fits)
+            if rank is not None:
+                ns = nodes[rank]
+                positions = ns.whole_free(group)[:k]
+                return (self._score((count - k) * group.cap, rank), ns, positions, group, gpu)
         return None
 
     def _find_cpu_only(self, pool: str, cpu: int, mem: int) -> NodeState | None:
@@ -337,10 +381,18 @@ class ClusterState:
         return (-leftover if self.spread else leftover, rank)
 
     def _placement(
-        self, req: Request, ns: NodeState, positions: list[int], group: GroupIndex | None
+        self, req: Request, ns: NodeState, positions: list[int], group: GroupIndex | None,
+        gpu: int,
     ) -> Found:
-        gpu = 0 if group is None else group.gpu_of(req, self.step) or 0
-        per_device = gpu if len(positions) <= 1 else ns.node.device_capacity
-        slices = tuple(make_slice(ns.node, ns.node.devices[p], per_device) for p in positions)
-        res = Resources(gpu, req.resources.cpu, req.resources.mem)
-        return Found(Placement(req.id, ns.node.id, res, slices), ns, positions)
+        """``gpu``: what the request takes in all (0 for none)."""
+        node = ns.node
+        if len(positions) == 1:
+            slices: tuple[DeviceSlice, ...] = (make_slice(node, node.devices[positions[0]], gpu),)
+        else:  # whole devices (or none)
+            cap = node.device_capacity
+            slices = tuple(make_slice(node, node.devices[p], cap) for p in positions)
+        res = req.resources
+        if gpu != res.gpu:  # by GPU memory: the slice chosen on this device
+            res = Resources(gpu, res.cpu, res.mem)
+        # otherwise the request's own (immutable) Resources: one object fewer per placement
+        return Found(Placement(req.id, node.id, res, slices), ns, positions, group)
