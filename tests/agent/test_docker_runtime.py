@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable
+from typing import Any
 
 import aiodocker
 import pytest
@@ -208,6 +209,29 @@ async def test_successful_batch_and_log_tail(runtime: DockerRuntime, make_spec: 
     state = await runtime.find(spec.session_id)
     assert state is not None and state.exit_code == 0
     assert (await runtime.logs(spec.session_id, tail=2)).split() == ["line-4", "line-5"]
+
+
+async def test_logs_take_one_engine_call(
+    runtime: DockerRuntime, make_spec: MakeSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every session's final logs are fetched as dockerd starts others: no inspect first
+    # (aiodocker's log() makes one to learn whether the container has a TTY; ours never do).
+    spec = make_spec(type="batch", command=("sh", "-c", "echo out-line; echo err-line >&2"))
+    await runtime.ensure_running(spec)
+    await wait_finished(runtime, spec.session_id)
+    state = await runtime.find(spec.session_id)
+    assert state is not None
+    calls: list[str] = []
+    query = aiodocker.Docker._do_query
+
+    def counted(self: aiodocker.Docker, path: Any, method: str, *args: Any, **kw: Any) -> Any:
+        calls.append(f"{method} {path}")
+        return query(self, path, method, *args, **kw)
+
+    monkeypatch.setattr(aiodocker.Docker, "_do_query", counted)
+    logs = await runtime.logs(spec.session_id, container_id=state.container_id)
+    assert sorted(logs.split()) == ["err-line", "out-line"]
+    assert calls == [f"GET containers/{state.container_id}/logs"]
 
 
 async def test_follow_logs_streams_until_the_session_ends(

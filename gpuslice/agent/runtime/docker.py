@@ -31,6 +31,7 @@ import aiohttp
 from gpuslice.agent.config import DEFAULT_DATA_DIR
 from gpuslice.agent.runtime.engine import (
     CONNECTION_FAILED,
+    container_logs,
     event_lines,
     one_shot_stats,
     parse_stats,
@@ -269,19 +270,13 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
     ) -> str:
         """stdout and stderr so far (the last ``tail`` lines), interleaved as written.
         ``container_id``: the session's container as the caller just saw it (no look-up)."""
-        if container_id is None:
-            container = await self._container(session_id)
-        else:
-            container = self._client().containers.container(container_id)
+        cid = container_id or (await self._container(session_id)).id
         try:
-            chunks = await self._call(
-                lambda d: container.log(stdout=True, stderr=True, tail=tail if tail else "all")
-            )
+            return await self._call(lambda d: container_logs(d, cid, tail if tail else "all"))
         except aiodocker.DockerError as exc:
             if exc.status == 404:
                 raise SessionNotFound(session_id) from None
             raise
-        return "".join(chunks)
 
     async def follow_logs(self, session_id: str, *, tail: int | None = None) -> AsyncIterator[str]:
         """stdout and stderr as they are written; ends when the container stops."""

@@ -1,7 +1,8 @@
 """The few Engine API calls aiodocker has no public method for, and parsing their answers.
 
 Kept in one module so an aiodocker upgrade has one place to check: the event stream (with
-filters, read line by line so a reconnect can follow) and one-shot stats.
+filters, read line by line so a reconnect can follow), one-shot stats, and a container's logs
+without the inspect aiodocker makes before every ``log()``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import aiodocker
 import aiohttp
+from aiodocker.multiplexed import multiplexed_result_list
 
 from gpuslice.agent.runtime.models import ContainerStats
 
@@ -41,6 +43,20 @@ async def one_shot_stats(docker: aiodocker.Docker, container_id: str) -> dict[st
         f"containers/{container_id}/stats", params={"stream": "false", "one-shot": "true"}
     )
     return dict(result)
+
+
+async def container_logs(docker: aiodocker.Docker, container_id: str, tail: int | str) -> str:
+    """stdout and stderr so far (the last ``tail`` lines, or ``"all"``), interleaved as written.
+
+    aiodocker's ``log()`` inspects the container first, only to learn whether it has a TTY
+    (then the stream is not multiplexed): one more call dockerd answers while it starts other
+    containers, for every session's final logs. Session containers never have one (``Tty``
+    is always false in their spec), so the stream is read as multiplexed.
+    """
+    params = {"stdout": True, "stderr": True, "follow": False, "tail": tail}
+    async with docker._query(f"containers/{container_id}/logs", "GET", params=params) as response:
+        chunks = await multiplexed_result_list(response, is_tty=False)  # type: ignore[no-untyped-call]
+        return "".join(chunks)
 
 
 def parse_stats(session_id: str, raw: Mapping[str, Any]) -> ContainerStats:
