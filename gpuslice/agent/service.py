@@ -520,8 +520,9 @@ class Agent:
 
     def _ended(self, action: Action) -> bool:
         # Told the manager that it ended: a start from assignments older than that report
-        # would run a batch twice.
-        return (action.act is Act.START
+        # would run a batch twice, and a report ("its container is gone", once it is removed)
+        # would change nothing there (an ended session stays as it ended) but cost a request.
+        return (action.act in (Act.START, Act.REPORT)
                 and self.sessions.reported.get(action.session_id) in _ENDED)
 
     def _done(self, session_id: str, _task: asyncio.Task[None]) -> None:

@@ -231,3 +231,26 @@ async def test_the_agents_own_reports_coming_back_start_no_reconcile_pass(
     manager.sessions = [assignment(agent, base_image, sid, status="RUNNING", env={"A": "1"})]
     manager.change()  # not the agent's doing: looked at
     await until(lambda: passes >= 1)
+
+
+async def test_an_ended_session_in_older_assignments_is_not_reported_again(
+    agent_running: Agent, manager: StandInManager, base_image: str
+) -> None:
+    # An answer built before the manager applied the agent's end report still lists the
+    # session (RUNNING): its container is gone, but the end is told already; another report
+    # would change nothing there and cost a request.
+    agent, sid = agent_running, f"s{uuid.uuid4().hex[:10]}"
+    manager.sessions = [assignment(agent, base_image, sid, type="batch", command=["true"])]
+    manager.change()
+    await until(lambda: "TERMINATED" in manager.statuses(sid) and sid not in agent._busy)
+    async with asyncio.timeout(10):
+        while await agent.runtime.find(sid) is not None:
+            await asyncio.sleep(0.05)
+    manager.sessions = [assignment(agent, base_image, sid, type="batch", command=["true"],
+                                   status="RUNNING")]
+    manager.change()
+    await until(lambda: agent.desired is not None and agent.desired.version == manager.version)
+    assert agent.desired is not None
+    await agent.reconcile(agent.desired)
+    await asyncio.sleep(0.3)
+    assert manager.statuses(sid) == ["PREPARING", "RUNNING", "TERMINATED"]
