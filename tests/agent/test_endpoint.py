@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -112,6 +113,27 @@ async def test_sync_closes_the_sockets_of_gone_sessions(endpoint: SessionEndpoin
     await endpoint.close("s2")
     await endpoint.open("s2")
     assert (await call(endpoint, "s2", "GET", "/v1/session"))[0] == 200
+
+
+async def test_closing_a_socket_leaves_the_event_loop_free(
+    endpoint: SessionEndpoint, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Closing the directory's descriptor waits in the kernel (milliseconds a session at full
+    # throughput): never on the event loop's thread, which serves every session meanwhile.
+    await endpoint.open("s1")
+    directory = endpoint._sites["s1"].directory
+    closed_on: list[threading.Thread] = []
+    close = os.close
+
+    def watched(fd: int) -> None:
+        if fd == directory:
+            closed_on.append(threading.current_thread())
+        close(fd)
+
+    monkeypatch.setattr(os, "close", watched)
+    await endpoint.close("s1")
+    assert closed_on and closed_on[0] is not threading.main_thread()
+    assert not endpoint.socket_path("s1").exists()
 
 
 @pytest.mark.docker
