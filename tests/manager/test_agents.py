@@ -272,11 +272,11 @@ async def test_the_scheduler_reads_each_alive_node_with_its_devices_in_order(
     assert sum(d.used for d in devices) == 500  # the session's half GPU, on one of them
 
 
-async def test_the_nodes_own_start_reports_wake_no_long_poll(
+async def test_the_nodes_own_reports_wake_no_long_poll(
     admin: Client, make_agent: AgentFactory, app: FastAPI
 ) -> None:
-    """PREPARING and RUNNING come from the node itself: no new answer for it (its version
-    stays); an end releases the slice, and the agent hears of it (to remove the container)."""
+    """PREPARING, RUNNING and an end come from the node itself: no new answer for it (its
+    version stays); the end still frees the slice at once."""
     agent = await make_agent(auto_run=False)
     [s] = await create(admin, resources={"gpu": 0.5})
     await wait_status(admin, s["id"], {"SCHEDULED"})
@@ -292,4 +292,10 @@ async def test_the_nodes_own_start_reports_wake_no_long_poll(
     await asyncio.sleep(0.2)  # a long-poll woken by the reports would have answered by now
     assert await version() == placed and len(agent.seen) == answers
     await agent.report(s["id"], "TERMINATED", exit_code=0)
-    assert await version() == placed + 1
+    await asyncio.sleep(0.2)
+    assert await version() == placed and len(agent.seen) == answers
+    async with app.state.sessionmaker() as db:
+        assert await db.scalar(select(NodeRow.cpu_used)) == 0
+    [again] = await create(admin, resources={"gpu": 1})  # the whole GPU is free again
+    await wait_status(admin, again["id"], {"SCHEDULED"})
+    assert await version() == placed + 1  # a placement is news to the node

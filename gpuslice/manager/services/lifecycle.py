@@ -42,11 +42,12 @@ async def transition(
 ) -> None:
     """Move ``row`` from the status it holds now to ``to``; ``values`` are set in the same UPDATE.
 
-    ``node_reported``: the session's node told us (its agent's report), so a move that
-    releases nothing is no news to it: its assignment version stays, and no long-poll answers
-    (each answer rebuilds the node's whole desired state; PREPARING and RUNNING reports were
-    two of a session's four). A release still bumps it: the agent removes the container once
-    the session leaves its assignment.
+    ``node_reported``: the session's node told us (its agent's report), so the move is no news
+    to it: its assignment version stays, and no long-poll answers (each answer rebuilds the
+    node's whole desired state, and the agent then lists its containers; the PREPARING,
+    RUNNING and end reports were three of a session's four answers). An end the node reports
+    still releases the slice here; the agent removes that container itself after its report,
+    and a session gone from later answers is removed then if it is still there.
 
     Raises ``IllegalTransition`` for a move the lifecycle forbids and ``StaleStatus`` when the
     row's status in the database is no longer ``row.status`` (someone else moved it first).
@@ -73,8 +74,9 @@ async def transition(
     node_id = fields.get("node_id", row.node_id)
     releases = current in HOLDING and to not in HOLDING
     if node_id is not None and (releases or not node_reported):
-        await _touch_node(db, row, node_id, releases)
-        wake_after_commit(db, "node", node_id)
+        await _touch_node(db, row, node_id, releases, bump=not node_reported)
+        if not node_reported:
+            wake_after_commit(db, "node", node_id)
     if releases:
         wake_after_commit(db, "scheduler")
     for key, value in fields.items():
@@ -183,10 +185,12 @@ async def _append_history(
     wake_after_commit(db, "history")
 
 
-async def _touch_node(db: AsyncSession, row: SessionRow, node_id: str, release: bool) -> None:
+async def _touch_node(
+    db: AsyncSession, row: SessionRow, node_id: str, release: bool, *, bump: bool = True
+) -> None:
     # Lock order everywhere: session, then node, then devices (placements: node, devices, then
     # a PENDING session no one else holds), so two writers never wait on each other in a cycle.
-    values: dict[str, Any] = {"assignment_version": NodeRow.assignment_version + 1}
+    values: dict[str, Any] = {"assignment_version": NodeRow.assignment_version + 1} if bump else {}
     if release:
         values["cpu_used"] = NodeRow.cpu_used - row.cpu
         values["mem_used"] = NodeRow.mem_used - row.mem

@@ -69,10 +69,12 @@ async def _apply_report(db: AsyncSession, row: SessionRow, body: StateReport) ->
     if body.status is S.TERMINATED:
         result, reason = _ended(row, body)
         await transition(
-            db, row, S.TERMINATED, reason, result=result, exit_code=body.exit_code, **logs
+            db, row, S.TERMINATED, reason, node_reported=True, result=result,
+            exit_code=body.exit_code, **logs,
         )
     else:
-        await transition(db, row, S.ERROR, body.reason or "failed on the node", **logs)
+        await transition(db, row, S.ERROR, body.reason or "failed on the node",
+                         node_reported=True, **logs)
 
 
 async def _progress(db: AsyncSession, session_id: str, reason: str) -> None:
