@@ -68,6 +68,14 @@ def test_the_sweep_waits_one_timeout_after_start_and_after_a_clock_jump(
     assert grace.allows_sweep()
 
 
+def test_a_connection_cut_while_opening_is_the_database_unreachable() -> None:
+    # asyncpg's word for a server that hung up during the TLS negotiation (met in CI while
+    # the tests' proxy cut the database)
+    url = "postgresql+asyncpg://u@db.example:5432/gpuslice"
+    fault = classify(ConnectionError("unexpected connection_lost() call"), url)
+    assert fault is not None and fault.kind == "unreachable"
+
+
 async def test_a_locked_sqlite_database_is_a_503_in_one_line(
     admin: Client, database_url: str, tmp_path: Path,
 ) -> None:

@@ -43,6 +43,18 @@ async def test_two_schedulers_never_over_allocate(
     # Small batches, so that the two schedulers' batches interleave (and some lose, and go
     # one by one) rather than one pass taking every slice in a single transaction.
     monkeypatch.setattr(passes, "BATCH", 4)
+    # They meet for sure: each scheduler's first pass decides only once both have read the
+    # cluster (a fast pass could otherwise place everything before the other one looked).
+    met, waited, real = asyncio.Barrier(2), set(), passes.load_snapshot
+
+    async def meeting(db: AsyncSession, **kwargs: bool) -> Snapshot:
+        snap = await real(db, **kwargs)
+        if (task := asyncio.current_task()) not in waited:
+            waited.add(task)
+            await met.wait()
+        return snap
+
+    monkeypatch.setattr(passes, "load_snapshot", meeting)
     managers = [make_engine(database_url, pool_size=5) for _ in range(2)]
     try:
         await migrate.upgrade(managers[0])

@@ -97,7 +97,10 @@ def _server(link: BaseException, where: str) -> Fault | None:
     if isinstance(link, TimeoutError) or name == "TooManyConnectionsError":
         return Fault("unreachable", f"{where} does not answer in time ({_short(link)})",
                      "check that PostgreSQL runs and accepts connections")
-    if "connection is closed" in str(link) or "connection was closed" in str(link):
+    # asyncpg: a connection cut while it is being opened (e.g. in the TLS negotiation) is
+    # the builtin ConnectionError "unexpected connection_lost() call"
+    if ("connection is closed" in str(link) or "connection was closed" in str(link)
+            or isinstance(link, ConnectionError)):
         return Fault("unreachable", f"{where} closed the connection",
                      "check that PostgreSQL runs; the manager reconnects when it answers")
     return None
