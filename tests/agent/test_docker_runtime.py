@@ -315,23 +315,13 @@ async def test_a_container_created_but_never_started_is_started(
 
 
 async def test_a_start_is_not_followed_by_an_inspection(
-    runtime: DockerRuntime, make_spec: MakeSpec
+    runtime: DockerRuntime, make_spec: MakeSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # The start returns "running" from the start call alone: a batch that ends at once is
     # finished later from its die event, and a look afterwards tells how it ended.
     spec = make_spec(type="batch", command=("true",))
-    seen: list[str] = []
-    show = aiodocker.containers.DockerContainer.show
-
-    async def counting(self: aiodocker.containers.DockerContainer, **kw: object) -> object:
-        seen.append(self.id)
-        return await show(self, **kw)
-
-    aiodocker.containers.DockerContainer.show = counting  # type: ignore[method-assign]
-    try:
-        state = await runtime.ensure_running(spec)
-    finally:
-        aiodocker.containers.DockerContainer.show = show  # type: ignore[method-assign]
+    seen = _count_inspects(monkeypatch)
+    state = await runtime.ensure_running(spec)
     assert (state.status, state.exit_code, seen) == ("running", None, [])
     await wait_finished(runtime, spec.session_id)
     found = await runtime.find(spec.session_id)
@@ -339,29 +329,32 @@ async def test_a_start_is_not_followed_by_an_inspection(
 
 
 async def test_listings_inspect_only_stopped_containers_that_need_it(
-    runtime: DockerRuntime, make_spec: MakeSpec
+    runtime: DockerRuntime, make_spec: MakeSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clean = make_spec(type="batch", command=("true",))
     failed = make_spec(type="batch", command=("sh", "-c", "exit 3"))
     for spec in (clean, failed):
         await runtime.ensure_running(spec)
         await wait_finished(runtime, spec.session_id)
-    shown: list[str] = []
-    show = aiodocker.containers.DockerContainer.show
-
-    async def counting(self: aiodocker.containers.DockerContainer, **kw: object) -> object:
-        shown.append(self.id)
-        return await show(self, **kw)
-
-    aiodocker.containers.DockerContainer.show = counting  # type: ignore[method-assign]
-    try:
-        # exit code 0 is in the listing's status; a busy session's container is its step's
-        quiet = {s.session_id: s for s in await runtime.list_managed(busy={failed.session_id})}
-        assert shown == []
-        full = {s.session_id: s for s in await runtime.list_managed()}
-        assert len(shown) == 1  # only the one that exited with a code to look up
-    finally:
-        aiodocker.containers.DockerContainer.show = show  # type: ignore[method-assign]
+    shown = _count_inspects(monkeypatch)
+    # exit code 0 is in the listing's status; a busy session's container is its step's
+    quiet = {s.session_id: s for s in await runtime.list_managed(busy={failed.session_id})}
+    assert shown == []
+    full = {s.session_id: s for s in await runtime.list_managed()}
+    assert len(shown) == 1  # only the one that exited with a code to look up
     assert (quiet[clean.session_id].exit_code, quiet[failed.session_id].exit_code) == (0, None)
     assert quiet[failed.session_id].finished
     assert (full[clean.session_id].exit_code, full[failed.session_id].exit_code) == (0, 3)
+
+
+def _count_inspects(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the containers inspected from now on (restored after the test)."""
+    seen: list[str] = []
+    show = aiodocker.containers.DockerContainer.show
+
+    async def counting(self: aiodocker.containers.DockerContainer, **kw: object) -> object:
+        seen.append(self.id)
+        return await show(self, **kw)
+
+    monkeypatch.setattr(aiodocker.containers.DockerContainer, "show", counting)
+    return seen
