@@ -7,8 +7,9 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from typing import cast
 
-from sqlalchemy import case, delete, select, update
+from sqlalchemy import Table, bindparam, case, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.logs import bind
@@ -101,6 +102,19 @@ def report_digest(body: Heartbeat) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
+_NODES = cast(Table, NodeRow.__table__)
+# Built once: the usual heartbeat's statement costs no building or cache key each time.
+_SAME_REPORT = (
+    update(_NODES)
+    .where(_NODES.c.credential_hash == bindparam("hash"), _NODES.c.revoked_at.is_(None),
+           _NODES.c.status == NodeStatus.ALIVE, _NODES.c.report_digest == bindparam("digest"),
+           _NODES.c.engine_error.is_(None))
+    .values(usage=bindparam("new_usage", type_=_NODES.c.usage.type),
+            last_heartbeat_at=bindparam("now", type_=_NODES.c.last_heartbeat_at.type))
+    .returning(_NODES.c.id, _NODES.c.assignment_version)
+)
+
+
 async def _same_report(
     db: AsyncSession, credential_hash: str, body: Heartbeat, digest: str
 ) -> tuple[str, int] | None:
@@ -111,16 +125,12 @@ async def _same_report(
     if db.get_bind().dialect.name == "postgresql":
         # One statement that either applies whole or not at all: no BEGIN and COMMIT round
         # trips around it (the connection goes back to the pool, isolation reset, at commit).
-        await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-    found = (await db.execute(
-        update(NodeRow)
-        .where(NodeRow.credential_hash == credential_hash, NodeRow.revoked_at.is_(None),
-               NodeRow.status == NodeStatus.ALIVE, NodeRow.report_digest == digest,
-               NodeRow.engine_error.is_(None))
-        .values(usage=_usage(body), last_heartbeat_at=utcnow())
-        .returning(NodeRow.id, NodeRow.assignment_version)
-        .execution_options(synchronize_session=False)  # no mapped node is in this session
-    )).first()
+        connection = await db.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
+    else:
+        connection = await db.connection()
+    found = (await connection.execute(_SAME_REPORT, {
+        "hash": credential_hash, "digest": digest, "new_usage": _usage(body), "now": utcnow(),
+    })).first()
     await db.commit()
     return (found[0], found[1]) if found is not None else None
 
