@@ -9,6 +9,7 @@ from gpuslice.common import heap
 
 def test_objects_made_before_serving_are_frozen_and_given_back_by_the_last_to_stop() -> None:
     assert gc.get_freeze_count() == 0
+    thresholds = gc.get_threshold()
     before = object.__new__(type("Made", (), {}))  # a tracked object from start-up
     with heap.settled():
         frozen = gc.get_freeze_count()
@@ -17,6 +18,7 @@ def test_objects_made_before_serving_are_frozen_and_given_back_by_the_last_to_st
         with heap.settled():  # a second app in the same process
             pass
         assert gc.get_freeze_count() >= frozen  # the first still serves: still frozen
-    assert gc.get_freeze_count() == 0
+        assert gc.get_threshold() == heap.SERVING_THRESHOLDS != thresholds
+    assert gc.get_freeze_count() == 0 and gc.get_threshold() == thresholds
     assert any(o is before for o in gc.get_objects())
 
