@@ -1,18 +1,21 @@
 """One manager under 1,000 agents: heartbeat latency, the manager's CPU and memory, liveness.
 
 A real manager (`gpuslice manager serve`, PostgreSQL: a fresh database on the server given)
-runs in a subprocess. This process registers N simulated nodes through the agent API (a join
-token each, as `gpuslice admin token create` makes), then each node does what an agent does for
-the given time: a heartbeat at the interval the manager gives (5 s by default; 8 GPUs, a few
-images, usage of two sessions) and a long-poll of its assignments, asked again as soon as it
-answers. Heartbeats start spread over one interval, as real agents' do. Measured: each
-heartbeat's round trip, the manager's CPU time over the run (from /proc) and its largest
-resident memory (sampled), and how many nodes the manager wrongly marked LOST.
+runs in a subprocess. First the N simulated nodes join, ten at a time, as a fleet's agents come
+up: each registers through the agent API (a join token each, as `gpuslice admin token create`
+makes), sends its first heartbeat (8 GPUs, a few images: the full report, devices written) and
+takes its first assignments (answered at once); the time this takes is printed (`join_s`).
+Then, for the given time, each node does what a joined agent does: a heartbeat at the interval
+the manager gives (5 s by default), and a long-poll of its assignments from the version it has,
+asked again as soon as it answers. Heartbeats and long-polls start spread over their interval and
+wait, as a fleet's agents (started at different times) are. Measured over that time: each
+heartbeat's round trip, the manager's CPU time (from /proc) and its largest resident memory
+(sampled), and how many nodes the manager wrongly marked LOST.
 
     python bench/agents.py [--agents 1000] [--seconds 120] [--pg postgresql+asyncpg://…]
 
 Last line: ``heartbeat_ms_p50=<ms> heartbeat_ms_p99=<ms> manager_cpu_cores=<x>
-manager_rss_mb=<MB> lost_nodes=<n> failed_calls=<n> agents=<n> seconds=<s>``.
+manager_rss_mb=<MB> lost_nodes=<n> failed_calls=<n> join_s=<s> agents=<n> seconds=<s>``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.cli_start import CREDENTIALS_FILE, _clean_env  # noqa: E402
 from bench.throughput import _free_port  # noqa: E402
+from gpuslice.agent.service import LONG_POLL_S  # noqa: E402
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 DEFAULT_PG = "postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice"
@@ -129,18 +134,21 @@ async def _run(url: str, tmp: Path, pid: int, args: argparse.Namespace) -> dict[
     limits = httpx.Limits(max_connections=3 * args.agents, max_keepalive_connections=None)
     async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as client:
         await _login(client, tmp)
-        nodes = await _register(client, args.agents)
-        interval = nodes[0][1] / 1000
-        beats: list[float] = []
-        stop = asyncio.Event()
+        connector = aiohttp.TCPConnector(limit=0)
         # aiohttp for the agents' own calls: httpx's pool costs grow with its connections,
         # and with 2,000 of them this process, not the manager, would set the pace.
-        connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(url, connector=connector) as agents:
+            beats: list[float] = []
+            measuring, stop = asyncio.Event(), asyncio.Event()
+            tasks: list[asyncio.Task[None]] = []
+            joined = time.monotonic()
+            await _join(client, agents, args.agents, beats, measuring, stop, tasks)
+            join_s = time.monotonic() - joined
+            # The last to join have spread their heartbeats and long-polls meanwhile.
+            await asyncio.sleep(max(LONG_POLL_S, 10.0))
+            measuring.set()
             cpu_before, started = _cpu_seconds(pid), time.monotonic()
             rss = [_rss_mb(pid)]
-            tasks = [asyncio.create_task(_agent(agents, auth, interval, beats, stop, i))
-                     for i, (auth, _ms) in enumerate(nodes)]
             while time.monotonic() - started < args.seconds:
                 await asyncio.sleep(1.0)
                 rss.append(_rss_mb(pid))
@@ -153,7 +161,7 @@ async def _run(url: str, tmp: Path, pid: int, args: argparse.Namespace) -> dict[
     lost = sum(1 for n in listed if n["status"] != "ALIVE")
     return {"beats": beats, "manager_cpu_cores": f"{cpu:.2f}",
             "manager_rss_mb": f"{max(rss):.0f}", "lost_nodes": lost,
-            "failed_calls": len(FAILED), "agents": args.agents,
+            "failed_calls": len(FAILED), "join_s": f"{join_s:.1f}", "agents": args.agents,
             "seconds": f"{args.seconds:.0f}"}
 
 
@@ -165,61 +173,84 @@ async def _login(client: httpx.AsyncClient, tmp: Path) -> None:
     client.headers["Authorization"] = f"Bearer {r.json()['access_token']}"
 
 
-async def _register(client: httpx.AsyncClient, count: int) -> list[tuple[dict[str, str], int]]:
-    async def one(i: int) -> tuple[dict[str, str], int]:
+@dataclass
+class Node:
+    index: int
+    auth: dict[str, str]
+    interval: float  # seconds between heartbeats, as the manager said at registration
+    version: int  # of the assignments it has
+
+
+async def _join(client: httpx.AsyncClient, agents: aiohttp.ClientSession, count: int,
+                beats: list[float], measuring: asyncio.Event, stop: asyncio.Event,
+                tasks: list[asyncio.Task[None]]) -> list[Node]:
+    """Register ``count`` nodes, ten at a time; each sends its full first heartbeat, takes its
+    first assignments, then goes on as an agent (its loop in ``tasks``)."""
+    async def one(i: int) -> Node:
         for _attempt in range(5):
             try:
                 return await join(i)
-            except httpx.TransportError:  # the manager busy with the others: once more
+            except (httpx.TransportError, aiohttp.ClientError):  # the manager busy: once more
                 await asyncio.sleep(1.0)
         return await join(i)
 
-    async def join(i: int) -> tuple[dict[str, str], int]:
+    async def join(i: int) -> Node:
         name = f"agent-{i:04d}"
         token = (await client.post("/api/v1/join-tokens", json={"name": name})).json()["token"]
         r = await client.post("/api/v1/agents/register", headers={"Authorization": ""},
                               json={"join_token": token, "name": name})
         r.raise_for_status()
         body = r.json()
-        return {"Authorization": f"Bearer {body['credential']}"}, body["heartbeat_interval_ms"]
+        auth = {"Authorization": f"Bearer {body['credential']}"}
+        async with agents.post("/api/v1/agents/me/heartbeat", headers=auth,
+                               json=_heartbeat(i)) as answer:
+            answer.raise_for_status()
+        async with agents.get("/api/v1/agents/me/assignments", headers=auth) as answer:
+            answer.raise_for_status()
+            version = (await answer.json())["version"]
+        node = Node(i, auth, body["heartbeat_interval_ms"] / 1000, version)
+        tasks.append(asyncio.create_task(_agent(agents, node, beats, measuring, stop)))
+        return node
 
-    nodes = []
+    nodes: list[Node] = []
     for start in range(0, count, 10):
         nodes += await asyncio.gather(*(one(i) for i in range(start, min(count, start + 10))))
     return nodes
 
 
-async def _agent(client: aiohttp.ClientSession, auth: dict[str, str], interval: float,
-                 beats: list[float], stop: asyncio.Event, index: int) -> None:
-    body = _heartbeat(index)
-    await asyncio.sleep(random.uniform(0, interval))  # agents start at different times
-    polls = asyncio.create_task(_long_polls(client, auth, stop))
+async def _agent(client: aiohttp.ClientSession, node: Node, beats: list[float],
+                 measuring: asyncio.Event, stop: asyncio.Event) -> None:
+    body = _heartbeat(node.index)
+    polls = asyncio.create_task(_long_polls(client, node, stop))
+    # A fleet's agents started at different times: their heartbeats are spread.
+    await asyncio.sleep(random.uniform(0, node.interval))
     try:
         while not stop.is_set():
             started = time.perf_counter()
             try:
-                async with client.post("/api/v1/agents/me/heartbeat", headers=auth,
+                async with client.post("/api/v1/agents/me/heartbeat", headers=node.auth,
                                        json=body) as r:
                     r.raise_for_status()
                     await r.read()
-                beats.append((time.perf_counter() - started) * 1000)
+                if measuring.is_set():
+                    beats.append((time.perf_counter() - started) * 1000)
             except aiohttp.ClientError:  # counted, and the agent goes on (as a real one does)
                 FAILED.append(time.perf_counter() - started)
-            await asyncio.sleep(max(0.0, interval - (time.perf_counter() - started)))
+            await asyncio.sleep(max(0.0, node.interval - (time.perf_counter() - started)))
     finally:
         polls.cancel()
 
 
-async def _long_polls(client: aiohttp.ClientSession, auth: dict[str, str],
-                      stop: asyncio.Event) -> None:
-    version = None
+async def _long_polls(client: aiohttp.ClientSession, node: Node, stop: asyncio.Event) -> None:
+    version = node.version
+    first = True
     while not stop.is_set():
-        params: dict[str, Any] = {"wait": 25}
-        if version is not None:
-            params["since"] = version
+        # Spread like the heartbeats: the first wait is cut short at a random point.
+        wait = random.uniform(0, LONG_POLL_S) if first else LONG_POLL_S
+        first = False
         try:
-            async with client.get("/api/v1/agents/me/assignments", headers=auth,
-                                  params=params) as r:
+            async with client.get("/api/v1/agents/me/assignments", headers=node.auth,
+                                  params={"since": version, "wait": f"{wait:.3f}"}) as r:
                 r.raise_for_status()
                 version = (await r.json())["version"]
         except aiohttp.ClientError:
