@@ -114,6 +114,11 @@ async def test_admins_revoke_and_rekey_a_node(
     assert "gpuslice node rekey node-1" in r.json()["message"]
     r = await agent.client.post("/api/v1/agents/me/heartbeat", json=agent.last_report)
     assert r.status_code == 401  # its usual report too (the one-statement path)
+    r = await agent.client.get("/api/v1/agents/me/assignments", params={"wait": 0})
+    assert r.status_code == 401 and r.json()["code"] == "node_revoked"  # its long-poll too
+    r = await anon.get("/api/v1/agents/me/assignments", params={"wait": 0},
+                       headers={"Authorization": "Bearer gsn_unknown"})
+    assert r.status_code == 401 and "unknown node credential" in r.json()["message"]
     # an ordinary token cannot bring it back; the admin's re-key token can
     assert (await _register(anon, await _join_token(admin), "node-1")).status_code == 409
     r = await _register(anon, await _join_token(admin, node="node-1", rekey=True), "node-1")

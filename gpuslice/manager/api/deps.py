@@ -25,7 +25,7 @@ from gpuslice.manager.services.channel import Channel
 from gpuslice.manager.services.login_throttle import LoginThrottle
 from gpuslice.manager.services.models.store import ModelStore
 from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
-from gpuslice.manager.services.nodes.registration import authenticate_node
+from gpuslice.manager.services.nodes.registration import authenticate_node, authenticate_node_id
 from gpuslice.manager.services.sessions.views import get_visible
 from gpuslice.manager.services.storage.folders import Access, get_access
 from gpuslice.manager.services.storage.fs import StorageFS
@@ -155,12 +155,23 @@ async def _current_node(db: DbDep, credentials: Bearer) -> NodeRow:
 CurrentNode = Annotated[NodeRow, Depends(_current_node)]
 
 
-async def _heartbeat_credential(request: Request, db: DbDep, credentials: Bearer) -> str:
+async def _current_node_id(db: DbDep, credentials: Bearer) -> str:
+    node_id = await authenticate_node_id(db, _secret(credentials))
+    bind(node_id=node_id)
+    return node_id
+
+
+# The node's id alone, for a route that needs no more of it (the long-poll).
+CurrentNodeId = Annotated[str, Depends(_current_node_id)]
+
+
+async def _heartbeat_credential(request: Request, credentials: Bearer) -> str:
     secret = _secret(credentials)
     try:
         Heartbeat.model_validate_json(await request.body())
     except ValidationError:  # who asks is checked before what is wrong with the body is told
-        await authenticate_node(db, secret)
+        async with request.app.state.sessionmaker() as db:
+            await authenticate_node(db, secret)
     return secret
 
 

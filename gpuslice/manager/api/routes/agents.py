@@ -19,10 +19,10 @@ from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.manager.api.deps import (
     Bearer,
     CurrentNode,
+    CurrentNodeId,
     DbDep,
     HeartbeatCredential,
     HubDep,
-    MetricsDep,
     SessionmakerDep,
     SettingsDep,
 )
@@ -50,21 +50,24 @@ async def register(
 @router.post("/me/heartbeat")
 @node_body
 async def heartbeat(
-    body: Heartbeat, db: DbDep, credential: HeartbeatCredential, settings: SettingsDep,
-    metrics: MetricsDep,
+    request: Request, body: Heartbeat, credential: HeartbeatCredential
 ) -> HeartbeatAck:
     """Report devices, capacity, images and usage (samples go to monitoring's history); keeps
     the node ALIVE."""
-    return await heartbeats.heartbeat(
-        db, credential, body, max_gap_ms=round(settings.nodes.node_timeout * 1000),
-        timed=metrics.heartbeat_store.observe,
-    )
+    # The app's parts read here, not as dependencies: this is the call every node makes every
+    # few seconds, and each dependency FastAPI solves costs it CPU (see bench/agents.py).
+    state = request.app.state
+    async with state.sessionmaker() as db:
+        return await heartbeats.heartbeat(
+            db, credential, body, max_gap_ms=round(state.settings.nodes.node_timeout * 1000),
+            timed=state.metrics.heartbeat_store.observe,
+        )
 
 
 @router.get("/me/assignments")
 async def get_assignments(
     request: Request,
-    node: CurrentNode,
+    node_id: CurrentNodeId,
     sessionmaker: SessionmakerDep,
     hub: HubDep,
     since: Annotated[int | None, Query(description="The version the agent has.")] = None,
@@ -72,7 +75,7 @@ async def get_assignments(
 ) -> Assignments:
     """The node's desired state; with `since`, waits until it differs from that version."""
     return await assignments.long_poll(
-        sessionmaker, hub, node.id, since, wait, gone=request.is_disconnected,
+        sessionmaker, hub, node_id, since, wait, gone=request.is_disconnected,
     )
 
 
