@@ -183,7 +183,7 @@ class Node:
 
 async def _join(client: httpx.AsyncClient, agents: aiohttp.ClientSession, count: int,
                 beats: list[float], measuring: asyncio.Event, stop: asyncio.Event,
-                tasks: list[asyncio.Task[None]]) -> list[Node]:
+                tasks: list[asyncio.Task[None]]) -> None:
     """Register ``count`` nodes, ten at a time; each sends its full first heartbeat, takes its
     first assignments, then goes on as an agent (its loop in ``tasks``)."""
     async def one(i: int) -> Node:
@@ -212,10 +212,8 @@ async def _join(client: httpx.AsyncClient, agents: aiohttp.ClientSession, count:
         tasks.append(asyncio.create_task(_agent(agents, node, beats, measuring, stop)))
         return node
 
-    nodes: list[Node] = []
     for start in range(0, count, 10):
-        nodes += await asyncio.gather(*(one(i) for i in range(start, min(count, start + 10))))
-    return nodes
+        await asyncio.gather(*(one(i) for i in range(start, min(count, start + 10))))
 
 
 async def _agent(client: aiohttp.ClientSession, node: Node, beats: list[float],

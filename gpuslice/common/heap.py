@@ -26,21 +26,23 @@ from contextlib import contextmanager
 # collector overall instead of ~14 s.
 SERVING_THRESHOLDS = (10_000, 20, 20)
 _serving = 0  # apps in this process inside ``settled()``; the heap is frozen while any is
+_outside = gc.get_threshold()  # the thresholds to give back when the last one stops
 
 
 @contextmanager
 def settled() -> Iterator[None]:
     """While serving: what exists now is not walked by the collector's passes, and the passes
     come less often."""
-    global _serving
+    global _serving, _outside
+    if _serving == 0:  # (whichever app stops last gives back what was there before the first)
+        _outside = gc.get_threshold()
     _serving += 1
     gc.freeze()
-    thresholds = gc.get_threshold()
     gc.set_threshold(*SERVING_THRESHOLDS)
     try:
         yield
     finally:
         _serving -= 1
         if _serving == 0:
-            gc.set_threshold(*thresholds)
+            gc.set_threshold(*_outside)
             gc.unfreeze()
