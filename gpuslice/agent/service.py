@@ -522,8 +522,13 @@ class Agent:
         # Told the manager that it ended: a start from assignments older than that report
         # would run a batch twice, and a report ("its container is gone", once it is removed)
         # would change nothing there (an ended session stays as it ended) but cost a request.
-        return (action.act in (Act.START, Act.REPORT)
-                and self.sessions.reported.get(action.session_id) in _ENDED)
+        # Nor is a session stopped again once its end is told and its container gone: that end
+        # is the agent's own word, no news, so the assignments still list it, stopped, until
+        # something else changes (each pass would stop, report and remove it again).
+        ended = self.sessions.reported.get(action.session_id) in _ENDED
+        if action.act is Act.STOP:
+            return ended and action.container_id is None
+        return ended and action.act in (Act.START, Act.REPORT)
 
     def _done(self, session_id: str, _task: asyncio.Task[None]) -> None:
         self._busy.pop(session_id, None)

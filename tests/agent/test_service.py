@@ -155,6 +155,10 @@ async def test_the_agent_runs_a_session_answers_once_and_stops_it(
         while await agent.runtime.find(sid) is not None:
             await asyncio.sleep(0.05)
     assert list(manager.answers) == ["r-1"]
+    # Its end is the agent's own report: no news, so the assignments still list the session,
+    # stopped, until something else changes. Stopped once, it is not stopped again.
+    await asyncio.sleep(0.5)
+    assert manager.statuses(sid).count("TERMINATED") == 1
 
 
 async def test_heartbeats_go_on_while_docker_is_too_busy_to_report(
