@@ -161,7 +161,8 @@ async def _current_node_id(db: DbDep, credentials: Bearer) -> str:
     return node_id
 
 
-# The node's id alone, for a route that needs no more of it (the long-poll).
+# The node's id alone, for a route that needs no more of it (the long-poll, state reports,
+# answers): its row is not mapped, nor its usage and images JSON decoded.
 CurrentNodeId = Annotated[str, Depends(_current_node_id)]
 
 
@@ -191,10 +192,10 @@ FolderAccess = Annotated[Access, Depends(_folder_access)]
 
 
 async def _node_session(
-    db: DbDep, node: CurrentNode, session_id: Annotated[str, Path()]
+    db: DbDep, node_id: CurrentNodeId, session_id: Annotated[str, Path()]
 ) -> SessionRow:
     row = await db.scalar(select(SessionRow).where(
-        SessionRow.id == session_id, SessionRow.node_id == node.id,
+        SessionRow.id == session_id, SessionRow.node_id == node_id,
         SessionRow.status.in_(list(HOLDING))))
     await db.commit()  # the gate of calls that stream: hold no transaction meanwhile
     if row is None:

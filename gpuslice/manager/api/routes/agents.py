@@ -18,7 +18,6 @@ from gpuslice.common.schemas.agents import (
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.manager.api.deps import (
     Bearer,
-    CurrentNode,
     CurrentNodeId,
     DbDep,
     HeartbeatCredential,
@@ -82,18 +81,20 @@ async def get_assignments(
 @router.post("/me/sessions/{session_id}/state")
 @node_body
 async def report_state(
-    session_id: str, body: StateReport, db: DbDep, node: CurrentNode
+    session_id: str, body: StateReport, db: DbDep, node_id: CurrentNodeId
 ) -> dict[str, SessionStatus]:
     """Report a session's actual state (PREPARING, RUNNING, TERMINATED with code, ERROR)."""
-    return {"status": await reports.report_state(db, node, session_id, body)}
+    return {"status": await reports.report_state(db, node_id, session_id, body)}
 
 
 @router.put("/me/requests/{request_id}", status_code=status.HTTP_204_NO_CONTENT)
 @node_body
-async def answer_request(request_id: str, body: Answer, db: DbDep, node: CurrentNode) -> None:
+async def answer_request(
+    request_id: str, body: Answer, db: DbDep, node_id: CurrentNodeId
+) -> None:
     """Answer a request that came with the assignments, with an answer of its `kind`. Only the
     node it was sent to may, once, while it is awaited: 404 otherwise (422 for another kind)."""
-    await channel.answer(db, node.id, request_id, body)
+    await channel.answer(db, node_id, request_id, body)
 
 
 @router.websocket("/me/streams/{request_id}")

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.schemas.agents import StateReport
 from gpuslice.common.schemas.sessions import FINAL, SessionResult, SessionStatus, SessionType
-from gpuslice.manager.db.models import NodeRow, SessionRow
+from gpuslice.manager.db.models import SessionRow
 from gpuslice.manager.errors import InvalidRequest, NotFound, StaleStatus
 from gpuslice.manager.services.lifecycle import transition
 
@@ -23,13 +23,13 @@ _FINAL_REPORTS = (S.TERMINATED, S.ERROR)
 
 
 async def report_state(
-    db: AsyncSession, node: NodeRow, session_id: str, body: StateReport
+    db: AsyncSession, node_id: str, session_id: str, body: StateReport
 ) -> SessionStatus:
-    """Apply what the agent sees; repeated or outdated reports change nothing.
+    """Apply what the agent of node ``node_id`` sees; repeated or outdated reports change
+    nothing.
 
     Returns the session's status afterwards.
     """
-    node_id = node.id  # read once: a retry's rollback and expunge detach ``node``
     for _attempt in range(3):
         row = await db.scalar(
             select(SessionRow).where(SessionRow.id == session_id, SessionRow.node_id == node_id)
