@@ -368,6 +368,7 @@ class Agent:
                 lost = False
                 log.info("docker events: connected")
             if event.kind == "die" and event.session_id and event.container_id:
+                self.sessions.died(event.session_id)
                 self.finish_stopped(event.session_id, event.container_id,
                                     event.name if event.exit_code == 0 else None)
             if event.session_id not in self._busy:

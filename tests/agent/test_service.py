@@ -75,6 +75,13 @@ class StandInManager:
     def statuses(self, session_id: str) -> list[str]:
         return [r["status"] for sid, r in self.reports if sid == session_id]
 
+    def told_end_once(self, session_id: str) -> bool:
+        """Its end told once: when its processes died (then its logs in a report of their
+        own), or with its logs when the stop call returned first."""
+        ends = [r.get("logs") is not None for sid, r in self.reports
+                if sid == session_id and r["status"] == "TERMINATED"]
+        return ends in ([False, True], [True])
+
 
 async def until(check: Any, timeout: float = 30.0) -> None:
     async with asyncio.timeout(timeout):
@@ -158,7 +165,7 @@ async def test_the_agent_runs_a_session_answers_once_and_stops_it(
     # Its end is the agent's own report: no news, so the assignments still list the session,
     # stopped, until something else changes. Stopped once, it is not stopped again.
     await asyncio.sleep(0.5)
-    assert manager.statuses(sid).count("TERMINATED") == 1
+    assert manager.told_end_once(sid), manager.reports
 
 
 async def test_heartbeats_go_on_while_docker_is_too_busy_to_report(
@@ -208,7 +215,7 @@ async def test_a_stop_the_manager_asks_for_needs_no_reconcile_pass(
     async with asyncio.timeout(10):
         while await agent.runtime.find(sid) is not None:
             await asyncio.sleep(0.05)
-    assert manager.statuses(sid).count("TERMINATED") == 1
+    assert manager.told_end_once(sid), manager.reports
 
 
 async def test_the_agents_own_reports_coming_back_start_no_reconcile_pass(
@@ -257,4 +264,5 @@ async def test_an_ended_session_in_older_assignments_is_not_reported_again(
     assert agent.desired is not None
     await agent.reconcile(agent.desired)
     await asyncio.sleep(0.3)
-    assert manager.statuses(sid) == ["PREPARING", "RUNNING", "TERMINATED"]
+    assert manager.statuses(sid)[:2] == ["PREPARING", "RUNNING"]
+    assert manager.told_end_once(sid), manager.reports

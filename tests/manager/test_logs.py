@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 
@@ -9,8 +10,9 @@ from fastapi import FastAPI
 from sqlalchemy import func, select, update
 
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import AgentRequestRow, NodeRow
+from gpuslice.manager.db.models import AgentRequestRow, NodeRow, SessionRow
 from gpuslice.manager.services.nodes.liveness import sweep_lost
+from gpuslice.manager.services.sessions.logs import LATE_LOGS_S
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.test_e2e import wait_status
 
@@ -57,13 +59,39 @@ async def test_final_logs_are_kept_and_served_without_the_agent(
     assert "final_logs" not in body and "logs" not in body
 
 
-async def test_ended_sessions_without_kept_logs_answer_empty_logs(
+async def test_logs_reported_just_after_the_end_reach_a_reader_who_asked_in_between(
     admin: Client, make_agent: AgentFactory
+) -> None:
+    # The agent tells the end as the processes die, and sends the logs once dockerd has
+    # cleaned the container up: `gpuslice run` reading the last lines at the end gets them.
+    agent = await make_agent(auto_run=False)
+    [s] = await create(admin, resources={"gpu": 0.5})
+    await wait_status(admin, s["id"], {"SCHEDULED"})
+    await agent.report(s["id"], "RUNNING")
+    await agent.report(s["id"], "TERMINATED", exit_code=0)
+    reading = asyncio.create_task(_logs(admin, s["id"], tail=2))
+    await asyncio.sleep(0.3)
+    assert not reading.done()  # waits for them
+    r = await agent.report(s["id"], "TERMINATED", exit_code=0, logs=OUTPUT)
+    assert r.json() == {"status": "TERMINATED"}
+    logs, took = await reading
+    assert logs == "line 4\nline 5\n" and took < LATE_LOGS_S
+    assert (await admin.get(f"/api/v1/sessions/{s['id']}")).json()["status"] == "TERMINATED"
+
+
+async def test_ended_sessions_without_kept_logs_answer_empty_logs(
+    app: FastAPI, admin: Client, make_agent: AgentFactory
 ) -> None:
     agent = await make_agent(auto_run=False)
     [ended] = await create(admin, resources={"gpu": 0.5})
     await wait_status(admin, ended["id"], {"SCHEDULED"})
-    await agent.report(ended["id"], "TERMINATED", exit_code=1)  # an older agent: no logs
+    await agent.report(ended["id"], "TERMINATED", exit_code=1)  # its logs never come
+    logs, took = await _logs(admin, ended["id"], tail=5)  # waited for, a while
+    assert logs == "" and LATE_LOGS_S - 0.5 < took < LATE_LOGS_S + 2
+    async with app.state.sessionmaker() as db:  # long ended: no wait
+        await db.execute(update(SessionRow).where(SessionRow.id == ended["id"]).values(
+            updated_at=utcnow() - timedelta(seconds=LATE_LOGS_S)))
+        await db.commit()
     logs, took = await _logs(admin, ended["id"], tail=5)
     assert (logs, took < 1.0) == ("", True)
 
