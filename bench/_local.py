@@ -1,5 +1,7 @@
 """What the benchmarks that start a manager of their own share: a free port, waiting until it
-answers, and the first admin's password (from the file the manager writes at its first start)."""
+answers, the first admin's password (from the file the manager writes at its first start), and
+forgetting a bench node once it stopped (its containers and its session network: each run's node
+has a name of its own, and Docker runs out of network address pools after a few dozen)."""
 
 from __future__ import annotations
 
@@ -36,3 +38,18 @@ def admin_password(data_dir: Path) -> str:
     text = (data_dir / "admin-credentials").read_text()
     return next(line.split(": ", 1)[1] for line in text.splitlines()
                 if line.startswith("password: "))
+
+
+def node_containers(node: str) -> list[str]:
+    """The ids of node ``node``'s session containers, running or not."""
+    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=gpuslice.node={node}"],
+                         capture_output=True, text=True).stdout
+    return out.split()
+
+
+def forget_node(node: str) -> None:
+    """Remove what the stopped node ``node`` left on this Docker Engine: its containers, and
+    the session network its agent made (``gpuslice-<node>``, see agent/isolation)."""
+    if left := node_containers(node):
+        subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
+    subprocess.run(["docker", "network", "rm", f"gpuslice-{node}"], capture_output=True)

@@ -26,9 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._local import forget_node  # noqa: E402
 from bench.agents import _rss_mb  # noqa: E402
 from bench.start_latency import start_platform  # noqa: E402
-from bench.throughput import _free_port, _remove_containers  # noqa: E402
+from bench.throughput import _free_port  # noqa: E402
 
 SETTLE_S = 15.0
 
@@ -51,7 +52,7 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(60)
-            _remove_containers(node)
+            forget_node(node)
     print(f"gpuslice up: {idle:.0f} MB idle, {loaded:.0f} MB with {listed} sessions listed")
     print(f"idle_rss_mb={idle:.0f} loaded_rss_mb={loaded:.0f} sessions={listed}")
 

@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,7 +33,7 @@ from pathlib import Path
 
 import aiodocker
 import httpx
-from _local import free_port
+from _local import forget_node, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -65,7 +64,7 @@ def main() -> None:
         finally:
             proc.terminate()
             proc.wait(30)
-            subprocess.run(["docker", "rm", "-f", *_containers(node)], capture_output=True)
+            forget_node(node)
             app_image.remove(tag)
 
 
@@ -169,14 +168,6 @@ async def _address(session_id: str) -> str:
     async with aiodocker.Docker() as docker:
         info = await docker.containers.container(f"gpuslice-{session_id}").show()
     return next(n["IPAddress"] for n in info["NetworkSettings"]["Networks"].values())
-
-
-def _containers(node: str) -> list[str]:
-    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=gpuslice.node={node}"],
-                         capture_output=True, text=True).stdout
-    return out.split()
-
-
 
 
 def _ms(seconds: float) -> float:

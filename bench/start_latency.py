@@ -38,6 +38,7 @@ import uuid
 from pathlib import Path
 
 import aiodocker
+from _local import forget_node
 
 from gpuslice.client import Client
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
@@ -216,6 +217,7 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(60)
+            forget_node(node)
     p50, q50 = statistics.median(platform_ms), statistics.median(plain_ms)
     print(f"platform: median {p50:.1f} ms, max {max(platform_ms):.1f} ms "
           f"(create request -> RUNNING event)")

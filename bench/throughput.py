@@ -22,7 +22,6 @@ import asyncio
 import contextlib
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -34,6 +33,7 @@ import aiodocker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._local import forget_node, node_containers  # noqa: E402
 from bench.start_latency import start_platform  # noqa: E402
 from gpuslice.client import ApiError, Client  # noqa: E402
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE  # noqa: E402
@@ -66,8 +66,7 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(60)
-            _remove_containers(node)
-            subprocess.run(["docker", "network", "rm", network], capture_output=True)
+            forget_node(node)
     bridge_s = asyncio.run(plain_batch(args.image, args.sessions, None))
     print(f"bridge:   {args.sessions} containers in {bridge_s:.1f} s "
           f"({args.sessions / bridge_s:.2f}/s), on Docker's default bridge (no isolation)")
@@ -144,23 +143,10 @@ async def plain_batch(image: str, n: int, network: str | None) -> float:
 def _left_behind(node: str) -> int:
     deadline = time.monotonic() + 10  # the last container is removed just after its report
     while True:
-        left = _containers(node)
+        left = node_containers(node)
         if not left or time.monotonic() > deadline:
             return len(left)
         time.sleep(0.2)
-
-
-def _containers(node: str) -> list[str]:
-    out = subprocess.run(
-        ["docker", "ps", "-aq", "--filter", f"label=gpuslice.node={node}"],
-        capture_output=True, text=True, check=True,
-    ).stdout
-    return out.split()
-
-
-def _remove_containers(node: str) -> None:
-    if left := _containers(node):
-        subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
 
 
 def _free_port() -> int:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from gpuslice.agent.isolation.policy import Fence
 from gpuslice.agent.runtime import DockerRuntime, build_container_spec
 from gpuslice.agent.runtime.spec import ContainerSpec, SessionSpec, SpecOptions
 from tests.dockerd import base_image, docker_ready
@@ -17,7 +18,8 @@ __all__ = ["base_image", "docker_ready"]
 
 @pytest.fixture
 async def runtime(base_image: str, tmp_path: Path) -> AsyncIterator[DockerRuntime]:
-    """A runtime for a node of its own: its containers are this test's only, removed after."""
+    """A runtime for a node of its own: its containers (and session network) are this test's
+    only, removed after."""
     node = f"test-{uuid.uuid4().hex[:10]}"
     async with DockerRuntime(node_name=node, files_root=tmp_path / "node") as rt:
         try:
@@ -25,6 +27,7 @@ async def runtime(base_image: str, tmp_path: Path) -> AsyncIterator[DockerRuntim
         finally:
             for state in await rt.list_managed():
                 await rt.remove_container(state.container_id)
+            await rt.remove_network(Fence(node).network)  # when a test made the node's fence
 
 
 @pytest.fixture

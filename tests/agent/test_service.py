@@ -16,6 +16,7 @@ import pytest
 
 from gpuslice.agent.accelerators.mock import MockAccelerator
 from gpuslice.agent.config import AgentSettings, MockGpu
+from gpuslice.agent.isolation.policy import Fence
 from gpuslice.agent.manager_link import ManagerLink
 from gpuslice.agent.runtime import DockerRuntime
 from gpuslice.agent.service import Agent
@@ -116,6 +117,7 @@ async def agent_running(
         async with DockerRuntime(node_name=node, files_root=tmp_path / "agent") as runtime:
             for state in await runtime.list_managed():
                 await runtime.remove_container(state.container_id)
+            await runtime.remove_network(Fence(node).network)
 
 
 def assignment(agent: Agent, image: str, session_id: str, **changes: Any) -> dict[str, Any]:
