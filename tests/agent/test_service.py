@@ -227,6 +227,10 @@ async def test_the_agents_own_reports_coming_back_start_no_reconcile_pass(
     manager.sessions = [assignment(agent, base_image, sid)]
     manager.change()
     await until(lambda: "RUNNING" in manager.statuses(sid) and sid not in agent._busy)
+    # The start step's end kicks one pass of its own: let it run before counting (on a loaded
+    # machine it may come after the step's end is seen here).
+    await until(lambda: not agent._kick.is_set())
+    await asyncio.sleep(0.3)
     passes = 0
     reconcile = agent.reconcile
 
