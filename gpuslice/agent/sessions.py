@@ -73,8 +73,8 @@ class SessionActions:
         # sessions whose image is missing: when they began to wait for it (monotonic seconds)
         self._image_missing_since: dict[str, float] = {}
         self._docker_away: set[str] = set()  # told that they wait for the Docker Engine
-        # sessions being stopped: set when Docker says their container died (``died``)
-        self._dying: dict[str, asyncio.Event] = {}
+        # sessions being stopped: done when Docker says their container died (``died``)
+        self._dying: dict[str, asyncio.Future[None]] = {}
 
     async def do(self, action: Action, assignment: Assignment | None) -> None:
         """Carry out ``action``; Docker or the manager being away is retried by the next pass."""
@@ -208,8 +208,8 @@ class SessionActions:
 
     def died(self, session_id: str) -> None:
         """Docker says the session's container died (its ``die`` event)."""
-        if (dying := self._dying.get(session_id)) is not None:
-            dying.set()
+        if (dying := self._dying.get(session_id)) is not None and not dying.done():
+            dying.set_result(None)
 
     async def _stop(
         self, sid: str, status: SessionStatus, reason: str, cid: str | None = None
@@ -226,10 +226,9 @@ class SessionActions:
         session's one until it ends, so reconcile cannot see the stopped container meanwhile
         and report it as having exited by itself."""
         cid = cid or container_name(sid)
-        self._dying[sid] = dying = asyncio.Event()
+        self._dying[sid] = died = asyncio.get_running_loop().create_future()
         stopping = asyncio.create_task(
             self.runtime.stop_container(cid, self.settings.stop_grace_s))
-        died = asyncio.create_task(dying.wait())
         try:
             await asyncio.wait((stopping, died), return_when=asyncio.FIRST_COMPLETED)
             if stopping.done():
@@ -240,7 +239,6 @@ class SessionActions:
             await stopping
             await self._end(sid, cid, end, told=told)
         finally:
-            died.cancel()
             del self._dying[sid]
             if not stopping.done():  # the step failed or was cancelled: the stop goes too
                 stopping.cancel()
