@@ -15,6 +15,7 @@ from starlette.types import Scope
 
 from gpuslice.common import heap
 from gpuslice.manager.api import edge, errors
+from gpuslice.manager.api.parking import Parking
 from gpuslice.manager.api.routes import (
     agents,
     apps,
@@ -89,6 +90,7 @@ def create_app(settings: ManagerSettings, database: Database | None = None) -> F
     app.state.settings = settings
     app.state.metrics = ManagerMetrics()
     app.state.database = database
+    app.add_middleware(Parking)  # a long-poll's wait, after FastAPI's stack has unwound
     app.add_middleware(VersionHeaders)
     errors.install(app)
     routers = [module.router for module in ROUTES]

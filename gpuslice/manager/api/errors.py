@@ -50,6 +50,14 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected)
 
 
+async def answer_exception(request: Request, exc: Exception) -> JSONResponse:
+    """The answer to ``exc`` raised outside the app's exception handlers (a parked wait's):
+    the one its handler gives."""
+    if isinstance(exc, errors.DomainError):
+        return await _domain(request, exc)
+    return await _unexpected(request, exc)
+
+
 def status_of(exc: errors.DomainError) -> int:
     """The HTTP status of a domain error (one with its own ``status`` keeps it)."""
     own = getattr(exc, "status", None)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, WebSocket, status
+from fastapi import APIRouter, Query, Request, Response, WebSocket, status
 
 from gpuslice.common.schemas.agents import (
     Answer,
@@ -27,6 +28,7 @@ from gpuslice.manager.api.deps import (
 )
 from gpuslice.manager.api.edge import node_body
 from gpuslice.manager.api.errors import deny
+from gpuslice.manager.api.parking import Parked
 from gpuslice.manager.errors import DomainError
 from gpuslice.manager.services import channel
 from gpuslice.manager.services.apps.links import LinkPool
@@ -63,19 +65,21 @@ async def heartbeat(
         )
 
 
-@router.get("/me/assignments")
+@router.get("/me/assignments", response_model=Assignments)
 async def get_assignments(
-    request: Request,
     node_id: CurrentNodeId,
     sessionmaker: SessionmakerDep,
     hub: HubDep,
     since: Annotated[int | None, Query(description="The version the agent has.")] = None,
     wait: Annotated[float, Query(ge=0, le=60, description="Long-poll seconds.")] = 25,
-) -> Assignments:
+) -> Response:
     """The node's desired state; with `since`, waits until it differs from that version."""
-    return await assignments.long_poll(
-        sessionmaker, hub, node_id, since, wait, gone=request.is_disconnected,
-    )
+    async def answer(gone: Callable[[], Awaitable[bool]]) -> Response:
+        found = await assignments.long_poll(sessionmaker, hub, node_id, since, wait, gone=gone)
+        return Response(found.model_dump_json(), media_type="application/json")
+
+    # The wait happens outside FastAPI's stack, which holds far more than the wait needs.
+    return Parked(answer)
 
 
 @router.post("/me/sessions/{session_id}/state")

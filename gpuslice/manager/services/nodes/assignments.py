@@ -62,20 +62,34 @@ async def long_poll(
     deadline = time.monotonic() + wait
     while True:
         changed = hub.node(node_id).listen()
-        async with sessionmaker() as db:
-            version, rescan = (await db.execute(
-                select(NodeRow.assignment_version, NodeRow.rescan).where(NodeRow.id == node_id)
-            )).one_or_none() or (None, None)
-            remaining = deadline - time.monotonic()
-            hung_up = gone is not None and await gone()
-            if (since is None or version != since or remaining <= 0 or hub.closing.is_set()
-                    or hung_up):
-                answer, unsendable = await _build(
-                    db, node_id, version or 0, rescan or 0, deliver=not hung_up
-                )
-                await _end(db, unsendable)
-                return answer
-        await wait_event(changed, remaining)
+        answer = await _answer_if_due(sessionmaker, hub, node_id, since, deadline, gone)
+        if answer is not None:
+            return answer
+        # Nothing of the database session is held while waiting (a thousand agents wait).
+        await wait_event(changed, deadline - time.monotonic())
+
+
+async def _answer_if_due(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    hub: Hub,
+    node_id: str,
+    since: int | None,
+    deadline: float,
+    gone: Callable[[], Awaitable[bool]] | None,
+) -> Assignments | None:
+    async with sessionmaker() as db:
+        version, rescan = (await db.execute(
+            select(NodeRow.assignment_version, NodeRow.rescan).where(NodeRow.id == node_id)
+        )).one_or_none() or (None, None)
+        hung_up = gone is not None and await gone()
+        if not (since is None or version != since or deadline <= time.monotonic()
+                or hub.closing.is_set() or hung_up):
+            return None
+        answer, unsendable = await _build(
+            db, node_id, version or 0, rescan or 0, deliver=not hung_up
+        )
+        await _end(db, unsendable)
+        return answer
 
 
 async def _build(
