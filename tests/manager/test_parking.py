@@ -5,6 +5,7 @@ handled as a route's would be."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 from typing import Any
 
@@ -104,12 +105,16 @@ async def test_a_long_poll_whose_agent_hung_up_delivers_nothing_through_the_api(
 
 
 async def test_a_database_failure_while_parked_is_a_503_not_a_traceback(
-    make_agent: AgentFactory, monkeypatch: pytest.MonkeyPatch
+    app: FastAPI, make_agent: AgentFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     agent = await make_agent(auto_run=False)
+    # What each database's driver raises when it cannot be used (db/faults.py knows both).
+    fault = (Exception("database is locked")
+             if app.state.settings.database_url.startswith("sqlite")
+             else ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"))
 
     async def down(*_args: Any, **_kwargs: Any) -> None:
-        raise OperationalError("SELECT 1", {}, Exception("database is locked"))
+        raise OperationalError("SELECT 1", {}, fault)
 
     monkeypatch.setattr(assignments, "long_poll", down)
     r = await agent.client.get("/api/v1/agents/me/assignments", params={"wait": 0})

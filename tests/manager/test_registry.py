@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +61,11 @@ async def test_rescanned_images_are_usable_and_pulled_on_demand(
 
     [s] = await create(admin, image=torch, resources={"mem": "2g"})
     await wait_status(admin, s["id"], {"SCHEDULED"})
+    # The placement reaches the agent by its long-poll's answer, which may come just after
+    # the status reads SCHEDULED (failed once on PostgreSQL when looked at straight away).
+    deadline = time.monotonic() + 5
+    while not agent.seen[-1]["sessions"] and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
     assert [a["pull"] for a in agent.seen[-1]["sessions"]] == [True]
     await agent.report(s["id"], "PREPARING")
     await agent.report(s["id"], "PREPARING", reason=f"pulling {torch}: 45%")
