@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import (
     create_async_engine,
 )
 
+from gpuslice.manager.db import sqlite
 from gpuslice.manager.events import HUB_KEY, Hub, HubSession
 
 SQLITE_BUSY_TIMEOUT_S = 30.0
@@ -30,7 +31,9 @@ def make_engine(url: str, *, pool_size: int = 10, echo: bool = False,
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             private_database_file(Path(parsed.database))
-        engine = create_async_engine(url, echo=echo, connect_args={"timeout": busy_timeout})
+        database, options = _sqlite_connect_args(parsed, timeout=busy_timeout)
+        engine = create_async_engine(
+            url, echo=echo, async_creator=sqlite.connector(database, **options))
         event.listen(engine.sync_engine, "connect", functools.partial(
             _sqlite_pragmas, busy_ms=round(busy_timeout * 1000)))
         return engine
@@ -89,6 +92,12 @@ def make_sessionmaker(engine: AsyncEngine, hub: Hub) -> async_sessionmaker[Async
 
 def is_sqlite(engine: AsyncEngine) -> bool:
     return engine.dialect.name == "sqlite"
+
+
+def _sqlite_connect_args(url: URL, **options: Any) -> tuple[str, dict[str, Any]]:
+    """The file and ``sqlite3.connect`` options SQLAlchemy would open ``url`` with."""
+    [database], defaults = url.get_dialect()().create_connect_args(url)
+    return database, {**defaults, **options}
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any, *, busy_ms: int) -> None:
