@@ -22,7 +22,7 @@ import logging
 import random
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -48,6 +48,7 @@ from gpuslice.agent.runtime.models import (
     ContainerRuntimeError,
     ContainerState,
     DockerUnavailable,
+    RuntimeEvent,
 )
 from gpuslice.agent.runtime.spec import DeviceInfo, SpecOptions, container_name
 from gpuslice.agent.sampling import GpuSampler
@@ -58,7 +59,7 @@ from gpuslice.agent.watchdog import find_overuse, slice_limits
 from gpuslice.common import heap
 from gpuslice.common.docker_engine import explain
 from gpuslice.common.logs import bind
-from gpuslice.common.schemas.agents import Assignments, Heartbeat, StateReport
+from gpuslice.common.schemas.agents import Assignment, Assignments, Heartbeat, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.common.waits import wait_event
 
@@ -69,6 +70,7 @@ DEFAULT_HEARTBEAT_MS = 5000
 # The longest a heartbeat waits for a fresh report before it sends the last one again.
 COLLECT_BUDGET_S = 1.0
 _ENDED = (SessionStatus.TERMINATED, SessionStatus.ERROR)
+_REPORTED = (SessionStatus.PREPARING, SessionStatus.RUNNING, *_ENDED)  # the agent's own word
 
 
 class Agent:
@@ -98,6 +100,7 @@ class Agent:
         self._busy: dict[str, asyncio.Task[None]] = {}  # session id -> its running work
         # busy session -> its container that stopped meanwhile (and its name if cleanly)
         self._stopped: dict[str, tuple[str, str | None]] = {}
+        self._stepped_on: dict[str, Assignment | None] = {}  # busy session -> its assignment
         self._heartbeat_now = asyncio.Event()  # images changed, or the manager asked (rescan)
         self._rescan: int | None = None
         self.ready = asyncio.Event()  # joined, and the manager has its first heartbeat
@@ -371,13 +374,19 @@ class Agent:
                 self.sessions.died(event.session_id)
                 self.finish_stopped(event.session_id, event.container_id,
                                     event.name if event.exit_code == 0 else None)
-            if event.session_id not in self._busy:
+            if event.session_id not in self._busy and not self._own_removal(event):
                 # A busy session's container is its step's (a start or removal the agent
                 # made, a stop taken by ``finish_stopped`` just above): the step's end kicks
-                # reconcile then, one pass, not two (each lists the node's containers).
+                # reconcile then if need be, one pass, not two (each lists the node's
+                # containers).
                 self._kick.set()
             if stop.is_set():
                 return
+
+    def _own_removal(self, event: RuntimeEvent) -> bool:
+        """A container's removal once the agent has told its session's end: the end step's
+        own removal (its event often comes once the step is over), nothing left to do."""
+        return event.kind == "destroy" and self.sessions.reported.get(event.session_id) in _ENDED
 
     async def _reconcile_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -476,15 +485,22 @@ class Agent:
             return True
         old = {a.session_id: a for a in before.sessions}
         for a in after.sessions:
-            sid, was = a.session_id, old.pop(a.session_id, None)
-            if sid in self._busy:
-                continue
-            if was is None or a.model_copy(update={"status": was.status}) != was:
-                return True
-            if a.status is not was.status and self.sessions.reported.get(sid) is not a.status:
+            was = old.pop(a.session_id, None)
+            own = (self.sessions.reported.get(a.session_id),)
+            if a.session_id not in self._busy and self._moved(was, a, own):
                 return True
         return any(sid not in self._busy and self.sessions.reported.get(sid) not in _ENDED
                    for sid in old)
+
+    def _moved(self, was: Assignment | None, now: Assignment | None,
+               own: Collection[SessionStatus | None]) -> bool:
+        """Whether a session's assignment changed from ``was`` to ``now`` by more than a
+        status in ``own``: the agent's own reports coming back."""
+        if was is None or now is None:
+            return was is not now
+        if now.model_copy(update={"status": was.status}) != was:
+            return True
+        return now.status is not was.status and now.status not in own
 
     def finish_stopped(self, session_id: str, container_id: str, clean: str | None) -> None:
         """A container stopped by itself: take the session's step (report how it ended)
@@ -517,6 +533,7 @@ class Agent:
         """Run ``work`` as the session's one step (reconcile leaves it alone meanwhile)."""
         task = asyncio.create_task(work)
         self._busy[session_id] = task
+        self._stepped_on[session_id] = self._assignment(session_id)
         task.add_done_callback(functools.partial(self._done, session_id))
 
     def _ended(self, action: Action) -> bool:
@@ -531,11 +548,39 @@ class Agent:
             return ended and action.container_id is None
         return ended and action.act in (Act.START, Act.REPORT)
 
-    def _done(self, session_id: str, _task: asyncio.Task[None]) -> None:
+    def _done(self, session_id: str, task: asyncio.Task[None]) -> None:
         self._busy.pop(session_id, None)
+        stepped_on = self._stepped_on.pop(session_id, None)
         if (stopped := self._stopped.pop(session_id, None)) is not None:
             self.finish_stopped(session_id, *stopped)
-        self._kick.set()  # the step may have a follow-up (e.g. RUNNING after PREPARING)
+            if session_id in self._busy:
+                return  # its next step; that one's end is looked at in turn
+        if self._left_to_do(session_id, task, stepped_on):
+            self._kick.set()
+
+    def _left_to_do(self, session_id: str, task: asyncio.Task[None],
+                    stepped_on: Assignment | None) -> bool:
+        """Whether a step's end leaves reconcile something to do: the step failed (tried
+        again), the session is not where a step leaves it (RUNNING, or its end told: a start
+        waiting for its image, a report that did not go out), its apps are to start, or its
+        assignment moved while the step ran (it was busy, so that answer took no step). A
+        step that did what it set out to do needs no pass: each lists the node's containers,
+        two or three per session (start, end, the removal's event) before."""
+        if task.cancelled():
+            return True
+        if (failed := task.exception()) is not None:  # retrieved here: said here
+            log.error("session %s: its step failed", session_id, exc_info=failed)
+            return True
+        now = self._assignment(session_id)
+        reported = self.sessions.reported.get(session_id)
+        if reported is not SessionStatus.RUNNING and reported not in _ENDED:
+            return True
+        if any(a is not None and a.apps for a in (now, stepped_on)):
+            return True
+        if now is None and reported in _ENDED:
+            return False  # gone from the assignments once its end was told
+        # Any status the agent reports may come back meanwhile, not only its last report.
+        return self._moved(stepped_on, now, _REPORTED)
 
     # ------------------------------------------------------------ images
 

@@ -204,7 +204,7 @@ class SessionActions:
         # and the next start runs beside the clean-up; on a busy node that is slower overall.
         end = StateReport(status=action.status, exit_code=action.exit_code, reason=action.reason)
         await self._end(sid, cid, end, told=False)
-        await self.runtime.remove(sid, cid)
+        await self._remove_container(sid, cid)
 
     def died(self, session_id: str) -> None:
         """Docker says the session's container died (its ``die`` event)."""
@@ -244,7 +244,7 @@ class SessionActions:
                 stopping.cancel()
             elif not stopping.cancelled():
                 stopping.exception()  # seen (raised above, when there was one)
-        await self.runtime.remove(sid, cid)
+        await self._remove_container(sid, cid)
 
     async def _end(self, sid: str, cid: str | None, end: StateReport, *, told: bool) -> None:
         """Report ``end`` with the container's last logs; ``told``: the end itself was reported
@@ -263,7 +263,15 @@ class SessionActions:
             await self.runtime.stop(sid, self.settings.stop_grace_s)
         else:
             await self.runtime.stop_container(cid, self.settings.stop_grace_s)
+        await self._remove_container(sid, cid)
+
+    async def _remove_container(self, sid: str, cid: str | None) -> None:
+        """Remove the session's container and close its in-session endpoint's socket (a
+        reconcile pass would close it too, but a step that ended as it should is followed by
+        none)."""
         await self.runtime.remove(sid, cid)
+        if self.endpoint is not None:
+            await self.endpoint.close(sid)
 
     async def _pull(self, assignment: Assignment) -> None:
         """Pull the session's image (in the registry, not on this node yet), its progress

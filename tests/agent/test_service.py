@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from gpuslice.agent import service
 from gpuslice.agent.accelerators.mock import MockAccelerator
 from gpuslice.agent.config import AgentSettings, MockGpu
 from gpuslice.agent.isolation.policy import Fence
@@ -227,8 +228,7 @@ async def test_the_agents_own_reports_coming_back_start_no_reconcile_pass(
     manager.sessions = [assignment(agent, base_image, sid)]
     manager.change()
     await until(lambda: "RUNNING" in manager.statuses(sid) and sid not in agent._busy)
-    # The start step's end kicks one pass of its own: let it run before counting (on a loaded
-    # machine it may come after the step's end is seen here).
+    # A pass under way (the agent's first) ends before counting.
     await until(lambda: not agent._kick.is_set())
     await asyncio.sleep(0.3)
     passes = 0
@@ -248,6 +248,83 @@ async def test_the_agents_own_reports_coming_back_start_no_reconcile_pass(
     manager.sessions = [assignment(agent, base_image, sid, status="RUNNING", env={"A": "1"})]
     manager.change()  # not the agent's doing: looked at
     await until(lambda: passes >= 1)
+
+
+@pytest.fixture
+def no_safety_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No reconcile pass on the safety timer (each 10 s) while a test counts passes; ask for
+    it before the agent, which reads the timer as it waits."""
+    monkeypatch.setattr(service, "RECONCILE_SAFETY_S", 3600.0)
+
+
+def counted_passes(agent: Agent) -> list[int]:
+    """From now on, one entry per reconcile pass the agent runs."""
+    passes: list[int] = []
+    reconcile = agent.reconcile
+
+    async def counted(desired: Any) -> None:
+        passes.append(1)
+        await reconcile(desired)
+
+    agent.reconcile = counted  # type: ignore[method-assign]
+    return passes
+
+
+async def test_sessions_that_start_and_end_as_asked_need_no_reconcile_pass(
+    no_safety_passes: None, agent_running: Agent, manager: StandInManager, base_image: str
+) -> None:
+    # Each pass lists the node's containers, work for dockerd while it starts others (two or
+    # three a session before): a step that did what it set out to do, and the events of the
+    # agent's own containers, are followed by none.
+    agent = agent_running
+    await until(lambda: agent.desired is not None and not agent._kick.is_set())
+    await asyncio.sleep(0.3)  # the agent's first pass is over
+    passes = counted_passes(agent)
+    shell, batch = f"s{uuid.uuid4().hex[:10]}", f"s{uuid.uuid4().hex[:10]}"
+    manager.sessions = [assignment(agent, base_image, shell),
+                        assignment(agent, base_image, batch, type="batch", command=["true"])]
+    manager.change()
+    await until(lambda: "RUNNING" in manager.statuses(shell) and not agent._busy
+                and "TERMINATED" in manager.statuses(batch))
+    manager.sessions = [assignment(agent, base_image, shell, status="TERMINATING",
+                                   desired="stopped")]
+    manager.change()
+    await until(lambda: "TERMINATED" in manager.statuses(shell) and not agent._busy)
+    async with asyncio.timeout(10):
+        while await agent.runtime.list_managed():
+            await asyncio.sleep(0.05)
+    await asyncio.sleep(0.5)  # the removals' events
+    assert passes == []
+    assert manager.told_end_once(shell) and manager.told_end_once(batch), manager.reports
+    assert not agent.endpoint._sites  # the end steps closed their sessions' sockets
+
+
+async def test_a_session_told_to_stop_while_it_starts_is_stopped_once_started(
+    no_safety_passes: None, agent_running: Agent, manager: StandInManager, base_image: str
+) -> None:
+    # The answer came while the start step ran, so it took no step of its own: the start's
+    # end sees that the session moved and kicks a pass, which stops it.
+    agent, sid = agent_running, f"s{uuid.uuid4().hex[:10]}"
+    gate, ensure_running = asyncio.Event(), agent.runtime.ensure_running
+
+    async def held(spec: Any) -> Any:
+        await gate.wait()
+        return await ensure_running(spec)
+
+    agent.runtime.ensure_running = held  # type: ignore[method-assign]
+    manager.sessions = [assignment(agent, base_image, sid)]
+    manager.change()
+    await until(lambda: sid in agent._busy)
+    manager.sessions = [assignment(agent, base_image, sid, status="TERMINATING",
+                                   desired="stopped")]
+    manager.change()
+    await until(lambda: agent.desired is not None and agent.desired.version == manager.version)
+    gate.set()
+    await until(lambda: "TERMINATED" in manager.statuses(sid), timeout=15)
+    assert manager.statuses(sid)[:2] == ["PREPARING", "RUNNING"]
+    async with asyncio.timeout(10):
+        while await agent.runtime.find(sid) is not None:
+            await asyncio.sleep(0.05)
 
 
 async def test_an_ended_session_in_older_assignments_is_not_reported_again(
