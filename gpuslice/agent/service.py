@@ -374,7 +374,7 @@ class Agent:
                 self.sessions.died(event.session_id)
                 self.finish_stopped(event.session_id, event.container_id,
                                     event.name if event.exit_code == 0 else None)
-            if event.session_id not in self._busy and not self._own_removal(event):
+            if event.session_id not in self._busy and not self._own_doing(event):
                 # A busy session's container is its step's (a start or removal the agent
                 # made, a stop taken by ``finish_stopped`` just above): the step's end kicks
                 # reconcile then if need be, one pass, not two (each lists the node's
@@ -383,10 +383,13 @@ class Agent:
             if stop.is_set():
                 return
 
-    def _own_removal(self, event: RuntimeEvent) -> bool:
-        """A container's removal once the agent has told its session's end: the end step's
-        own removal (its event often comes once the step is over), nothing left to do."""
-        return event.kind == "destroy" and self.sessions.reported.get(event.session_id) in _ENDED
+    def _own_doing(self, event: RuntimeEvent) -> bool:
+        """An event of what the agent did and told already: the start of a container it
+        reported RUNNING, or the removal of one whose end it told (its step may be over by
+        the time the event comes, on a busy node often). Nothing is left to do."""
+        reported = self.sessions.reported.get(event.session_id)
+        return ((event.kind == "start" and reported is SessionStatus.RUNNING)
+                or (event.kind == "destroy" and reported in _ENDED))
 
     async def _reconcile_loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -257,6 +258,13 @@ def no_safety_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(service, "RECONCILE_SAFETY_S", 3600.0)
 
 
+@pytest.fixture
+def agent_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
+    """The agent's log from its start on (ask for it before the agent)."""
+    caplog.set_level(logging.INFO, logger="gpuslice.agent")
+    return caplog
+
+
 def counted_passes(agent: Agent) -> list[int]:
     """From now on, one entry per reconcile pass the agent runs."""
     passes: list[int] = []
@@ -271,14 +279,19 @@ def counted_passes(agent: Agent) -> list[int]:
 
 
 async def test_sessions_that_start_and_end_as_asked_need_no_reconcile_pass(
-    no_safety_passes: None, agent_running: Agent, manager: StandInManager, base_image: str
+    no_safety_passes: None, agent_log: pytest.LogCaptureFixture, agent_running: Agent,
+    manager: StandInManager, base_image: str
 ) -> None:
     # Each pass lists the node's containers, work for dockerd while it starts others (two or
     # three a session before): a step that did what it set out to do, and the events of the
     # agent's own containers, are followed by none.
     agent = agent_running
-    await until(lambda: agent.desired is not None and not agent._kick.is_set())
-    await asyncio.sleep(0.3)  # the agent's first pass is over
+    # Its first passes (the first assignments; Docker's events followed, on a busy machine
+    # later) are over before counting.
+    await until(lambda: agent.desired is not None and any(
+        "docker events: connected" in r.getMessage() for r in agent_log.records))
+    await until(lambda: not agent._kick.is_set())
+    await asyncio.sleep(0.3)
     passes = counted_passes(agent)
     shell, batch = f"s{uuid.uuid4().hex[:10]}", f"s{uuid.uuid4().hex[:10]}"
     manager.sessions = [assignment(agent, base_image, shell),
