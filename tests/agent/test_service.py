@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import sys
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -265,15 +266,23 @@ def agent_log(caplog: pytest.LogCaptureFixture) -> pytest.LogCaptureFixture:
     return caplog
 
 
-def counted_passes(agent: Agent) -> list[int]:
-    """From now on, one entry per reconcile pass the agent runs."""
-    passes: list[int] = []
-    reconcile = agent.reconcile
+def counted_passes(agent: Agent) -> list[str]:
+    """From now on, one entry per reconcile pass the agent runs: what kicked it last (the
+    function and line that set the kick), or "timer"."""
+    passes: list[str] = []
+    kicked_by, reconcile, kick = ["timer"], agent.reconcile, agent._kick.set
+
+    def recorded_kick() -> None:
+        caller = sys._getframe(1)
+        kicked_by[0] = f"{caller.f_code.co_name}:{caller.f_lineno}"
+        kick()
 
     async def counted(desired: Any) -> None:
-        passes.append(1)
+        passes.append(kicked_by[0])
+        kicked_by[0] = "timer"
         await reconcile(desired)
 
+    agent._kick.set = recorded_kick  # type: ignore[method-assign]
     agent.reconcile = counted  # type: ignore[method-assign]
     return passes
 
