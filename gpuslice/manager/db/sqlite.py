@@ -1,10 +1,10 @@
 """SQLite connections for the async engine: one hop to the connection's thread per statement.
 
-aiosqlite runs each call on the connection's own thread, and SQLAlchemy's adapter makes four
-such calls per statement: a cursor, the execute, the fetch and the cursor's close. Each hop
-wakes that thread, then the event loop: about 45 us of CPU on uvloop on a 2-core machine,
-where the statement itself takes a microsecond or two. A session's life through `gpuslice up`
-ran about 180 hops, roughly 40 statements.
+aiosqlite runs each call on the connection's own thread, and SQLAlchemy's adapter makes three
+or four such calls per statement: a cursor, the execute, the fetch (of a result) and the
+cursor's close. Each hop wakes that thread, then the event loop: about 45 us of CPU on uvloop
+on a 2-core machine, where the statement itself takes a microsecond or two. A session's life
+through `gpuslice up` ran about 180 hops, roughly 40 statements.
 
 Here a statement is one hop: the cursor is made, run, read (up to ``CHUNK`` rows) and closed
 on the thread. Only a result longer than that keeps its cursor open, to be read on by later
