@@ -7,12 +7,14 @@ makes), sends its first heartbeat (8 GPUs, a few images: the full report, device
 takes its first assignments (answered at once); the time this takes is printed (`join_s`).
 Then, for the given time, each node does what a joined agent does: a heartbeat at the interval
 the manager gives (5 s by default), and a long-poll of its assignments from the version it has,
-asked again as soon as it answers. Heartbeats and long-polls start spread over their interval and
-wait, as a fleet's agents (started at different times) are. Measured over that time: each
-heartbeat's round trip, the manager's CPU time (from /proc) and its largest resident memory
-(sampled), and how many nodes the manager wrongly marked LOST. Before measuring, this process
-freezes what its fleet holds out of its own garbage collector, whose passes over a thousand
-agents (up to 250 ms) would otherwise be counted as the manager's latency.
+asked again as soon as it answers. Heartbeats and long-polls start spread over their interval
+and wait, as a fleet's agents (started at different times) are, and each agent keeps its own
+beat (a heartbeat this process sends late does not move the next). Measured over that time:
+each heartbeat sent in it, its round trip, the manager's CPU time (from /proc) and its largest
+resident memory (sampled), and how many nodes the manager wrongly marked LOST. Before
+measuring, this process freezes what its fleet holds out of its own garbage collector, whose
+passes over a thousand agents (up to 250 ms) would otherwise be counted as the manager's
+latency.
 
     python bench/agents.py [--agents 1000] [--seconds 120] [--pg postgresql+asyncpg://…]
 
@@ -55,6 +57,7 @@ DEFAULT_PG = "postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice"
 GiB = 1024**3
 IMAGES = ["gpuslice/base:0.1.0", "gpuslice/scipy:1.5.2", "python:3.11"]
 FAILED: list[float] = []  # calls that failed (refused, reset, 5xx)
+SETTLE_S = 3.0
 
 
 def main() -> None:
@@ -154,6 +157,10 @@ async def _run(url: str, tmp: Path, pid: int, args: argparse.Namespace) -> dict[
             # the fleet holds from here on is kept out of the collector's passes.
             gc.collect()
             gc.freeze()
+            # That pass (~0.3 s) held back every agent whose heartbeat fell due meanwhile:
+            # they go all at once now. Such a burst is this process's doing, not a fleet's,
+            # so measuring starts once it has drained and the heartbeats are spread again.
+            await asyncio.sleep(SETTLE_S)
             measuring.set()
             cpu_before, started = _cpu_seconds(pid), time.monotonic()
             rss = [_rss_mb(pid)]
@@ -228,21 +235,28 @@ async def _agent(client: aiohttp.ClientSession, node: Node, beats: list[float],
                  measuring: asyncio.Event, stop: asyncio.Event) -> None:
     body = _heartbeat(node.index)
     polls = asyncio.create_task(_long_polls(client, node, stop))
-    # A fleet's agents started at different times: their heartbeats are spread.
-    await asyncio.sleep(random.uniform(0, node.interval))
+    # A fleet's agents started at different times: their heartbeats are spread, and stay so.
+    # Each agent keeps its own beat, on its own machine: one sent late because this process
+    # was busy does not move its next. Otherwise the agents held back together would beat
+    # together from then on, bursts that grow with every pause, which no fleet makes.
+    due = time.perf_counter() + random.uniform(0, node.interval)
     try:
         while not stop.is_set():
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            due += node.interval
             started = time.perf_counter()
+            # Counted only if sent once measuring began: one sent before would carry this
+            # process's own pause (its collector's pass and freeze, just above) as latency.
+            counted = measuring.is_set()
             try:
                 async with client.post("/api/v1/agents/me/heartbeat", headers=node.auth,
                                        json=body) as r:
                     r.raise_for_status()
                     await r.read()
-                if measuring.is_set():
+                if counted:
                     beats.append((time.perf_counter() - started) * 1000)
             except aiohttp.ClientError:  # counted, and the agent goes on (as a real one does)
                 FAILED.append(time.perf_counter() - started)
-            await asyncio.sleep(max(0.0, node.interval - (time.perf_counter() - started)))
     finally:
         polls.cancel()
 
