@@ -64,7 +64,11 @@ from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.common.waits import wait_event
 
 log = logging.getLogger("gpuslice.agent")
-LONG_POLL_S = 25.0
+# How long a long-poll of the assignments waits for a change. Each wait that ends unchanged is an
+# answer built in full for nothing: at 50 s a 1,000-node fleet costs the manager 20 of those a
+# second, not 40 (about a tenth of its CPU, bench/agents.py). Proxies in between must allow it
+# (the README's nginx example: 120 s); the manager accepts up to 60.
+LONG_POLL_S = 50.0
 RECONCILE_SAFETY_S = 10.0
 DEFAULT_HEARTBEAT_MS = 5000
 # The longest a heartbeat waits for a fresh report before it sends the last one again.

@@ -1,6 +1,6 @@
 """Long waits held outside FastAPI's stack.
 
-An agent's long-poll waits up to 25 s for its assignments to change. Waiting inside its route, it
+An agent's long-poll waits up to 50 s for its assignments to change. Waiting inside its route, it
 held FastAPI's whole call stack meanwhile: some 30 coroutines, their closures, the request's
 dependency stack and two database sessions, about 230 objects per poll. With 1,000 agents these
 were most of the manager's live objects, and every garbage collection walked them again: its
