@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.schemas.agents import (
@@ -123,26 +123,27 @@ class Channel:
             await wait_event(woken, min(self.poll, remaining))
 
 
+# Built once: every answer to a node's long-poll runs it (see nodes/assignments.py).
+_DELIVER = (
+    update(AgentRequestRow)
+    .where(
+        AgentRequestRow.node_id == bindparam("node"),
+        AgentRequestRow.delivered_at.is_(None),
+        AgentRequestRow.expires_at > bindparam("now"),
+    )
+    .values(delivered_at=bindparam("now", type_=AgentRequestRow.__table__.c.delivered_at.type))
+    .returning(
+        AgentRequestRow.id, AgentRequestRow.session_id, AgentRequestRow.payload,
+        AgentRequestRow.created_at,
+    )
+    .execution_options(synchronize_session=False)
+)
+
+
 async def deliver(db: AsyncSession, node_id: str) -> list[AgentRequest]:
     """The node's requests not delivered yet and still awaited, oldest first, now marked
     delivered (in the caller's transaction: they are handed out when it commits)."""
-    now = utcnow()
-    rows = (
-        await db.execute(
-            update(AgentRequestRow)
-            .where(
-                AgentRequestRow.node_id == node_id,
-                AgentRequestRow.delivered_at.is_(None),
-                AgentRequestRow.expires_at > now,
-            )
-            .values(delivered_at=now)
-            .returning(
-                AgentRequestRow.id, AgentRequestRow.session_id, AgentRequestRow.payload,
-                AgentRequestRow.created_at,
-            )
-            .execution_options(synchronize_session=False)
-        )
-    ).all()
+    rows = (await db.execute(_DELIVER, {"node": node_id, "now": utcnow()})).all()
     rows = sorted(rows, key=lambda r: (r.created_at, r.id))
     return [AgentRequest(id=r.id, session_id=r.session_id, ask=r.payload) for r in rows]
 

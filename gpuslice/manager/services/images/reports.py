@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -63,28 +63,29 @@ async def sync_registry(db: AsyncSession, found: list[RegistryImage]) -> int:
     return len(reports)
 
 
+# Built once: every answer to a node's long-poll asks both (see nodes/assignments.py).
+_REMOVALS = (
+    select(ImageNode.image_name)
+    .join(Image, Image.name == ImageNode.image_name)
+    .where(ImageNode.node_id == bindparam("node"), Image.removed_at.is_not(None))
+    .order_by(ImageNode.image_name)
+)
+_PULLS = select(Image.name).where(
+    Image.name.in_(bindparam("images", expanding=True)), Image.in_registry.is_(True),
+    Image.name.not_in(select(ImageNode.image_name).where(ImageNode.node_id == bindparam("node"))),
+)
+
+
 async def removals_for(db: AsyncSession, node_id: str) -> list[str]:
     """Removed images the node still has: it deletes them once no container uses them."""
-    rows = await db.scalars(
-        select(ImageNode.image_name)
-        .join(Image, Image.name == ImageNode.image_name)
-        .where(ImageNode.node_id == node_id, Image.removed_at.is_not(None))
-        .order_by(ImageNode.image_name)
-    )
-    return list(rows)
+    return list(await db.scalars(_REMOVALS, {"node": node_id}))
 
 
 async def pulls_for(db: AsyncSession, node_id: str, images: set[str]) -> set[str]:
     """Of ``images``, those the node must pull: in the registry and not reported by it."""
     if not images:
         return set()
-    present = select(ImageNode.image_name).where(ImageNode.node_id == node_id)
-    rows = await db.scalars(
-        select(Image.name).where(
-            Image.name.in_(images), Image.in_registry.is_(True), Image.name.not_in(present)
-        )
-    )
-    return set(rows)
+    return set(await db.scalars(_PULLS, {"node": node_id, "images": sorted(images)}))
 
 
 async def ensure_present(

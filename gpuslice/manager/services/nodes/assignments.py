@@ -16,7 +16,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import selectinload
 
@@ -45,6 +45,20 @@ log = logging.getLogger(__name__)
 UNSENDABLE = (
     "its stored command or environment is not valid Unicode text, so it cannot be sent to a "
     "node; create it again"
+)
+
+
+# Built once: an answer runs these on every change of a node's sessions and at the end of every
+# long-poll that waited in vain, and building a statement (and its cache key) each time cost
+# about a quarter of the answer's CPU.
+_VERSION = select(NodeRow.assignment_version, NodeRow.rescan).where(
+    NodeRow.id == bindparam("node"))
+_HOLDING = (
+    select(SessionRow, User.username)
+    .join(User, User.id == SessionRow.owner_id)
+    .where(SessionRow.node_id == bindparam("node"), SessionRow.status.in_(list(HOLDING)))
+    .options(selectinload(SessionRow.allocations))
+    .order_by(SessionRow.created_at, SessionRow.id)
 )
 
 
@@ -78,9 +92,8 @@ async def _answer_if_due(
     gone: Callable[[], Awaitable[bool]] | None,
 ) -> Assignments | None:
     async with sessionmaker() as db:
-        version, rescan = (await db.execute(
-            select(NodeRow.assignment_version, NodeRow.rescan).where(NodeRow.id == node_id)
-        )).one_or_none() or (None, None)
+        version, rescan = (await db.execute(_VERSION, {"node": node_id})).one_or_none() or (
+            None, None)
         hung_up = gone is not None and await gone()
         if not (since is None or version != since or deadline <= time.monotonic()
                 or hub.closing.is_set() or hung_up):
@@ -96,15 +109,7 @@ async def _build(
     db: AsyncSession, node_id: str, version: int, rescan: int, deliver: bool
 ) -> tuple[Assignments, list[SessionRow]]:
     """The answer, and the sessions left out of it because they cannot be sent (see _end)."""
-    rows = (
-        await db.execute(
-            select(SessionRow, User.username)
-            .join(User, User.id == SessionRow.owner_id)
-            .where(SessionRow.node_id == node_id, SessionRow.status.in_(list(HOLDING)))
-            .options(selectinload(SessionRow.allocations))
-            .order_by(SessionRow.created_at, SessionRow.id)
-        )
-    ).all()
+    rows = (await db.execute(_HOLDING, {"node": node_id})).all()
     pulls = await pulls_for(db, node_id, {row.image for row, _owner in rows})
     sendable = [(row, owner) for row, owner in rows if _sendable(row, owner)]
     metas = {image: await apps_catalog.image_meta(db, image)
