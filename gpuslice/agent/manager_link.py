@@ -14,10 +14,17 @@ retrying on another replica is safe. The credential belongs to the cluster: it i
 of the URLs it was stored with, so adding a replica to the list needs no new join token.
 A request that names a replica (a stream the manager asks for, whose user waits on one replica)
 is dialled at that replica's URL, whatever the current one: see `auth_headers`.
+
+**In one process** (`gpuslice up`: the manager and its local agent), the calls go straight to
+the manager's app (`InProcess`), not through a socket: the same requests, routes, checks and
+answers, without each call's HTTP encoding, loopback and parsing on both sides (under
+bench/throughput.py, a sixth of that process's CPU, which Docker needed). Streams the manager
+asks for are still dialled at its URL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -29,6 +36,7 @@ from typing import TypeVar
 
 import httpx
 from pydantic import BaseModel, ValidationError
+from starlette.types import ASGIApp
 
 from gpuslice.agent.config import AgentSettings
 from gpuslice.common import text
@@ -94,6 +102,23 @@ def registration(settings: AgentSettings) -> NodeRegister | None:
         name=settings.node_name,
         device_capacity=settings.fgpu_per_gpu,
     )
+
+
+class InProcess(httpx.AsyncBaseTransport):
+    """Calls answered by the manager's ASGI app in this process, each within its read timeout
+    (as on a socket: a call that hangs fails as a timeout; the link's callers retry it). An
+    error the app raises is its 500, as over HTTP."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._asgi = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        limit = (request.extensions.get("timeout") or {}).get("read")
+        try:
+            async with asyncio.timeout(limit):
+                return await self._asgi.handle_async_request(request)
+        except TimeoutError:
+            raise httpx.ReadTimeout(f"no answer in {limit} s", request=request) from None
 
 
 class ManagerLink:

@@ -11,12 +11,15 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuslice.cli.output import CliError, console
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
+
     from gpuslice.common.local_dirs import DirLock
     from gpuslice.manager.settings import ManagerSettings
 
@@ -100,12 +103,18 @@ def lock_data_dir(path: Path, name: str, what: str,
     return lock, previous or {}
 
 
+@dataclass(frozen=True, slots=True)
+class Serving:
+    task: asyncio.Task[None]  # the server's: done when it stopped
+    app: FastAPI  # what it serves, started (for a caller in this process, e.g. `up`'s agent)
+
+
 @contextlib.asynccontextmanager
 async def manager_running(settings: ManagerSettings, host: str, port: int
-                          ) -> AsyncIterator[asyncio.Task[None]]:
-    """The manager, listening, for the time of the ``async with``; yields the server's task
-    (done: it stopped). Its database is opened first, so that a database that is down,
-    locked, full or newer than this code is one line and no server starts."""
+                          ) -> AsyncIterator[Serving]:
+    """The manager, listening, for the time of the ``async with``. Its database is opened
+    first, so that a database that is down, locked, full or newer than this code is one line
+    and no server starts."""
     from gpuslice.manager.app import create_app
     from gpuslice.manager.server import ManagerServer
     from gpuslice.manager.startup import StartupError, open_database
@@ -115,14 +124,15 @@ async def manager_running(settings: ManagerSettings, host: str, port: int
         database = await open_database(settings)
     except StartupError as err:
         raise CliError(str(err)) from None
-    server = ManagerServer(create_app(settings, database), host, port, settings.server)
+    app = create_app(settings, database)
+    server = ManagerServer(app, host, port, settings.server)
     serving = asyncio.create_task(server.serve())
     try:
         while not server.started:
             if serving.done():
                 raise CliError(f"the manager could not start on {host}:{port}")
             await asyncio.sleep(0.05)
-        yield serving
+        yield Serving(serving, app)
     finally:
         server.exit()
         with contextlib.suppress(Exception):

@@ -45,7 +45,8 @@ def manager_serve(
 
 
 async def _serve(settings: ManagerSettings, host: str, port: int, stop: asyncio.Event) -> None:
-    async with manager_running(settings, host, port) as serving:
+    async with manager_running(settings, host, port) as running:
+        serving = running.task
         await asyncio.wait([serving, asyncio.create_task(stop.wait())],
                            return_when=asyncio.FIRST_COMPLETED)
         if serving.done() and not stop.is_set():

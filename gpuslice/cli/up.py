@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from gpuslice.cli._serve import (
+    Serving,
     check_port,
     lock_data_dir,
     log_to_stderr,
@@ -114,10 +115,10 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
     # accepted meanwhile, and wait for it on the node, rather than refused as unknown.
     if DEFAULT_SESSION_IMAGE not in settings.sessions.allowed_images:
         settings.sessions.allowed_images.append(DEFAULT_SESSION_IMAGE)
-    async with manager_running(settings, options.host, options.port) as serving:
+    async with manager_running(settings, options.host, options.port) as running:
         keeper = asyncio.create_task(_keep_standard_image(stop, say))
         try:
-            await _run_agent(options, settings, serving, stop, say)
+            await _run_agent(options, settings, running, stop, say)
         finally:
             stop.set()
             keeper.cancel()
@@ -125,12 +126,14 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
                 await keeper
 
 
-async def _run_agent(options: UpOptions, settings: ManagerSettings, serving: asyncio.Task[None],
+async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Serving,
                      stop: asyncio.Event, say: Callable[[str], None]) -> None:
     """Log the CLI in, run the local agent, say that all is up once it joined; until stopped
-    (or the agent or the manager stops: one line)."""
+    (or the agent or the manager stops: one line). The agent calls the manager in this
+    process, not through its port (`manager_link.InProcess`)."""
     from gpuslice.agent.config import AgentSettings, MockGpu
     from gpuslice.agent.isolation.network import IsolationError
+    from gpuslice.agent.manager_link import InProcess, ManagerLink
     from gpuslice.agent.service import Agent
     from gpuslice.manager.services.users import CREDENTIALS_FILE
 
@@ -143,12 +146,15 @@ async def _run_agent(options: UpOptions, settings: ManagerSettings, serving: asy
         admin.create_join_token, f"up:{options.node_name}", 1, node=options.node_name,
         rekey=True,
     ))
-    agent = Agent(AgentSettings(
+    agent_settings = AgentSettings(
         node_name=options.node_name, manager_url=url, join_token=join.token,
         data_dir=options.data_dir / "agent", accelerator="auto",
         gpu=[MockGpu(**g) for g in options.mock_gpus],
         storage_root=settings.storage_root,  # one machine: the manager's storage root
-    ), say=say)
+    )
+    link = ManagerLink(url, agent_settings.data_dir, transport=InProcess(running.app))
+    agent = Agent(agent_settings, link=link, say=say)
+    serving = running.task
     agent_task = asyncio.create_task(agent.run(stop))
     try:
         ready = asyncio.create_task(agent.ready.wait())

@@ -13,17 +13,20 @@ from pathlib import Path
 
 import httpx
 import pytest
+from starlette.types import Receive, Scope, Send
 
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.manager_link import (
     CREDENTIAL_FILE,
     Credential,
+    InProcess,
     LinkError,
     ManagerLink,
     NotRegistered,
     registration,
 )
-from gpuslice.common.schemas.agents import ExecAnswer, Heartbeat, NodeRegister
+from gpuslice.common.schemas.agents import ExecAnswer, Heartbeat, NodeRegister, StateReport
+from gpuslice.common.schemas.sessions import SessionStatus
 
 MANAGER = "http://manager.test"
 
@@ -271,3 +274,38 @@ async def test_a_session_the_agent_cannot_read_is_left_out_and_named(tmp_path: P
     assert [a.session_id for a in desired.sessions] == ["s-1"] and desired.version == 3
     assert [u.session_id for u in unreadable] == ["s-2"]
     assert "resources" in unreadable[0].reason
+
+
+async def test_in_process_calls_reach_the_app_and_a_hung_one_times_out(tmp_path: Path) -> None:
+    """`up`'s agent calls its manager's app in the process: the same requests and answers; a
+    call the app does not answer within its read timeout fails as on a socket, and an error
+    the app raises is its 500."""
+    seen: list[tuple[str, str, bytes]] = []
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        assert scope["type"] == "http"
+        body = (await receive())["body"]
+        seen.append((str(scope["method"]), str(scope["path"]), body))
+        if scope["path"] == "/api/v1/agents/me/heartbeat" and b'"cpu": 7,' in body:
+            await asyncio.sleep(30)  # hangs
+        if scope["path"] == "/api/v1/agents/me/sessions/s-1/state":
+            raise RuntimeError("a bug in a route")
+        answer = json.dumps({"node_id": "n-1", "credential": "gsn_secret",
+                             "heartbeat_interval_ms": 2500, "assignment_version": 4,
+                             "status": "ALIVE"}).encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json")]})
+        await send({"type": "http.response.body", "body": answer})
+
+    link = ManagerLink(MANAGER, tmp_path, transport=InProcess(app), timeout=0.3)
+    try:
+        await link.connect(registration(settings(join_token="gsj_x")))
+        assert (await link.heartbeat(heartbeat())).assignment_version == 4
+        assert seen[-1][:2] == ("POST", "/api/v1/agents/me/heartbeat")
+        with pytest.raises(LinkError, match="unreachable.*ReadTimeout"):
+            await link.heartbeat(Heartbeat(cpu=7, mem=1 << 30, devices=[]))
+        with pytest.raises(LinkError) as failed:
+            await link.report("s-1", StateReport(status=SessionStatus.RUNNING))
+        assert failed.value.status == 500
+    finally:
+        await link.close()
