@@ -10,6 +10,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import load_only
 
 from gpuslice.common.schemas.agents import StateReport
 from gpuslice.common.schemas.sessions import FINAL, SessionResult, SessionStatus, SessionType
@@ -20,6 +21,13 @@ from gpuslice.manager.services.lifecycle import transition
 S = SessionStatus
 _REPORTABLE = (S.PREPARING, S.RUNNING, S.TERMINATED, S.ERROR)
 _FINAL_REPORTS = (S.TERMINATED, S.ERROR)
+# What applying a report reads of the session (a status change and what it releases), not
+# its command, environment, folders or apps: three reports a session, each decoding them.
+_REPORTED_COLUMNS = load_only(
+    SessionRow.id, SessionRow.name, SessionRow.owner_id, SessionRow.type, SessionRow.status,
+    SessionRow.status_reason, SessionRow.node_id, SessionRow.cpu, SessionRow.mem,
+    raiseload=True,
+)
 
 
 async def report_state(
@@ -32,7 +40,8 @@ async def report_state(
     """
     for _attempt in range(3):
         row = await db.scalar(
-            select(SessionRow).where(SessionRow.id == session_id, SessionRow.node_id == node_id)
+            select(SessionRow).options(_REPORTED_COLUMNS)
+            .where(SessionRow.id == session_id, SessionRow.node_id == node_id)
         )
         if row is None:
             raise NotFound(f"session {session_id} is not assigned to this node")
