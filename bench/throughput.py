@@ -6,13 +6,15 @@ once) are created through the SDK, and the clock stops when the last one is TERM
 the event stream). Then every session must be TERMINATED with result SUCCESS, and no container
 of the node may be left behind. Floor: the same N containers (same image, command, user,
 limits, init, on the agent's fenced session network) created, started, waited for and removed
-through the Engine API (aiodocker), 8 at a time, measured in the same run just before; and the
-same on Docker's default bridge (no isolation: ``bridge_*``), just after.
+through the Engine API (aiodocker), 8 at a time, measured in the same run just before and again
+just after, their mean the floor (a machine that drifts during the run then moves both sides
+alike); and the same on Docker's default bridge (no isolation: ``bridge_*``), last.
 
     python bench/throughput.py [--sessions 200] [--image gpuslice/base:<version>]
 
-Last line: ``platform_per_s=<n> floor_per_s=<n> ratio=<x> bridge_per_s=<n> bridge_ratio=<x>
-lost=<n> left=<n>`` (ratio: the platform's rate over the floor's).
+Last line: ``platform_per_s=<n> floor_per_s=<n> ratio=<x> floor_before_per_s=<n>
+floor_after_per_s=<n> bridge_per_s=<n> bridge_ratio=<x> lost=<n> left=<n>`` (ratio: the
+platform's rate over the floor's).
 """
 
 from __future__ import annotations
@@ -56,13 +58,16 @@ def main() -> None:
                       "GPUSLICE_SESSIONS__MAX_COUNT": "100"},
         )
         try:
-            floor_s = asyncio.run(plain_batch(args.image, args.sessions, network))
-            print(f"floor:    {args.sessions} containers in {floor_s:.1f} s "
-                  f"({args.sessions / floor_s:.2f}/s), on the session network", flush=True)
+            before_s = asyncio.run(plain_batch(args.image, args.sessions, network))
+            print(f"floor:    {args.sessions} containers in {before_s:.1f} s "
+                  f"({args.sessions / before_s:.2f}/s), on the session network", flush=True)
             platform_s, lost = platform_batch(client, args.image, args.sessions)
             print(f"platform: {args.sessions} sessions in {platform_s:.1f} s "
                   f"({args.sessions / platform_s:.2f}/s)", flush=True)
             left = _left_behind(node)
+            after_s = asyncio.run(plain_batch(args.image, args.sessions, network))
+            print(f"floor:    {args.sessions} containers in {after_s:.1f} s "
+                  f"({args.sessions / after_s:.2f}/s), again after", flush=True)
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(60)
@@ -71,9 +76,11 @@ def main() -> None:
     print(f"bridge:   {args.sessions} containers in {bridge_s:.1f} s "
           f"({args.sessions / bridge_s:.2f}/s), on Docker's default bridge (no isolation)")
     print(f"lost {lost}, containers left {left}")
-    rate, floor = args.sessions / platform_s, args.sessions / floor_s
+    rate, floor = args.sessions / platform_s, args.sessions / ((before_s + after_s) / 2)
     bridge = args.sessions / bridge_s
     print(f"platform_per_s={rate:.2f} floor_per_s={floor:.2f} ratio={rate / floor:.2f} "
+          f"floor_before_per_s={args.sessions / before_s:.2f} "
+          f"floor_after_per_s={args.sessions / after_s:.2f} "
           f"bridge_per_s={bridge:.2f} bridge_ratio={rate / bridge:.2f} lost={lost} left={left}")
 
 
