@@ -29,7 +29,7 @@ import json
 import logging
 import os
 import ssl
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
@@ -105,20 +105,39 @@ def registration(settings: AgentSettings) -> NodeRegister | None:
 
 
 class InProcess(httpx.AsyncBaseTransport):
-    """Calls answered by the manager's ASGI app in this process, each within its read timeout
-    (as on a socket: a call that hangs fails as a timeout; the link's callers retry it). An
-    error the app raises is its 500, as over HTTP."""
+    """Calls answered by the manager's ASGI app in this process, with a socket's read timeout:
+    a call the app does not answer within it fails as a timeout (the link's callers retry it);
+    a streamed body (a model's file) renews it with each piece the app takes, so a long
+    upload that keeps moving is not cut. An error the app raises is its 500, as over HTTP."""
 
     def __init__(self, app: ASGIApp) -> None:
         self._asgi = httpx.ASGITransport(app=app, raise_app_exceptions=False)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         limit = (request.extensions.get("timeout") or {}).get("read")
+        if limit is None:
+            return await self._asgi.handle_async_request(request)
+        loop = asyncio.get_running_loop()
         try:
-            async with asyncio.timeout(limit):
+            async with asyncio.timeout(limit) as deadline:
+                if not isinstance(request.stream, httpx.ByteStream):
+                    request.stream = _Renewing(
+                        request.stream, lambda: deadline.reschedule(loop.time() + limit))
                 return await self._asgi.handle_async_request(request)
         except TimeoutError:
             raise httpx.ReadTimeout(f"no answer in {limit} s", request=request) from None
+
+
+class _Renewing(httpx.AsyncByteStream):
+    def __init__(self, stream: httpx.AsyncByteStream | httpx.SyncByteStream,
+                 renew: Callable[[], None]) -> None:
+        self._stream, self._renew = stream, renew
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        assert isinstance(self._stream, httpx.AsyncByteStream)
+        async for piece in self._stream:
+            self._renew()
+            yield piece
 
 
 class ManagerLink:

@@ -284,7 +284,12 @@ async def test_in_process_calls_reach_the_app_and_a_hung_one_times_out(tmp_path:
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
         assert scope["type"] == "http"
-        body = (await receive())["body"]
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
         seen.append((str(scope["method"]), str(scope["path"]), body))
         if scope["path"] == "/api/v1/agents/me/heartbeat" and b'"cpu": 7,' in body:
             await asyncio.sleep(30)  # hangs
@@ -307,5 +312,17 @@ async def test_in_process_calls_reach_the_app_and_a_hung_one_times_out(tmp_path:
         with pytest.raises(LinkError) as failed:
             await link.report("s-1", StateReport(status=SessionStatus.RUNNING))
         assert failed.value.status == 500
+
+        async def slow_file() -> AsyncIterator[bytes]:  # longer than the timeout, moving
+            for _ in range(5):
+                await asyncio.sleep(0.1)
+                yield b"x" * 10
+
+        # a streamed body renews the timeout with each piece, as a socket's reads do
+        async with httpx.AsyncClient(transport=InProcess(app), timeout=0.3) as client:
+            answer = await client.put(f"{MANAGER}/api/v1/agents/me/sessions/s-2/models/m/f",
+                                      content=slow_file())
+        assert answer.status_code == 200
+        assert seen[-1] == ("PUT", "/api/v1/agents/me/sessions/s-2/models/m/f", b"x" * 50)
     finally:
         await link.close()
