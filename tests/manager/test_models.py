@@ -13,6 +13,8 @@ import pytest
 from fastapi import FastAPI
 
 from gpuslice.manager.services.models import catalog
+from gpuslice.manager.services.models import local as local_store
+from gpuslice.manager.services.models.local import LocalStore
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.s3 import s3_server
 
@@ -211,3 +213,16 @@ async def test_an_incomplete_upload_is_not_a_model_and_is_purged(
     async with app.state.sessionmaker() as db:
         assert await catalog.purge_stale(db, store, older_than=0) == 1
     assert await store.listing("users/") == []
+
+
+def test_a_presigned_url_is_good_for_its_whole_ttl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = LocalStore(tmp_path / "models")
+    monkeypatch.setattr(local_store.time, "time", lambda: 1_000.999)  # late in a second
+    url = store.presign("GET", "users/u/m/model.txt", 1, "http://m")
+    expires = int(parse_qs(urlsplit(url).query)["expires"][0])
+    assert expires >= 1_000.999 + 1
+    signature = parse_qs(urlsplit(url).query)["signature"][0]
+    monkeypatch.setattr(local_store.time, "time", lambda: 1_001.5)  # 0.5 s later: still good
+    assert store.check("GET", "users/u/m/model.txt", expires, signature) is None

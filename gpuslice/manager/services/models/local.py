@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import math
 import os
 import secrets
 import shutil
@@ -85,7 +86,9 @@ class LocalStore(ModelStore):
         return len(found)
 
     def presign(self, method: str, key: str, ttl: int, base_url: str) -> str:
-        expires = int(time.time()) + ttl
+        # Rounded up: good for at least ``ttl`` seconds (truncated, one signed late in a
+        # second lost most of its first second, and a 1-second URL could be dead at once).
+        expires = math.ceil(time.time() + ttl)
         query = urlencode({"method": method, "expires": expires,
                            "signature": self.signature(method, key, expires)})
         return f"{base_url.rstrip('/')}{URL_PATH}{quote(key)}?{query}"
