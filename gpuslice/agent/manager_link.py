@@ -120,21 +120,21 @@ class InProcess(httpx.AsyncBaseTransport):
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(limit) as deadline:
-                if not isinstance(request.stream, httpx.ByteStream):
+                stream = request.stream  # bytes known in full (ByteStream) need no renewal
+                if isinstance(stream, httpx.AsyncByteStream) and not isinstance(
+                        stream, httpx.ByteStream):
                     request.stream = _Renewing(
-                        request.stream, lambda: deadline.reschedule(loop.time() + limit))
+                        stream, lambda: deadline.reschedule(loop.time() + limit))
                 return await self._asgi.handle_async_request(request)
         except TimeoutError:
             raise httpx.ReadTimeout(f"no answer in {limit} s", request=request) from None
 
 
 class _Renewing(httpx.AsyncByteStream):
-    def __init__(self, stream: httpx.AsyncByteStream | httpx.SyncByteStream,
-                 renew: Callable[[], None]) -> None:
+    def __init__(self, stream: httpx.AsyncByteStream, renew: Callable[[], None]) -> None:
         self._stream, self._renew = stream, renew
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
-        assert isinstance(self._stream, httpx.AsyncByteStream)
         async for piece in self._stream:
             self._renew()
             yield piece
