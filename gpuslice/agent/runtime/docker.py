@@ -20,7 +20,7 @@ import random
 import re
 import shutil
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
@@ -49,6 +49,7 @@ from gpuslice.agent.runtime.models import (
     SessionNotFound,
 )
 from gpuslice.agent.runtime.networks import NetworkOps
+from gpuslice.agent.runtime.sandbox_ops import SandboxOps, SandboxUnusable
 from gpuslice.agent.runtime.spec import (
     LABEL_NODE,
     LABEL_SESSION,
@@ -81,7 +82,7 @@ class Backoff:
         await asyncio.sleep(delay)
 
 
-class DockerRuntime(ImageOps, ExecOps, NetworkOps):
+class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
     """Runs a node's session containers. Use as ``async with DockerRuntime(node_name=...)``."""
 
     def __init__(
@@ -102,6 +103,8 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
             total=None, sock_connect=10, sock_read=request_timeout
         )
         self._docker: aiodocker.Docker | None = None
+        # network sandbox id -> its addresses: those of the session containers that joined it
+        self.sandbox_addresses: dict[str, Mapping[str, str]] = {}
 
     async def __aenter__(self) -> DockerRuntime:
         return self
@@ -177,7 +180,15 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
         if state.status == "created" or (state.finished and spec.session_type == "interactive"):
             if not fresh:
                 await self._write_files(spec)  # the node's copy may be gone (wiped data dir)
-            return await self._start(state)
+                if state.sandbox:  # stopped with it (the Docker Engine restarted)
+                    await self.wake_sandbox(state.sandbox)
+            try:
+                return await self._start(state)
+            except ContainerRuntimeError as exc:
+                if not (fresh and state.sandbox):
+                    raise
+                await self.remove_container(state.container_id)  # made by this call: unused
+                raise SandboxUnusable(str(exc)) from exc
         return state
 
     async def find(self, session_id: str) -> ContainerState | None:
@@ -197,7 +208,7 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
             if exc.status == 404:
                 return None
             raise
-        return ContainerState.from_inspect(info)
+        return self.with_sandbox_address(ContainerState.from_inspect(info))
 
     async def list_managed(self, busy: Collection[str] = ()) -> list[ContainerState]:
         """Every session container of this node, running or not, from Docker's labels.
@@ -417,7 +428,7 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
                 raise
 
         states = await asyncio.gather(*(state(c) for c in listed))
-        return [s for s in states if s is not None]
+        return [self.with_sandbox_address(s) for s in states if s is not None]
 
     async def _container(self, session_id: str) -> aiodocker.containers.DockerContainer:
         state = await self.find(session_id)
@@ -466,7 +477,7 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps):
         # Just created: its state is what was asked (no inspection needed until it starts).
         return ContainerState.from_inspect({
             "Id": container.id, "Name": spec.name, "State": {"Status": "created"},
-            "Config": {"Labels": config.get("Labels") or {}},
+            "Config": {"Labels": config.get("Labels") or {}}, "HostConfig": config["HostConfig"],
         }), True
 
     async def _start(self, state: ContainerState) -> ContainerState:

@@ -62,6 +62,9 @@ class ContainerState:
     node: str
     allocation: Mapping[str, Any] = field(default_factory=dict)
     addresses: Mapping[str, str] = field(default_factory=dict)  # network -> IPv4 address
+    # The network sandbox whose network namespace it joined (agent/isolation/sandboxes.py),
+    # or "" when Docker wired it into a network itself.
+    sandbox: str = ""
 
     @property
     def ip_address(self) -> str | None:
@@ -103,7 +106,8 @@ class ContainerState:
             session_type=labels.get(LABEL_TYPE, ""),
             node=labels.get(LABEL_NODE, ""),
             allocation=allocation,
-            addresses=_addresses(info),
+            addresses=addresses_of(info),
+            sandbox=joined(info),
         )
 
     @classmethod
@@ -132,10 +136,19 @@ class ContainerState:
         return cls.from_inspect({
             "Id": entry["Id"], "Name": names[0], "State": state,
             "Config": {"Labels": labels}, "NetworkSettings": entry.get("NetworkSettings"),
+            "HostConfig": entry.get("HostConfig"),
         })
 
 
-def _addresses(info: Mapping[str, Any]) -> dict[str, str]:
+def joined(info: Mapping[str, Any]) -> str:
+    """The container whose network namespace this one joined (``NetworkMode`` ``container:<id>``,
+    in an inspection and a listing alike), or ""."""
+    mode = str((info.get("HostConfig") or {}).get("NetworkMode") or "")
+    return mode.removeprefix("container:") if mode.startswith("container:") else ""
+
+
+def addresses_of(info: Mapping[str, Any]) -> dict[str, str]:
+    """A container's IPv4 address per network, from its inspection or listing."""
     networks = (info.get("NetworkSettings") or {}).get("Networks") or {}
     return {name: str(n["IPAddress"]) for name, n in networks.items()
             if isinstance(n, dict) and n.get("IPAddress")}

@@ -40,7 +40,7 @@ SessionType = Literal["interactive", "batch"]
 
 _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Sessions have no IPv6: the fence (agent/isolation) is written for IPv4.
-_NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
+NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
 _DOCKER_SOCKETS = ("docker.sock", "containerd.sock", "podman.sock")
 
 
@@ -314,7 +314,7 @@ def build_container_spec(session: SessionSpec, options: SpecOptions) -> Containe
         mounts=session.folders,
         log_max_size=options.log_max_size,
         network=options.network,
-        sysctls=_NO_IPV6 if options.network and options.ipv6_off else {},
+        sysctls=NO_IPV6 if options.network and options.ipv6_off else {},
     )
 
 
