@@ -108,6 +108,12 @@ class NetworkSettings(BaseModel):
         description="More networks sessions must never reach (CIDRs), e.g. the cluster's "
         "internal network.",
     )
+    warm_sandboxes: int = Field(
+        default=2, ge=0, le=64,
+        description="Network sandboxes kept ready in the session network for starting "
+        "sessions to join, which then skip Docker's network set-up (most of a start). Each "
+        "serves one owner's sessions, one at a time; 0: none.",
+    )
 
     @field_validator("deny")
     @classmethod

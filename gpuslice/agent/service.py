@@ -34,6 +34,8 @@ from gpuslice.agent.decide import Act, Action, decide
 from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.isolation.firewall import FirewallError
 from gpuslice.agent.isolation.network import IsolationError, SessionNetwork, ipv6_available
+from gpuslice.agent.isolation.sandboxes import SWEEP_S as SANDBOX_SWEEP_S
+from gpuslice.agent.isolation.sandboxes import Sandboxes
 from gpuslice.agent.manager_link import (
     Credential,
     LinkError,
@@ -50,7 +52,7 @@ from gpuslice.agent.runtime.models import (
     DockerUnavailable,
     RuntimeEvent,
 )
-from gpuslice.agent.runtime.spec import DeviceInfo, SpecOptions, container_name
+from gpuslice.agent.runtime.spec import NO_IPV6, DeviceInfo, SpecOptions, container_name
 from gpuslice.agent.sampling import GpuSampler
 from gpuslice.agent.sessions import SessionActions
 from gpuslice.agent.streams import StreamService
@@ -58,6 +60,7 @@ from gpuslice.agent.usage import UsageCollector
 from gpuslice.agent.watchdog import find_overuse, slice_limits
 from gpuslice.common import heap
 from gpuslice.common.docker_engine import explain
+from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 from gpuslice.common.logs import bind
 from gpuslice.common.schemas.agents import Assignment, Assignments, Heartbeat, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
@@ -112,6 +115,8 @@ class Agent:
         self.usage_collector: UsageCollector | None = None  # made once the accelerator is known
         self.sampler: GpuSampler | None = None
         self.network: SessionNetwork | None = None  # the fence, once set up (agent/isolation)
+        self.sandboxes: Sandboxes | None = None  # warm network sandboxes, with the fence
+        self._swept_at = 0.0
         self.endpoint = SessionEndpoint(
             settings.data_dir, data=self, link=self.link, user=settings.session_user
         )
@@ -140,9 +145,11 @@ class Agent:
         try:
             await self._wait_for_docker(stop)
             self.network = await self._isolate()
+            self.sandboxes = await self._sandboxes()
             self.sessions = SessionActions(
                 self.settings, self.runtime, self.link, self._spec_options(accelerator),
                 self.say, endpoint=self.endpoint, shim=await self._cap_shim(),
+                sandboxes=self.sandboxes,
             )
             credential = await self._connect(stop)
             bind(node_id=credential.node_id)  # the loops below start after: they inherit it
@@ -176,6 +183,8 @@ class Agent:
         finally:
             await self.streams.close()
             await self.endpoint.stop()
+            if self.sandboxes is not None:  # the idle ones: the network can go with them
+                await self.sandboxes.close()
             await self._unfence()
             await self.link.close()
             await self.runtime.close()
@@ -203,6 +212,23 @@ class Agent:
                                  self.settings.manager_url, say=self.say)
         await network.start()
         return network
+
+    async def _sandboxes(self) -> Sandboxes | None:
+        """The node's warm network sandboxes (``agent/isolation/sandboxes.py``): those of
+        sessions left running taken back, the others removed, spares made of the default
+        session image when the node has it."""
+        if self.network is None or self.settings.network.warm_sandboxes == 0:
+            return None
+        pool = Sandboxes(self.runtime, self.network.name,
+                         warm=self.settings.network.warm_sandboxes,
+                         user=self.settings.session_user,
+                         sysctls=NO_IPV6 if ipv6_available() else {}, say=self.say)
+        joined = {c.session_id: (c.sandbox, c.owner)
+                  for c in await self.runtime.list_managed() if c.sandbox}
+        await pool.adopt(joined)
+        if await self.runtime.has_image(DEFAULT_SESSION_IMAGE):
+            pool.seed(DEFAULT_SESSION_IMAGE)
+        return pool
 
     async def _cap_shim(self) -> Path | None:
         """The cap shim library, built once per node, when hard caps are on."""
@@ -372,13 +398,20 @@ class Agent:
             elif event.kind == "connected":
                 if lost:
                     self.say("agent: the Docker Engine is back; re-adopting its containers")
+                    if self.sandboxes is not None:
+                        with contextlib.suppress(ContainerRuntimeError):  # next time, then
+                            await self.sandboxes.recheck()
                 lost = False
                 log.info("docker events: connected")
-            if event.kind == "die" and event.session_id and event.container_id:
+            if event.kind in ("die", "destroy") and not event.session_id:
+                if self.sandboxes is not None:  # a network sandbox's (no session's)
+                    self.sandboxes.died(event.container_id)
+            elif event.kind == "die" and event.session_id and event.container_id:
                 self.sessions.died(event.session_id)
                 self.finish_stopped(event.session_id, event.container_id,
                                     event.name if event.exit_code == 0 else None)
-            if event.session_id not in self._busy and not self._own_doing(event):
+            if (event.session_id not in self._busy and not self._own_doing(event)
+                    and (event.session_id or event.kind in ("connected", "disconnected"))):
                 # A busy session's container is its step's (a start or removal the agent
                 # made, a stop taken by ``finish_stopped`` just above): the step's end kicks
                 # reconcile then if need be, one pass, not two (each lists the node's
@@ -428,6 +461,7 @@ class Agent:
     async def reconcile(self, desired: Assignments) -> None:
         """One pass: every session gets the one next step it needs, run as its own task."""
         wanted = {a.session_id: a for a in desired.sessions}
+        listed_at = time.monotonic()
         try:  # busy sessions' stopped containers are their steps': not inspected
             containers = await self.runtime.list_managed(busy=set(self._busy))
         except DockerUnavailable as err:  # sessions to start wait for it, and say so
@@ -444,6 +478,9 @@ class Agent:
                 await self.runtime.remove_container(container.container_id)
         known = wanted.keys() | actual.keys()
         self.sessions.forget(keep=known)
+        if self.sandboxes is not None and listed_at - self._swept_at >= SANDBOX_SWEEP_S:
+            self._swept_at = listed_at
+            self.sandboxes.sweep(actual.keys() | self._busy.keys(), listed_at)
         self.streams.forget(keep={sid for sid, c in actual.items() if c.running})
         for session_id, assignment in wanted.items():
             running = actual.get(session_id)
@@ -594,6 +631,9 @@ class Agent:
     async def _remove_images(self, references: list[str]) -> None:
         # Docker refuses to delete an image a container uses (409): it is tried again with
         # the next assignments, which list it until a heartbeat no longer reports it.
+        if self.sandboxes is not None:
+            for ref in references:
+                await self.sandboxes.drop_image(ref)
         removed = [ref for ref in references if await self.runtime.remove_image(ref)]
         if removed:
             self.say(f"agent: removed image(s) {', '.join(removed)} (gone from the catalog)")

@@ -13,11 +13,13 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Collection
+from dataclasses import replace
 from pathlib import Path
 
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import Act, Action
 from gpuslice.agent.endpoint import SessionEndpoint
+from gpuslice.agent.isolation.sandboxes import Sandboxes
 from gpuslice.agent.manager_link import LinkError, ManagerLink
 from gpuslice.agent.runtime.adapter import session_spec
 from gpuslice.agent.runtime.docker import DockerRuntime
@@ -25,11 +27,14 @@ from gpuslice.agent.runtime.folders import folder_mounts
 from gpuslice.agent.runtime.hardcaps import apply_hard_caps
 from gpuslice.agent.runtime.models import (
     ContainerRuntimeError,
+    ContainerState,
     DockerUnavailable,
     ImageNotFound,
     ImagePullError,
 )
+from gpuslice.agent.runtime.sandbox_ops import SandboxUnusable
 from gpuslice.agent.runtime.spec import (
+    ContainerSpec,
     SpecError,
     SpecOptions,
     build_container_spec,
@@ -59,10 +64,13 @@ class SessionActions:
         say: Callable[[str], None],
         endpoint: SessionEndpoint | None = None,
         shim: Path | None = None,
+        sandboxes: Sandboxes | None = None,
     ) -> None:
         """``shim``: the cap shim on this node (``capshim.build``), given when hard caps are
-        on (``hard_caps.mode``)."""
+        on (``hard_caps.mode``); ``sandboxes``: the node's warm network sandboxes, when
+        sessions are fenced and some are kept (``network.warm_sandboxes``)."""
         self.shim = shim
+        self.sandboxes = sandboxes
         self.settings = settings
         self.runtime = runtime
         self.link = link
@@ -135,7 +143,7 @@ class SessionActions:
                 spec = apply_hard_caps(spec, self.settings.hard_caps, self.shim)
             if self.endpoint is not None:  # its socket is there before the session starts
                 await self.endpoint.open(sid)
-            running = (await self.runtime.ensure_running(spec)).running
+            running = (await self._ensure_running(spec)).running
             self._image_missing_since.pop(sid, None)
             self._docker_away.discard(sid)
         except ImageNotFound:
@@ -160,6 +168,26 @@ class SessionActions:
             await self.report(sid, StateReport(status=SessionStatus.RUNNING, reason="running"))
 
     # ------------------------------------------------------------ helpers
+
+    async def _ensure_running(self, spec: ContainerSpec) -> ContainerState:
+        """The session's container, in a warm network sandbox when one is ready
+        (``isolation/sandboxes.py``), else wired into the session network by Docker."""
+        pool = self.sandboxes
+        sandbox = pool.take(spec.session_id, spec.owner, spec.image) if pool else None
+        if pool is None or sandbox is None:
+            return await self.runtime.ensure_running(spec)
+        try:
+            state = await self.runtime.ensure_running(
+                replace(spec, network=f"container:{sandbox}"))
+        except SandboxUnusable as err:  # it stopped meanwhile: the direct way
+            log.warning("session %s: network sandbox %s: %s", spec.session_id, sandbox[:12], err)
+            pool.unusable(spec.session_id)
+            return await self.runtime.ensure_running(spec)
+        except BaseException:
+            pool.joined(spec.session_id, None)  # it may be in it: its until removed
+            raise
+        pool.joined(spec.session_id, state.sandbox)
+        return state
 
     async def say_docker_away(self, sid: str, detail: str) -> None:
         """Once per wait: the session's reason says that it waits for the Docker Engine (it
@@ -270,6 +298,8 @@ class SessionActions:
         reconcile pass would close it too, but a step that ended as it should is followed by
         none)."""
         await self.runtime.remove(sid, cid)
+        if self.sandboxes is not None:  # its container is gone: its sandbox is free
+            self.sandboxes.release(sid)
         if self.endpoint is not None:
             await self.endpoint.close(sid)
 

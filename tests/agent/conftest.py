@@ -25,9 +25,18 @@ async def runtime(base_image: str, tmp_path: Path) -> AsyncIterator[DockerRuntim
         try:
             yield rt
         finally:
-            for state in await rt.list_managed():
-                await rt.remove_container(state.container_id)
-            await rt.remove_network(Fence(node).network)  # when a test made the node's fence
+            await remove_node(rt)
+
+
+async def remove_node(runtime: DockerRuntime) -> None:
+    """A test node's session containers, network sandboxes and session network (when a test
+    made its fence), in that order."""
+    for state in await runtime.list_managed():
+        await runtime.remove_container(state.container_id)
+    network = Fence(runtime.node_name).network
+    for sandbox in await runtime.list_sandboxes(network):
+        await runtime.remove_sandbox(sandbox.id)
+    await runtime.remove_network(network)
 
 
 @pytest.fixture

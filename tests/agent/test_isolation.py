@@ -21,14 +21,16 @@ import sys
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pytest
 
 from gpuslice.agent.config import NetworkSettings
 from gpuslice.agent.isolation.network import SessionNetwork, ipv6_available
+from gpuslice.agent.isolation.policy import Fence
+from gpuslice.agent.isolation.sandboxes import Sandboxes
 from gpuslice.agent.runtime import ContainerState, DockerRuntime
-from gpuslice.agent.runtime.spec import ContainerSpec, SessionSpec, SpecOptions
+from gpuslice.agent.runtime.spec import NO_IPV6, ContainerSpec, SessionSpec, SpecOptions
 from gpuslice.agent.runtime.spec import build_container_spec as build
 
 pytestmark = [
@@ -160,13 +162,15 @@ async def fence(
     yield make
     for state in await runtime.list_managed():
         await runtime.remove_container(state.container_id)
+    for sandbox in await runtime.list_sandboxes(Fence(runtime.node_name).network):
+        await runtime.remove_sandbox(sandbox.id)
     if made:
         await made[-1].remove()
 
 
 def _spec(runtime: DockerRuntime, base_image: str, network: str,
-          command: tuple[str, ...] | None = None) -> ContainerSpec:
-    session = SessionSpec(session_id=f"iso{uuid.uuid4().hex[:10]}", owner="alice",
+          command: tuple[str, ...] | None = None, owner: str = "alice") -> ContainerSpec:
+    session = SessionSpec(session_id=f"iso{uuid.uuid4().hex[:10]}", owner=owner,
                           image=base_image, type="interactive", cpu=250, mem=128 * 1024**2,
                           command=command)
     options = SpecOptions(node_name=runtime.node_name, network=network,
@@ -174,11 +178,18 @@ def _spec(runtime: DockerRuntime, base_image: str, network: str,
     return build(session, options)
 
 
-async def _running(runtime: DockerRuntime, spec: ContainerSpec) -> ContainerState:
-    """Started, as a look finds it (with its address: a start alone does not inspect)."""
+async def _running(runtime: DockerRuntime, spec: ContainerSpec,
+                   pool: Sandboxes | None = None) -> ContainerState:
+    """Started, as a look finds it (with its address: a start alone does not inspect); in a
+    warm network sandbox of ``pool``'s when given."""
+    if pool is not None:
+        sandbox = pool.take(spec.session_id, spec.owner, spec.image)
+        assert sandbox is not None
+        spec = replace(spec, network=f"container:{sandbox}")
     await runtime.ensure_running(spec)
     state = await runtime.find(spec.session_id)
     assert state is not None and state.running
+    assert bool(state.sandbox) is (pool is not None)
     return state
 
 
@@ -189,16 +200,27 @@ async def _reach(runtime: DockerRuntime, session_id: str, host: str, port: int) 
     return done.stdout.strip()
 
 
+@pytest.mark.parametrize("sandboxed", [False, True], ids=["wired", "in-sandboxes"])
 async def test_sessions_reach_only_what_the_policy_allows(
     runtime: DockerRuntime, base_image: str, fence: Callable[[NetworkSettings], SessionNetwork],
-    outside: Outside, host_listener: int,
+    outside: Outside, host_listener: int, sandboxed: bool,
 ) -> None:
+    # Wired into the network by Docker, or in warm network sandboxes (two owners' sessions,
+    # each in its own): the same fence holds.
     network = fence(NetworkSettings())
     info = await network.start()
     await network.start()  # a second start (an agent restart) changes nothing
-    a = await _running(runtime, _spec(runtime, base_image, network.name))
-    b = await _running(runtime, _spec(runtime, base_image, network.name,
-                                      command=("python3", "-c", LISTEN, str(PORT))))
+    pool = None
+    if sandboxed:
+        pool = Sandboxes(runtime, network.name, warm=2, user="1000:1000",
+                         sysctls=NO_IPV6 if ipv6_available() else {})
+        pool.seed(base_image)
+        async with asyncio.timeout(30):
+            while pool.counts() != (0, 2):
+                await asyncio.sleep(0.05)
+    a = await _running(runtime, _spec(runtime, base_image, network.name), pool)
+    b = await _running(runtime, _spec(runtime, base_image, network.name, owner="bob",
+                                      command=("python3", "-c", LISTEN, str(PORT))), pool)
     assert a.ip_address and b.ip_address and a.ip_address != b.ip_address
     host_ip = _host_address()
 
@@ -217,6 +239,8 @@ async def test_sessions_reach_only_what_the_policy_allows(
     if ipv6_available():
         v6 = await runtime.exec(a.session_id, ["cat", "/proc/sys/net/ipv6/conf/all/disable_ipv6"])
         assert v6.stdout.strip() == "1"
+    if pool is not None:
+        await pool.close()
 
 
 async def test_egress_off_and_denied_networks(

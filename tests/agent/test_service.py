@@ -19,12 +19,12 @@ import pytest
 from gpuslice.agent import service
 from gpuslice.agent.accelerators.mock import MockAccelerator
 from gpuslice.agent.config import AgentSettings, MockGpu
-from gpuslice.agent.isolation.policy import Fence
 from gpuslice.agent.manager_link import ManagerLink
 from gpuslice.agent.runtime import DockerRuntime
 from gpuslice.agent.service import Agent
 from gpuslice.common.resources import GiB, MiB, slice_fraction, sm_percent
 from gpuslice.common.schemas.agents import AgentRequest, ExecAsk
+from tests.agent.conftest import remove_node
 
 pytestmark = pytest.mark.docker
 MANAGER = "http://manager.test"
@@ -118,9 +118,7 @@ async def agent_running(
         stop.set()
         await asyncio.wait_for(task, 30)
         async with DockerRuntime(node_name=node, files_root=tmp_path / "agent") as runtime:
-            for state in await runtime.list_managed():
-                await runtime.remove_container(state.container_id)
-            await runtime.remove_network(Fence(node).network)
+            await remove_node(runtime)
 
 
 def assignment(agent: Agent, image: str, session_id: str, **changes: Any) -> dict[str, Any]:
@@ -195,6 +193,41 @@ async def test_heartbeats_go_on_while_docker_is_too_busy_to_report(
     release.set()
     collector.heartbeat = fresh  # type: ignore[method-assign]
     await until(lambda: len(manager.heartbeats) >= seen + 6)
+
+
+async def test_sessions_start_in_warm_network_sandboxes_of_their_owner(
+    agent_running: Agent, manager: StandInManager, base_image: str
+) -> None:
+    agent = agent_running
+    await until(agent.ready.is_set)
+    pool = agent.sandboxes
+    assert pool is not None  # the fence is on (root, iptables): sandboxes come with it
+    await until(lambda: pool.counts()[1] >= 2)  # spares of the default session image
+    first, bob = f"s{uuid.uuid4().hex[:10]}", f"s{uuid.uuid4().hex[:10]}"
+    manager.sessions = [assignment(agent, base_image, first),
+                        assignment(agent, base_image, bob, owner="bob")]
+    manager.change()
+    await until(lambda: all("RUNNING" in manager.statuses(s) for s in (first, bob)))
+    mine, theirs = await agent.runtime.find(first), await agent.runtime.find(bob)
+    assert mine is not None and theirs is not None
+    assert mine.sandbox and theirs.sandbox and mine.sandbox != theirs.sandbox
+    assert mine.ip_address and mine.ip_address != theirs.ip_address
+
+    manager.sessions = [assignment(agent, base_image, first, status="TERMINATING",
+                                   desired="stopped"),
+                        assignment(agent, base_image, bob, owner="bob")]
+    manager.change()
+    await until(lambda: "TERMINATED" in manager.statuses(first))
+    async with asyncio.timeout(10):
+        while await agent.runtime.find(first) is not None:
+            await asyncio.sleep(0.05)
+    second = f"s{uuid.uuid4().hex[:10]}"
+    manager.sessions = [assignment(agent, base_image, bob, owner="bob"),
+                        assignment(agent, base_image, second)]
+    manager.change()
+    await until(lambda: "RUNNING" in manager.statuses(second))
+    again = await agent.runtime.find(second)
+    assert again is not None and again.sandbox == mine.sandbox  # alice's, free again
 
 
 async def test_a_stop_the_manager_asks_for_needs_no_reconcile_pass(

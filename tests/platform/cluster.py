@@ -195,7 +195,8 @@ class Cluster:
     def containers(self, node: str) -> dict[str, list[str]]:
         """session id -> its containers (ids) on ``node``, running or not."""
         out = subprocess.run(
-            ["docker", "ps", "-a", "--filter", f"label=gpuslice.node={node}", "--format",
+            ["docker", "ps", "-a", "--filter", f"label=gpuslice.node={node}",
+             "--filter", "label=gpuslice.session-id", "--format",
              '{{.ID}} {{.Label "gpuslice.session-id"}}'],
             capture_output=True, text=True, check=True, timeout=60).stdout
         found: dict[str, list[str]] = {}

@@ -17,9 +17,10 @@ SMALL = ["--cpu", "0.25", "--mem", "256m"]
 
 
 def containers_of(node: str) -> dict[str, str]:
-    """session id -> container id, for every container (running or not) of a node."""
+    """session id -> container id, for every session container (running or not) of a node."""
     out = subprocess.run(
-        ["docker", "ps", "-a", "--filter", f"label=gpuslice.node={node}", "--format",
+        ["docker", "ps", "-a", "--filter", f"label=gpuslice.node={node}",
+         "--filter", "label=gpuslice.session-id", "--format",
          '{{.ID}} {{.Label "gpuslice.session-id"}}'],
         capture_output=True, text=True, check=True,
     ).stdout

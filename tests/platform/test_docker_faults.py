@@ -35,8 +35,9 @@ def up_on_private(running_private_dockerd: PrivateDockerd, tmp_path: Path,
 
 
 def containers(engine: PrivateDockerd, node: str) -> dict[str, str]:
-    """session id -> container id of a node's containers on the private engine."""
-    out = engine.docker("ps", "-a", "--filter", f"label=gpuslice.node={node}", "--format",
+    """session id -> container id of a node's session containers on the private engine."""
+    out = engine.docker("ps", "-a", "--filter", f"label=gpuslice.node={node}",
+                        "--filter", "label=gpuslice.session-id", "--format",
                         '{{.ID}} {{.Label "gpuslice.session-id"}}').stdout
     return {sid: cid for cid, sid in (line.split() for line in out.splitlines() if line)}
 

@@ -3,7 +3,8 @@
 The policy, per node:
 
 - Every session runs in the node's own Docker bridge network (``gpuslice-<node>``, bridge
-  ``gs<hash>``) with inter-container traffic off, never on Docker's default bridge.
+  ``gs<hash>``) with inter-container traffic off, never on Docker's default bridge: wired
+  in by Docker, or in a network sandbox that is (``sandboxes.py``).
 - A session cannot open a connection to another session, to the host (any of its addresses:
   the bridge gateway, the node's own IPs, ports it publishes), to the manager's addresses, to
   link-local addresses (``169.254.0.0/16``, cloud metadata) or to the admin's
@@ -28,4 +29,6 @@ this happens (a machine where the agent cannot run iptables as root); the agent 
 - ``policy.py``: the rules as iptables argument lists (pure).
 - ``firewall.py``: applying and removing them with the Debian ``iptables`` package.
 - ``network.py``: the Docker network (Engine API) and the whole fence, start to stop.
+- ``sandboxes.py``: warm network sandboxes in that network, which starting sessions join
+  (one session at a time, one owner's sessions only); its docstring has the invariants.
 """
