@@ -40,10 +40,13 @@ def admin_password(data_dir: Path) -> str:
                 if line.startswith("password: "))
 
 
-def node_containers(node: str) -> list[str]:
-    """The ids of node ``node``'s session containers, running or not."""
-    out = subprocess.run(["docker", "ps", "-aq", "--filter", f"label=gpuslice.node={node}"],
-                         capture_output=True, text=True).stdout
+def node_containers(node: str, *, sessions_only: bool = False) -> list[str]:
+    """The ids of node ``node``'s containers, running or not: its session containers, and its
+    network sandboxes unless ``sessions_only``."""
+    wanted = ["--filter", f"label=gpuslice.node={node}"]
+    if sessions_only:
+        wanted += ["--filter", "label=gpuslice.session-id"]
+    out = subprocess.run(["docker", "ps", "-aq", *wanted], capture_output=True, text=True).stdout
     return out.split()
 
 

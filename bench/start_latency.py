@@ -13,8 +13,9 @@ the request destroying a holder to the waiting session's RUNNING event (its floo
 start, so ``restart_over_plain_ms`` is what the platform adds on that path).
 
 Beside the plain start on Docker's default bridge, the same on the agent's session network
-(``fenced``): the isolation every session keeps costs Docker's embedded DNS set-up in each
-container of a user-defined network, which no session start can avoid.
+(``fenced``): what wiring a container into a user-defined network costs (a veth pair, a bridge
+port, Docker's embedded DNS set-up). Sessions skip it: each joins a warm network sandbox in
+that network (``agent/isolation/sandboxes.py``), so the platform's start can beat the plain one.
 
 Last line: ``platform_ms_p50=<ms> plain_ms_p50=<ms> ratio=<x> restart_ms_p50=<ms>
 restart_over_plain_ms=<ms> fenced_ms_p50=<ms> ratio_fenced=<x>``.

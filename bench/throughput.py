@@ -3,18 +3,22 @@
 Platform: `gpuslice up` (manager + local agent, real Docker, one mock 8 GiB GPU split in 8 fGPU)
 in a subprocess; N batch sessions running ``true`` (1 fGPU, 0.1 CPU, 64 MiB each, so 8 run at
 once) are created through the SDK, and the clock stops when the last one is TERMINATED (from
-the event stream). Then every session must be TERMINATED with result SUCCESS, and no container
-of the node may be left behind. Floor: the same N containers (same image, command, user,
-limits, init, on the agent's fenced session network) created, started, waited for and removed
-through the Engine API (aiodocker), 8 at a time, measured in the same run just before and again
-just after, their mean the floor (a machine that drifts during the run then moves both sides
-alike); and the same on Docker's default bridge (no isolation: ``bridge_*``), last.
+the event stream). Then every session must be TERMINATED with result SUCCESS, no session
+container of the node may be left behind, and once the platform stops no container of the
+node at all (its idle network sandboxes go with it). Floor: the same N containers (same image,
+command, user, limits, init, on the agent's fenced session network) created, started, waited
+for and removed through the Engine API (aiodocker), 8 at a time, measured in the same run just
+before and again just after, their mean the floor (a machine that drifts during the run then
+moves both sides alike); and the same on Docker's default bridge (no isolation: ``bridge_*``),
+last.
 
     python bench/throughput.py [--sessions 200] [--image gpuslice/base:<version>]
 
 Last line: ``platform_per_s=<n> floor_per_s=<n> ratio=<x> floor_before_per_s=<n>
-floor_after_per_s=<n> bridge_per_s=<n> bridge_ratio=<x> lost=<n> left=<n>`` (ratio: the
-platform's rate over the floor's).
+floor_after_per_s=<n> bridge_per_s=<n> bridge_ratio=<x> lost=<n> left=<n> left_after_stop=<n>``
+(ratio: the platform's rate over the floor's). Sessions join warm network sandboxes
+(``agent/isolation/sandboxes.py``) where the floor's containers are wired into the network one
+by one: the platform can beat its floor.
 """
 
 from __future__ import annotations
@@ -71,17 +75,20 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(60)
+            stopped_left = len(node_containers(node))  # its idle network sandboxes go too
             forget_node(node)
     bridge_s = asyncio.run(plain_batch(args.image, args.sessions, None))
     print(f"bridge:   {args.sessions} containers in {bridge_s:.1f} s "
           f"({args.sessions / bridge_s:.2f}/s), on Docker's default bridge (no isolation)")
-    print(f"lost {lost}, containers left {left}")
+    print(f"lost {lost}, session containers left {left}, containers left once it stopped "
+          f"{stopped_left}")
     rate, floor = args.sessions / platform_s, args.sessions / ((before_s + after_s) / 2)
     bridge = args.sessions / bridge_s
     print(f"platform_per_s={rate:.2f} floor_per_s={floor:.2f} ratio={rate / floor:.2f} "
           f"floor_before_per_s={args.sessions / before_s:.2f} "
           f"floor_after_per_s={args.sessions / after_s:.2f} "
-          f"bridge_per_s={bridge:.2f} bridge_ratio={rate / bridge:.2f} lost={lost} left={left}")
+          f"bridge_per_s={bridge:.2f} bridge_ratio={rate / bridge:.2f} lost={lost} left={left} "
+          f"left_after_stop={stopped_left}")
 
 
 def platform_batch(client: Client, image: str, n: int) -> tuple[float, int]:
@@ -150,7 +157,7 @@ async def plain_batch(image: str, n: int, network: str | None) -> float:
 def _left_behind(node: str) -> int:
     deadline = time.monotonic() + 10  # the last container is removed just after its report
     while True:
-        left = node_containers(node)
+        left = node_containers(node, sessions_only=True)
         if not left or time.monotonic() > deadline:
             return len(left)
         time.sleep(0.2)
