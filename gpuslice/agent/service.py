@@ -34,7 +34,6 @@ from gpuslice.agent.decide import Act, Action, decide
 from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.isolation.firewall import FirewallError
 from gpuslice.agent.isolation.network import IsolationError, SessionNetwork, ipv6_available
-from gpuslice.agent.isolation.sandboxes import SWEEP_S as SANDBOX_SWEEP_S
 from gpuslice.agent.isolation.sandboxes import Sandboxes
 from gpuslice.agent.manager_link import (
     Credential,
@@ -116,7 +115,6 @@ class Agent:
         self.sampler: GpuSampler | None = None
         self.network: SessionNetwork | None = None  # the fence, once set up (agent/isolation)
         self.sandboxes: Sandboxes | None = None  # warm network sandboxes, with the fence
-        self._swept_at = 0.0
         self.endpoint = SessionEndpoint(
             settings.data_dir, data=self, link=self.link, user=settings.session_user
         )
@@ -478,8 +476,7 @@ class Agent:
                 await self.runtime.remove_container(container.container_id)
         known = wanted.keys() | actual.keys()
         self.sessions.forget(keep=known)
-        if self.sandboxes is not None and listed_at - self._swept_at >= SANDBOX_SWEEP_S:
-            self._swept_at = listed_at
+        if self.sandboxes is not None:
             self.sandboxes.sweep(actual.keys() | self._busy.keys(), listed_at)
         self.streams.forget(keep={sid for sid, c in actual.items() if c.running})
         for session_id, assignment in wanted.items():

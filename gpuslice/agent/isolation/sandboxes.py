@@ -96,6 +96,7 @@ class Sandboxes:
         self._making: asyncio.Task[None] | None = None
         self._removing: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._swept_at = 0.0
 
     # ------------------------------------------------------------ a session's sandbox
 
@@ -142,19 +143,13 @@ class Sandboxes:
     def died(self, container_id: str) -> None:
         """A sandbox stopped (its ``die`` event): an idle one is dropped. One a session is in
         stays its (the session keeps its namespace; a start again wakes the sandbox)."""
-        for sandbox in self._idle_ones():
-            if sandbox.id == container_id:
-                self._take_out(sandbox)
-                self._remove_later(sandbox)
+        self._drop([s for s in self._idle_ones() if s.id == container_id])
 
     async def recheck(self) -> None:
         """After the Docker Engine was away (restarted: every container stopped, events
         missed): idle sandboxes that no longer run are dropped."""
         running = {s.id for s in await self.runtime.list_sandboxes(self.network) if s.running}
-        for sandbox in self._idle_ones():
-            if sandbox.id not in running:
-                self._take_out(sandbox)
-                self._remove_later(sandbox)
+        self._drop([s for s in self._idle_ones() if s.id not in running])
         self._top_up()
 
     def release(self, session_id: str) -> None:
@@ -193,10 +188,14 @@ class Sandboxes:
         self._top_up()
 
     def sweep(self, sessions: Collection[str], listed_at: float) -> None:
-        """Idle sandboxes past ``IDLE_S`` go, and sandboxes of sessions whose containers were
-        gone from a listing made at ``listed_at`` come back (removed some other way than by
-        the session's step: by hand, say). ``sessions``: those the listing showed, and those
-        whose step runs (a start may not have made its container yet)."""
+        """At most every ``SWEEP_S`` (each reconcile pass offers its listing): idle sandboxes
+        past ``IDLE_S`` go, and sandboxes of sessions whose containers were gone from a listing
+        made at ``listed_at`` come back (removed some other way than by the session's step: by
+        hand, say). ``sessions``: those the listing showed, and those whose step runs (a start
+        may not have made its container yet)."""
+        if listed_at - self._swept_at < SWEEP_S:
+            return
+        self._swept_at = listed_at
         for sid, sandbox in list(self._used.items()):
             if sid not in sessions and sandbox.since < listed_at:
                 self.release(sid)
@@ -244,7 +243,11 @@ class Sandboxes:
         doomed = idle[:max(0, len(idle) - keep)]
         if older_than is not None:
             doomed += [s for s in idle[len(doomed):] if s.owner and s.since < older_than]
-        for sandbox in doomed:
+        self._drop(doomed)
+
+    def _drop(self, idle: list[Sandbox]) -> None:
+        """These idle sandboxes leave the pool at once, and Docker soon."""
+        for sandbox in idle:
             self._take_out(sandbox)
             self._remove_later(sandbox)
 

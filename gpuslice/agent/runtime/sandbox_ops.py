@@ -18,6 +18,7 @@ from typing import Any
 import aiodocker
 
 from gpuslice.agent.runtime.models import ContainerRuntimeError, ContainerState, addresses_of
+from gpuslice.agent.runtime.spec import LABEL_NODE
 
 LABEL_SANDBOX = "gpuslice.sandbox"  # value: the network the sandbox is in
 
@@ -54,11 +55,11 @@ class SandboxOps:
         try:
             await self._call(lambda _d: container.start())
             info = await self._call(lambda _d: container.show())
-        except aiodocker.DockerError as exc:
+        except BaseException as exc:  # nothing half made is left behind
             await self.remove_container(container.id)
-            raise ContainerRuntimeError(f"starting sandbox {name} failed: {exc.message}") from exc
-        except BaseException:
-            await self.remove_container(container.id)
+            if isinstance(exc, aiodocker.DockerError):
+                raise ContainerRuntimeError(
+                    f"starting sandbox {name} failed: {exc.message}") from exc
             raise
         addresses = addresses_of(info)
         if not (info.get("State") or {}).get("Running") or not addresses:
@@ -88,7 +89,7 @@ class SandboxOps:
 
     async def list_sandboxes(self, network: str) -> list[SandboxState]:
         """This node's sandboxes in ``network``, running or not."""
-        filters = {"label": [f"{LABEL_SANDBOX}={network}", f"gpuslice.node={self.node_name}"]}
+        filters = {"label": [f"{LABEL_SANDBOX}={network}", f"{LABEL_NODE}={self.node_name}"]}
         listed = await self._call(
             lambda d: d.containers.list(all=True, filters=json.dumps(filters)))
         found = []
