@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 
@@ -90,6 +91,8 @@ def upgrade_on(connection: Connection, revision: str = "head") -> None:
 
     def check_then_upgrade(cfg: Config) -> None:
         _refuse_unknown(connection)
+        if revision == "head" and _at_head(connection):
+            return  # most starts: alembic's own run would load its environment to do nothing
         command.upgrade(cfg, revision)
 
     _locked(connection, check_then_upgrade)
@@ -122,5 +125,13 @@ def _locked(connection: Connection, action: Callable[[Config], None]) -> None:
     action(alembic_config(connection))
 
 
+def _at_head(connection: Connection) -> bool:
+    current = set(MigrationContext.configure(connection).get_current_heads())
+    return current == set(_scripts().get_heads())
+
+
+@functools.cache
 def _scripts() -> ScriptDirectory:
+    # Read once per process: the tree is this package's own files, which do not change under
+    # a running manager (parsing every revision took ~20 ms a call, several calls a start).
     return ScriptDirectory.from_config(alembic_config())
