@@ -1,9 +1,14 @@
-"""Shared fixtures: a fresh database per test (SQLite file, or GPUSLICE_TEST_PG PostgreSQL)."""
+"""Shared fixtures: a fresh database per test (SQLite file, or GPUSLICE_TEST_PG PostgreSQL).
+
+``database_url`` is empty; ``migrated_database_url`` is at the schema's head, copied from a
+template migrated once per test process (a file copy on SQLite, ``CREATE DATABASE … TEMPLATE``
+on PostgreSQL) instead of running every migration again for each test."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -104,3 +109,52 @@ async def database_url(tmp_path: Path) -> AsyncIterator[str]:
     """A new, empty database for this test only."""
     async with new_database(tmp_path) as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def _schema_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database at the schema's head, migrated once for this test process: the model that
+    ``migrated_database_url`` copies (nothing connects to it afterwards, as PostgreSQL's
+    ``TEMPLATE`` requires)."""
+    server = pg_url()
+    if server is None:
+        url = f"sqlite+aiosqlite:///{tmp_path_factory.mktemp('schema') / 'template.db'}"
+    else:
+        url = asyncio.run(create_pg_database(server, f"gpuslice_tpl_{uuid.uuid4().hex[:16]}"))
+    try:
+        asyncio.run(_migrate(url))
+        yield url
+    finally:
+        if server is not None:
+            asyncio.run(drop_pg_database(server, url))
+
+
+async def _migrate(url: str) -> None:
+    from gpuslice.manager.db import migrate
+    from gpuslice.manager.db.engine import make_engine
+
+    engine = make_engine(url)
+    try:
+        await migrate.upgrade(engine)
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+async def migrated_database_url(tmp_path: Path, _schema_template: str) -> AsyncIterator[str]:
+    """A new database at the schema's head (no rows: the manager makes its admin at start),
+    for this test only."""
+    server = pg_url()
+    if server is None:
+        copy = tmp_path / "test.db"
+        shutil.copyfile(make_url(_schema_template).database or "", copy)
+        yield f"sqlite+aiosqlite:///{copy}"
+        return
+    name = f"gpuslice_test_{uuid.uuid4().hex[:16]}"
+    template = make_url(_schema_template).database
+    await _admin(server, f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
+    url = make_url(server).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        await drop_pg_database(server, url)

@@ -25,6 +25,7 @@ import aiodocker
 import pytest
 
 from gpuslice.images import DEFAULT_CACHE_DIR, BaseImageOptions, ensure_base_image
+from tests.waits import scaled
 
 DOCKERD_PIDFILE = Path("/var/run/docker.pid")
 
@@ -32,7 +33,7 @@ DOCKERD_PIDFILE = Path("/var/run/docker.pid")
 def _docker_problem() -> str | None:
     async def ping() -> None:
         async with aiodocker.Docker() as docker:
-            await asyncio.wait_for(docker.version(), 10)
+            await asyncio.wait_for(docker.version(), scaled(10))
 
     try:
         asyncio.run(ping())
@@ -82,7 +83,7 @@ def restart_dockerd(timeout: float = 90.0) -> None:
     pid = int(DOCKERD_PIDFILE.read_text().strip())
     argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while Path(f"/proc/{pid}").exists():
         if time.monotonic() > deadline:
             raise TimeoutError(f"dockerd (pid {pid}) did not stop within {timeout:.0f}s")
@@ -157,7 +158,7 @@ class PrivateDockerd:
         with open(self.root / "dockerd.log", "ab") as log:
             self._process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT,
                                              start_new_session=True)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while self.docker("version", check=False).returncode != 0:
             if self._process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the test's dockerd did not start: {self.log_tail()}")

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from tests.ports import free_port
+from tests.waits import scaled
 
 REPO = Path(__file__).resolve().parents[1]
 SCRAPE_CONFIG = REPO / "deploy" / "monitoring" / "prometheus.yml"
@@ -52,7 +53,7 @@ class Prometheus:
 
     def wait_for(self, expr: str, timeout: float = 60.0) -> list[dict[str, Any]]:
         """The answer to ``expr`` once it has any sample (scrapes take a moment)."""
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while True:
             found = self.query(expr)
             if found:
@@ -103,7 +104,7 @@ def prometheus(target: str, token: str, workdir: Path) -> Iterator[Prometheus]:
 
 
 def _wait_ready(server: Prometheus, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline and server.process.poll() is None:
         try:
             if httpx.get(f"{server.url}/-/ready", timeout=2).status_code == 200:

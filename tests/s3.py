@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from tests.ports import free_port
+from tests.waits import scaled
 
 KEY, SECRET = "gpuslice-test", "gpuslice-test-secret"
 
@@ -48,7 +49,7 @@ def start_s3(host: str = "127.0.0.1") -> tuple[subprocess.Popen[bytes], S3Server
     )
     reach = "127.0.0.1" if host == "0.0.0.0" else host
     url = f"http://{reach}:{port}"
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + scaled(30)
     while True:
         try:
             httpx.get(url, timeout=1)

@@ -21,6 +21,7 @@ from gpuslice.agent.runtime import (
 )
 from gpuslice.common.resources import GiB, MiB
 from tests.agent.factories import gpu_slice
+from tests.waits import scaled
 
 pytestmark = pytest.mark.docker
 MakeSpec = Callable[..., ContainerSpec]
@@ -35,7 +36,7 @@ MEMORY_MAX = (
 
 
 async def wait_finished(runtime: DockerRuntime, session_id: str, timeout: float = 30) -> None:
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(scaled(timeout)):
         while True:
             state = await runtime.find(session_id)
             if state is not None and state.finished:
@@ -242,7 +243,7 @@ async def test_follow_logs_streams_until_the_session_ends(
     )
     await runtime.ensure_running(spec)
     seen = []
-    async with asyncio.timeout(20):
+    async with asyncio.timeout(scaled(20)):
         async for chunk in runtime.follow_logs(spec.session_id):
             seen.append(chunk)
     assert "".join(seen).split() == ["tick-1", "tick-2", "tick-3"]
@@ -288,7 +289,7 @@ async def test_events_report_start_and_exit_code(
             if event.kind == "die":
                 return
 
-    await asyncio.wait_for(collect(), 30)
+    await asyncio.wait_for(collect(), scaled(30))
     kinds = [(e.kind, e.session_id) for e in seen]
     assert kinds == [("connected", ""), ("start", spec.session_id), ("die", spec.session_id)]
     assert seen[-1].exit_code == 7

@@ -32,6 +32,7 @@ from gpuslice.agent.isolation.sandboxes import Sandboxes
 from gpuslice.agent.runtime import ContainerState, DockerRuntime
 from gpuslice.agent.runtime.spec import NO_IPV6, ContainerSpec, SessionSpec, SpecOptions
 from gpuslice.agent.runtime.spec import build_container_spec as build
+from tests.waits import scaled
 
 pytestmark = [
     pytest.mark.docker,
@@ -215,7 +216,7 @@ async def test_sessions_reach_only_what_the_policy_allows(
         pool = Sandboxes(runtime, network.name, warm=2, user="1000:1000",
                          sysctls=NO_IPV6 if ipv6_available() else {})
         pool.seed(base_image)
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(scaled(30)):
             while pool.counts() != (0, 2):
                 await asyncio.sleep(0.05)
     a = await _running(runtime, _spec(runtime, base_image, network.name), pool)

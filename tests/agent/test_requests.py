@@ -32,6 +32,7 @@ from gpuslice.common.schemas.agents import (
     ExecAsk,
     LogsAsk,
 )
+from tests.waits import scaled
 
 MANAGER = "http://manager.test"
 SECRET_ARGV = "argv-only-the-owner-sees"
@@ -226,7 +227,7 @@ async def test_take_runs_each_request_once_as_its_own_task(
     runner = runner_for(runtime, link)
     requests = [request(LogsAsk(tail=1)) for _ in range(3)]
     runner.take(requests)
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(scaled(5)):
         while len(manager.answers) < 3:
             await asyncio.sleep(0.01)
     assert set(manager.answers) == {r.id for r in requests}
@@ -253,7 +254,7 @@ async def test_close_cancels_what_still_runs(link: ManagerLink, manager: FakeMan
     runner = runner_for(Slow(None), link)
     runner.take([request(ExecAsk(command=["sleep", "60"], timeout_ms=60_000))])
     await asyncio.sleep(0)
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(scaled(5)):
         await runner.close()
     assert manager.answers == {}
 
@@ -270,7 +271,7 @@ async def test_logs_and_exec_in_a_real_session(
     spec = make_spec(command=("sh", "-c", "echo one; echo two; echo three; sleep infinity"))
     await runtime.ensure_running(spec)
     runner = runner_for(runtime, link)
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(scaled(10)):
         while "three" not in await runtime.logs(spec.session_id):
             await asyncio.sleep(0.05)
     logs = await answer_of(runner, manager, request(LogsAsk(tail=2), spec.session_id))

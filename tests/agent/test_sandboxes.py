@@ -19,6 +19,7 @@ from gpuslice.agent.isolation.sandboxes import Sandboxes, sandbox_config
 from gpuslice.agent.runtime import ContainerState, DockerRuntime
 from gpuslice.agent.runtime.sandbox_ops import LABEL_SANDBOX, SandboxUnusable
 from gpuslice.agent.runtime.spec import ContainerSpec
+from tests.waits import scaled
 
 pytestmark = pytest.mark.docker
 SpecOf = Callable[[str], ContainerSpec]
@@ -50,7 +51,7 @@ async def pool(runtime: DockerRuntime, network: str, base_image: str
 
 
 async def _until(check: Callable[[], bool], timeout: float = 30.0) -> None:
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(scaled(timeout)):
         while not check():
             await asyncio.sleep(0.05)
 
@@ -196,6 +197,6 @@ async def test_after_the_engine_was_away_stopped_idle_sandboxes_are_dropped(
     await pool.recheck()  # (its die event was missed: the engine restarted)
     assert stopped not in {s.id for s in pool._idle_ones()}
     await _until(lambda: pool.counts() == (0, 2))  # made again
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(scaled(10)):
         while stopped in {s.id for s in await runtime.list_sandboxes(pool.network)}:
             await asyncio.sleep(0.05)  # and the stopped one removed

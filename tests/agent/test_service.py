@@ -25,6 +25,7 @@ from gpuslice.agent.service import Agent
 from gpuslice.common.resources import GiB, MiB, slice_fraction, sm_percent
 from gpuslice.common.schemas.agents import AgentRequest, ExecAsk
 from tests.agent.conftest import remove_node
+from tests.waits import scaled
 
 pytestmark = pytest.mark.docker
 MANAGER = "http://manager.test"
@@ -88,7 +89,7 @@ class StandInManager:
 
 
 async def until(check: Any, timeout: float = 30.0) -> None:
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(scaled(timeout)):
         while not check():
             await asyncio.sleep(0.05)
 
@@ -116,7 +117,7 @@ async def agent_running(
         yield agent
     finally:
         stop.set()
-        await asyncio.wait_for(task, 30)
+        await asyncio.wait_for(task, scaled(30))
         async with DockerRuntime(node_name=node, files_root=tmp_path / "agent") as runtime:
             await remove_node(runtime)
 
@@ -161,7 +162,8 @@ async def test_the_agent_runs_a_session_answers_once_and_stops_it(
                                    desired="stopped")]
     manager.change()
     await until(lambda: "TERMINATED" in manager.statuses(sid))
-    async with asyncio.timeout(10):  # removed just after the report (the slice is free first)
+    # removed just after the report (the slice is free first)
+    async with asyncio.timeout(scaled(10)):
         while await agent.runtime.find(sid) is not None:
             await asyncio.sleep(0.05)
     assert list(manager.answers) == ["r-1"]
@@ -218,7 +220,7 @@ async def test_sessions_start_in_warm_network_sandboxes_of_their_owner(
                         assignment(agent, base_image, bob, owner="bob")]
     manager.change()
     await until(lambda: "TERMINATED" in manager.statuses(first))
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(scaled(10)):
         while await agent.runtime.find(first) is not None:
             await asyncio.sleep(0.05)
     second = f"s{uuid.uuid4().hex[:10]}"
@@ -250,7 +252,7 @@ async def test_a_stop_the_manager_asks_for_needs_no_reconcile_pass(
                                    desired="stopped")]
     manager.change()
     await until(lambda: "TERMINATED" in manager.statuses(sid))
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(scaled(10)):
         while await agent.runtime.find(sid) is not None:
             await asyncio.sleep(0.05)
     assert manager.told_end_once(sid), manager.reports
@@ -345,7 +347,7 @@ async def test_sessions_that_start_and_end_as_asked_need_no_reconcile_pass(
                                    desired="stopped")]
     manager.change()
     await until(lambda: "TERMINATED" in manager.statuses(shell) and not agent._busy)
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(scaled(10)):
         while await agent.runtime.list_managed():
             await asyncio.sleep(0.05)
     await asyncio.sleep(0.5)  # the removals' events
@@ -377,7 +379,7 @@ async def test_a_session_told_to_stop_while_it_starts_is_stopped_once_started(
     gate.set()
     await until(lambda: "TERMINATED" in manager.statuses(sid), timeout=15)
     assert manager.statuses(sid)[:2] == ["PREPARING", "RUNNING"]
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(scaled(10)):
         while await agent.runtime.find(sid) is not None:
             await asyncio.sleep(0.05)
 
@@ -392,7 +394,7 @@ async def test_an_ended_session_in_older_assignments_is_not_reported_again(
     manager.sessions = [assignment(agent, base_image, sid, type="batch", command=["true"])]
     manager.change()
     await until(lambda: "TERMINATED" in manager.statuses(sid) and sid not in agent._busy)
-    async with asyncio.timeout(10):
+    async with asyncio.timeout(scaled(10)):
         while await agent.runtime.find(sid) is not None:
             await asyncio.sleep(0.05)
     manager.sessions = [assignment(agent, base_image, sid, type="batch", command=["true"],

@@ -19,6 +19,7 @@ from gpuslice.agent.runtime.spec import SpecOptions
 from gpuslice.agent.sessions import SessionActions
 from gpuslice.common.schemas.agents import StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
+from tests.waits import scaled
 
 SID = "s-1"
 STOP = Action(Act.STOP, SID, SessionStatus.TERMINATED, reason="stopped")
@@ -69,7 +70,7 @@ def actions(tmp_path: Path, docker: CleaningDocker, manager: Manager) -> Session
 
 
 async def until(check: Any) -> None:
-    async with asyncio.timeout(5):
+    async with asyncio.timeout(scaled(5)):
         while not check():
             await asyncio.sleep(0.01)
 

@@ -27,6 +27,7 @@ from gpuslice.common.schemas.agents import (
     AppStatus,
     StreamAsk,
 )
+from tests.waits import scaled
 
 MANAGER = "http://manager.test"
 
@@ -115,7 +116,7 @@ class Collected:
         self._more.set()
 
     async def until(self, pattern: bytes, timeout: float = 30) -> re.Match[bytes]:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(scaled(timeout)):
             while (found := re.search(pattern, self.data)) is None:
                 self._more.clear()
                 await self._more.wait()
@@ -152,14 +153,14 @@ async def test_a_terminal_outlives_its_stream_then_ends(runtime: DockerRuntime,
         assert b"40 120" in second.data
 
         again.detach(second, keep=0.2)  # nobody comes back: SIGHUP, the shell ends
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(scaled(10)):
             await term.ended.wait()
         fresh, resumed = await terminals.open(session, term.id, 24, 80)
         assert not resumed and fresh.id != term.id
         out = Collected()
         await fresh.attach(out)
         await fresh.write(b"exit 5\n")
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(scaled(10)):
             await fresh.ended.wait()
         assert out.exit_code == 5
     finally:
@@ -196,7 +197,7 @@ async def test_apps_start_on_first_use_and_say_how_they_failed(runtime: DockerRu
         silent = await apps.ensure(session, web("silent", 8003, ["sleep", "300"], 1000))
         assert silent.state is AppState.FAILED
         assert silent.message == "silent did not answer on port 8003 within 1 s; it was stopped"
-        async with asyncio.timeout(10):
+        async with asyncio.timeout(scaled(10)):
             while await count(runtime, session, "sleep 300"):
                 await asyncio.sleep(0.2)
 

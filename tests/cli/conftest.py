@@ -17,6 +17,7 @@ import pytest
 
 from gpuslice.client import Client
 from tests.ports import free_port
+from tests.waits import scaled
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 IMAGE = "tests/idle:1"  # never pulled: no node joins, the sessions wait PENDING
@@ -68,7 +69,7 @@ def manager(tmp_path: Path) -> Iterator[Manager]:
 
 
 def _wait_ready(url: str, credentials: Path, process: subprocess.Popen[bytes]) -> None:
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while time.monotonic() < deadline and process.poll() is None:
         try:
             if httpx.get(f"{url}/api/v1/health", timeout=2).status_code == 200 \

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from gpuslice.manager.settings import load_settings
+from tests.waits import scaled
 
 from .conftest import GPUSLICE, Manager
 
@@ -17,7 +18,7 @@ def _run(manager: Manager, tmp_path: Path, *args: str) -> subprocess.CompletedPr
     env = manager.env | {"GPUSLICE_DATA_DIR": str(tmp_path / "data"),
                          "GPUSLICE_SESSIONS__ALLOWED_IMAGES": '["tests/idle:1"]'}
     return subprocess.run([GPUSLICE, "admin", *args], env=env, capture_output=True, text=True,
-                          timeout=120, check=False)
+                          timeout=scaled(120), check=False)
 
 
 def test_backup_while_running_then_restore_elsewhere(manager: Manager, tmp_path: Path) -> None:

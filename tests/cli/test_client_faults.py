@@ -18,6 +18,7 @@ import pytest
 from gpuslice import __version__
 from gpuslice.client import ApiError, Client
 from tests.ports import free_port
+from tests.waits import scaled
 
 from .conftest import GPUSLICE, Manager, _password, _wait_ready
 
@@ -34,7 +35,7 @@ def one_line(done: subprocess.CompletedProcess[str], code: int = 1) -> str:
 
 def cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([GPUSLICE, *args], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=scaled(60), check=False)
 
 
 def test_no_manager_answers(manager: Manager) -> None:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 from gpuslice.cli.main import COMMANDS
+from tests.waits import scaled
 
 from .conftest import Manager
 
@@ -70,7 +71,7 @@ def _command_modules() -> tuple[str, ...]:
 def _run_cli(args: list[str], env: dict[str, str] | None = None,
              ) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     done = subprocess.run([sys.executable, "-c", _RUN, *args], env=env, capture_output=True,
-                          text=True, timeout=60, check=False)
+                          text=True, timeout=scaled(60), check=False)
     assert done.returncode == 0, done.stderr
     report = done.stderr.rpartition("\nMODULES ")[2]
     return done, set(json.loads(report))
@@ -80,7 +81,7 @@ def _loaded_by_import(module: str) -> set[str]:
     code = (f"import {module}, json, sys; "
             "print(json.dumps(sorted(k for k, v in sys.modules.items() if v is not None)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=60, check=True)
+                          timeout=scaled(60), check=True)
     return set(json.loads(done.stdout))
 
 

@@ -17,6 +17,7 @@ import pytest
 
 from gpuslice.client import Client
 from tests.ports import free_port
+from tests.waits import scaled
 
 from .conftest import GPUSLICE, IMAGE, _password, _wait_ready
 
@@ -36,7 +37,7 @@ def serve(tmp_path: Path, env: dict[str, str], port: int | None = None,
 def refused(tmp_path: Path, env: dict[str, str], port: int | None = None) -> str:
     """Start the manager; it must exit non-zero with one `error:` line and no traceback."""
     process, _ = serve(tmp_path, env, port)
-    out, _ = process.communicate(timeout=90)
+    out, _ = process.communicate(timeout=scaled(90))
     assert process.returncode not in (0, None), out
     assert "Traceback" not in out, out
     errors = [line for line in out.splitlines() if line.startswith(START)]
@@ -122,7 +123,7 @@ def test_sqlite_locked_while_running_is_a_503_then_recovers(tmp_path: Path) -> N
         assert done.returncode == 0, done.stderr
     finally:
         process.terminate()
-        out, _ = process.communicate(timeout=30)
+        out, _ = process.communicate(timeout=scaled(30))
     assert "Traceback" not in out
     assert f"POST /api/v1/sessions: the SQLite database {tmp_path / 'data' / 'gpuslice.db'} " \
            "is locked by another program" in out
@@ -162,7 +163,7 @@ def test_its_disk_full_while_running_is_a_503_then_recovers(tmp_path: Path) -> N
         assert done.returncode == 0, done.stderr
     finally:
         process.terminate()
-        out, _ = process.communicate(timeout=30)
+        out, _ = process.communicate(timeout=scaled(30))
     assert "Traceback" not in out
 
 
@@ -175,7 +176,7 @@ def _cli_env(tmp_path: Path, url: str, data: Path | None = None) -> dict[str, st
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([GPUSLICE, *args], env=env, capture_output=True, text=True,
-                          timeout=60, check=False)
+                          timeout=scaled(60), check=False)
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -195,7 +196,7 @@ def test_health_says_which_gpuslice_answers(tmp_path: Path) -> None:
         assert httpx.get(f"{url}/api/v1/nope").headers["X-Gpuslice-Api"] == "1"
     finally:
         process.terminate()
-        process.communicate(timeout=30)
+        process.communicate(timeout=scaled(30))
 
 
 @pytest.mark.parametrize(("command", "variable", "setting"), [
@@ -208,7 +209,7 @@ def test_a_data_directory_inside_a_file(
     a_file = tmp_path / "file"
     a_file.write_text("not a directory")
     done = subprocess.run([GPUSLICE, *command], env=_env(tmp_path) | {variable: str(a_file / "d")},
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=scaled(60))
     assert (done.returncode, done.stdout, done.stderr) == (1, "", (
         f"error: the data directory {a_file / 'd'} is inside a file, not a directory: pick "
         f"another with {setting}\n"))

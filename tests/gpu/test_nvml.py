@@ -13,6 +13,7 @@ from gpuslice.agent.accelerators import DeviceUsage, NvidiaAccelerator, detect
 from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.sampling import session_figures
 from gpuslice.agent.watchdog import find_overuse
+from tests.waits import scaled
 
 from .conftest import Gpu
 
@@ -75,7 +76,7 @@ def test_the_watchdog_judges_the_process_against_its_slice(
 
 def _reading_with(plugin: NvidiaAccelerator, pid: int, timeout: float = 30) -> DeviceUsage:
     """The device-0 reading once NVML lists ``pid`` (and, where it can, its utilization)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     seen: list[int] = []
     while True:
         reading = plugin.usage()[0]

@@ -8,8 +8,10 @@ from typing import Any
 
 import httpx
 import pytest
+from argon2 import PasswordHasher
 from fastapi import FastAPI
 
+from gpuslice.manager import security
 from gpuslice.manager.app import create_app
 from gpuslice.manager.services.users import CREDENTIALS_FILE
 from gpuslice.manager.settings import ManagerSettings, load_settings
@@ -19,11 +21,24 @@ IMAGE = "python:3.11"
 Client = httpx.AsyncClient
 
 
+# argon2 at its cheapest (8 KiB, one pass): the manager's tests hash and check a few passwords
+# each (the first admin, every user made, every login), ~0.1-0.3 s apiece with the production
+# parameters on a busy 2-core machine, for nothing they test. The production hasher is what
+# `gpuslice up` and the platform tests run; test_auth checks its parameters.
+PRODUCTION_HASHER = security._HASHER
+_CHEAP_HASHER = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+
+
+@pytest.fixture(autouse=True)
+def _cheap_passwords(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(security, "_HASHER", _CHEAP_HASHER)
+
+
 @pytest.fixture
-def settings(tmp_path: Path, database_url: str) -> ManagerSettings:
+def settings(tmp_path: Path, migrated_database_url: str) -> ManagerSettings:
     return load_settings(
         data_dir=tmp_path / "data",
-        database={"url": database_url},
+        database={"url": migrated_database_url},
         scheduler={"interval": 1.0},
         nodes={"node_timeout": 30, "sweep_interval": 0.2, "assignment_poll": 0.5},
         sessions={"allowed_images": [IMAGE], "log_timeout": 3},

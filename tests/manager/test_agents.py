@@ -18,7 +18,8 @@ from gpuslice.manager.services.scheduling.passes import alive_nodes
 from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import AgentFactory, Client, client_for, create
 from tests.manager.fake_agent import gpu
-from tests.manager.test_e2e import wait_status
+from tests.manager.helpers import wait_status
+from tests.waits import scaled
 
 
 async def test_register_needs_a_valid_join_token(anon: Client, admin: Client) -> None:
@@ -189,7 +190,7 @@ async def test_the_slice_fraction_is_the_same_in_the_api_and_on_the_wire(
     [s] = await create(admin, resources={"gpu": 1})
     body = await wait_status(admin, s["id"], {"SCHEDULED"})
     [api_slice] = body["placement"]["devices"]
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + scaled(2)
     while not (wire := next((a for x in agent.seen for a in x["sessions"]
                              if a["session_id"] == s["id"]), None)):
         assert time.monotonic() < deadline, "the session did not reach its agent"
@@ -286,7 +287,7 @@ async def test_the_nodes_own_reports_wake_no_long_poll(
             return await db.scalar(select(NodeRow.assignment_version)) or 0
 
     placed = await version()
-    deadline = time.monotonic() + 5  # the placement's own answer may still be on its way
+    deadline = time.monotonic() + scaled(5)  # the placement's own answer may still be on its way
     while not any(a["version"] == placed for a in agent.seen) and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     answers = len(agent.seen)

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 
 from gpuslice.manager.services.users import CREDENTIALS_FILE
 from gpuslice.manager.settings import ManagerSettings
-from tests.manager.conftest import Client, UserFactory, client_for, login
+from tests.manager.conftest import PRODUCTION_HASHER, Client, UserFactory, client_for, login
 
 PUBLIC = {("POST", "/api/v1/auth/login"), ("GET", "/api/v1/health"),
           ("GET", "/api/v1/health/live"), ("GET", "/api/v1/health/ready"),
@@ -18,6 +18,17 @@ PUBLIC = {("POST", "/api/v1/auth/login"), ("GET", "/api/v1/health"),
 # The local model store's presigned URLs: the signature in the URL is the credential
 # (tests/manager/test_models.py: an altered or expired one is a 403).
 SIGNED = {("GET", "/api/v1/model-store/{key}"), ("PUT", "/api/v1/model-store/{key}")}
+
+
+def test_passwords_are_stored_with_argon2id_at_production_cost() -> None:
+    # The manager's tests hash at argon2's cheapest (conftest.py); what users get is this.
+    from argon2 import extract_parameters
+
+    stored = PRODUCTION_HASHER.hash("correct horse battery staple")
+    params = extract_parameters(stored)
+    assert stored.startswith("$argon2id$")
+    assert params.memory_cost >= 64 * 1024 and params.time_cost >= 3, params
+    assert PRODUCTION_HASHER.verify(stored, "correct horse battery staple")
 
 
 async def test_first_admin_credentials_are_private_and_not_logged(

@@ -33,7 +33,7 @@ from tests.manager.conftest import (
     login,
 )
 from tests.manager.fake_agent import FakeAgent
-from tests.manager.test_e2e import wait_status
+from tests.manager.helpers import wait_status
 from tests.manager.test_folders import folder, put, tar_of
 
 

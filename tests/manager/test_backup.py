@@ -29,7 +29,7 @@ from gpuslice.manager.settings import ManagerSettings
 from tests.conftest import new_pg_database, pg_url
 from tests.manager.conftest import AgentFactory, Client, UserFactory, client_for, create
 from tests.manager.fake_agent import gpu
-from tests.manager.test_e2e import wait_until
+from tests.manager.helpers import wait_until
 
 Tables = dict[str, list[tuple[Any, ...]]]
 

@@ -18,7 +18,8 @@ from gpuslice.manager.services.channel import Channel
 from gpuslice.manager.services.nodes.assignments import long_poll
 from tests.manager.conftest import AgentFactory, Client, create
 from tests.manager.fake_agent import FakeAgent, requests_of
-from tests.manager.test_e2e import wait_status
+from tests.manager.helpers import wait_status
+from tests.waits import scaled
 
 
 async def _node_with_session(admin: Client, make_agent: AgentFactory) -> tuple[FakeAgent, str]:
@@ -30,7 +31,7 @@ async def _node_with_session(admin: Client, make_agent: AgentFactory) -> tuple[F
 
 
 async def _first_request(agent: FakeAgent, timeout: float = 2.0) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         for answer in agent.seen:
             if answer["requests"]:
@@ -154,6 +155,6 @@ async def test_a_change_another_replica_made_reaches_a_parked_long_poll(
         await db.execute(update(NodeRow).where(NodeRow.id == agent.node_id)
                          .values(assignment_version=version + 1))
         await db.commit()
-    answer = await asyncio.wait_for(parked, 5)
+    answer = await asyncio.wait_for(parked, scaled(5))
     assert answer.version == version + 1
     assert time.monotonic() - started < 2.0  # the watcher's interval, not the 20 s wait

@@ -6,7 +6,7 @@ from typing import Any
 
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.fake_agent import FakeAgent
-from tests.manager.test_e2e import wait_status
+from tests.manager.helpers import wait_status
 
 
 async def _running(client: Client, **body: Any) -> dict[str, Any]:

@@ -15,7 +15,8 @@ from sqlalchemy import update
 
 from gpuslice.manager.db.models import SessionRow
 from tests.manager.conftest import AgentFactory, Client, client_for, create
-from tests.manager.test_e2e import wait_status
+from tests.manager.helpers import wait_status
+from tests.waits import scaled
 
 SURROGATE = "\ud800"
 
@@ -231,5 +232,5 @@ async def test_everything_else_still_flows(app: FastAPI, admin: Client) -> None:
     async with client_for(app) as plain:
         assert (await plain.get("/api/v1/openapi.json")).status_code == 200
         assert (await plain.get("/docs")).status_code == 200
-    r = await asyncio.wait_for(admin.get("/api/v1/health"), 5)
+    r = await asyncio.wait_for(admin.get("/api/v1/health"), scaled(5))
     assert r.json() == {"status": "ok"}

@@ -17,7 +17,8 @@ from gpuslice.manager.db.models import AgentRequestRow
 from gpuslice.manager.services import channel
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.fake_agent import FakeAgent, requests_of
-from tests.manager.test_e2e import wait_status
+from tests.manager.helpers import wait_status
+from tests.waits import scaled
 
 
 async def _running(client: Client, agent: FakeAgent) -> dict[str, Any]:
@@ -44,7 +45,7 @@ async def _open_requests(app: FastAPI) -> int:
 
 async def _delivered(agent: FakeAgent, timeout: float = 2.0) -> dict[str, Any]:
     """The first exec request the agent has seen in its assignments."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while time.monotonic() < deadline:
         for answer in agent.seen:
             if requests_of(answer, "exec"):
@@ -191,7 +192,7 @@ async def test_expired_requests_are_neither_delivered_nor_kept(
     # The live one reaches the node once: in this answer or in its own long-poll's.
     answers = [(await agent.client.get("/api/v1/agents/me/assignments", params={"wait": 0}))
                .json()]
-    deadline = time.monotonic() + 2
+    deadline = time.monotonic() + scaled(2)
     while not any(requests_of(a, "exec") for a in [*answers, *agent.seen]):
         assert time.monotonic() < deadline, "the live request was not delivered"
         await asyncio.sleep(0.01)

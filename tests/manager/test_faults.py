@@ -17,9 +17,9 @@ from gpuslice.manager.db.faults import classify
 from gpuslice.manager.services.nodes import liveness
 from gpuslice.manager.settings import load_settings
 from gpuslice.manager.startup import StartupError, open_database
+from tests.manager.helpers import wait_status
 
 from .conftest import IMAGE, AgentFactory, Client, create
-from .test_e2e import wait_status
 
 
 async def test_a_node_whose_docker_is_away_stays_alive_and_keeps_its_images(

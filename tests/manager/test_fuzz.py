@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
-from tests.manager.test_e2e import wait_status
+from tests.manager.helpers import wait_status
 
 EXAMPLES = int(os.environ.get("GPUSLICE_FUZZ_EXAMPLES", "12"))
 SEED = int(os.environ.get("GPUSLICE_FUZZ_SEED", "16"))

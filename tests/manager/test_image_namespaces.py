@@ -9,8 +9,8 @@ from fastapi import FastAPI
 from gpuslice.common.image_refs import user_namespace
 from gpuslice.manager.db.models import Image
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
+from tests.manager.helpers import wait_status
 from tests.manager.test_commit import _commit, _running
-from tests.manager.test_e2e import wait_status
 
 
 async def test_a_commit_cannot_squat_a_public_name(

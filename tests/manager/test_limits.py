@@ -18,7 +18,7 @@ from gpuslice.manager.db.models import ApiToken, JoinToken, SessionRow, StatusHi
 from gpuslice.manager.services import retention
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.conftest import IMAGE, AgentFactory, Client, UserFactory, create, login
-from tests.manager.test_e2e import wait_status
+from tests.manager.helpers import wait_status
 
 
 async def test_one_create_is_bounded(admin: Client) -> None:

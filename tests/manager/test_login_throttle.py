@@ -21,6 +21,7 @@ from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import LoginFailure
 from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import Client, client_for
+from tests.waits import scaled
 
 
 @pytest.fixture
@@ -146,7 +147,7 @@ async def test_a_login_flood_costs_bounded_hashes_and_health_answers(
                 await asyncio.sleep(0.01)
 
     tasks = [asyncio.create_task(hammer(n)) for n in range(10)] + [asyncio.create_task(watch())]
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + scaled(120)
     while statuses.count(429) < 200 and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
     stop.set()

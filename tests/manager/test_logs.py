@@ -14,7 +14,7 @@ from gpuslice.manager.db.models import AgentRequestRow, NodeRow, SessionRow
 from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.services.sessions.logs import LATE_LOGS_S
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
-from tests.manager.test_e2e import wait_status
+from tests.manager.helpers import wait_status
 
 OUTPUT = "".join(f"line {i}\n" for i in range(1, 6))
 

@@ -24,10 +24,13 @@ __all__ = ["s3_server"]
 
 
 @pytest.fixture(params=["local", "s3"])
-def settings(request: pytest.FixtureRequest, tmp_path: Path, database_url: str) -> ManagerSettings:
+def settings(
+    request: pytest.FixtureRequest, tmp_path: Path, migrated_database_url: str
+) -> ManagerSettings:
     store = {} if request.param == "local" else request.getfixturevalue("s3_server").settings()
     return load_settings(
-        data_dir=tmp_path / "data", database={"url": database_url}, scheduler={"interval": 1.0},
+        data_dir=tmp_path / "data", database={"url": migrated_database_url},
+        scheduler={"interval": 1.0},
         nodes={"node_timeout": 30, "sweep_interval": 0.2, "assignment_poll": 0.5},
         sessions={"allowed_images": [IMAGE], "log_timeout": 3}, model_store=store,
     )

@@ -15,15 +15,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.conftest import IMAGE, AgentFactory, Client, UserFactory, client_for, create
 from tests.manager.fake_agent import FakeAgent
+from tests.waits import scaled
 
 GiB = 1024**3
 IDLE = {"window": 2, "gpu_util": 1}
 
 
 @pytest.fixture
-def settings(tmp_path: Path, database_url: str) -> ManagerSettings:
+def settings(tmp_path: Path, migrated_database_url: str) -> ManagerSettings:
     return load_settings(
-        data_dir=tmp_path / "data", database={"url": database_url}, scheduler={"interval": 1.0},
+        data_dir=tmp_path / "data", database={"url": migrated_database_url},
+        scheduler={"interval": 1.0},
         nodes={"node_timeout": 30, "sweep_interval": 0.2, "assignment_poll": 0.2},
         sessions={"allowed_images": [IMAGE], "log_timeout": 3},
         monitoring={"reclaim_interval": 0.2, "scrape_token": "scrape-secret-1"},
@@ -51,7 +53,7 @@ class Measured:
 
 async def wait_status(client: Client, sid: str, status: str, measured: Measured | None = None,
                       timeout: float = 30) -> dict[str, Any]:
-    async with asyncio.timeout(timeout):
+    async with asyncio.timeout(scaled(timeout)):
         while True:
             session = (await client.get(f"/api/v1/sessions/{sid}")).json()
             if session["status"] == status:

@@ -11,7 +11,7 @@ from fastapi import FastAPI
 
 from gpuslice.manager.db.base import utcnow
 from tests.manager.conftest import AgentFactory, Client, client_for, create
-from tests.manager.test_e2e import wait_status
+from tests.manager.helpers import wait_status
 
 
 async def _join_token(admin: Client, **body: Any) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 from tests.manager.conftest import IMAGE, AgentFactory, Client, create
 from tests.manager.fake_agent import gpu
-from tests.manager.test_e2e import wait_until
+from tests.manager.helpers import wait_until
 
 
 async def preview(client: Client, expect: int = 200, **body: Any) -> Any:

@@ -25,6 +25,7 @@ from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.conftest import IMAGE, UserFactory, client_for, create
 from tests.manager.fake_agent import FakeAgent
 from tests.ports import free_port
+from tests.waits import scaled
 
 APPS_IMAGE = "apps:1"
 APPS = [
@@ -51,7 +52,7 @@ async def url(app: FastAPI) -> AsyncIterator[str]:
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
                                            log_level="warning", ws_max_size=64 * 1024**2))
     serving = asyncio.create_task(server.serve())
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(scaled(30)):
         while not server.started:
             await asyncio.sleep(0.01)
     yield f"http://127.0.0.1:{port}"
@@ -277,7 +278,8 @@ async def test_only_the_addressed_node_dials_back_and_only_once(
         auth = {"Authorization": f"Bearer {await token_of(admin)}"}
         async with httpx.AsyncClient(base_url=url, headers=auth, timeout=30) as web:
             asking = asyncio.create_task(web.get(f"/s/{sid}/echo/small"))
-            async with asyncio.timeout(5):  # delivered before it expires (apps.dial_back_timeout)
+            # delivered before it expires (apps.dial_back_timeout)
+            async with asyncio.timeout(scaled(5)):
                 while not quiet.links:
                     await asyncio.sleep(0.02)
             [request] = quiet.links

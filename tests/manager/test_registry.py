@@ -14,15 +14,16 @@ from gpuslice.manager.settings import ManagerSettings, RegistrySettings, load_se
 from tests.manager import fake_registry
 from tests.manager.conftest import IMAGE, AgentFactory, Client, create
 from tests.manager.fake_registry import DIGEST, ROUTES
-from tests.manager.test_e2e import wait_status
+from tests.manager.helpers import wait_status
+from tests.waits import scaled
 
 registry_url = fake_registry.registry_url  # the fixture, under its name here
 
 
 @pytest.fixture
-def settings(tmp_path: Path, database_url: str, registry_url: str) -> ManagerSettings:
+def settings(tmp_path: Path, migrated_database_url: str, registry_url: str) -> ManagerSettings:
     return load_settings(
-        data_dir=tmp_path / "data", database={"url": database_url},
+        data_dir=tmp_path / "data", database={"url": migrated_database_url},
         scheduler={"interval": 1.0},
         nodes={"node_timeout": 30, "sweep_interval": 0.2, "assignment_poll": 0.5},
         sessions={"allowed_images": [IMAGE], "log_timeout": 3},
@@ -63,7 +64,7 @@ async def test_rescanned_images_are_usable_and_pulled_on_demand(
     await wait_status(admin, s["id"], {"SCHEDULED"})
     # The placement reaches the agent by its long-poll's answer, which may come just after
     # the status reads SCHEDULED (failed once on PostgreSQL when looked at straight away).
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + scaled(5)
     while not agent.seen[-1]["sessions"] and time.monotonic() < deadline:
         await asyncio.sleep(0.01)
     assert [a["pull"] for a in agent.seen[-1]["sessions"]] == [True]

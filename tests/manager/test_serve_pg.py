@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 from gpuslice.client import Client
 from tests.cli.conftest import _wait_ready as wait_ready
 from tests.ports import free_port
+from tests.waits import scaled
 
 pytestmark = pytest.mark.pg
 
@@ -265,7 +266,7 @@ async def test_killed_in_the_middle_of_a_create_of_ten_leaves_none(
 async def _wait_blocked(conn: asyncpg.Connection, timeout: float = 30) -> None:
     """Until another connection to the database waits for our lock (its statement text may
     still be the previous one's: it waits while the statement is prepared)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         waiting = await conn.fetchval(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "

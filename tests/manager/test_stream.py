@@ -13,6 +13,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
+from tests.waits import scaled
 
 
 @pytest.fixture
@@ -58,7 +59,7 @@ async def test_stream_follows_status_changes(
     await asyncio.sleep(0.3)  # the stream is open
     await create(bob)  # not hers: never in her stream
     [s] = await create(alice, resources={"gpu": 0.5})
-    events = await asyncio.wait_for(reader, 5)
+    events = await asyncio.wait_for(reader, scaled(5))
     assert {e["session_id"] for e in events} == {s["id"]}
     assert [e["status"] for e in events] == ["PENDING", "SCHEDULED", "PREPARING", "RUNNING"]
     assert [e["id"] for e in events] == sorted(e["id"] for e in events)

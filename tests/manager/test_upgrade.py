@@ -28,8 +28,9 @@ from gpuslice.manager.settings import ManagerSettings
 from tests.conftest import pg_url
 from tests.manager.conftest import client_for, login
 from tests.manager.fake_agent import FakeAgent, GiB, gpu
+from tests.manager.helpers import wait_until
 from tests.manager.test_backup import contents
-from tests.manager.test_e2e import wait_until
+from tests.waits import scaled
 
 TOKEN = "gsu_" + "t" * 43
 NODE_CREDENTIAL = "gsn_" + "n" * 43
@@ -213,7 +214,7 @@ async def test_managers_starting_together_migrate_once(database_url: str, tmp_pa
     engines = [make_engine(database_url) for _ in range(3)]
     try:
         # without the advisory lock they deadlock on each other's DDL (or fail): bounded
-        await asyncio.wait_for(asyncio.gather(*(migrate.upgrade(e) for e in engines)), 120)
+        await asyncio.wait_for(asyncio.gather(*(migrate.upgrade(e) for e in engines)), scaled(120))
         async with engines[0].connect() as conn:
             assert await conn.run_sync(migrate.current_on) == migrate.head()
             versions = (await conn.exec_driver_sql("SELECT count(*) FROM alembic_version")

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gpuslice.ops import systemd
+from tests.waits import scaled
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 needs_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None,
@@ -23,7 +24,7 @@ def _verify(unit_text: str, tmp_path: Path, name: str) -> None:
     unit = tmp_path / name
     unit.write_text(unit_text)
     done = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
-                          text=True, timeout=60, check=False)
+                          text=True, timeout=scaled(60), check=False)
     # warnings (an unknown key or value) go to stderr with exit code 0: none allowed either
     assert (done.returncode, done.stderr) == (0, ""), done.stderr
 
@@ -82,7 +83,7 @@ def test_install_writes_the_unit_and_a_private_env_file_then_starts_it(tmp_path:
 def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
     return subprocess.run([GPUSLICE, "service", *args], capture_output=True, text=True,
-                          timeout=60, check=False, env=env)
+                          timeout=scaled(60), check=False, env=env)
 
 
 @pytest.mark.skipif(systemd.systemd_running(), reason="this machine runs systemd")

@@ -30,6 +30,7 @@ import httpx
 from tests.conftest import create_pg_database, drop_pg_database
 from tests.platform.conftest import GPUSLICE, Process, remove_node_containers
 from tests.ports import free_port
+from tests.waits import scaled
 
 ROOT = Path(__file__).resolve().parents[2]
 HAPROXY_CONFIG = ROOT / "deploy" / "haproxy.cfg"
@@ -54,7 +55,7 @@ def wait_until(what: str, check: Callable[[], T | None], timeout: float,
                poll: float = 0.1, state: Callable[[], object] | None = None) -> T:
     """Poll ``check`` until it returns something truthy; fail naming ``what`` (and ``state()``,
     what was found instead) after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         found = check()
         if found:
@@ -150,7 +151,7 @@ class Cluster:
     def cli(self, *args: str, stdin: str | None = None,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run([GPUSLICE, *args], env=env or self.env, input=stdin, text=True,
-                              capture_output=True, timeout=300, check=False)
+                              capture_output=True, timeout=scaled(300), check=False)
 
     def ok(self, *args: str, stdin: str | None = None) -> str:
         done = self.cli(*args, stdin=stdin)
@@ -165,7 +166,8 @@ class Cluster:
         headers = {"Authorization": f"Bearer {token or self.token()}"}
         found: list[dict[str, Any]] = []
         while True:
-            page = httpx.get(f"{url or self.url}/api/v1/sessions", headers=headers, timeout=30,
+            page = httpx.get(f"{url or self.url}/api/v1/sessions", headers=headers,
+                             timeout=scaled(30),
                              params={"limit": 500, "offset": len(found)}).json()
             found += page["items"]
             if len(found) >= page["total"] or not page["items"]:
@@ -198,7 +200,7 @@ class Cluster:
             ["docker", "ps", "-a", "--filter", f"label=gpuslice.node={node}",
              "--filter", "label=gpuslice.session-id", "--format",
              '{{.ID}} {{.Label "gpuslice.session-id"}}'],
-            capture_output=True, text=True, check=True, timeout=60).stdout
+            capture_output=True, text=True, check=True, timeout=scaled(60)).stdout
         found: dict[str, list[str]] = {}
         for line in out.splitlines():
             cid, _, sid = line.partition(" ")
@@ -222,7 +224,7 @@ def _ready(url: str, process: Process | None) -> bool:
         raise AssertionError(f"{process.argv[1:3]} exited ({process.popen.returncode}):\n"
                              f"{process.output}")
     try:
-        return httpx.get(f"{url}/api/v1/health/ready", timeout=2).status_code == 200
+        return httpx.get(f"{url}/api/v1/health/ready", timeout=scaled(2)).status_code == 200
     except httpx.TransportError:
         return False
 

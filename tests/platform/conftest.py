@@ -35,6 +35,7 @@ from tests.dockerd import (
 )
 from tests.platform import app_image
 from tests.ports import free_port
+from tests.waits import Deadline, scaled
 
 __all__ = ["base_image", "can_restart_dockerd", "docker_ready", "private_dockerd",
            "restart_dockerd", "running_private_dockerd"]
@@ -66,21 +67,24 @@ class Process:
         return "\n".join(self.lines)
 
     def wait_for(self, text: str, timeout: float = 180.0, after: int = 0) -> None:
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         while not any(text in line for line in self.lines[after:]):
             if self.popen.poll() is not None:
-                time.sleep(0.2)  # let the reader catch the last lines
+                self._reader.join(5)  # the last lines, up to the end of its output
+                if any(text in line for line in self.lines[after:]):
+                    return
                 raise AssertionError(f"{self.argv[1:3]} exited ({self.popen.returncode}) "
                                      f"before {text!r}:\n{self.output}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"no {text!r} within {timeout:.0f}s:\n{self.output}")
+            if deadline.passed:
+                raise AssertionError(
+                    f"no {text!r} within {deadline.seconds:.0f}s:\n{self.output}")
             time.sleep(0.1)
 
     def stop(self, sig: int = signal.SIGINT, timeout: float = 30.0) -> None:
         if self.popen.poll() is None:
             self.popen.send_signal(sig)
             try:
-                self.popen.wait(timeout)
+                self.popen.wait(scaled(timeout))
             except subprocess.TimeoutExpired:
                 self.popen.kill()
                 self.popen.wait(10)
@@ -117,7 +121,7 @@ class Platform:
             env_extra: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """Run `gpuslice ARGS` as a user would, logged in as the admin."""
         return subprocess.run([GPUSLICE, *args], env=self.env | (env_extra or {}), input=stdin,
-                              text=True, capture_output=True, timeout=timeout)
+                              text=True, capture_output=True, timeout=scaled(timeout))
 
     def ok(self, *args: str, stdin: str | None = None) -> str:
         done = self.cli(*args, stdin=stdin)
@@ -157,32 +161,33 @@ class Platform:
     def wait_status(self, ref: str, statuses: set[str], timeout: float = 30.0) -> dict:
         """Until session ``ref`` has one of ``statuses`` (it may not exist yet: another
         process is creating it)."""
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         while True:
             shown = self.cli("session", "show", ref, "--json")
             if shown.returncode != 0:
                 assert "no session with id or name" in shown.stderr, shown.stderr
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"no session {ref} after {timeout}s")
+                if deadline.passed:
+                    raise AssertionError(f"no session {ref} after {deadline.seconds:.0f}s")
                 time.sleep(0.2)
                 continue
             session = json.loads(shown.stdout)
             if session["status"] in statuses:
                 return session
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{ref} is {session['status']} after {timeout}s "
-                                     f"(wanted {statuses}): {session['status_reason']}")
+            if deadline.passed:
+                raise AssertionError(f"{ref} is {session['status']} after "
+                                     f"{deadline.seconds:.0f}s (wanted {statuses}): "
+                                     f"{session['status_reason']}")
             time.sleep(0.2)
 
 
     def wait_reason(self, ref: str, text: str, timeout: float = 30.0) -> dict:
         """Until session ``ref``'s reason holds ``text``."""
-        deadline = time.monotonic() + timeout
+        deadline = Deadline(timeout)
         while True:
             session = self.wait_status(ref, set(STATUSES), timeout)
             if text in (session["status_reason"] or ""):
                 return session
-            if time.monotonic() > deadline:
+            if deadline.passed:
                 raise AssertionError(f"{ref}: no reason with {text!r}: {session}")
             time.sleep(0.2)
 
@@ -312,14 +317,14 @@ def start_agent(plat: Platform) -> Process:
 
 
 def _wait_http(url: str, process: Process, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)
     while True:
         try:
             if httpx.get(f"{url}/api/v1/health", timeout=2).status_code == 200:
                 return
         except httpx.TransportError:
             pass
-        if process.popen.poll() is not None or time.monotonic() > deadline:
+        if process.popen.poll() is not None or deadline.passed:
             raise AssertionError(f"manager did not answer at {url}:\n{process.output}")
         time.sleep(0.2)
 

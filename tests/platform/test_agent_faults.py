@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.waits import scaled
+
 from .conftest import GPUSLICE, Platform, Process, run_split
 
 pytestmark = pytest.mark.docker
@@ -55,7 +57,7 @@ def test_a_damaged_credential_without_a_join_token_is_one_line_then_a_new_token_
     credential = Path(agent_env(plat)["GPUSLICE_AGENT_DATA_DIR"]) / "credential.json"
     credential.write_text("{not json")
     done = subprocess.run([GPUSLICE, "agent", "serve"], capture_output=True, text=True,
-                          env=agent_env(plat, GPUSLICE_AGENT_JOIN_TOKEN=None), timeout=60)
+                          env=agent_env(plat, GPUSLICE_AGENT_JOIN_TOKEN=None), timeout=scaled(60))
     assert one_error_line(done) == (
         f"its credential file {credential} is damaged: give it a re-key token "
         "(GPUSLICE_AGENT_JOIN_TOKEN; an admin makes one: `gpuslice node rekey NODE`)")
@@ -73,7 +75,7 @@ def test_a_damaged_credential_without_a_join_token_is_one_line_then_a_new_token_
 def test_a_second_agent_on_one_data_directory_is_refused(split: Platform) -> None:
     first = split.processes[-1]
     done = subprocess.run([GPUSLICE, "agent", "serve"], capture_output=True, text=True,
-                          env=agent_env(split), timeout=60)
+                          env=agent_env(split), timeout=scaled(60))
     data = agent_env(split)["GPUSLICE_AGENT_DATA_DIR"]
     assert one_error_line(done) == (
         f"a gpuslice agent is already running on {data} (pid {first.popen.pid}): stop it first "
@@ -109,7 +111,7 @@ def test_a_session_waits_for_its_missing_image_then_fails_saying_why(split: Plat
         f"waiting for image {ABSENT}, which is not on node {plat.node} (deleted? it starts "
         "once the image is back)")
     waiting.send_signal(signal.SIGINT)  # Ctrl-C on --wait: the session goes on
-    out, err = waiting.communicate(timeout=20)
+    out, err = waiting.communicate(timeout=scaled(20))
     assert (waiting.returncode, err) == (130, "error: stopped waiting; hopeful go on without "
                                               "you (see `gpuslice session list`)\n")
     failed = plat.wait_status("hopeful", {"ERROR"}, timeout=30)

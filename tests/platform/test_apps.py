@@ -27,6 +27,7 @@ from gpuslice.client import Client
 from gpuslice.client.terminal import Terminal
 from tests.platform import app_image
 from tests.platform.conftest import GPUSLICE, Platform, run_up
+from tests.waits import scaled
 
 pytestmark = pytest.mark.docker
 
@@ -60,11 +61,11 @@ def destroy_after(plat: Platform) -> Iterator[None]:
 
 
 def get(url: str, **kw: Any) -> httpx.Response:
-    return httpx.get(url, timeout=60, **kw)  # generous: CI machines can be busy
+    return httpx.get(url, timeout=scaled(60), **kw)  # generous: CI machines can be busy
 
 
 def post(url: str, **kw: Any) -> httpx.Response:
-    return httpx.post(url, timeout=60, **kw)
+    return httpx.post(url, timeout=scaled(60), **kw)
 
 
 def admin(plat: Platform) -> Client:
@@ -96,7 +97,7 @@ class Output:
         """The output from the last wait's match up to ``wanted`` (a pattern: the echo of a
         typed command does not match what only its output prints)."""
         pattern = wanted if isinstance(wanted, re.Pattern) else re.compile(re.escape(wanted))
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + scaled(timeout)
         while (match := pattern.search(self.text, self.mark)) is None:
             assert time.monotonic() < deadline, f"no {wanted!r} in {self.text[-2000:]!r}"
             data = self.term.read(timeout=1.0)
@@ -139,7 +140,7 @@ def execute(ws: ws_client.ClientConnection, code: str) -> str:
                     "user_expressions": {}, "allow_stdin": False},
     }))
     while True:
-        message = json.loads(ws.recv(timeout=60))
+        message = json.loads(ws.recv(timeout=scaled(60)))
         if message.get("parent_header", {}).get("msg_id") != msg_id:
             continue
         if message["msg_type"] == "execute_result":
@@ -207,7 +208,7 @@ def test_session_shell_is_interactive_and_returns_the_exit_status(plat: Platform
 
 def expect(fd: int, wanted: bytes, timeout: float = 30.0) -> bytes:
     seen = b""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while wanted not in seen:
         assert time.monotonic() < deadline, f"no {wanted!r} in {seen[-1000:]!r}"
         ready, _, _ = select.select([fd], [], [], 0.5)
@@ -234,7 +235,7 @@ def test_mlflow_lists_a_run_logged_in_the_session_and_tensorboard_lists_runs(
     sid = plat.session("track", MLFLOW, "--cpu", "0.5", "--mem", "1500m")
     client = admin(plat)
     trained = client.exec(sid, ["python3", "/opt/gpuslice/examples/mlflow/train_diabetes.py",
-                                "0.1", "0.5"], timeout=600)
+                                "0.1", "0.5"], timeout=scaled(600))
     assert trained.exit_code == 0, trained.stderr
     run_id = trained.stdout.split("run ")[-1].split()[0]
     url = client.start_app(sid, "mlflow").url
@@ -300,7 +301,7 @@ def test_only_the_owner_reaches_an_app_over_http_and_websocket(
 
     # a session of bob's: the admin sees it, but may not open its apps (apps.admin_access)
     bobs = Client(plat.url, bob).create_sessions(image=apps_image, cpu="0.1", mem="128m")[0]
-    Client(plat.url, bob).wait(bobs.id, {"RUNNING"}, timeout=120)
+    Client(plat.url, bob).wait(bobs.id, {"RUNNING"}, timeout=scaled(120))
     refused = get(f"{plat.url}/s/{bobs.id}/echo/small", headers=owner)
     assert refused.status_code == 403 and "apps.admin_access" in refused.json()["message"]
 
@@ -381,7 +382,7 @@ def test_no_app_port_is_published_on_the_node(plat: Platform, apps_image: str) -
 def test_apps_asked_for_at_creation_start_with_the_session(plat: Platform,
                                                            apps_image: str) -> None:
     plat.session("eager", apps_image, "--cpu", "0.1", "--mem", "128m", "--app", "echo")
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + scaled(60)
     while True:
         listed = {a["name"]: a for a in json.loads(plat.ok("app", "list", "eager", "--json"))}
         if listed["echo"]["state"] == "ready":
@@ -435,10 +436,10 @@ def test_a_browser_logs_in_and_uses_the_terminal_and_jupyterlab(plat: Platform) 
 def shown(page: Any, selector: str, text: str, timeout: float = 30.0) -> None:
     """Wait until ``text`` shows in ``selector`` (polled from here: the pages' CSP forbids the
     browser-side evaluation wait_for_function uses)."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         try:
-            if text in page.inner_text(selector, timeout=1000):
+            if text in page.inner_text(selector, timeout=scaled(1000)):
                 return
         except Exception:  # not on the page yet
             pass

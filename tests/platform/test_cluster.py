@@ -30,6 +30,7 @@ import pytest
 from gpuslice.client import Client
 from tests.conftest import pg_url
 from tests.platform.cluster import NODE_TIMEOUT_S, Cluster, wait_until
+from tests.waits import scaled
 
 pytestmark = [pytest.mark.docker, pytest.mark.pg, pytest.mark.slow]
 SMALL = ["--cpu", "0.05", "--mem", "32m"]
@@ -162,7 +163,7 @@ def _backup_while_busy(cluster: Cluster, tmp_path: Path, carol: dict[str, str]) 
     m3 = cluster.manager_urls["m3"]
     after = _everything(cluster, m3, cluster.token())
     assert after == before
-    who = httpx.get(f"{m3}/api/v1/auth/me", timeout=10,
+    who = httpx.get(f"{m3}/api/v1/auth/me", timeout=scaled(10),
                     headers={"Authorization": f"Bearer {carol['api_token']}"})
     assert who.status_code == 200 and who.json()["username"] == "carol"  # her token still works
     cluster.managers.pop("m3").stop()
@@ -173,7 +174,7 @@ def _everything(cluster: Cluster, url: str, token: str) -> dict[str, Any]:
     headers = {"Authorization": f"Bearer {token}"}
 
     def get(path: str) -> Any:
-        r = httpx.get(f"{url}/api/v1{path}", headers=headers, timeout=30)
+        r = httpx.get(f"{url}/api/v1{path}", headers=headers, timeout=scaled(30))
         assert r.status_code == 200, r.text
         return r.json()
 

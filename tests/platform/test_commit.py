@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.waits import scaled
+
 from .conftest import GPUSLICE, Platform
 
 pytestmark = pytest.mark.docker
@@ -36,7 +38,7 @@ def _install(platform: Platform, session: str) -> str:
     a module written into the user's site-packages stands in for the package.
     """
     pip = platform.cli("session", "exec", "--timeout", "180", session, "--",
-                       "pip", "install", "--user", "--no-cache-dir", "six", timeout=240)
+                       "pip", "install", "--user", "--no-cache-dir", "six", timeout=scaled(240))
     if pip.returncode == 0:
         return "six"
     print(f"pip could not install six ({(pip.stderr + pip.stdout).strip()[-300:]}); "
@@ -92,7 +94,7 @@ def _other_user(platform: Platform, tmp_path: Path):  # noqa: ANN202 (a small cl
 
     def run(*args: str, expect: int = 0, stdin: str | None = None) -> str:
         done = subprocess.run([GPUSLICE, *args], env=env, input=stdin, text=True,
-                              capture_output=True, timeout=120)
+                              capture_output=True, timeout=scaled(120))
         assert done.returncode == expect, f"gpuslice {' '.join(args)}: {done.stderr}{done.stdout}"
         return done.stdout + done.stderr
 

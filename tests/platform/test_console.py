@@ -21,6 +21,7 @@ import pytest
 
 from gpuslice.client import Client
 from tests.platform.conftest import Platform, run_up
+from tests.waits import scaled
 
 pytestmark = pytest.mark.docker
 
@@ -76,7 +77,7 @@ def open_console(plat: Platform, browser: Any, username: str, password: str = PA
 def until(check: Any, timeout: float = 30.0, what: str = "") -> Any:
     """Poll ``check`` from here (the console's CSP forbids the evaluation wait_for_function
     uses) until it returns something true."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         try:
             got = check()
@@ -121,7 +122,7 @@ def destroy_all(client: Client) -> None:
     if live:
         client.destroy_sessions(live)
     for sid in live:
-        client.wait(sid, {"TERMINATED", "CANCELLED", "ERROR"}, timeout=60)
+        client.wait(sid, {"TERMINATED", "CANCELLED", "ERROR"}, timeout=scaled(60))
 
 
 def test_the_guides_scenario_two_run_one_waits_then_starts(
@@ -182,7 +183,7 @@ def test_two_versions_in_the_terminal_and_jupyter_in_a_new_tab(
         page.wait_for_selector("#launch-dialog", state="detached")
     for version in ("1.3.2", "1.5.2"):
         sid = users["alice"].get_session(f"sk-{version.replace('.', '-')}").id
-        users["alice"].wait(sid, {"RUNNING"}, timeout=120)
+        users["alice"].wait(sid, {"RUNNING"}, timeout=scaled(120))
         page.goto(f"{plat.url}/#/sessions/{sid}")
         page.wait_for_selector("#open-terminal", timeout=60_000)
         page.click("#open-terminal")
@@ -202,7 +203,7 @@ def test_two_versions_in_the_terminal_and_jupyter_in_a_new_tab(
     page.wait_for_selector("#launch")
     launch(page, "gpuslice/notebook:4.2.5", gpu="0.5", cpu="0.5", mem="1g", name="nb")
     sid = until(lambda: users["alice"].get_session("nb").id, 10, "nb")
-    users["alice"].wait(sid, {"RUNNING"}, timeout=120)
+    users["alice"].wait(sid, {"RUNNING"}, timeout=scaled(120))
     page.goto(f"{plat.url}/#/sessions/{sid}")
     page.wait_for_selector("#open-jupyter", timeout=60_000)
     with page.context.expect_page() as opened:
@@ -220,7 +221,7 @@ def test_users_see_only_their_own_and_an_admin_sees_all(
     alice = users["alice"]
     [mine] = alice.create_sessions(image=BASE, gpu=0.5, cpu=0.25, mem="256m", name="alices")
     alice.create_folder("alice-data")
-    alice.wait(mine.id, {"RUNNING"}, timeout=60)
+    alice.wait(mine.id, {"RUNNING"}, timeout=scaled(60))
 
     page = open_console(plat, browser, "bob")
     time.sleep(1.5)  # a live list would have shown it by now

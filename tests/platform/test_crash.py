@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.waits import scaled
+
 from .conftest import GPUSLICE, Platform, Process, _wait_http
 
 pytestmark = pytest.mark.docker
@@ -50,7 +52,7 @@ def test_killed_during_a_create_of_ten_makes_all_or_none(split_platform: Platfor
         again = kill_manager(plat)
     finally:
         holder.close()
-    out, err = create.communicate(timeout=30)
+    out, err = create.communicate(timeout=scaled(30))
     assert create.returncode == 1 and "Traceback" not in out + err
     assert err.startswith(f"error: the manager at {plat.url} stopped answering (")
     assert err.endswith("see `gpuslice session list` before asking again (the sessions exist "
@@ -94,7 +96,7 @@ def test_killed_during_a_commit_the_image_reaches_the_catalog_once(
         _wait_delivered(plat.data_dir / "gpuslice.db", "commit")
         paused()
     again = kill_manager(plat)
-    out, err = commit.communicate(timeout=60)
+    out, err = commit.communicate(timeout=scaled(60))
     assert "Traceback" not in out + err
     if commit.returncode != 0:  # (else the answer beat the kill: the commit completed)
         assert commit.returncode == 1
@@ -167,7 +169,7 @@ def _wait_delivered(database: Path, kind: str) -> None:
 
 
 def _until(check: Callable[[], bool], failure: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while not check():
         if time.monotonic() > deadline:
             raise AssertionError(f"{failure} within {timeout:.0f}s")
@@ -175,7 +177,7 @@ def _until(check: Callable[[], bool], failure: str, timeout: float = 30) -> None
 
 
 def _wait_image(plat: Platform, name: str, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         images = json.loads(plat.ok("image", "list", "--json"))
         found = [i for i in images if i["name"] == name]

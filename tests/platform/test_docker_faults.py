@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.dockerd import PrivateDockerd
+from tests.waits import scaled
 
 from .conftest import GPUSLICE, Platform, Process, new_platform, run_split
 
@@ -71,7 +72,7 @@ def test_docker_stopped_under_running_sessions_loses_none(
     later = plat.wait_reason("later", "waiting for the Docker Engine on")
     assert later["status"] in ("SCHEDULED", "PREPARING")
     waiting.send_signal(signal.SIGINT)
-    out, err = waiting.communicate(timeout=20)
+    out, err = waiting.communicate(timeout=scaled(20))
     assert waiting.returncode == 130
     assert err.strip() == ("error: stopped waiting; later go on without you (see `gpuslice "
                            "session list`)")
@@ -114,7 +115,7 @@ def test_the_standard_image_deleted_under_up_is_built_again_and_sessions_wait(
     engine.docker("rmi", "-f", base_image)  # by hand, or a `docker image prune -a`
     [new] = json.loads(plat.ok("session", "create", "--name", "new", *SMALL, "--json"))
     up.wait_for(f"the standard session image {base_image} was deleted: building it again",
-                timeout=30)
+                timeout=scaled(30))
     up.wait_for(f"built {base_image}", timeout=180)
     assert plat.wait_status("new", {"RUNNING"}, timeout=60)["id"] == new["id"]
     assert [h["status"] for h in plat.wait_status("new", {"RUNNING"})["history"]] == [
@@ -170,7 +171,7 @@ def test_agent_serve_waits_for_docker_saying_why_then_joins(
     agent = Process([GPUSLICE, "agent", "serve"], env)
     plat.processes.append(agent)
     agent.wait_for(f"agent: the Docker Engine is not running (no socket at {engine.socket}): "
-                   "start it", timeout=30)
+                   "start it", timeout=scaled(30))
     assert "Traceback" not in agent.output
     engine.start()
     agent.wait_for("agent: the Docker Engine answers", timeout=30)
@@ -180,7 +181,7 @@ def test_agent_serve_waits_for_docker_saying_why_then_joins(
 
 
 def _eventually(check: Callable[[], bool], timeout: float = 15) -> bool:
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while not check():
         if time.monotonic() > deadline:
             return False

@@ -13,6 +13,8 @@ import time
 import aiodocker
 import pytest
 
+from tests.waits import scaled
+
 from .conftest import Platform
 
 pytestmark = pytest.mark.docker
@@ -47,7 +49,7 @@ def scipy_images(docker_ready: None) -> list[str]:
 
 def _create(platform: Platform, image: str, name: str, timeout: float = 30.0) -> None:
     """Create a session; a just-built image is known once the node's next heartbeat lists it."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         done = platform.cli("session", "create", "--image", image, "--name", name, *REQUEST,
                             "--wait")

@@ -23,6 +23,7 @@ from gpuslice.client import Client
 from tests.platform.conftest import Platform, run_split
 from tests.platform.quiet_proxy import QuietProxy
 from tests.ports import free_port
+from tests.waits import scaled
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -81,7 +82,7 @@ def read_stream(client: Client, url: str, lines: list[tuple[float, bytes]]) -> N
 
 def wait_for(term: object, pattern: bytes, timeout: float = 30.0) -> re.Match[bytes]:
     seen = b""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while (found := re.search(pattern, seen)) is None:
         assert time.monotonic() < deadline, f"no {pattern!r} in {seen[-1000:]!r}"
         data = term.read(timeout=1.0)  # type: ignore[attr-defined]

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.prometheus import DASHBOARD, prometheus, prometheus_binary
+from tests.waits import scaled
 
 from .conftest import Platform, run_split
 
@@ -40,7 +41,7 @@ def stats(plat: Platform, ref: str, *args: str) -> dict[str, Any]:
 
 def wait_gpu(plat: Platform, ref: str, mem: int, util: int, timeout: float = 60) -> None:
     """Until the session's own GPU figures are ``mem`` bytes and ``util`` %."""
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + scaled(timeout)
     while True:
         now = stats(plat, ref)["now"]
         gpus = now["gpus"] if now else None

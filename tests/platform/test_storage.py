@@ -9,11 +9,13 @@ import json
 import os
 import signal
 import subprocess
-import time
 import zipfile
 from pathlib import Path
+from typing import IO
 
 import pytest
+
+from tests.waits import scaled
 
 from .conftest import GPUSLICE, Platform
 
@@ -103,7 +105,7 @@ def test_pip_install_user_persists_in_the_auto_mounted_local(platform: Platform,
     platform.ok("session", "create", "--name", "one", *SMALL, "--folder", "wheels:ro", "--wait")
     pip = platform.cli("session", "exec", "--timeout", "120", "one", "--", "python3", "-m",
                        "pip", "install", "--user", "--no-index",
-                       "/home/work/wheels/gsdemo-1.0-py3-none-any.whl", timeout=180)
+                       "/home/work/wheels/gsdemo-1.0-py3-none-any.whl", timeout=scaled(180))
     assert pip.returncode == 0, pip.stderr + pip.stdout
     platform.ok("session", "destroy", "one")
     platform.ok("session", "create", "--name", "two", *SMALL, "--wait")  # no --folder at all
@@ -154,7 +156,7 @@ def test_gpuslice_run_saves_the_model_or_shows_why_it_failed(platform: Platform,
     (project / ".gpusliceignore").write_text("data.bin\n")
     run = subprocess.run([GPUSLICE, "run", "train.py", "--gpu-mem", "2048m", "--name", "t1",
                           *SMALL, "--", "--epochs", "3"], cwd=project, env=platform.env, text=True,
-                         capture_output=True, timeout=180)
+                         capture_output=True, timeout=scaled(180))
     assert run.returncode == 0, run.stderr + run.stdout
     assert "slice: 2048 MiB of GPU memory" in run.stdout and "training done" in run.stdout
     assert "run t1: SUCCESS (exit code 0)" in run.stderr and "model t1 saved" in run.stderr
@@ -170,13 +172,13 @@ def test_gpuslice_run_saves_the_model_or_shows_why_it_failed(platform: Platform,
 
     failed = subprocess.run([GPUSLICE, "run", "fail.py", "--gpu", "0.5", "--name", "f1", *SMALL],
                             cwd=project, env=platform.env, text=True, capture_output=True,
-                            timeout=180)
+                            timeout=scaled(180))
     assert failed.returncode == 3
     assert "run f1: FAILED (exit code 3)" in failed.stderr
     assert "last" in failed.stderr and "  loading" in failed.stderr
     assert [m["name"] for m in json.loads(platform.ok("model", "list", "--json"))] == ["t1"]
     too_big = subprocess.run([GPUSLICE, "run", "train.py", "--gpu-mem", "9g"], cwd=project,
-                             env=platform.env, text=True, capture_output=True, timeout=60)
+                             env=platform.env, text=True, capture_output=True, timeout=scaled(60))
     assert too_big.returncode == 2 and "the most possible is 8 GiB" in too_big.stderr
 
 
@@ -197,7 +199,7 @@ def test_gpuslice_run_on_a_scientific_image(platform: Platform, tmp_path: Path) 
     (tmp_path / "train.py").write_text(NUMPY_TRAIN)
     run = subprocess.run([GPUSLICE, "run", "train.py", "--image", image, "--gpu", "0.5",
                           "--name", "np1", "--cpu", "0.5", "--mem", "1g"], cwd=tmp_path,
-                         env=platform.env, text=True, capture_output=True, timeout=180)
+                         env=platform.env, text=True, capture_output=True, timeout=scaled(180))
     assert run.returncode == 0, run.stderr + run.stdout
     assert "numpy " in run.stdout and "model np1 saved" in run.stderr
     platform.ok("model", "download", "np1", "--to", str(tmp_path / "m"))
@@ -218,11 +220,11 @@ def test_ctrl_c_leaves_a_run_running_or_stops_it(platform: Platform, tmp_path: P
             if line.startswith("step"):
                 break
         follow.send_signal(signal.SIGINT)
-        time.sleep(0.5)
+        asked = _read_until(follow.stdout, "[s/l] ")
+        assert "Stop run" in asked and "or leave it running" in asked
         follow.stdin.write(answer + "\n")
         follow.stdin.flush()
-        out, _ = follow.communicate(timeout=90)
-        assert "Stop run" in out and "or leave it running" in out
+        out, _ = follow.communicate(timeout=scaled(90))
         if answer == "l":
             assert follow.returncode == 0 and "gpuslice run stop kept" in out
             assert json.loads(platform.ok("run", "show", "kept", "--json"))["status"] == \
@@ -232,3 +234,13 @@ def test_ctrl_c_leaves_a_run_running_or_stops_it(platform: Platform, tmp_path: P
             assert json.loads(platform.ok("run", "show", "stopped", "--json"))["status"] == \
                 "TERMINATED"
     platform.ok("run", "stop", "kept")
+
+
+def _read_until(stream: IO[str], text: str) -> str:
+    """What ``stream`` says up to and including ``text`` (a prompt ends with no newline)."""
+    said = ""
+    while not said.endswith(text):
+        char = stream.read(1)
+        assert char, f"the output ended before {text!r}: {said}"
+        said += char
+    return said

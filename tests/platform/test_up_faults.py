@@ -16,11 +16,12 @@ import socket
 import stat
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.waits import scaled
 
 from .conftest import GPUSLICE, Platform, Process, new_platform, restart_up
 
@@ -220,13 +221,14 @@ def test_ctrl_c_while_following_logs_ends_quietly(platform: Platform) -> None:
     platform.ok("session", "create", "--name", "talk", *SMALL, "--type", "batch", "--command",
                 "sh -c 'while true; do echo tick; sleep 0.2; done'")
     platform.wait_status("talk", {"RUNNING"})
-    follow = subprocess.Popen([GPUSLICE, "session", "logs", "-f", "talk"], env=platform.env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    follow = subprocess.Popen([GPUSLICE, "session", "logs", "-f", "--tail", "1", "talk"],
+                              env=platform.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
     assert follow.stdout is not None
-    assert "tick" in follow.stdout.readline()  # following
-    time.sleep(1.5)  # past the first poll, inside the follow loop
+    assert "tick" in follow.stdout.readline()  # the one line of the tail
+    assert "tick" in follow.stdout.readline()  # a line the follow loop printed: inside it
     follow.send_signal(signal.SIGINT)
-    out, err = follow.communicate(timeout=20)
+    out, err = follow.communicate(timeout=scaled(20))
     assert follow.returncode == 130
     assert err == "" and "Traceback" not in out
 
