@@ -266,7 +266,7 @@ def _follow(client: Client, run: RunPublic, timeout: float | None) -> int:
     seconds pass); the exit code."""
     said: set[str] = set()
     seen: list[str] = []
-    pace = waits.Pace(timeout)
+    pace = waits.Pace(timeout, first=1.0)  # each look asks the node for the logs
     while True:
         try:
             run = client.get_run(run.id)

@@ -80,12 +80,12 @@ class Outcome:
 
 
 class Pace:
-    """Looks again 0.2 s apart at first, ``most`` seconds apart at most, until ``timeout``
-    seconds have passed (None: no limit)."""
+    """Looks again ``first`` seconds apart at first, further apart up to ``most`` seconds,
+    until ``timeout`` seconds have passed (None: no limit)."""
 
-    def __init__(self, timeout: float | None, most: float = 1.0) -> None:
+    def __init__(self, timeout: float | None, first: float = 0.2, most: float = 1.0) -> None:
         self.deadline = None if timeout is None else time.monotonic() + timeout
-        self.delay = min(0.2, most)
+        self.delay = min(first, most)
         self.most = most
 
     def wait(self) -> bool:
@@ -141,7 +141,7 @@ def follow_logs(client: Client, session: SessionPublic, tail: int, follow: bool,
     """Print the session's output; with ``follow``, what it prints next until it ends."""
     status = schemas.sessions.SessionStatus
     seen = print_new(client.session_logs(session.id, tail).logs, [])
-    pace = Pace(timeout)
+    pace = Pace(timeout, first=1.0)  # a look at the logs asks the node: once a second
     while follow and session.status not in schemas.sessions.FINAL:
         if not pace.wait():
             return _failed(still(session, timeout or 0), TIMEOUT)
