@@ -3,8 +3,8 @@
 One module per command group or top-level command, named after it: `session`, `app`, `image`,
 `node`, `admin`, `token`, `manager`, `agent`, `up`, `login`, `password`, `version`, `top`,
 `usage`. `main` lists them (the entry point is `gpuslice.cli.main:app`), `output` is how they
-all print, `_lazy` loads them, `_serve` runs the long-lived ones and `_shell` relays `session
-shell`'s terminal.
+all print, `waits` how the commands that wait on sessions end (their exit codes), `_lazy` loads
+them, `_serve` runs the long-lived ones and `_shell` relays `session shell`'s terminal.
 
 Imports: a command pays for what it uses, nothing else. People and scripts run `gpuslice --help`
 and `gpuslice session list --json` all the time, and Python spends most of a short command's
@@ -13,8 +13,8 @@ time importing; tests/cli/test_imports.py holds the CLI to this rule:
 1. `main.COMMANDS` names every command by module; a command's module is imported only when that
    command runs (or prints its own help), and `gpuslice --help` imports none of them.
 2. At the top of a command module: the standard library, typer, `gpuslice.cli.output`, the plain
-   modules of `gpuslice.common` (resources, images), and the SDK's `Client` in modules whose
-   commands call the manager.
+   modules of `gpuslice.common` (resources, images, session_limits), and the SDK's `Client` in
+   modules whose commands call the manager.
 3. What a command *runs* is imported in the function that runs it: the manager, the agent,
    image building (`gpuslice.images`, aiodocker, aiohttp), uvloop; and rich.table in
    `output.table`, for the commands that print a table.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Annotated, Any, ParamSpec, TypeVar
@@ -55,6 +55,22 @@ def friendly(func: Callable[P, R]) -> Callable[P, R]:
         raise AssertionError("unreachable")
 
     return wrapper
+
+
+def invalid_option(err: Any, options: Mapping[str, str]) -> CliError:
+    """Pydantic's first complaint about a request (``err``: a ``ValidationError``) as the one
+    line a user fixes, naming the option ``options`` maps its field to: exit code 2."""
+    first = err.errors()[0]
+    path = [str(p) for p in first.get("loc", ())]
+    option = next((options[".".join(path[:n])] for n in range(len(path), 0, -1)
+                   if ".".join(path[:n]) in options), ".".join(path) or "the request")
+    message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
+    if path and message.startswith(f"{path[-1]}: "):  # the schema's own "mem: ..." prefix
+        message = message[len(path[-1]) + 2:]
+    elif first.get("type") != "value_error" and "input" in first:
+        # pydantic's bounds and choices ("Input should be ...") do not say what was given
+        message = f"{message[:1].lower()}{message[1:]}, got {first['input']!r}"
+    return CliError(f"{option}: {message}", 2)
 
 
 def _with_hint(err: ApiError) -> str:

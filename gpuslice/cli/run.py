@@ -13,13 +13,13 @@ from __future__ import annotations
 import re
 import secrets
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperGroup
 
+from gpuslice.cli import waits
 from gpuslice.cli.output import (
     CliError,
     JsonOpt,
@@ -37,7 +37,8 @@ from gpuslice.cli.output import (
 )
 from gpuslice.client import ApiError, Client
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
-from gpuslice.common.resources import MiB, format_mem, parse_cpu, parse_fgpu, parse_mem
+from gpuslice.common.resources import format_mem, parse_cpu, parse_fgpu, parse_mem
+from gpuslice.common.session_limits import MIN_MEM
 
 if TYPE_CHECKING:
     from gpuslice.common.schemas.runs import RunPublic
@@ -71,7 +72,14 @@ def _client() -> Client:
     return Client.from_config()
 
 
-@app.command("start", hidden=True)
+START_CODES = (
+    "Exit codes: 0 the script succeeded (or Ctrl-C left the run running); the script's own "
+    "exit code when it failed (1 if that is not 1-255); 1 the run ended ERROR or CANCELLED "
+    "(stderr says why); 2 bad input; 124 --timeout passed first (the run goes on)."
+)
+
+
+@app.command("start", hidden=True, epilog=START_CODES)
 @friendly
 def start(
     script: Annotated[Path, typer.Argument(help="The script, in the current directory.")],
@@ -92,6 +100,8 @@ def start(
     max_upload: Annotated[str, typer.Option(help="Most the directory may send.")] = "100m",
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start it, do not follow.")]
     = False,
+    timeout: Annotated[float | None, typer.Option(
+        help="Stop following after this many seconds (default: until it ends).")] = None,
 ) -> None:
     """Run SCRIPT on a GPU slice (uploading the current directory), follow its logs, and save
     its output as a model when it succeeds. Ctrl-C asks whether to stop it or leave it."""
@@ -113,7 +123,7 @@ def start(
         if detach:
             _hints(run.name)
             return
-        raise typer.Exit(_follow(client, run))
+        raise typer.Exit(_follow(client, run, timeout))
 
 
 @app.command("list")
@@ -147,18 +157,21 @@ def show(ref: Ref, as_json: JsonOpt = False) -> None:
     console.print(f"session  {run.id} ({run.status_reason})", markup=False)
 
 
-@app.command("logs")
+@app.command("logs", epilog=waits.LOGS_CODES)
 @friendly
 def logs(ref: Ref, follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
-         tail: Annotated[int, typer.Option(help="Last lines.")] = 1000) -> None:
+         tail: Annotated[int, typer.Option(help="Last lines.")] = 1000,
+         timeout: Annotated[float | None, typer.Option(
+             help="With -f: stop following after this many seconds (default: never).")]
+         = None) -> None:
     """A run's output (stdout and stderr); -f keeps printing until it ends."""
     with _client() as client:
-        run = client.get_run(ref)
-        seen = print_new(client.session_logs(run.id, tail).logs, [])
-        while follow and run.status.value not in _FINAL:
-            time.sleep(1.0)
-            run = client.get_run(run.id)
-            seen = print_new(client.session_logs(run.id, tail).logs, seen)
+        session = client.get_session(client.get_run(ref).id)
+        try:
+            outcome = waits.follow_logs(client, session, tail, follow, timeout)
+        except KeyboardInterrupt:  # how one stops following: nothing went wrong
+            raise typer.Exit(130) from None
+    outcome.exit()
 
 
 @app.command("stop")
@@ -195,7 +208,7 @@ def _prepare(script: Path, args: list[str], gpu: str | None, gpu_mem: str | None
         raise CliError("give --gpu or --gpu-mem, not both", 2)
     resources: dict[str, Any] = {"cpu": cpu, "mem": memory}
     parse_cpu(cpu, field="--cpu")
-    parse_mem(memory, field="--mem", minimum=6 * MiB)
+    parse_mem(memory, field="--mem", minimum=MIN_MEM)
     if gpu_mem is not None:
         resources["gpu_mem"] = parse_mem(gpu_mem, field="--gpu-mem")
     else:
@@ -248,10 +261,12 @@ def _runs_folder(client: Client) -> Any:
     return client.create_folder(RUNS_FOLDER)
 
 
-def _follow(client: Client, run: RunPublic) -> int:
-    """Print the run's progress and logs until it ends (or Ctrl-C leaves it); its exit code."""
+def _follow(client: Client, run: RunPublic, timeout: float | None) -> int:
+    """Print the run's progress and logs until it ends (or Ctrl-C leaves it, or ``timeout``
+    seconds pass); the exit code."""
     said: set[str] = set()
     seen: list[str] = []
+    pace = waits.Pace(timeout, first=1.0)  # each look asks the node for the logs
     while True:
         try:
             run = client.get_run(run.id)
@@ -266,7 +281,10 @@ def _follow(client: Client, run: RunPublic) -> int:
                 seen = print_new(client.session_logs(run.id).logs, seen)
             if status in _FINAL:
                 return _finish(client, run)
-            time.sleep(1.0)
+            if not pace.wait():
+                err_console.print(f"error: {waits.still(run, timeout or 0)}", markup=False)
+                _hints(run.name)
+                return waits.TIMEOUT
         except KeyboardInterrupt:
             if _ask_stop(run.name):
                 client.destroy_sessions([run.id])
@@ -295,7 +313,11 @@ def _finish(client: Client, run: RunPublic) -> int:
         err_console.print(f"last {len(lines)} lines:", markup=False)
         for line in lines:
             err_console.print(f"  {line}", markup=False)
-    return run.exit_code if run.exit_code else 1
+    if run.result is None:  # ERROR or CANCELLED: the script did not end by itself
+        err_console.print(f"error: {waits.ended(run)}", markup=False)
+        return waits.ENDED
+    code = run.exit_code or 0
+    return code if 0 < code < 256 else 1
 
 
 def _summary(run: RunPublic) -> str:

@@ -2,33 +2,33 @@
 
 from __future__ import annotations
 
-import shlex
 import sys
-import time
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from gpuslice.cli import waits
 from gpuslice.cli.output import (
     CliError,
     JsonOpt,
     ago,
     console,
     friendly,
+    invalid_option,
     mem,
     number,
     print_json,
-    print_new,
     table,
 )
 from gpuslice.client import ApiError, Client, schemas
+from gpuslice.common import session_limits as limits
 from gpuslice.common.durations import format_duration
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
-from gpuslice.common.resources import MiB, parse_cpu, parse_fgpu, parse_mem
+from gpuslice.common.resources import format_mem
 
 if TYPE_CHECKING:
     from gpuslice.client.terminal import Terminal
-    from gpuslice.common.schemas.sessions import ReclaimPublic, SessionPublic
+    from gpuslice.common.schemas.sessions import ReclaimPublic, SessionCreate, SessionPublic
 
 app = typer.Typer(help="Compute sessions: create, list, show, stats, logs, destroy, exec, shell.",
                   no_args_is_help=True)
@@ -39,18 +39,23 @@ def _client() -> Client:
     return Client.from_config()
 
 
-@app.command("create")
+@app.command("create", epilog=waits.CREATE_CODES)
 @friendly
 def create(
     image: Annotated[str, typer.Option(help="Image to run.")] = DEFAULT_SESSION_IMAGE,
-    gpu: Annotated[str, typer.Option(help="fGPU, e.g. 0.5 or 2 (0: no GPU).")] = "0",
+    gpu: Annotated[str, typer.Option(help="fGPU, e.g. 0.5 or 2 (0: no GPU).")]
+    = limits.DEFAULT_GPU,
     gpu_mem: Annotated[str | None, typer.Option(
         "--gpu-mem", help="Instead of --gpu: the GPU memory it needs, e.g. 2048m.")] = None,
-    cpu: Annotated[str, typer.Option(help="CPU cores, e.g. 0.5 or 4.")] = "1",
-    mem_: Annotated[str, typer.Option("--mem", help="Memory, e.g. 512m or 2g.")] = "1g",
-    count: Annotated[int, typer.Option(help="How many identical sessions (1-100).")] = 1,
+    cpu: Annotated[str, typer.Option(help="CPU cores, e.g. 0.5 or 4.")] = limits.DEFAULT_CPU,
+    mem_: Annotated[str, typer.Option(
+        "--mem", help=f"Memory, e.g. 512m or 2g (at least {format_mem(limits.MIN_MEM)}).")]
+    = limits.DEFAULT_MEM,
+    count: Annotated[int, typer.Option(
+        help=f"How many identical sessions (1-{limits.MAX_COUNT}).")] = 1,
     name: Annotated[str | None, typer.Option(help="Session name.")] = None,
-    type_: Annotated[str, typer.Option("--type", help="interactive or batch.")] = "interactive",
+    type_: Annotated[str, typer.Option("--type", help="interactive or batch.")]
+    = limits.DEFAULT_TYPE,
     command: Annotated[str | None, typer.Option(help="Batch: the command to run.")] = None,
     env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable.")] = None,
     priority: Annotated[int, typer.Option(help="Higher runs first (bounded by policy).")] = 0,
@@ -60,50 +65,43 @@ def create(
         "(repeatable; others start when first opened).")] = None,
     folder: Annotated[list[str] | None, typer.Option(
         help="Mount a storage folder at /home/work/NAME: NAME or NAME:ro (repeat).")] = None,
-    wait: Annotated[bool, typer.Option(help="Wait until the sessions run (or wait).")] = False,
+    wait: Annotated[bool, typer.Option(
+        help="Wait until every session runs, or waits PENDING with the scheduler's reason "
+        "(both succeed); one that ends in ERROR or CANCELLED instead fails.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 300,
     as_json: JsonOpt = False,
 ) -> None:
     """Launch sessions; they start PENDING and run as soon as the scheduler places them."""
-    parse_fgpu(gpu, field="--gpu")
-    if gpu_mem is not None:
-        if parse_fgpu(gpu, field="--gpu"):
-            raise CliError("give --gpu or --gpu-mem, not both", 2)
-        parse_mem(gpu_mem, field="--gpu-mem")
-    parse_cpu(cpu, field="--cpu")
-    parse_mem(mem_, field="--mem", minimum=6 * MiB)
-    if not 1 <= count <= 100:
-        raise CliError(f"--count: must be between 1 and 100, got {count}", 2)
-    if type_ not in ("interactive", "batch"):
-        raise CliError(f"--type: must be interactive or batch, got {type_!r}", 2)
     if type_ == "batch" and not command:
         raise CliError("--command: a batch session needs a command to run", 2)
-    argv = shlex.split(command) if command else None
-    variables = dict(_env_pair(item) for item in env or [])
+    request = _request(
+        image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
+        command_line=command, env=dict(_env_pair(item) for item in env or []),
+        priority=priority, gpu_model=gpu_model, apps=app_ or [], gpu_mem=gpu_mem,
+        folders=folder or [],
+    )
     with _client() as client:
         try:
-            created = client.create_sessions(
-                image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
-                command=argv, env=variables, priority=priority, gpu_model=gpu_model,
-                apps=app_ or [], gpu_mem=gpu_mem, folders=folder or [],
-            )
+            created = client.create_sessions(request)
         except ApiError as err:
             if err.code != "no_answer":
                 raise
             # The request was sent; its one transaction either committed or not.
             raise CliError(f"{err.message}: see `gpuslice session list` before asking again "
                            "(the sessions exist if it lists them, all or none)") from None
+        outcome = waits.Outcome()
         if wait:
             try:
-                created = [_wait_started(client, s, timeout) for s in created]
+                created, outcome = waits.started(client, created, timeout)
             except KeyboardInterrupt:
                 names = ", ".join(s.name for s in created)
                 raise CliError(f"stopped waiting; {names} go on without you (see `gpuslice "
                                "session list`)", 130) from None
     if as_json:
         print_json(created)
-        return
-    _session_table(created)
+    else:
+        _session_table(created)
+    outcome.exit()
 
 
 @app.command("list")
@@ -241,24 +239,23 @@ def stats(
           title=f"every {found.step} s, averages (n/a: not measured)")
 
 
-@app.command("logs")
+@app.command("logs", epilog=waits.LOGS_CODES)
 @friendly
 def logs(ref: Annotated[str, typer.Argument(help="Session id or name.")],
-         follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
-         tail: Annotated[int, typer.Option(help="Last lines.")] = 1000) -> None:
+         follow: Annotated[bool, typer.Option(
+             "--follow", "-f", help="Keep printing until the session ends.")] = False,
+         tail: Annotated[int, typer.Option(help="Last lines.")] = 1000,
+         timeout: Annotated[float | None, typer.Option(
+             help="With -f: stop following after this many seconds (default: never).")]
+         = None) -> None:
     """The session's output (stdout and stderr)."""
-    status = schemas.sessions.SessionStatus
     with _client() as client:
         session = client.get_session(ref)
-        seen = print_new(client.session_logs(session.id, tail).logs, [])
         try:
-            while follow and session.status not in schemas.sessions.FINAL:
-                time.sleep(1.0)
-                session = client.get_session(session.id)
-                if session.status in (status.RUNNING, status.TERMINATING):
-                    seen = print_new(client.session_logs(session.id, tail).logs, seen)
+            outcome = waits.follow_logs(client, session, tail, follow, timeout)
         except KeyboardInterrupt:  # how one stops following: nothing went wrong
             raise typer.Exit(130) from None
+    outcome.exit()
 
 
 @app.command("destroy")
@@ -360,20 +357,6 @@ def _reclaim(reclaim: ReclaimPublic) -> str:
     return f"{when} ({reclaim.at:%H:%M:%S} UTC): {reclaim.reason}"
 
 
-def _wait_started(client: Client, session: SessionPublic, timeout: float) -> SessionPublic:
-    """Wait until the session runs, ends, or is queued with the scheduler's reason."""
-    status = schemas.sessions.SessionStatus
-    deadline = time.monotonic() + timeout
-    while True:
-        session = client.get_session(session.id)
-        queued = session.status is status.PENDING and session.wait_code is not None
-        if session.status is status.RUNNING or session.status in schemas.sessions.FINAL or queued:
-            return session
-        if time.monotonic() > deadline:
-            return session
-        time.sleep(0.2)
-
-
 def _session_table(sessions: list[SessionPublic], owner_column: bool = False) -> None:
     columns = ["id", "name"] + (["owner"] if owner_column else []) + [
         "status", "fGPU", "cpu", "mem", "node", "image", "age", "reason"]
@@ -389,6 +372,28 @@ def _session_table(sessions: list[SessionPublic], owner_column: bool = False) ->
                 mem(s.resources.mem), node, s.image, ago(s.created_at), reason]
         )
     table(columns, rows)
+
+
+# The option each field of the request comes from, for the schema's complaints.
+_OPTIONS = {"image": "--image", "resources.gpu": "--gpu", "resources.cpu": "--cpu",
+            "resources.mem": "--mem", "resources.gpu_mem": "--gpu-mem",
+            "resources": "--gpu, --gpu-mem", "count": "--count", "name": "--name",
+            "type": "--type", "command_line": "--command", "command": "--command",
+            "env": "--env", "priority": "--priority", "gpu_model": "--gpu-model",
+            "apps": "--app", "folders": "--folder"}
+
+
+def _request(**fields: Any) -> SessionCreate:
+    """The request as the manager's schema checks it: what it refuses is a one-line error
+    naming the option (exit code 2), before anything is sent."""
+    from pydantic import ValidationError
+
+    resources = {k: fields.pop(k) for k in ("gpu", "cpu", "mem", "gpu_mem")
+                 if fields[k] is not None}
+    try:
+        return schemas.sessions.SessionCreate(resources=resources, **fields)
+    except ValidationError as err:
+        raise invalid_option(err, _OPTIONS) from None
 
 
 def _env_pair(item: str) -> tuple[str, str]:

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     )
     from gpuslice.common.schemas.monitoring import SessionStats, Top, UsageReport
     from gpuslice.common.schemas.sessions import (
+        SessionCreate,
         SessionExecResult,
         SessionLogs,
         SessionPreview,
@@ -121,18 +122,24 @@ class Client(StorageCalls):
     # ------------------------------------------------------------ sessions
 
     def create_sessions(
-        self, *, image: str, **shape: Unpack[SessionShape]
+        self, request: SessionCreate | None = None, /, *, image: str | None = None,
+        **shape: Unpack[SessionShape],
     ) -> list[SessionPublic]:
-        """Launch sessions of ``image``; ``shape``: see :class:`SessionShape` (``gpu``, ``cpu``,
-        ``mem``, ``count``, ``name``, ``type``, ``command``, ``env``, ``priority``,
-        ``gpu_model``, ``apps``, ``gpu_mem``, ``folders``)."""
-        body = session_body(image=image, **shape)
+        """Launch sessions: ``request`` as it is, or one made of ``image`` and ``shape`` (see
+        :class:`SessionShape`: ``gpu``, ``cpu``, ``mem``, ``count``, ``name``, ``type``,
+        ``command``, ``env``, ``priority``, ``gpu_model``, ``apps``, ``gpu_mem``,
+        ``folders``). A request the schema refuses raises pydantic's ``ValidationError``
+        before anything is sent."""
+        body = _request_of(request, image, shape).model_dump(mode="json")
         return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
 
-    def preview_sessions(self, *, image: str, **shape: Unpack[SessionShape]) -> SessionPreview:
+    def preview_sessions(
+        self, request: SessionCreate | None = None, /, *, image: str | None = None,
+        **shape: Unpack[SessionShape],
+    ) -> SessionPreview:
         """What ``create_sessions`` with the same arguments would do now, creating nothing:
         how many would start at once, how many would queue and why; the same errors."""
-        body = session_body(image=image, **shape)
+        body = _request_of(request, image, shape).model_dump(mode="json")
         return self._call("POST", "/sessions/preview", schemas.sessions.SessionPreview,
                           json=body)
 
@@ -565,7 +572,7 @@ __all__ = ["ApiError", "Client"]
 
 
 class SessionShape(TypedDict, total=False):
-    """What a request for sessions may say besides its image (the API's defaults otherwise).
+    """What a request for sessions may say besides its image (the schema's defaults otherwise).
     ``apps``: apps of the image to start as soon as each runs; ``gpu_mem`` (instead of
     ``gpu``): the GPU memory it needs; ``folders``: storage folders, ``NAME`` or ``NAME:ro``."""
 
@@ -584,16 +591,24 @@ class SessionShape(TypedDict, total=False):
     folders: list[str]
 
 
-def session_body(*, image: str, **shape: Unpack[SessionShape]) -> dict[str, Any]:
-    """A request for sessions as the API takes it."""
-    resources: dict[str, Any] = {"gpu": shape.get("gpu", 0), "cpu": shape.get("cpu", 1),
-                                 "mem": shape.get("mem", "1g")}
-    if shape.get("gpu_mem") is not None:
-        resources["gpu_mem"] = shape.get("gpu_mem")
-    return {
-        "image": image, "resources": resources, "count": shape.get("count", 1),
-        "name": shape.get("name"), "type": shape.get("type", "interactive"),
-        "command": shape.get("command"), "env": shape.get("env") or {},
-        "priority": shape.get("priority", 0), "gpu_model": shape.get("gpu_model"),
-        "apps": shape.get("apps") or [], "folders": shape.get("folders") or [],
-    }
+def session_request(*, image: str, **shape: Unpack[SessionShape]) -> SessionCreate:
+    """A request for sessions, checked by the schema the manager checks it with; what
+    ``shape`` leaves out (or gives as None) takes the schema's default."""
+    given = {key: value for key, value in shape.items() if value is not None}
+    resources = {key: given.pop(key) for key in _RESOURCES if key in given}
+    return schemas.sessions.SessionCreate.model_validate(
+        {"image": image, "resources": resources, **given})
+
+
+_RESOURCES = ("gpu", "cpu", "mem", "gpu_mem")
+
+
+def _request_of(request: SessionCreate | None, image: str | None,
+                shape: SessionShape) -> SessionCreate:
+    if request is not None:
+        if image is not None or shape:
+            raise TypeError("give a SessionCreate or image and shape, not both")
+        return request
+    if image is None:
+        raise TypeError("image is required (or a SessionCreate)")
+    return session_request(image=image, **shape)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import uvicorn
 from argon2 import PasswordHasher
 from fastapi import FastAPI
 
@@ -53,6 +55,22 @@ async def app(settings: ManagerSettings) -> AsyncIterator[FastAPI]:
     application = create_app(settings)
     async with application.router.lifespan_context(application):
         yield application
+
+
+@pytest.fixture
+async def base_url(app: FastAPI) -> AsyncIterator[str]:
+    """The app served over real HTTP (uvicorn, in this test's event loop), for clients that
+    need a socket: event streams, the CLI in a subprocess."""
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
+    )
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        await asyncio.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    await task
 
 
 def client_for(app: FastAPI, token: str | None = None) -> Client:

@@ -36,6 +36,20 @@ async def test_bad_input_is_a_422_with_the_field(
     assert needle in answer["message"], answer["message"]
 
 
+async def test_memory_below_what_docker_starts_a_container_with_is_refused(
+    admin: Client,
+) -> None:
+    # Docker refuses a container with less than 6 MiB: refused here, not on the node later
+    answer = await create(admin, expect=422, resources={"mem": "1k"})
+    assert answer == {"code": "validation_error", "field": "resources.mem",
+                      "message": "mem: '1k' is below the minimum 6 MiB"}
+    run = await admin.post("/api/v1/runs/check", json={
+        "name": "tiny", "script": "t.py", "image": "python:3.11", "resources": {"mem": 4096}})
+    assert (run.status_code, run.json()["field"]) == (422, "resources.mem"), run.text
+    [made] = await create(admin, resources={"mem": "6m"})
+    assert made["resources"]["mem"] == 6 * 1024**2
+
+
 async def test_broken_json_is_a_422_not_a_500(admin: Client) -> None:
     r = await admin.post(
         "/api/v1/sessions", content=b"{not json", headers={"content-type": "application/json"}

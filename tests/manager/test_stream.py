@@ -4,30 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import pytest
-import uvicorn
-from fastapi import FastAPI
 
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.waits import scaled
-
-
-@pytest.fixture
-async def base_url(app: FastAPI) -> AsyncIterator[str]:
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
-    )
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        await asyncio.sleep(0.01)
-    port = server.servers[0].sockets[0].getsockname()[1]
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await task
 
 
 async def _events(

@@ -8,6 +8,7 @@ fGPU and cores as decimals in user units (JSON numbers) and memory as bytes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Annotated, Generic, TypeVar
@@ -18,10 +19,12 @@ from gpuslice.common.resources import (
     ResourceError,
     Resources,
     fgpu_decimal,
+    format_mem,
     parse_cpu,
     parse_fgpu,
     parse_mem,
 )
+from gpuslice.common.session_limits import DEFAULT_CPU, DEFAULT_GPU, DEFAULT_MEM, MIN_MEM
 
 T = TypeVar("T")
 
@@ -46,6 +49,8 @@ _AS_NUMBER = PlainSerializer(_milli_to_number, return_type=float, when_used="jso
 FgpuIn = Annotated[int, _parser(parse_fgpu, "gpu"), _AS_NUMBER]
 CpuIn = Annotated[int, _parser(parse_cpu, "cpu"), _AS_NUMBER]
 MemIn = Annotated[int, _parser(parse_mem, "mem")]
+# A session's memory: Docker refuses a container with less than MIN_MEM.
+SessionMemIn = Annotated[int, _parser(functools.partial(parse_mem, minimum=MIN_MEM), "mem")]
 
 # Output: exact decimals in user units, JSON numbers.
 Number = Annotated[Decimal, PlainSerializer(float, return_type=float, when_used="json")]
@@ -54,9 +59,15 @@ Number = Annotated[Decimal, PlainSerializer(float, return_type=float, when_used=
 class ResourcesIn(BaseModel):
     """Resources a client asks for: ``gpu`` in fGPU, ``cpu`` in cores, ``mem`` as a size."""
 
-    gpu: FgpuIn = Field(default=0, description="fGPU, e.g. 0.5 or 2; 0 for a CPU-only session.")
-    cpu: CpuIn = Field(default=1000, description="CPU cores, e.g. 0.5 or 4 (default 1).")
-    mem: MemIn = Field(default=1024**3, description="Memory, e.g. 512m or 2g (default 1g).")
+    gpu: FgpuIn = Field(default=DEFAULT_GPU, validate_default=True,
+                        description="fGPU, e.g. 0.5 or 2; 0 for a CPU-only session.")
+    cpu: CpuIn = Field(default=DEFAULT_CPU, validate_default=True,
+                       description=f"CPU cores, e.g. 0.5 or 4 (default {DEFAULT_CPU}).")
+    mem: SessionMemIn = Field(
+        default=DEFAULT_MEM, validate_default=True,
+        description=f"Memory, e.g. 512m or 2g (default {DEFAULT_MEM}; at least "
+        f"{format_mem(MIN_MEM)}).",
+    )
     gpu_mem: MemIn | None = Field(
         default=None,
         description="Instead of `gpu`: the GPU memory the job needs, e.g. 2048m. The scheduler "

@@ -17,6 +17,7 @@ from gpuslice.common.schemas.common import ResourcesIn, ResourcesPublic
 from gpuslice.common.schemas.models import FilePath, ModelPublic
 from gpuslice.common.schemas.sessions import SessionResult, SessionStatus
 from gpuslice.common.schemas.storage import MAX_SESSION_FOLDERS
+from gpuslice.common.session_limits import PRIORITY_BOUND
 
 RUNS_FOLDER = "runs"
 _NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
@@ -45,7 +46,7 @@ class RunCreate(BaseModel):
     env: dict[str, Annotated[str, Field(max_length=32768)]] = Field(
         default_factory=dict, max_length=256
     )
-    priority: int = Field(default=0, ge=-100, le=100)
+    priority: int = Field(default=0, ge=-PRIORITY_BOUND, le=PRIORITY_BOUND)
 
 
 class RunPublic(BaseModel):

@@ -16,12 +16,11 @@ from gpuslice.common.schemas.storage import (
     SessionFolder,
     parse_folder_request,
 )
+from gpuslice.common.session_limits import DEFAULT_TYPE, MAX_COUNT, PRIORITY_BOUND
 from gpuslice.common.text import Line
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-MAX_COUNT = 100
-PRIORITY_BOUND = 100
 
 
 class SessionStatus(StrEnum):
@@ -70,7 +69,7 @@ class SessionCreate(BaseModel):
         default=None,
         description="Lowercase letters, digits and dashes; `-<n>` is appended when count > 1.",
     )
-    type: SessionType = SessionType.INTERACTIVE
+    type: SessionType = SessionType(DEFAULT_TYPE)
     command: list[str] | None = Field(
         default=None, max_length=256, description="Batch sessions: the command to run (argv)."
     )

@@ -1,0 +1,42 @@
+"""`gpuslice session create` checks its options with the manager's own schema: what it refuses
+is one line naming the option, exit code 2, before anything is sent (no manager here)."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from gpuslice.cli.main import app
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["--mem", "1k"], "--mem: '1k' is below the minimum 6 MiB"),
+        (["--cpu", "0"], "--cpu: CPU cores must be more than zero, got 0"),
+        (["--gpu", "0.333"], "--gpu: 0.333 fGPU has more than 2 decimal places"),
+        (["--count", "101"], "--count: input should be less than or equal to 100, got 101"),
+        (["--type", "daemon"], "--type: input should be 'interactive' or 'batch', got 'daemon'"),
+        (["--name", "Bad_Name"], "--name: use 1-63 lowercase letters, digits and dashes, "
+                                 "starting and ending with a letter or digit"),
+        (["--env", "1BAD=x"], "--env: '1BAD' is not a valid variable name"),
+        (["--gpu", "0.5", "--gpu-mem", "1g"],
+         "--gpu, --gpu-mem: ask for gpu (fGPU) or gpu_mem (GPU memory), not both"),
+        (["--type", "batch", "--command", "echo 'x"],
+         "--command: no closing quotation in \"echo 'x\""),
+        (["--type", "batch"], "--command: a batch session needs a command to run"),
+    ],
+)
+def test_a_bad_option_is_one_line_naming_it(args: list[str], line: str) -> None:
+    done = CliRunner().invoke(app, ["session", "create", *args],
+                              env={"GPUSLICE_URL": "http://127.0.0.1:9"})
+    assert (done.exit_code, done.stderr, done.stdout) == (2, f"error: {line}\n", "")
+
+
+def test_the_help_of_a_waiting_command_says_its_exit_codes() -> None:
+    for command in (["session", "create"], ["session", "logs"], ["run", "start"],
+                    ["run", "logs"]):
+        done = CliRunner().invoke(app, [*command, "--help"])
+        text = " ".join(done.output.split())  # as wrapped for any width
+        assert done.exit_code == 0 and "Exit codes" in text, command
+        assert "124 --timeout passed first" in text, command
