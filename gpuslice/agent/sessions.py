@@ -2,7 +2,7 @@
 
 :func:`gpuslice.agent.decide.decide` picks the one next step from desired and actual state;
 :class:`SessionActions` carries it out against Docker and tells the manager. The agent runs at
-most one step per session at a time (``Agent.reconcile``), so these never race each other for
+most one step per session at a time (``steps.py``), so these never race each other for
 the same session.
 """
 
