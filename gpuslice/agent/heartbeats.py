@@ -16,6 +16,7 @@ from gpuslice.agent.manager_link import LinkError, ManagerLink, VersionMismatch
 from gpuslice.agent.runtime.docker import DockerRuntime
 from gpuslice.agent.runtime.models import DockerUnavailable
 from gpuslice.agent.usage import UsageCollector
+from gpuslice.common.backoff import Backoff
 from gpuslice.common.docker_engine import explain
 from gpuslice.common.schemas.agents import Heartbeat
 from gpuslice.common.waits import wait_event
@@ -71,7 +72,7 @@ class Heartbeats:
     async def first(self, stop: asyncio.Event) -> bool:
         """Heartbeat until the manager takes one (a stored credential needs no call to
         "connect", so this is the first word with the manager); ``False`` if stopped first."""
-        delay, said = 0.5, ""
+        backoff, said = Backoff(0.5, 10.0, jitter=0), ""
         while not stop.is_set():
             try:
                 await self._beat()
@@ -82,8 +83,7 @@ class Heartbeats:
                 if str(err) != said:  # once per cause, not once per retry
                     self.say(f"agent: manager not reachable yet ({err}); retrying")
                     said = str(err)
-            await wait_event(stop, delay)
-            delay = min(delay * 2, 10.0)
+            await backoff.sleep(stop)
         return False
 
     async def _beat(self) -> None:

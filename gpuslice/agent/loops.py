@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ from gpuslice.agent.runtime.models import ContainerRuntimeError, DockerUnavailab
 from gpuslice.agent.sampling import GpuSampler
 from gpuslice.agent.steps import Steps
 from gpuslice.agent.watchdog import find_overuse, slice_limits
+from gpuslice.common.backoff import Backoff
 from gpuslice.common.schemas.agents import StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.common.waits import wait_event
@@ -41,7 +41,7 @@ Loop = Callable[[asyncio.Event], Awaitable[None]]
 async def supervise(name: str, body: Loop, stop: asyncio.Event) -> None:
     """Run a loop forever: log a failure, back off with jitter, go on. The manager or
     Docker being away is logged once per cause (the agent says so besides)."""
-    delay = 0.5
+    backoff = Backoff(0.5, 15.0)
     last = ""
     while not stop.is_set():
         started = time.monotonic()
@@ -57,9 +57,8 @@ async def supervise(name: str, body: Loop, stop: asyncio.Event) -> None:
         except Exception:
             log.exception("%s loop failed; restarting it", name)
         if time.monotonic() - started > 30:
-            delay = 0.5
-        await wait_event(stop, delay * random.uniform(0.8, 1.2))
-        delay = min(delay * 2, 15.0)
+            backoff.reset()
+        await backoff.sleep(stop)
 
 
 @dataclass(eq=False)

@@ -49,6 +49,7 @@ from gpuslice.agent.steps import Steps
 from gpuslice.agent.streams import StreamService
 from gpuslice.agent.usage import UsageCollector
 from gpuslice.common import heap
+from gpuslice.common.backoff import Backoff
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 from gpuslice.common.logs import bind
 from gpuslice.common.waits import wait_event
@@ -214,7 +215,7 @@ class Agent:
 
     async def _connect(self, stop: asyncio.Event) -> Credential:
         register = registration(self.settings)
-        delay = 0.5
+        backoff = Backoff(0.5, 10.0, jitter=0)
         while True:
             try:
                 return await self.link.connect(register)
@@ -224,8 +225,7 @@ class Agent:
                 if err.status in (400, 401, 403, 404, 409, 422):
                     raise
                 self.say(f"agent: manager not reachable yet ({err}); retrying")
-                await wait_event(stop, delay)
-                delay = min(delay * 2, 10.0)
+                await backoff.sleep(stop)
 
     async def _reregister(self) -> None:
         self.say("agent: the manager no longer accepts this node's credential")
