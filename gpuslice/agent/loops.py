@@ -13,13 +13,13 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import Act, Action
 from gpuslice.agent.manager_link import LinkError, ManagerLink
 from gpuslice.agent.requests import RequestRunner
 from gpuslice.agent.runtime.docker import DockerRuntime
 from gpuslice.agent.runtime.models import ContainerRuntimeError, DockerUnavailable
 from gpuslice.agent.sampling import GpuSampler
+from gpuslice.agent.settings import AgentSettings
 from gpuslice.agent.steps import Steps
 from gpuslice.agent.watchdog import find_overuse, slice_limits
 from gpuslice.common.backoff import Backoff

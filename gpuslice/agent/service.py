@@ -24,7 +24,6 @@ from urllib.parse import urlsplit
 
 from gpuslice.agent import capshim, model_calls, usage_calls
 from gpuslice.agent.accelerators import Accelerator, detect
-from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.heartbeats import Heartbeats
 from gpuslice.agent.isolation.firewall import FirewallError
@@ -45,6 +44,7 @@ from gpuslice.agent.runtime.models import DockerUnavailable
 from gpuslice.agent.runtime.spec import NO_IPV6, DeviceInfo, SpecOptions
 from gpuslice.agent.sampling import GpuSampler
 from gpuslice.agent.sessions import SessionActions
+from gpuslice.agent.settings import AgentSettings
 from gpuslice.agent.steps import Steps
 from gpuslice.agent.streams import StreamService
 from gpuslice.agent.usage import UsageCollector

@@ -18,7 +18,6 @@ import time
 from collections.abc import Collection, Coroutine
 from typing import Any
 
-from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import Act, Action, decide
 from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.isolation.sandboxes import Sandboxes
@@ -31,6 +30,7 @@ from gpuslice.agent.runtime.models import (
 )
 from gpuslice.agent.runtime.spec import container_name
 from gpuslice.agent.sessions import SessionActions
+from gpuslice.agent.settings import AgentSettings
 from gpuslice.agent.streams import StreamService
 from gpuslice.common.docker_engine import explain
 from gpuslice.common.schemas.agents import Assignment, Assignments

@@ -18,10 +18,10 @@ import pytest
 
 from gpuslice.agent import loops
 from gpuslice.agent.accelerators.mock import MockAccelerator
-from gpuslice.agent.config import AgentSettings, MockGpu
 from gpuslice.agent.manager_link import ManagerLink
 from gpuslice.agent.runtime import DockerRuntime
 from gpuslice.agent.service import Agent
+from gpuslice.agent.settings import AgentSettings, MockGpu
 from gpuslice.common.resources import GiB, MiB, slice_fraction, sm_percent
 from gpuslice.common.schemas.agents import AgentRequest, ExecAsk
 from tests.agent.conftest import remove_node

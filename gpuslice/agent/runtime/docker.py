@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 import aiodocker
 import aiohttp
 
-from gpuslice.agent.config import DEFAULT_DATA_DIR
 from gpuslice.agent.runtime.engine import (
     CONNECTION_FAILED,
     container_logs,
@@ -55,6 +54,7 @@ from gpuslice.agent.runtime.spec import (
     ContainerSpec,
     container_name,
 )
+from gpuslice.agent.settings import DEFAULT_DATA_DIR
 from gpuslice.common.backoff import Backoff
 from gpuslice.common.docker_engine import docker_client, explain
 from gpuslice.session_tools import CONTAINER_ENDPOINT_DIR, CONTAINER_TOOLS_DIR, is_program
