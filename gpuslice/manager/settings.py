@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
+from gpuslice.common.limits import CREATE_COUNT_MAX
 from gpuslice.common.logs import LogSettings
 from gpuslice.common.resources import ResourceError, parse_fgpu, parse_fgpu_per_gpu
 from gpuslice.common.settings_files import FileSettings
@@ -169,7 +170,8 @@ class SessionSettings(BaseModel):
         description="Seconds a commit request waits for the agent to snapshot the container.",
     )
     max_count: int = Field(
-        default=10, ge=1, le=100, description="Most sessions one create request may ask for."
+        default=10, ge=1, le=CREATE_COUNT_MAX,
+        description="Most sessions one create request may ask for.",
     )
     max_definition: int = Field(
         default=64 * 1024, ge=1024, le=1024**2,
