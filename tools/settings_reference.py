@@ -8,7 +8,7 @@ from __future__ import annotations
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from gpuslice.agent.config import AgentSettings
+from gpuslice.agent.settings import AgentSettings
 from gpuslice.manager.settings import ManagerSettings
 
 

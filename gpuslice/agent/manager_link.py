@@ -38,7 +38,7 @@ import httpx
 from pydantic import BaseModel, ValidationError
 from starlette.types import ASGIApp
 
-from gpuslice.agent.config import AgentSettings
+from gpuslice.agent.settings import AgentSettings
 from gpuslice.common import text
 from gpuslice.common.schemas.agents import (
     AgentRequest,

@@ -2,7 +2,7 @@
 
 :func:`gpuslice.agent.decide.decide` picks the one next step from desired and actual state;
 :class:`SessionActions` carries it out against Docker and tells the manager. The agent runs at
-most one step per session at a time (``Agent.reconcile``), so these never race each other for
+most one step per session at a time (``steps.py``), so these never race each other for
 the same session.
 """
 
@@ -16,7 +16,6 @@ from collections.abc import Callable, Collection
 from dataclasses import replace
 from pathlib import Path
 
-from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import Act, Action
 from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.isolation.sandboxes import Sandboxes
@@ -40,6 +39,7 @@ from gpuslice.agent.runtime.spec import (
     build_container_spec,
     container_name,
 )
+from gpuslice.agent.settings import AgentSettings
 from gpuslice.common.docker_engine import explain
 from gpuslice.common.logs import bind
 from gpuslice.common.schemas.agents import Assignment, StateReport

@@ -8,10 +8,10 @@ import os
 from pathlib import Path
 
 from gpuslice.agent.accelerators import Accelerator
-from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.runtime.docker import DockerRuntime
 from gpuslice.agent.runtime.models import ContainerStats
 from gpuslice.agent.sampling import GpuSampler
+from gpuslice.agent.settings import AgentSettings
 from gpuslice.common.schemas.agents import (
     DeviceReport,
     Heartbeat,

@@ -26,10 +26,10 @@ def agent_serve(
 ) -> None:
     """A node agent from a TOML file plus GPUSLICE_AGENT_* variables."""
     from gpuslice.agent.capshim import ShimError
-    from gpuslice.agent.config import load_agent_settings
     from gpuslice.agent.isolation.network import IsolationError
     from gpuslice.agent.manager_link import LinkError, NotRegistered, VersionMismatch
     from gpuslice.agent.service import Agent
+    from gpuslice.agent.settings import load_agent_settings
 
     try:
         settings = load_agent_settings(config)

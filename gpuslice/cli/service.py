@@ -85,7 +85,7 @@ def _part(value: str) -> Part:
 def _local_services(part: Part, config: Path | None) -> list[str]:
     """What the part needs that runs on this machine: Docker (agent), PostgreSQL (manager)."""
     if part == "agent":
-        from gpuslice.agent.config import load_agent_settings
+        from gpuslice.agent.settings import load_agent_settings
 
         docker = _load(lambda: load_agent_settings(config)).docker_url
         return ["docker.service"] if not docker or docker.startswith("unix://") else []

@@ -131,10 +131,10 @@ async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Ser
     """Log the CLI in, run the local agent, say that all is up once it joined; until stopped
     (or the agent or the manager stops: one line). The agent calls the manager in this
     process, not through its port (`manager_link.InProcess`)."""
-    from gpuslice.agent.config import AgentSettings, MockGpu
     from gpuslice.agent.isolation.network import IsolationError
     from gpuslice.agent.manager_link import InProcess, ManagerLink
     from gpuslice.agent.service import Agent
+    from gpuslice.agent.settings import AgentSettings, MockGpu
     from gpuslice.manager.services.users import CREDENTIALS_FILE
 
     url, credentials = options.url, options.data_dir / CREDENTIALS_FILE

@@ -13,6 +13,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from gpuslice.common.backoff import doubled
 from gpuslice.common.waits import wait_event
 from gpuslice.manager.db.faults import describe
 
@@ -87,7 +88,7 @@ async def supervise(
         state.beat = time.monotonic()
         delay = interval * (1 + random.uniform(-jitter, jitter))
         if state.failures:
-            delay = min(max(delay, 0.1) * 2 ** min(state.failures, 10), MAX_BACKOFF_S)
+            delay = doubled(max(delay, 0.1), state.failures, MAX_BACKOFF_S)
         await _sleep(delay, wake)
 
 

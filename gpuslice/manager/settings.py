@@ -12,15 +12,12 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    TomlConfigSettingsSource,
-)
+from pydantic_settings import SettingsConfigDict
 
+from gpuslice.common.limits import CREATE_COUNT_MAX
 from gpuslice.common.logs import LogSettings
 from gpuslice.common.resources import ResourceError, parse_fgpu, parse_fgpu_per_gpu
+from gpuslice.common.settings_files import FileSettings
 from gpuslice.manager.scheduler import Policy, SchedulerConfig, Strategy
 
 
@@ -173,7 +170,8 @@ class SessionSettings(BaseModel):
         description="Seconds a commit request waits for the agent to snapshot the container.",
     )
     max_count: int = Field(
-        default=10, ge=1, le=100, description="Most sessions one create request may ask for."
+        default=10, ge=1, le=CREATE_COUNT_MAX,
+        description="Most sessions one create request may ask for.",
     )
     max_definition: int = Field(
         default=64 * 1024, ge=1024, le=1024**2,
@@ -392,12 +390,10 @@ class ServerSettings(BaseModel):
         return self
 
 
-class ManagerSettings(BaseSettings):
+class ManagerSettings(FileSettings):
     """Everything the manager needs; see the field descriptions."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="GPUSLICE_", env_nested_delimiter="__", extra="forbid"
-    )
+    model_config = SettingsConfigDict(env_prefix="GPUSLICE_")
 
     data_dir: Path = Field(
         default=Path("~/.local/share/gpuslice"),
@@ -434,25 +430,7 @@ class ManagerSettings(BaseSettings):
     def database_url(self) -> str:
         return self.database.url or f"sqlite+aiosqlite:///{self.data_dir / 'gpuslice.db'}"
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Precedence: explicit arguments, then the environment, then the TOML file.
-        toml_file = init_settings.init_kwargs.pop("_toml_file", None)  # type: ignore[attr-defined]
-        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
-        if toml_file is not None:
-            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_file))
-        return tuple(sources)
-
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> ManagerSettings:
     """Build the settings once: ``overrides`` > ``GPUSLICE_*`` env > ``config_file`` (TOML)."""
-    if config_file is not None and not config_file.is_file():
-        raise FileNotFoundError(f"settings file {config_file} does not exist")
-    return ManagerSettings(_toml_file=config_file, **overrides)  # type: ignore[call-arg]
+    return ManagerSettings.load(config_file, **overrides)

@@ -15,7 +15,7 @@ from gpuslice.agent.accelerators import (
     detect,
     mock_uuid,
 )
-from gpuslice.agent.config import AgentSettings, MockGpu
+from gpuslice.agent.settings import AgentSettings, MockGpu
 from gpuslice.common.resources import GiB, MiB
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from gpuslice.agent.config import AgentSettings, load_agent_settings
+from gpuslice.agent.settings import AgentSettings, load_agent_settings
 from gpuslice.common.resources import GiB, MiB
 
 TOML = """

@@ -25,13 +25,13 @@ from dataclasses import dataclass, replace
 
 import pytest
 
-from gpuslice.agent.config import NetworkSettings
 from gpuslice.agent.isolation.network import SessionNetwork, ipv6_available
 from gpuslice.agent.isolation.policy import Fence
 from gpuslice.agent.isolation.sandboxes import Sandboxes
 from gpuslice.agent.runtime import ContainerState, DockerRuntime
 from gpuslice.agent.runtime.spec import NO_IPV6, ContainerSpec, SessionSpec, SpecOptions
 from gpuslice.agent.runtime.spec import build_container_spec as build
+from gpuslice.agent.settings import NetworkSettings
 from tests.waits import scaled
 
 pytestmark = [

@@ -15,7 +15,6 @@ import httpx
 import pytest
 from starlette.types import Receive, Scope, Send
 
-from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.manager_link import (
     CREDENTIAL_FILE,
     Credential,
@@ -25,6 +24,7 @@ from gpuslice.agent.manager_link import (
     NotRegistered,
     registration,
 )
+from gpuslice.agent.settings import AgentSettings
 from gpuslice.common.schemas.agents import ExecAnswer, Heartbeat, NodeRegister, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from gpuslice.agent.accelerators import MockAccelerator, NvidiaAccelerator
-from gpuslice.agent.config import MockGpu
 from gpuslice.agent.runtime.models import ContainerState
 from gpuslice.agent.sampling import GpuSampler, pid_sessions, session_figures
+from gpuslice.agent.settings import MockGpu
 from gpuslice.agent.watchdog import REASON, check
 from gpuslice.common.resources import GiB, MiB
 from gpuslice.common.schemas.agents import SessionGpuUsage

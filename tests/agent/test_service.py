@@ -16,12 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
-from gpuslice.agent import service
+from gpuslice.agent import loops
 from gpuslice.agent.accelerators.mock import MockAccelerator
-from gpuslice.agent.config import AgentSettings, MockGpu
 from gpuslice.agent.manager_link import ManagerLink
 from gpuslice.agent.runtime import DockerRuntime
 from gpuslice.agent.service import Agent
+from gpuslice.agent.settings import AgentSettings, MockGpu
 from gpuslice.common.resources import GiB, MiB, slice_fraction, sm_percent
 from gpuslice.common.schemas.agents import AgentRequest, ExecAsk
 from tests.agent.conftest import remove_node
@@ -247,7 +247,7 @@ async def test_a_stop_the_manager_asks_for_needs_no_reconcile_pass(
         nonlocal passes
         passes += 1
 
-    agent.reconcile = no_pass  # type: ignore[method-assign]
+    agent.steps.reconcile = no_pass  # type: ignore[method-assign]
     manager.sessions = [assignment(agent, base_image, sid, status="TERMINATING",
                                    desired="stopped")]
     manager.change()
@@ -264,22 +264,23 @@ async def test_the_agents_own_reports_coming_back_start_no_reconcile_pass(
     agent, sid = agent_running, f"s{uuid.uuid4().hex[:10]}"
     manager.sessions = [assignment(agent, base_image, sid)]
     manager.change()
-    await until(lambda: "RUNNING" in manager.statuses(sid) and sid not in agent._busy)
+    await until(lambda: "RUNNING" in manager.statuses(sid) and sid not in agent.steps.busy)
     # A pass under way (the agent's first) ends before counting.
-    await until(lambda: not agent._kick.is_set())
+    await until(lambda: not agent.steps.kick.is_set())
     await asyncio.sleep(0.3)
     passes = 0
-    reconcile = agent.reconcile
+    reconcile = agent.steps.reconcile
 
     async def counted(desired: Any) -> None:
         nonlocal passes
         passes += 1
         await reconcile(desired)
 
-    agent.reconcile = counted  # type: ignore[method-assign]
+    agent.steps.reconcile = counted  # type: ignore[method-assign]
     manager.sessions = [assignment(agent, base_image, sid, status="RUNNING")]  # its own word
     manager.change()
-    await until(lambda: agent.desired is not None and agent.desired.version == manager.version)
+    await until(lambda: agent.steps.desired is not None
+                and agent.steps.desired.version == manager.version)
     await asyncio.sleep(0.3)
     assert passes == 0
     manager.sessions = [assignment(agent, base_image, sid, status="RUNNING", env={"A": "1"})]
@@ -291,7 +292,7 @@ async def test_the_agents_own_reports_coming_back_start_no_reconcile_pass(
 def no_safety_passes(monkeypatch: pytest.MonkeyPatch) -> None:
     """No reconcile pass on the safety timer (each 10 s) while a test counts passes; ask for
     it before the agent, which reads the timer as it waits."""
-    monkeypatch.setattr(service, "RECONCILE_SAFETY_S", 3600.0)
+    monkeypatch.setattr(loops, "RECONCILE_SAFETY_S", 3600.0)
 
 
 @pytest.fixture
@@ -305,7 +306,7 @@ def counted_passes(agent: Agent) -> list[str]:
     """From now on, one entry per reconcile pass the agent runs: what kicked it last (the
     function and line that set the kick), or "timer"."""
     passes: list[str] = []
-    kicked_by, reconcile, kick = ["timer"], agent.reconcile, agent._kick.set
+    kicked_by, reconcile, kick = ["timer"], agent.steps.reconcile, agent.steps.kick.set
 
     def recorded_kick() -> None:
         caller = sys._getframe(1)
@@ -317,8 +318,8 @@ def counted_passes(agent: Agent) -> list[str]:
         kicked_by[0] = "timer"
         await reconcile(desired)
 
-    agent._kick.set = recorded_kick  # type: ignore[method-assign]
-    agent.reconcile = counted  # type: ignore[method-assign]
+    agent.steps.kick.set = recorded_kick  # type: ignore[method-assign]
+    agent.steps.reconcile = counted  # type: ignore[method-assign]
     return passes
 
 
@@ -332,21 +333,21 @@ async def test_sessions_that_start_and_end_as_asked_need_no_reconcile_pass(
     agent = agent_running
     # Its first passes (the first assignments; Docker's events followed, on a busy machine
     # later) are over before counting.
-    await until(lambda: agent.desired is not None and any(
+    await until(lambda: agent.steps.desired is not None and any(
         "docker events: connected" in r.getMessage() for r in agent_log.records))
-    await until(lambda: not agent._kick.is_set())
+    await until(lambda: not agent.steps.kick.is_set())
     await asyncio.sleep(0.3)
     passes = counted_passes(agent)
     shell, batch = f"s{uuid.uuid4().hex[:10]}", f"s{uuid.uuid4().hex[:10]}"
     manager.sessions = [assignment(agent, base_image, shell),
                         assignment(agent, base_image, batch, type="batch", command=["true"])]
     manager.change()
-    await until(lambda: "RUNNING" in manager.statuses(shell) and not agent._busy
+    await until(lambda: "RUNNING" in manager.statuses(shell) and not agent.steps.busy
                 and "TERMINATED" in manager.statuses(batch))
     manager.sessions = [assignment(agent, base_image, shell, status="TERMINATING",
                                    desired="stopped")]
     manager.change()
-    await until(lambda: "TERMINATED" in manager.statuses(shell) and not agent._busy)
+    await until(lambda: "TERMINATED" in manager.statuses(shell) and not agent.steps.busy)
     async with asyncio.timeout(scaled(10)):
         while await agent.runtime.list_managed():
             await asyncio.sleep(0.05)
@@ -371,11 +372,12 @@ async def test_a_session_told_to_stop_while_it_starts_is_stopped_once_started(
     agent.runtime.ensure_running = held  # type: ignore[method-assign]
     manager.sessions = [assignment(agent, base_image, sid)]
     manager.change()
-    await until(lambda: sid in agent._busy)
+    await until(lambda: sid in agent.steps.busy)
     manager.sessions = [assignment(agent, base_image, sid, status="TERMINATING",
                                    desired="stopped")]
     manager.change()
-    await until(lambda: agent.desired is not None and agent.desired.version == manager.version)
+    await until(lambda: agent.steps.desired is not None
+                and agent.steps.desired.version == manager.version)
     gate.set()
     await until(lambda: "TERMINATED" in manager.statuses(sid), timeout=15)
     assert manager.statuses(sid)[:2] == ["PREPARING", "RUNNING"]
@@ -393,16 +395,17 @@ async def test_an_ended_session_in_older_assignments_is_not_reported_again(
     agent, sid = agent_running, f"s{uuid.uuid4().hex[:10]}"
     manager.sessions = [assignment(agent, base_image, sid, type="batch", command=["true"])]
     manager.change()
-    await until(lambda: "TERMINATED" in manager.statuses(sid) and sid not in agent._busy)
+    await until(lambda: "TERMINATED" in manager.statuses(sid) and sid not in agent.steps.busy)
     async with asyncio.timeout(scaled(10)):
         while await agent.runtime.find(sid) is not None:
             await asyncio.sleep(0.05)
     manager.sessions = [assignment(agent, base_image, sid, type="batch", command=["true"],
                                    status="RUNNING")]
     manager.change()
-    await until(lambda: agent.desired is not None and agent.desired.version == manager.version)
-    assert agent.desired is not None
-    await agent.reconcile(agent.desired)
+    await until(lambda: agent.steps.desired is not None
+                and agent.steps.desired.version == manager.version)
+    assert agent.steps.desired is not None
+    await agent.steps.reconcile(agent.steps.desired)
     await asyncio.sleep(0.3)
     assert manager.statuses(sid)[:2] == ["PREPARING", "RUNNING"]
     assert manager.told_end_once(sid), manager.reports

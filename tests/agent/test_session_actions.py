@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.decide import Act, Action
 from gpuslice.agent.manager_link import LinkError
 from gpuslice.agent.runtime.spec import SpecOptions
 from gpuslice.agent.sessions import SessionActions
+from gpuslice.agent.settings import AgentSettings
 from gpuslice.common.schemas.agents import StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 from tests.waits import scaled

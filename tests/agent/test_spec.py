@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from gpuslice.agent.config import HardCapsSettings
 from gpuslice.agent.runtime import (
     ALLOCATION_PATH,
     LABEL_ALLOCATION,
@@ -21,6 +20,7 @@ from gpuslice.agent.runtime import (
     build_container_spec,
 )
 from gpuslice.agent.runtime.spec import DeviceInfo, Mount
+from gpuslice.agent.settings import HardCapsSettings
 from gpuslice.common.resources import GiB, MiB
 from tests.agent.factories import gpu_slice
 

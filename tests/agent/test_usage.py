@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 
 from gpuslice.agent.accelerators.mock import MockAccelerator
-from gpuslice.agent.config import AgentSettings, MockGpu
 from gpuslice.agent.runtime import ContainerSpec, DockerRuntime
+from gpuslice.agent.settings import AgentSettings, MockGpu
 from gpuslice.agent.usage import UsageCollector
 
 pytestmark = pytest.mark.docker

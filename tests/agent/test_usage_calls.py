@@ -12,8 +12,8 @@ import pytest
 
 from gpuslice.agent import usage_calls
 from gpuslice.agent.accelerators import MockAccelerator, NvidiaAccelerator
-from gpuslice.agent.config import MockGpu
 from gpuslice.agent.endpoint import SessionEndpoint
+from gpuslice.agent.settings import MockGpu
 from gpuslice.common.resources import GiB
 
 from .test_accelerators import A100, FakeNVML

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from gpuslice.agent.accelerators import DeviceUsage, NvidiaAccelerator, detect
-from gpuslice.agent.config import AgentSettings
 from gpuslice.agent.sampling import session_figures
+from gpuslice.agent.settings import AgentSettings
 from gpuslice.agent.watchdog import find_overuse
 from tests.waits import scaled
 

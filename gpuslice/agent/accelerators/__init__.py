@@ -14,7 +14,7 @@ from gpuslice.agent.accelerators.base import (
 )
 from gpuslice.agent.accelerators.mock import MockAccelerator, mock_uuid
 from gpuslice.agent.accelerators.nvidia import NvidiaAccelerator
-from gpuslice.agent.config import AgentSettings
+from gpuslice.agent.settings import AgentSettings
 
 __all__ = [
     "Accelerator",

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuslice.agent.accelerators.base import Device, DeviceUsage, ProcessMemory, summarize
-from gpuslice.agent.config import MockGpu
+from gpuslice.agent.settings import MockGpu
 
 _NAMESPACE = uuid.UUID("6f1c2a52-5d0e-4c47-9a52-6a7e0f1c9b11")
 

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gpuslice.agent.config import NetworkSettings
 from gpuslice.agent.isolation.firewall import Firewall, FirewallError
 from gpuslice.agent.isolation.policy import Fence, Rules, rules
 from gpuslice.agent.runtime.networks import NetworkInfo, NetworkOps
 from gpuslice.agent.runtime.spec import LABEL_NODE
+from gpuslice.agent.settings import NetworkSettings
 
 log = logging.getLogger(__name__)
 BRIDGE_FILTERING = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")

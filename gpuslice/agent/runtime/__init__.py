@@ -1,7 +1,7 @@
 """Session containers on the node's Docker Engine: specs (pure), hard caps, the runtime."""
 
 from gpuslice.agent.runtime.adapter import session_spec
-from gpuslice.agent.runtime.docker import Backoff, DockerRuntime
+from gpuslice.agent.runtime.docker import DockerRuntime
 from gpuslice.agent.runtime.hardcaps import apply_hami, apply_hard_caps, apply_mps
 from gpuslice.agent.runtime.models import (
     ContainerRuntimeError,
@@ -36,7 +36,6 @@ __all__ = [
     "LABEL_OWNER",
     "LABEL_SESSION",
     "LABEL_TYPE",
-    "Backoff",
     "ContainerRuntimeError",
     "ContainerSpec",
     "ContainerState",

@@ -16,7 +16,6 @@ import asyncio
 import hashlib
 import json
 import os
-import random
 import re
 import shutil
 import time
@@ -28,7 +27,6 @@ from typing import Any, TypeVar
 import aiodocker
 import aiohttp
 
-from gpuslice.agent.config import DEFAULT_DATA_DIR
 from gpuslice.agent.runtime.engine import (
     CONNECTION_FAILED,
     container_logs,
@@ -56,6 +54,8 @@ from gpuslice.agent.runtime.spec import (
     ContainerSpec,
     container_name,
 )
+from gpuslice.agent.settings import DEFAULT_DATA_DIR
+from gpuslice.common.backoff import Backoff
 from gpuslice.common.docker_engine import docker_client, explain
 from gpuslice.session_tools import CONTAINER_ENDPOINT_DIR, CONTAINER_TOOLS_DIR, is_program
 
@@ -63,23 +63,6 @@ T = TypeVar("T")
 _EVENTS = ("start", "die", "oom", "destroy")
 _EXITED = re.compile(r"^Exited \((-?\d+)\)")
 _CONNECTION_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError)
-
-
-class Backoff:
-    """Exponential delays with jitter: 0.2 s, 0.4 s, ... up to ``maximum``."""
-
-    def __init__(self, initial: float = 0.2, maximum: float = 5.0) -> None:
-        self.initial = initial
-        self.maximum = maximum
-        self._next = initial
-
-    def reset(self) -> None:
-        self._next = self.initial
-
-    async def sleep(self) -> None:
-        delay = self._next * random.uniform(0.8, 1.2)
-        self._next = min(self.maximum, self._next * 2)
-        await asyncio.sleep(delay)
 
 
 class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):

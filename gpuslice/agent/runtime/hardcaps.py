@@ -28,7 +28,6 @@ from pathlib import Path
 
 from gpuslice.agent.capshim import CAPS_PATH, caps_file
 from gpuslice.agent.capshim import CONTAINER_PATH as SHIM_PATH
-from gpuslice.agent.config import HardCapsSettings
 from gpuslice.agent.runtime.spec import (
     ContainerSpec,
     GpuSlice,
@@ -36,6 +35,7 @@ from gpuslice.agent.runtime.spec import (
     Mount,
     with_enforcement,
 )
+from gpuslice.agent.settings import HardCapsSettings
 from gpuslice.common.resources import MiB
 
 HAMI_LIBRARY_TARGET = "/usr/local/vgpu/libvgpu.so"

@@ -6,6 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
+from gpuslice.common.limits import PAGE_DEFAULT, PAGE_MAX
 from gpuslice.common.schemas.runs import RunCreate, RunPublic
 from gpuslice.manager.api.deps import CurrentUser, DbDep, SettingsDep, StorageDep
 from gpuslice.manager.services.runs import runs
@@ -34,7 +35,7 @@ async def check_run(body: RunCreate, db: DbDep, user: CurrentUser, settings: Set
 async def list_runs(
     db: DbDep, user: CurrentUser,
     name: Annotated[str | None, Query(max_length=80)] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_DEFAULT,
 ) -> list[RunPublic]:
     """One's runs, newest first: status, result, exit code, duration, saved model."""
     return await runs.list_runs(db, user, name=name, limit=limit)

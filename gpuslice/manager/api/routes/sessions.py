@@ -7,6 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, status
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
+from gpuslice.common.limits import PAGE_DEFAULT, PAGE_MAX
 from gpuslice.common.schemas.common import Page
 from gpuslice.common.schemas.images import SessionCommit, SessionCommitResult
 from gpuslice.common.schemas.sessions import (
@@ -71,7 +72,7 @@ async def list_all(
     owner: Annotated[str | None, Query(description="Admins: a username or user id.")] = None,
     name: Annotated[str | None, Query(max_length=80, description="Exactly this name.")] = None,
     type_: Annotated[SessionType | None, Query(alias="type")] = None,
-    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+    limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_DEFAULT,
     offset: Annotated[int, Query(ge=0)] = 0,
     after: Annotated[str | None, Query(
         max_length=200, description="Begin after this position: a previous page's `next`.",

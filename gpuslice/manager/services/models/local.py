@@ -21,8 +21,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from gpuslice.manager.services.bridge import file_stream, rechunk, write_all
 from gpuslice.manager.services.models.store import Chunks, ModelStore, Stored, StoreError
+from gpuslice.manager.threads import file_stream, rechunk, write_all
 
 SIGNING_KEY = ".signing-key"
 URL_PATH = "/api/v1/model-store/"

@@ -19,9 +19,9 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gpuslice.manager.services.bridge import Interrupted, feed_thread
 from gpuslice.manager.services.models.store import Chunks, ModelStore, Stored, StoreError
 from gpuslice.manager.settings import ModelStoreSettings
+from gpuslice.manager.threads import Interrupted, feed_thread
 
 log = logging.getLogger(__name__)
 CHUNK = 1024 * 1024

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import load_only
 
 from gpuslice.common.resources import Resources
-from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
+from gpuslice.common.schemas.sessions import HOLDING, SessionCreate, SessionStatus
 from gpuslice.manager.db.models import DeviceRow, NodeRow, ResourcePolicy, SessionRow, User
 from gpuslice.manager.errors import StaleStatus
 from gpuslice.manager.events import Hub
@@ -185,10 +185,29 @@ async def _alive(db: AsyncSession) -> tuple[list[Node], DeviceRefs]:
 
 def queued_request(row: SessionRow) -> Request:
     """A PENDING session as the scheduler core sees it."""
-    return Request(
-        row.id, row.owner_id, Resources(row.gpu, row.cpu, row.mem), row.created_at.timestamp(),
-        row.priority, row.gpu_model, row.pool, gpu_mem=row.gpu_mem or 0,
+    return session_request(
+        row.id, row.owner_id, row.created_at.timestamp(), Resources(row.gpu, row.cpu, row.mem),
+        gpu_mem=row.gpu_mem, priority=row.priority, gpu_model=row.gpu_model, pool=row.pool,
     )
+
+
+def asked_request(body: SessionCreate, request_id: str, user: str,
+                  enqueued_at: float) -> Request:
+    """A session being created (``body``) as the scheduler core would see it queued: for the
+    check that it can ever fit, and the preview."""
+    return session_request(
+        request_id, user, enqueued_at, body.resources.to_resources(),
+        gpu_mem=body.resources.gpu_mem, priority=body.priority, gpu_model=body.gpu_model,
+    )
+
+
+def session_request(
+    request_id: str, user: str, enqueued_at: float, resources: Resources, *,
+    gpu_mem: int | None, priority: int, gpu_model: str | None, pool: str = "default",
+) -> Request:
+    """The one way a session's request for the scheduler core is built, queued or asked."""
+    return Request(request_id, user, resources, enqueued_at, priority, gpu_model, pool,
+                   gpu_mem=gpu_mem or 0)
 
 
 async def _apply(db: AsyncSession, snap: Snapshot, result: PassResult) -> PassStats:

@@ -15,12 +15,12 @@ from gpuslice.common.session_limits import PRIORITY_BOUND
 from gpuslice.manager.db.base import new_id, utcnow
 from gpuslice.manager.db.models import ResourcePolicy, SessionRow, User
 from gpuslice.manager.errors import InvalidRequest, StaleStatus
-from gpuslice.manager.scheduler import Quota, Request, check_request
+from gpuslice.manager.scheduler import Quota, check_request
 from gpuslice.manager.services.apps import catalog as apps_catalog
 from gpuslice.manager.services.images import catalog
 from gpuslice.manager.services.lifecycle import record_created, transition
 from gpuslice.manager.services.policies import quota_of
-from gpuslice.manager.services.scheduling.passes import alive_nodes
+from gpuslice.manager.services.scheduling.passes import alive_nodes, asked_request
 from gpuslice.manager.services.sessions.views import created_public, describe_many, visible
 from gpuslice.manager.services.storage import mounts
 from gpuslice.manager.settings import ManagerSettings, SessionSettings
@@ -174,8 +174,7 @@ async def _check_feasible(
     db: AsyncSession, body: SessionCreate, quota: Quota, settings: ManagerSettings
 ) -> None:
     nodes = await alive_nodes(db)
-    req = Request("new", "user", body.resources.to_resources(), 0.0, body.priority, body.gpu_model,
-                  gpu_mem=body.resources.gpu_mem or 0)
+    req = asked_request(body, "new", "user", 0.0)
     capacity, step = settings.nodes.device_capacity, settings.scheduler.step_milli
     impossible = check_request(req, nodes, Quota(), capacity, step)
     if impossible:

@@ -13,11 +13,12 @@ from decimal import Decimal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpuslice.common.resources import Resources, fgpu_decimal
+from gpuslice.common.resources import fgpu_decimal
 from gpuslice.common.schemas.sessions import SessionCreate, SessionPreview
 from gpuslice.manager.db.models import User
-from gpuslice.manager.scheduler import Node, Request, schedule
+from gpuslice.manager.scheduler import Node, schedule
 from gpuslice.manager.services.scheduling.passes import (
+    asked_request,
     load_snapshot,
     queued_request,
     user_states,
@@ -40,12 +41,8 @@ async def preview(
         users.update(await user_states(db, {user_id}))
         await db.commit()
     now = time.time()
-    res = Resources(body.resources.gpu, body.resources.cpu, body.resources.mem)
-    mine = [
-        Request(f"{_PREFIX}{i}", user_id, res, now + i * 1e-6, body.priority, body.gpu_model,
-                gpu_mem=body.resources.gpu_mem or 0)
-        for i in range(body.count)
-    ]
+    mine = [asked_request(body, f"{_PREFIX}{i}", user_id, now + i * 1e-6)
+            for i in range(body.count)]
     queue = [queued_request(row) for row in snap.pending.values()] + mine
     result = schedule(queue, snap.nodes, users, settings.scheduler.core_config(), now)
     placed = {p.request_id for p in result.placements}

@@ -3,7 +3,7 @@
 Out: a tar stream made on the fly from descriptor-walked files (1 MiB reads), with regular
 files and directories only: links, devices, pipes and sockets are left out (a link could point
 outside the folder; a device file is no data). In: a tar (or tar.gz) stream fed from the
-request body (``services.bridge``: bounded memory) to a thread that extracts into a staging
+request body (``manager.threads``: bounded memory) to a thread that extracts into a staging
 directory beside the folders; every entry's name must pass the path rules and be a file or a
 directory. Only a complete, valid archive is moved into the folder (file by file, each
 atomically): a broken or refused one leaves the folder as it was.
@@ -22,8 +22,8 @@ from typing import BinaryIO
 
 from gpuslice.common.storage_paths import PathRuleError, clean_path
 from gpuslice.manager.errors import InvalidRequest
-from gpuslice.manager.services.bridge import Interrupted, feed_thread
 from gpuslice.manager.services.storage.fs import FILE_MODE, StorageFS
+from gpuslice.manager.threads import Interrupted, feed_thread
 
 CHUNK = 1024 * 1024
 BLOCK = tarfile.BLOCKSIZE

@@ -27,12 +27,12 @@ from gpuslice.common.schemas.storage import (
 )
 from gpuslice.manager.db.models import User
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
-from gpuslice.manager.services.bridge import file_stream, write_all
 from gpuslice.manager.services.storage import archive
 from gpuslice.manager.services.storage.folders import Access
 from gpuslice.manager.services.storage.fs import FILE_MODE, Entry, StorageFS, rule
 from gpuslice.manager.services.storage.fs import rule_or_root as rule_dir
 from gpuslice.manager.services.storage.usage import add_usage, room_for
+from gpuslice.manager.threads import file_stream, write_all
 
 CHUNK = 1024 * 1024
 T = TypeVar("T")

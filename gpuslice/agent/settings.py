@@ -23,18 +23,14 @@ import ipaddress
 import re
 import socket
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field, SecretStr, field_validator
-from pydantic_settings import (
-    BaseSettings,
-    PydanticBaseSettingsSource,
-    SettingsConfigDict,
-    TomlConfigSettingsSource,
-)
+from pydantic_settings import SettingsConfigDict
 
 from gpuslice.common.logs import LogSettings
 from gpuslice.common.resources import ResourceError, parse_cpu, parse_fgpu_per_gpu, parse_mem
+from gpuslice.common.settings_files import FileSettings
 
 ENV_PREFIX = "GPUSLICE_AGENT_"
 _URL = re.compile(r"^https?://[^\s/,]+(/[^\s,]*)?$")
@@ -126,14 +122,11 @@ class NetworkSettings(BaseModel):
         return value
 
 
-class AgentSettings(BaseSettings):
+class AgentSettings(FileSettings):
     """Everything the node agent needs to know about its node."""
 
-    model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX,
-        env_nested_delimiter="__",
-        extra="forbid",
-    )
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
+    file_kind: ClassVar[str] = "agent config"
 
     node_name: str = Field(
         default_factory=socket.gethostname,
@@ -248,18 +241,6 @@ class AgentSettings(BaseSettings):
     def _parse_reserved_mem(cls, value: object) -> int:
         return _mem(value)
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # Precedence: explicit arguments, then the environment, then the TOML file.
-        return init_settings, env_settings, TomlConfigSettingsSource(settings_cls)
-
 
 def split_manager_urls(value: object) -> list[str]:
     """``"http://a:8080, http://b:8080"`` or a list of them → the URLs, checked, no duplicates."""
@@ -283,12 +264,4 @@ def split_manager_urls(value: object) -> list[str]:
 
 def load_agent_settings(path: Path | None = None, **overrides: Any) -> AgentSettings:
     """Read the TOML file at ``path`` (if given) and the environment; ``overrides`` win."""
-    if path is None:
-        return AgentSettings(**overrides)
-    if not path.is_file():
-        raise FileNotFoundError(f"agent config {path} does not exist")
-
-    class _FromFile(AgentSettings):
-        model_config = SettingsConfigDict(toml_file=path)
-
-    return _FromFile(**overrides)
+    return AgentSettings.load(path, **overrides)
