@@ -1,14 +1,14 @@
 """A login flood against a real manager: /health latency beside its own floor, and the right
 password after the throttle window.
 
-    python bench/login_flood.py [--clients 10] [--seconds 20] [--window 10]
+    python bench/login_flood.py [--clients 10] [--seconds 20] [--window 10] [--idle 5] [--short]
 
 Runs `gpuslice manager serve` (SQLite in a temporary directory) as a process. First /health is
-timed with nothing else going on (the floor); then --clients anonymous clients (another process,
-one connection each) send wrong passwords for one account as fast as they are answered, for
---seconds, while /health is timed again; then, once the throttle window (--window seconds,
-GPUSLICE_AUTH__LOGIN_WINDOW) has passed, the right password must log in. Target: /health p99
-under 50 ms during the flood. Last line:
+timed with nothing else going on for --idle seconds (the floor); then --clients anonymous
+clients (another process, one connection each) send wrong passwords for one account as fast as
+they are answered, for --seconds, while /health is timed again; then, once the throttle window
+(--window seconds, GPUSLICE_AUTH__LOGIN_WINDOW) has passed, the right password must log in.
+Target: /health p99 under 50 ms during the flood. Last line:
 ``health_p99_idle_ms=… health_p99_flood_ms=… ratio=… flood_requests=… flood_429=…
 right_password_after_window=ok|FAILED``.
 """
@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import httpx
-from _local import admin_password, free_port, wait_live
+from _local import admin_password, free_port, parse_args, wait_live
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 HAMMER = r"""
@@ -64,7 +64,7 @@ def main() -> None:
         try:
             with httpx.Client(base_url=url, timeout=30) as http:
                 wait_live(str(http.base_url).rstrip("/"), manager)
-                idle = _health(http, seconds=5)
+                idle = _health(http, seconds=args.idle)
                 hammer = subprocess.Popen(
                     [sys.executable, "-c", HAMMER, url, str(args.clients), str(args.seconds)],
                     stdout=subprocess.PIPE, text=True,
@@ -106,18 +106,13 @@ def _pct(values: list[float], pct: int) -> float:
     return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
-
-
-
-
-
-
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--window", type=float, default=10, help="auth.login_window")
-    return parser.parse_args()
+    parser.add_argument("--idle", type=float, default=5, help="seconds of the idle floor")
+    return parse_args(parser, {"clients": 3, "seconds": 3, "window": 3, "idle": 1})
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ client (httpx, one kept-alive connection each), in alternating blocks so that bo
 same machine load. Memory: the RSS of the `gpuslice up` process (manager and agent together:
 an upper bound for the manager), sampled every 20 ms during the proxied download.
 
-    python bench/proxy.py [--requests 1000] [--downloads 3] [--size-mib 100]
+    python bench/proxy.py [--requests 1000] [--downloads 3] [--size-mib 100] [--short]
 
 Last line: ``small_p50_ms=… small_p50_direct_ms=… latency_ratio=… small_p99_ms=…
 small_p99_direct_ms=… download_mib_s=… download_mib_s_direct=… throughput_ratio=…
@@ -33,7 +33,7 @@ from pathlib import Path
 
 import aiodocker
 import httpx
-from _local import forget_node, free_port
+from _local import forget_node, free_port, parse_args
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--downloads", type=int, default=3, help="downloads each way")
     parser.add_argument("--size-mib", type=int, default=100, help="download size")
     parser.add_argument("--image", default=DEFAULT_SESSION_IMAGE, help="base image")
-    args = parser.parse_args()
+    args = parse_args(parser, {"requests": 50, "downloads": 1, "size_mib": 8})
     tag = f"gpuslice-bench/apps:{uuid.uuid4().hex[:8]}"
     print(f"building {tag} from {args.image}", flush=True)
     app_image.build(tag, args.image)
