@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.start_latency import start_platform  # noqa: E402
+from gpuslice.agent.runtime.models import addresses_of, joined  # noqa: E402
 from gpuslice.client import Client  # noqa: E402
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE  # noqa: E402
 from tests.platform import app_image  # noqa: E402
@@ -165,9 +166,14 @@ def _rss(pid: int) -> int:
 
 
 async def _address(session_id: str) -> str:
+    """The session's address: its network sandbox's when it joined one (it has no network of
+    its own then), else its own on the session network."""
     async with aiodocker.Docker() as docker:
         info = await docker.containers.container(f"gpuslice-{session_id}").show()
-    return next(n["IPAddress"] for n in info["NetworkSettings"]["Networks"].values())
+        if sandbox := joined(info):
+            info = await docker.containers.container(sandbox).show()
+    [address] = addresses_of(info).values()
+    return address
 
 
 def _ms(seconds: float) -> float:
