@@ -8,6 +8,8 @@ timed with nothing else going on for --idle seconds (the floor); then --clients 
 clients (another process, one connection each) send wrong passwords for one account as fast as
 they are answered, for --seconds, while /health is timed again; then, once the throttle window
 (--window seconds, GPUSLICE_AUTH__LOGIN_WINDOW) has passed, the right password must log in.
+The account is throttled after --failures failed logins in the window (the manager's default,
+10; the short run's 3, so that its few seconds of flood, on a loaded machine too, reach it).
 Target: /health p99 under 50 ms during the flood. Last line:
 ``health_p99_idle_ms=… health_p99_flood_ms=… ratio=… flood_requests=… flood_429=…
 right_password_after_window=ok|FAILED``.
@@ -58,7 +60,8 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
-        env |= {"GPUSLICE_DATA_DIR": tmp, "GPUSLICE_AUTH__LOGIN_WINDOW": str(args.window)}
+        env |= {"GPUSLICE_DATA_DIR": tmp, "GPUSLICE_AUTH__LOGIN_WINDOW": str(args.window),
+                "GPUSLICE_AUTH__LOGIN_FAILURES_PER_USER": str(args.failures)}
         manager = subprocess.Popen([GPUSLICE, "manager", "serve", "--port", str(port)], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
@@ -112,7 +115,10 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--window", type=float, default=10, help="auth.login_window")
     parser.add_argument("--idle", type=float, default=5, help="seconds of the idle floor")
-    return parse_args(parser, {"clients": 3, "seconds": 3, "window": 3, "idle": 1})
+    parser.add_argument("--failures", type=int, default=10,
+                        help="auth.login_failures_per_user")
+    return parse_args(parser, {"clients": 3, "seconds": 3, "window": 3, "idle": 1,
+                               "failures": 3})
 
 
 if __name__ == "__main__":
