@@ -44,7 +44,7 @@ from _local import parse_args  # noqa: E402
 from api import _database, _login, _pct, _report  # noqa: E402  (the same bench helpers)
 
 from gpuslice.common.schemas.agents import SessionUsage  # noqa: E402
-from gpuslice.common.schemas.sessions import MAX_COUNT  # noqa: E402
+from gpuslice.common.session_limits import MAX_COUNT  # noqa: E402
 from gpuslice.manager.app import create_app  # noqa: E402
 from gpuslice.manager.db.models import (  # noqa: E402
     Allocation,
