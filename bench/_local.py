@@ -1,16 +1,31 @@
-"""What the benchmarks that start a manager of their own share: a free port, waiting until it
-answers, the first admin's password (from the file the manager writes at its first start), and
-forgetting a bench node once it stopped (its containers and its session network: each run's node
-has a name of its own, and Docker runs out of network address pools after a few dozen)."""
+"""What the benchmarks share: their command line's ``--short`` (the test suite's run); and for
+those that start a manager of their own, a free port, waiting until it answers, the first admin's
+password (from the file the manager writes at its first start), and forgetting a bench node once
+it stopped (its containers and its session network: each run's node has a name of its own, and
+Docker runs out of network address pools after a few dozen)."""
 
 from __future__ import annotations
 
+import argparse
 import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
+
+
+def parse_args(parser: argparse.ArgumentParser, short: dict[str, Any]) -> argparse.Namespace:
+    """The command line, with ``--short``: the run tests/bench makes, ``short``'s values (small
+    sizes, fixed waits scaled down, the same code paths) in place of the defaults; an option
+    given on the command line still wins."""
+    shown = " ".join(f"--{key.replace('_', '-')} {value}" for key, value in short.items())
+    parser.add_argument("--short", action="store_true",
+                        help=f"a short run, as the test suite makes: {shown}")
+    if parser.parse_known_args()[0].short:
+        parser.set_defaults(**short)
+    return parser.parse_args()
 
 
 def free_port() -> int:

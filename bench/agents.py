@@ -17,6 +17,7 @@ passes over a thousand agents (up to 250 ms) would otherwise be counted as the m
 latency.
 
     python bench/agents.py [--agents 1000] [--seconds 120] [--pg postgresql+asyncpg://…]
+    python bench/agents.py --short    # the test suite's run: 20 agents, 5 s, short settling
 
 Last line: ``heartbeat_ms_p50=<ms> heartbeat_ms_p99=<ms> manager_cpu_cores=<x>
 manager_rss_mb=<MB> lost_nodes=<n> failed_calls=<n> join_s=<s> agents=<n> seconds=<s>``.
@@ -48,6 +49,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._local import parse_args  # noqa: E402
 from bench.cli_start import CREDENTIALS_FILE, _clean_env  # noqa: E402
 from bench.throughput import _free_port  # noqa: E402
 from gpuslice.agent.service import LONG_POLL_S  # noqa: E402
@@ -57,7 +59,6 @@ DEFAULT_PG = "postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice"
 GiB = 1024**3
 IMAGES = ["gpuslice/base:0.1.0", "gpuslice/scipy:1.5.2", "python:3.11"]
 FAILED: list[float] = []  # calls that failed (refused, reset, 5xx)
-SETTLE_S = 3.0
 
 
 def main() -> None:
@@ -87,7 +88,13 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--agents", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=120.0)
     parser.add_argument("--pg", default=DEFAULT_PG, help="a PostgreSQL server (superuser)")
-    return parser.parse_args()
+    parser.add_argument("--spread", type=float, default=max(LONG_POLL_S, 10.0),
+                        help="seconds after the last join before measuring (heartbeats and "
+                        "long-polls spread)")
+    parser.add_argument("--drain", type=float, default=3.0,
+                        help="seconds after this process's collector pass before measuring")
+    # 5 s: at least the heartbeat interval, so that every agent's beat is measured once
+    return parse_args(parser, {"agents": 20, "seconds": 5.0, "spread": 1.0, "drain": 0.5})
 
 
 async def _create_database(server: str) -> str:
@@ -151,7 +158,7 @@ async def _run(url: str, tmp: Path, pid: int, args: argparse.Namespace) -> dict[
             await _join(client, agents, args.agents, beats, measuring, stop, tasks)
             join_s = time.monotonic() - joined
             # The last to join have spread their heartbeats and long-polls meanwhile.
-            await asyncio.sleep(max(LONG_POLL_S, 10.0))
+            await asyncio.sleep(args.spread)
             # This process plays a thousand agents: its own garbage collector walking them all
             # (a 200 ms pause now and then) would be measured as the manager's latency. What
             # the fleet holds from here on is kept out of the collector's passes.
@@ -160,7 +167,7 @@ async def _run(url: str, tmp: Path, pid: int, args: argparse.Namespace) -> dict[
             # That pass (~0.3 s) held back every agent whose heartbeat fell due meanwhile:
             # they go all at once now. Such a burst is this process's doing, not a fleet's,
             # so measuring starts once it has drained and the heartbeats are spread again.
-            await asyncio.sleep(SETTLE_S)
+            await asyncio.sleep(args.drain)
             measuring.set()
             cpu_before, started = _cpu_seconds(pid), time.monotonic()
             rss = [_rss_mb(pid)]

@@ -2,6 +2,7 @@
 
     python bench/api.py                      # SQLite in a temporary directory
     python bench/api.py --pg postgresql://user:pw@host/db   # a fresh database on that server
+    python bench/api.py --short              # the test suite's run: a few samples of each
 
 The app runs in this process (its real lifespan: migrations, scheduling loop) and is called
 through httpx's ASGI transport, so the figures are the manager's own, without network hops.
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _local import parse_args
 from sqlalchemy import insert, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
@@ -80,7 +82,7 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--creates", type=int, default=200, help="create samples")
     parser.add_argument("--sessions", type=int, default=10_000, help="sessions in the database")
     parser.add_argument("--lists", type=int, default=300, help="list samples")
-    return parser.parse_args()
+    return parse_args(parser, {"creates": 10, "sessions": 500, "lists": 10})
 
 
 @asynccontextmanager

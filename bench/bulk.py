@@ -11,6 +11,7 @@ Then the guarded allocation is checked: every session placed exactly once, and e
 
     python bench/bulk.py                      # SQLite in a temporary directory
     python bench/bulk.py --pg postgresql://user:pw@host/db   # a fresh database on that server
+    python bench/bulk.py --short              # the test suite's run: 200 sessions, 20 nodes
 
 Last line: ``backend=<sqlite|postgresql> scheduled_per_s=<n> seconds=<s> sessions=<n>
 nodes=<n> consistent=<yes|no> failed_calls=<n>``.
@@ -33,6 +34,7 @@ from sqlalchemy import func, insert, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench._local import parse_args  # noqa: E402
 from bench.api import IMAGE, _database, _login  # noqa: E402
 from gpuslice.agent.service import LONG_POLL_S  # noqa: E402
 from gpuslice.manager.app import create_app  # noqa: E402
@@ -85,7 +87,7 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--pg", help="PostgreSQL server URL; a fresh database is made on it")
     parser.add_argument("--sessions", type=int, default=5000)
     parser.add_argument("--nodes", type=int, default=500)
-    return parser.parse_args()
+    return parse_args(parser, {"sessions": 200, "nodes": 20})
 
 
 async def _join_nodes(

@@ -7,7 +7,7 @@ written. A few sessions are created (they wait PENDING: no node joins), then eac
 the three commands once, one after the other, so that all three see the same machine load.
 The wall time of a command is the time of the whole process, start to exit.
 
-    python bench/cli_start.py [--runs 15] [--sessions 5]
+    python bench/cli_start.py [--runs 15] [--sessions 5] [--short]
 
 Last line: ``help_median_s=<s> list_median_s=<s> python_floor_s=<s> help_ratio=<x>
 list_ratio=<x>`` (ratio: the command's median over the floor's).
@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import httpx
+from _local import parse_args
 
 from gpuslice.client import ApiError, Client
 
@@ -142,7 +143,7 @@ def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=15, help="timed runs of each command")
     parser.add_argument("--sessions", type=int, default=5, help="sessions the list returns")
-    return parser.parse_args()
+    return parse_args(parser, {"runs": 1, "sessions": 2})
 
 
 if __name__ == "__main__":

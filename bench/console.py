@@ -1,7 +1,7 @@
 """The web console in real Chromium: how soon a list of 1,000 sessions is on screen, beside the
 same page with one session (its floor), and the size of the console's JavaScript.
 
-    python bench/console.py [--sessions 1000] [--runs 3]
+    python bench/console.py [--sessions 1000] [--runs 3] [--short]
 
 Runs `gpuslice manager serve` (SQLite in a temporary directory, no node: every session stays
 PENDING, so nothing but the list moves) as a process, creates the sessions through the API,
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _local import admin_password, free_port, wait_live
+from _local import admin_password, free_port, parse_args, wait_live
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
@@ -119,17 +119,12 @@ def _load(page: Any, url: str, rows: int) -> tuple[float, float]:
     return first, float(every)
 
 
-
-
-
-
-
-
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=3)
-    return parser.parse_args()
+    # past the list's first page of 100, so its later pages are drawn too
+    return parse_args(parser, {"sessions": 150, "runs": 1})
 
 
 if __name__ == "__main__":

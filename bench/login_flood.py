@@ -1,14 +1,16 @@
 """A login flood against a real manager: /health latency beside its own floor, and the right
 password after the throttle window.
 
-    python bench/login_flood.py [--clients 10] [--seconds 20] [--window 10]
+    python bench/login_flood.py [--clients 10] [--seconds 20] [--window 10] [--idle 5] [--short]
 
 Runs `gpuslice manager serve` (SQLite in a temporary directory) as a process. First /health is
-timed with nothing else going on (the floor); then --clients anonymous clients (another process,
-one connection each) send wrong passwords for one account as fast as they are answered, for
---seconds, while /health is timed again; then, once the throttle window (--window seconds,
-GPUSLICE_AUTH__LOGIN_WINDOW) has passed, the right password must log in. Target: /health p99
-under 50 ms during the flood. Last line:
+timed with nothing else going on for --idle seconds (the floor); then --clients anonymous
+clients (another process, one connection each) send wrong passwords for one account as fast as
+they are answered, for --seconds, while /health is timed again; then, once the throttle window
+(--window seconds, GPUSLICE_AUTH__LOGIN_WINDOW) has passed, the right password must log in.
+The account is throttled after --failures failed logins in the window (the manager's default,
+10; the short run's 3, so that its few seconds of flood, on a loaded machine too, reach it).
+Target: /health p99 under 50 ms during the flood. Last line:
 ``health_p99_idle_ms=… health_p99_flood_ms=… ratio=… flood_requests=… flood_429=…
 right_password_after_window=ok|FAILED``.
 """
@@ -27,7 +29,7 @@ import time
 from pathlib import Path
 
 import httpx
-from _local import admin_password, free_port, wait_live
+from _local import admin_password, free_port, parse_args, wait_live
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 HAMMER = r"""
@@ -58,13 +60,14 @@ def main() -> None:
         port = free_port()
         url = f"http://127.0.0.1:{port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
-        env |= {"GPUSLICE_DATA_DIR": tmp, "GPUSLICE_AUTH__LOGIN_WINDOW": str(args.window)}
+        env |= {"GPUSLICE_DATA_DIR": tmp, "GPUSLICE_AUTH__LOGIN_WINDOW": str(args.window),
+                "GPUSLICE_AUTH__LOGIN_FAILURES_PER_USER": str(args.failures)}
         manager = subprocess.Popen([GPUSLICE, "manager", "serve", "--port", str(port)], env=env,
                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             with httpx.Client(base_url=url, timeout=30) as http:
                 wait_live(str(http.base_url).rstrip("/"), manager)
-                idle = _health(http, seconds=5)
+                idle = _health(http, seconds=args.idle)
                 hammer = subprocess.Popen(
                     [sys.executable, "-c", HAMMER, url, str(args.clients), str(args.seconds)],
                     stdout=subprocess.PIPE, text=True,
@@ -106,18 +109,16 @@ def _pct(values: list[float], pct: int) -> float:
     return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
 
 
-
-
-
-
-
-
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=20)
     parser.add_argument("--window", type=float, default=10, help="auth.login_window")
-    return parser.parse_args()
+    parser.add_argument("--idle", type=float, default=5, help="seconds of the idle floor")
+    parser.add_argument("--failures", type=int, default=10,
+                        help="auth.login_failures_per_user")
+    return parse_args(parser, {"clients": 3, "seconds": 3, "window": 3, "idle": 1,
+                               "failures": 3})
 
 
 if __name__ == "__main__":

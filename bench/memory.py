@@ -2,12 +2,12 @@
 sessions in its database.
 
 `gpuslice up` runs in a subprocess (SQLite, one mock GPU); once the agent has joined and 15 s
-have passed, its resident memory is read (/proc). Then 10,000 ended sessions (with their status
-history) are written into its database, as after months of use, every page of the session
-listing is read once through the API and the node list too, and the memory is read again
-after 15 more seconds of heartbeats and scheduling passes.
+(--settle) have passed, its resident memory is read (/proc). Then 10,000 ended sessions (with
+their status history) are written into its database, as after months of use, every page of the
+session listing is read once through the API and the node list too, and the memory is read
+again after 15 more seconds of heartbeats and scheduling passes.
 
-    python bench/memory.py [--sessions 10000]
+    python bench/memory.py [--sessions 10000] [--settle 15] [--short]
 
 Last line: ``idle_rss_mb=<MB> loaded_rss_mb=<MB> sessions=<n>``.
 """
@@ -26,28 +26,29 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._local import forget_node  # noqa: E402
+from bench._local import forget_node, parse_args  # noqa: E402
 from bench.agents import _rss_mb  # noqa: E402
 from bench.start_latency import start_platform  # noqa: E402
 from bench.throughput import _free_port  # noqa: E402
-
-SETTLE_S = 15.0
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=10_000)
-    args = parser.parse_args()
+    parser.add_argument("--settle", type=float, default=15.0,
+                        help="seconds before each reading (heartbeats, scheduling passes)")
+    # 1 s: a heartbeat and a scheduling pass or so; 250 sessions: the listing's pages
+    args = parse_args(parser, {"sessions": 250, "settle": 1.0})
     node = f"bench-{uuid.uuid4().hex[:6]}"
     with tempfile.TemporaryDirectory() as tmp:
         proc, client = start_platform(Path(tmp), _free_port(), node)
         try:
-            time.sleep(SETTLE_S)
+            time.sleep(args.settle)
             idle = _rss_mb(proc.pid)
             _fill(Path(tmp) / "gpuslice.db", args.sessions)
             listed = len(client.list_all_sessions())
             client.get_json("/nodes")
-            time.sleep(SETTLE_S)
+            time.sleep(args.settle)
             loaded = _rss_mb(proc.pid)
         finally:
             proc.send_signal(signal.SIGINT)

@@ -2,6 +2,11 @@
 
     python bench/metrics.py                  # SQLite in a temporary directory
     python bench/metrics.py --pg postgresql://user:pw@host/db   # a fresh database on that server
+    python bench/metrics.py --short          # the test suite's run: 120 sessions, a day
+
+The sessions are created as a user would, 100 per request (the most a request may ask for):
+the bench's manager allows that many, and all of them PENDING at once (``sessions.max_count``,
+``sessions.max_pending``).
 
 1. ``/metrics`` as Prometheus gets it (ASGI, an admin's token): render time, beside the floor of
    an authenticated call that reads one row (``GET /api/v1/auth/me``) in the same run.
@@ -35,9 +40,11 @@ import httpx
 from sqlalchemy import func, insert, select, text, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _local import parse_args  # noqa: E402
 from api import _database, _login, _pct, _report  # noqa: E402  (the same bench helpers)
 
 from gpuslice.common.schemas.agents import SessionUsage  # noqa: E402
+from gpuslice.common.session_limits import MAX_COUNT  # noqa: E402
 from gpuslice.manager.app import create_app  # noqa: E402
 from gpuslice.manager.db.models import (  # noqa: E402
     Allocation,
@@ -58,7 +65,7 @@ from gpuslice.manager.settings import load_settings  # noqa: E402
 
 GiB = 1024**3
 IMAGE = "python:3.11"
-NODES, PER_NODE, GPUS = 100, 10, 8
+PER_NODE, GPUS = 10, 8
 # CPU time of this process (all its threads: aiosqlite works in one) beside the wall time:
 # on a machine shared with other work, time spent waiting for a core is not the manager's.
 STORE_CPU_MS: list[float] = []
@@ -67,10 +74,13 @@ RENDER_CPU_MS: list[float] = []
 
 async def main() -> None:
     args = _parse()
+    sessions = args.nodes * PER_NODE
     with tempfile.TemporaryDirectory() as tmp:
         async with _database(args.pg, Path(tmp)) as url:
             settings = load_settings(data_dir=Path(tmp), database={"url": url},
-                                     sessions={"allowed_images": [IMAGE]},
+                                     sessions={"allowed_images": [IMAGE],
+                                               "max_count": MAX_COUNT,
+                                               "max_pending": sessions},
                                      # the bench drives heartbeats itself, slower than agents
                                      nodes={"node_timeout": 3600},
                                      scheduler={"strategy": "spread"},  # 10 per node
@@ -82,22 +92,22 @@ async def main() -> None:
                 async with httpx.AsyncClient(transport=transport, base_url="http://m",
                                              timeout=60) as client:
                     await _login(client, Path(tmp))
-                    nodes = await _cluster(client, app)
+                    nodes = await _cluster(client, app, args.nodes)
                     store, floor = await _store_heartbeats(app, nodes, args.rounds)
-                    render, me = await _scrape(client, args.scrapes)
+                    render, me = await _scrape(client, args.scrapes, sessions)
                     size, raw = await _history_size(app, args.pg is not None, Path(tmp),
                                                     args.days)
     backend = "postgresql" if args.pg else "sqlite"
-    print(f"backend={backend} nodes={NODES} sessions={NODES * PER_NODE} gpus={NODES * GPUS}")
+    print(f"backend={backend} nodes={args.nodes} sessions={sessions} gpus={args.nodes * GPUS}")
     _report("metrics_render_ms", render)
     _report("metrics_render_cpu_ms", RENDER_CPU_MS)
     _report("auth_me_floor_ms", me)
     _report("store_heartbeat_ms", store)
     _report("store_heartbeat_cpu_ms", STORE_CPU_MS)
     _report("write_floor_ms", floor)
-    print(f"history: {args.days} days x {NODES * PER_NODE} sessions = {size / 2**20:.1f} MiB "
+    print(f"history: {args.days} days x {sessions} sessions = {size / 2**20:.1f} MiB "
           f"on disk, {raw / 2**20:.1f} MiB as plain 8-byte integers "
-          f"({raw / max(size, 1):.1f}x), {size / (NODES * PER_NODE * args.days):.0f} bytes "
+          f"({raw / max(size, 1):.1f}x), {size / (sessions * args.days):.0f} bytes "
           "per session-day")
     print(f"metrics_render_ms_p50={statistics.median(render):.1f} "
           f"metrics_render_ms_p99={_pct(render, 99):.1f} "
@@ -107,7 +117,7 @@ async def main() -> None:
           f"store_cpu_ms_p99={_pct(STORE_CPU_MS, 99):.2f} "
           f"store_vs_floor_p99={_pct(store, 99) / _pct(floor, 99):.1f} "
           f"history_{args.days}d_mib={size / 2**20:.1f} "
-          f"history_bytes_per_session_day={size / (NODES * PER_NODE * args.days):.0f}")
+          f"history_bytes_per_session_day={size / (sessions * args.days):.0f}")
 
 
 def _parse() -> argparse.Namespace:
@@ -116,15 +126,18 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=48, help="heartbeat rounds, 5 s apart")
     parser.add_argument("--scrapes", type=int, default=30, help="/metrics samples")
     parser.add_argument("--days", type=int, default=30, help="days of history to size")
-    return parser.parse_args()
+    parser.add_argument("--nodes", type=int, default=100,
+                        help=f"simulated nodes, {PER_NODE} sessions on each")
+    return parse_args(parser, {"rounds": 3, "scrapes": 3, "days": 1, "nodes": 12})
 
 
 async def _cluster(
-    client: httpx.AsyncClient, app: Any
+    client: httpx.AsyncClient, app: Any, count: int
 ) -> list[tuple[str, list[tuple[str, str]]]]:
-    """100 nodes of 8 GPUs, 10 RUNNING sessions each: ``[(node, [(session, its GPU)])]``."""
+    """``count`` nodes of 8 GPUs, 10 RUNNING sessions each:
+    ``[(node, [(session, its GPU)])]``."""
     credentials = []
-    for n in range(NODES):
+    for n in range(count):
         token = (await client.post("/api/v1/join-tokens", json={"name": f"n{n}"})).json()
         r = await client.post("/api/v1/agents/register",
                               json={"join_token": token["token"], "name": f"node-{n:03d}"})
@@ -135,11 +148,12 @@ async def _cluster(
             "cpu": 128_000, "mem": 1024 * GiB, "devices": devices, "images": [IMAGE]})
         r.raise_for_status()
         credentials.append(auth)
-    for _ in range(NODES * PER_NODE // 100):
+    for first in range(0, count * PER_NODE, MAX_COUNT):
         r = await client.post("/api/v1/sessions", json={
-            "image": IMAGE, "count": 100, "resources": {"gpu": 0.5, "cpu": 2, "mem": "8g"}})
+            "image": IMAGE, "count": min(MAX_COUNT, count * PER_NODE - first),
+            "resources": {"gpu": 0.5, "cpu": 2, "mem": "8g"}})
         r.raise_for_status()
-    placed = await _placed(app)
+    placed = await _placed(app, count * PER_NODE)
     ids = dict(zip(await _node_ids(app), credentials, strict=True))
     for node_id, sessions in placed:
         auth = ids[node_id]
@@ -154,7 +168,7 @@ async def _node_ids(app: Any) -> list[str]:
         return list((await db.scalars(select(NodeRow.id).order_by(NodeRow.name))).all())
 
 
-async def _placed(app: Any) -> list[tuple[str, list[tuple[str, str]]]]:
+async def _placed(app: Any, sessions: int) -> list[tuple[str, list[tuple[str, str]]]]:
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         async with app.state.sessionmaker() as db:
@@ -162,7 +176,7 @@ async def _placed(app: Any) -> list[tuple[str, list[tuple[str, str]]]]:
                 select(SessionRow.node_id, SessionRow.id, Allocation.device_uuid)
                 .join(Allocation, Allocation.session_id == SessionRow.id)
                 .where(SessionRow.node_id.is_not(None)))).all()
-        if len(rows) == NODES * PER_NODE:
+        if len(rows) == sessions:
             by_node: dict[str, list[tuple[str, str]]] = {}
             for node_id, sid, uuid in rows:
                 by_node.setdefault(node_id, []).append((sid, uuid))
@@ -202,7 +216,9 @@ async def _store_heartbeats(
     return stored, floor
 
 
-async def _scrape(client: httpx.AsyncClient, count: int) -> tuple[list[float], list[float]]:
+async def _scrape(
+    client: httpx.AsyncClient, count: int, sessions: int
+) -> tuple[list[float], list[float]]:
     render, me = [], []
     for _ in range(count):
         began, cpu = time.perf_counter(), time.process_time()
@@ -211,7 +227,7 @@ async def _scrape(client: httpx.AsyncClient, count: int) -> tuple[list[float], l
         RENDER_CPU_MS.append((time.process_time() - cpu) * 1000)
         r.raise_for_status()
         found = r.text.count("gpuslice_session_gpu_utilization{")
-        assert found == NODES * PER_NODE, (found, r.text[:3000])
+        assert found == sessions, (found, r.text[:3000])
         began = time.perf_counter()
         (await client.get("/api/v1/auth/me")).raise_for_status()
         me.append((time.perf_counter() - began) * 1000)
@@ -219,7 +235,7 @@ async def _scrape(client: httpx.AsyncClient, count: int) -> tuple[list[float], l
 
 
 async def _history_size(app: Any, pg: bool, tmp: Path, days: int) -> tuple[int, int]:
-    """Bytes that ``days`` of 1-minute history of 1,000 sessions take, and their plain size."""
+    """Bytes that ``days`` of 1-minute history of every session take, and their plain size."""
     async with app.state.sessionmaker() as db:
         series = list((await db.scalars(select(UsageSeries.id))).all())
         owner = await db.scalar(select(UsageSeries.owner_id))

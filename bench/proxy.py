@@ -10,7 +10,7 @@ client (httpx, one kept-alive connection each), in alternating blocks so that bo
 same machine load. Memory: the RSS of the `gpuslice up` process (manager and agent together:
 an upper bound for the manager), sampled every 20 ms during the proxied download.
 
-    python bench/proxy.py [--requests 1000] [--downloads 3] [--size-mib 100]
+    python bench/proxy.py [--requests 1000] [--downloads 3] [--size-mib 100] [--short]
 
 Last line: ``small_p50_ms=… small_p50_direct_ms=… latency_ratio=… small_p99_ms=…
 small_p99_direct_ms=… download_mib_s=… download_mib_s_direct=… throughput_ratio=…
@@ -33,12 +33,13 @@ from pathlib import Path
 
 import aiodocker
 import httpx
-from _local import forget_node, free_port
+from _local import forget_node, free_port, parse_args
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.start_latency import start_platform  # noqa: E402
+from gpuslice.agent.runtime.models import addresses_of, joined  # noqa: E402
 from gpuslice.client import Client  # noqa: E402
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE  # noqa: E402
 from tests.platform import app_image  # noqa: E402
@@ -52,7 +53,7 @@ def main() -> None:
     parser.add_argument("--downloads", type=int, default=3, help="downloads each way")
     parser.add_argument("--size-mib", type=int, default=100, help="download size")
     parser.add_argument("--image", default=DEFAULT_SESSION_IMAGE, help="base image")
-    args = parser.parse_args()
+    args = parse_args(parser, {"requests": 50, "downloads": 1, "size_mib": 8})
     tag = f"gpuslice-bench/apps:{uuid.uuid4().hex[:8]}"
     print(f"building {tag} from {args.image}", flush=True)
     app_image.build(tag, args.image)
@@ -165,9 +166,14 @@ def _rss(pid: int) -> int:
 
 
 async def _address(session_id: str) -> str:
+    """The session's address: its network sandbox's when it joined one (it has no network of
+    its own then), else its own on the session network."""
     async with aiodocker.Docker() as docker:
         info = await docker.containers.container(f"gpuslice-{session_id}").show()
-    return next(n["IPAddress"] for n in info["NetworkSettings"]["Networks"].values())
+        if sandbox := joined(info):
+            info = await docker.containers.container(sandbox).show()
+    [address] = addresses_of(info).values()
+    return address
 
 
 def _ms(seconds: float) -> float:

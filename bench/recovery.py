@@ -13,7 +13,7 @@ figure stands next to its floor, measured in the same run:
   (``node_lost_s``), beside ``node_timeout_s``, below which detection cannot go; then the agent
   restarted → its orphaned container removed (``orphans_removed_s``).
 
-    python bench/recovery.py [--runs 3] [--pg postgresql+asyncpg://…]
+    python bench/recovery.py [--runs 3] [--pg postgresql+asyncpg://…] [--short]
 
 Last line: ``agent_failover_s=… api_gap_s=… failover_start_s=… start_s=… failover_ratio=…
 node_lost_s=… node_timeout_s=… node_lost_ratio=… orphans_removed_s=…`` (medians).
@@ -35,6 +35,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the harness lives in tests/
 
+from bench._local import parse_args  # noqa: E402
 from tests.platform.cluster import NODE_TIMEOUT_S, Cluster, wait_until  # noqa: E402
 
 DEFAULT_PG = "postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice"
@@ -45,7 +46,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--pg", default=DEFAULT_PG, help="a PostgreSQL server (superuser)")
-    args = parser.parse_args()
+    args = parse_args(parser, {"runs": 1})
     with tempfile.TemporaryDirectory(prefix="gpuslice-recovery-") as tmp:
         cluster = Cluster(Path(tmp), args.pg)
         try:
@@ -85,7 +86,8 @@ def _measure(cluster: Cluster, runs: int) -> dict[str, float]:
         orphans.append(removed)
         print(f"node lost {run + 1}: {detected:.2f} s; orphan removed {removed:.2f} s",
               file=sys.stderr)
-        ballast = _create(cluster, "ballast", "24")
+        if run + 1 < runs:  # the next run's session to lose
+            ballast = _create(cluster, "ballast", "24")
     med = statistics.median
     return {
         "agent_failover_s": med(agent), "api_gap_s": med(gap),

@@ -5,7 +5,7 @@ from 50 users, on an empty cluster; the oldest requests have waited past
 ``max_wait_before_reserve``, so backfill also holds capacity. Every policy x strategy is timed;
 the headline figures are those of the slowest combination.
 
-    python bench/scheduler.py [--nodes 1000] [--requests 10000] [--repeat 5]
+    python bench/scheduler.py [--nodes 1000] [--requests 10000] [--repeat 5] [--short]
 
 The last line is machine-readable: ``pass_seconds_median=<s> pass_cpu_seconds_median=<s>
 placements_per_second=<n>`` (CPU: the pass's own thread time, apart from other load).
@@ -17,6 +17,8 @@ import argparse
 import random
 import statistics
 import time
+
+from _local import parse_args
 
 from gpuslice.common.resources import GiB, Resources
 from gpuslice.manager.scheduler import (
@@ -91,7 +93,7 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=5)
-    args = parser.parse_args()
+    args = parse_args(parser, {"nodes": 50, "requests": 500, "repeat": 1})
     nodes, queue = build_cluster(args.nodes), build_queue(args.requests)
     print(f"cluster: {args.nodes} nodes x 8 GPUs; queue: {args.requests} requests; "
           f"median of {args.repeat} passes")

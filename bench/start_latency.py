@@ -7,6 +7,7 @@ same Engine API (aiodocker), the clock stopping when start returns. Runs alterna
 two so that both see the same machine load.
 
     python bench/start_latency.py [--runs 10] [--restarts 7] [--image gpuslice/base:<version>]
+    python bench/start_latency.py --short    # the test suite's run: 2 runs, 1 restart
 
 Then the queue restart: four sessions hold the whole GPU and a fifth waits; the clock runs from
 the request destroying a holder to the waiting session's RUNNING event (its floor: the plain
@@ -39,7 +40,7 @@ import uuid
 from pathlib import Path
 
 import aiodocker
-from _local import forget_node
+from _local import forget_node, parse_args
 
 from gpuslice.client import Client
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
@@ -188,7 +189,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--restarts", type=int, default=7, help="queue restarts to time")
     parser.add_argument("--image", default=DEFAULT_SESSION_IMAGE)
-    args = parser.parse_args()
+    args = parse_args(parser, {"runs": 2, "restarts": 1})
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

@@ -8,7 +8,7 @@ the same file on the same filesystem, alternately (``--runs``), so both see the 
 The manager's peak resident memory during each transfer comes from its /proc VmHWM (reset
 before each transfer through clear_refs, as root; otherwise sampled every 20 ms).
 
-    python bench/storage.py [--size 1g] [--runs 3]
+    python bench/storage.py [--size 1g] [--runs 3] [--short]
 
 Targets: upload and download ≥ 0.5× the local copy; memory growth < 100 MiB.
 Last line: ``upload_mib_s=… download_mib_s=… copy_mib_s=… upload_ratio=… download_ratio=…
@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from _local import parse_args
 
 from gpuslice.client import Client
 from gpuslice.common.resources import MiB, parse_mem
@@ -43,7 +44,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--size", default="1g", help="The file's size (default 1g).")
     parser.add_argument("--runs", type=int, default=3, help="Transfers of each kind.")
-    args = parser.parse_args()
+    args = parse_args(parser, {"size": "16m", "runs": 1})
     size = parse_mem(args.size)
     with tempfile.TemporaryDirectory(prefix="gpuslice-bench-storage-", dir="/var/tmp") as tmp:
         work = Path(tmp)

@@ -12,7 +12,7 @@ before and again just after, their mean the floor (a machine that drifts during 
 moves both sides alike); and the same on Docker's default bridge (no isolation: ``bridge_*``),
 last.
 
-    python bench/throughput.py [--sessions 200] [--image gpuslice/base:<version>]
+    python bench/throughput.py [--sessions 200] [--image gpuslice/base:<version>] [--short]
 
 Last line: ``platform_per_s=<n> floor_per_s=<n> ratio=<x> floor_before_per_s=<n>
 floor_after_per_s=<n> bridge_per_s=<n> bridge_ratio=<x> lost=<n> left=<n> left_after_stop=<n>``
@@ -39,7 +39,7 @@ import aiodocker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._local import forget_node, node_containers  # noqa: E402
+from bench._local import forget_node, node_containers, parse_args  # noqa: E402
 from bench.start_latency import start_platform  # noqa: E402
 from gpuslice.client import ApiError, Client  # noqa: E402
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE  # noqa: E402
@@ -52,7 +52,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--image", default=DEFAULT_SESSION_IMAGE)
-    args = parser.parse_args()
+    # 10: more than the GPU's 8 slots, so that some wait for others' end
+    args = parse_args(parser, {"sessions": 10})
     node = f"bench-{uuid.uuid4().hex[:6]}"
     network = f"gpuslice-{node}"  # the agent's fenced session network
     with tempfile.TemporaryDirectory() as tmp:
