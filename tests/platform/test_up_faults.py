@@ -219,7 +219,7 @@ def test_up_joins_again_when_its_node_credential_is_lost_or_damaged(
 
 def test_ctrl_c_while_following_logs_ends_quietly(platform: Platform) -> None:
     platform.ok("session", "create", "--name", "talk", *SMALL, "--type", "batch", "--command",
-                "sh -c 'while true; do echo tick; sleep 0.2; done'")
+                "sh -c 'i=0; while true; do i=$((i+1)); echo tick $i; sleep 0.2; done'")
     platform.wait_status("talk", {"RUNNING"})
     follow = subprocess.Popen([GPUSLICE, "session", "logs", "-f", "--tail", "1", "talk"],
                               env=platform.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
