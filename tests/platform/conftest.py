@@ -35,7 +35,7 @@ from tests.dockerd import (
 )
 from tests.platform import app_image
 from tests.ports import free_port
-from tests.waits import Deadline, scaled
+from tests.waits import Deadline, scaled, wait_for
 
 __all__ = ["base_image", "can_restart_dockerd", "docker_ready", "private_dockerd",
            "restart_dockerd", "running_private_dockerd"]
@@ -243,6 +243,34 @@ def platform(base_image: str, tmp_path: Path, platforms: list[Platform]) -> Plat
     platforms.append(plat)
     plat.start_up()
     return plat
+
+
+@pytest.fixture(scope="module")
+def _module_up(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    yield from run_up(tmp_path_factory.mktemp("up"))
+
+
+@pytest.fixture
+def shared_platform(_module_up: Platform) -> Iterator[Platform]:
+    """`gpuslice up` as ``platform`` gives it, started once for the tests of a module that
+    neither stop, restart nor break it (starting one is ~5-10 s of a test); each test leaves
+    no session that has not ended, so the next finds the node's capacity free."""
+    yield _module_up
+    end_all_sessions(_module_up)
+
+
+def end_all_sessions(plat: Platform, timeout: float = 60.0) -> None:
+    """Destroy every session that has not ended, and wait until all have."""
+    final = {"TERMINATED", "ERROR", "CANCELLED"}
+
+    def live() -> list[str]:
+        listed = json.loads(plat.ok("session", "list", "--json", "--all", "--all-pages"))
+        return [s["id"] for s in listed["items"] if s["status"] not in final]
+
+    ids = live()
+    if ids:
+        plat.cli("session", "destroy", *ids)
+        wait_for(lambda: not live(), timeout, "the sessions a test left to end")
 
 
 def run_up(tmp_path: Path, settings: dict[str, str] | None = None) -> Iterator[Platform]:

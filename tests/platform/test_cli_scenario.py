@@ -14,6 +14,13 @@ pytestmark = pytest.mark.docker
 SMALL = ["--cpu", "0.25", "--mem", "256m"]
 
 
+@pytest.fixture
+def platform(shared_platform: Platform) -> Platform:
+    """One `gpuslice up` for the whole module; each test ends its sessions (the restart test
+    restarts it in place, and it runs on as `up` does after any restart)."""
+    return shared_platform
+
+
 def test_two_fgpu_three_sessions_then_destroy_one(platform: Platform) -> None:
     """2 fGPU of capacity, 3 sessions of 1 fGPU: 2 RUNNING, 1 PENDING with its reason."""
     created = json.loads(platform.ok(

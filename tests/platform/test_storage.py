@@ -34,6 +34,12 @@ def as_user(platform: Platform, name: str) -> Platform:
     return user
 
 
+@pytest.fixture
+def platform(shared_platform: Platform) -> Platform:
+    """One `gpuslice up` for the whole module; each test ends its sessions."""
+    return shared_platform
+
+
 def test_a_folder_through_a_session_and_back(platform: Platform, tmp_path: Path) -> None:
     """Created, uploaded, mounted, changed in the session, downloaded; the owner then deletes
     what the session wrote; `..`, absolute paths and links are refused by name."""
@@ -120,16 +126,16 @@ def test_shared_read_only_and_unshared_folders_between_users(platform: Platform,
                                                             tmp_path: Path) -> None:
     bob = as_user(platform, "bob")
     (tmp_path / "a.csv").write_text("x,y\n")
-    platform.ok("folder", "create", "data")
-    platform.ok("folder", "upload", "data", str(tmp_path / "a.csv"))
+    platform.ok("folder", "create", "team")
+    platform.ok("folder", "upload", "team", str(tmp_path / "a.csv"))
     platform.ok("folder", "create", "private")
-    platform.ok("folder", "share", "data", "bob")  # read-only
-    bob.ok("session", "create", "--name", "bobs", *SMALL, "--folder", "data", "--wait")
-    assert bob.ok("session", "exec", "bobs", "--", "cat", "/home/work/data/a.csv") == "x,y\n"
-    write = bob.cli("session", "exec", "bobs", "--", "sh", "-c", "echo z >> /home/work/data/a.csv")
+    platform.ok("folder", "share", "team", "bob")  # read-only
+    bob.ok("session", "create", "--name", "bobs", *SMALL, "--folder", "team", "--wait")
+    assert bob.ok("session", "exec", "bobs", "--", "cat", "/home/work/team/a.csv") == "x,y\n"
+    write = bob.cli("session", "exec", "bobs", "--", "sh", "-c", "echo z >> /home/work/team/a.csv")
     assert write.returncode != 0 and "Read-only file system" in write.stderr
     listed = json.loads(bob.ok("folder", "list", "--json"))
-    assert [(f["name"], f["access"]) for f in listed] == [("data", "ro")]
+    assert [(f["name"], f["access"]) for f in listed] == [("team", "ro")]
     for args in (["folder", "ls", "private"], ["folder", "download", "private", "x"],
                  ["session", "create", *SMALL, "--folder", "private"]):
         done = bob.cli(*args)
