@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice
 
-.PHONY: up test test-sqlite test-pg test-pg-manager test-pg-cluster lint bench host host-test images venv web
+.PHONY: up test test-loaded test-sqlite test-pg test-pg-manager test-pg-cluster lint bench host host-test images venv web
 
 venv: $(VENV)/.installed
 
@@ -34,24 +34,37 @@ UP_ARGS ?=
 up: host venv web
 	$(VENV)/bin/gpuslice up $(UP_ARGS)
 
-# Everything: unit and property tests, the manager on SQLite, real Docker; the database tests
-# again on PostgreSQL (beside the SQLite pass: tools/test-passes.sh), then the cluster.
+# Everything: lint, then the tests marked docker beside all the others (on SQLite, then the
+# database tests on PostgreSQL, in GPUSLICE_TEST_WORKERS processes), then the cluster
+# (tools/test-passes.sh).
 test: host-test venv web images lint
 	bash tools/test-passes.sh
 
-test-sqlite:
-	$(PY) -m pytest -q -p no:cacheprovider --durations=25
+# The whole suite twice in a row with every core busy (tools/cpu-hog.sh: two busy processes
+# per core for the whole run), as on a shared machine. GPUSLICE_TEST_TIMEOUT_SCALE stretches
+# every bound the tests wait within (tests/waits.py), 1 by default.
+LOADED_RUNS ?= 2
+test-loaded: host-test venv web images lint
+	for run in $$(seq $(LOADED_RUNS)); do \
+		echo "== loaded run $$run of $(LOADED_RUNS) =="; \
+		bash tools/cpu-hog.sh bash tools/test-passes.sh || exit 1; \
+	done
 
-# The manager's tests are the ones that talk to the database; each gets a database of its own.
-# The multi-node cluster (two managers on PostgreSQL, two agents) runs here too.
+# Parts, for a quicker look (see tests/README.md): everything on SQLite without the cluster,
+# the manager's tests on PostgreSQL, the cluster.
+test-sqlite:
+	$(PY) -m pytest -q -p no:cacheprovider --durations=25 tests \
+		--ignore tests/platform/test_cluster.py --deselect tests/bench/test_bench.py::test_recovery
+
 test-pg: test-pg-manager test-pg-cluster
 
 test-pg-manager:
-	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider tests/manager --durations=15
+	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider \
+		-n $${GPUSLICE_TEST_WORKERS:-2} tests/manager --durations=15
 
 test-pg-cluster:
 	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider \
-		tests/platform/test_cluster.py
+		tests/platform/test_cluster.py tests/bench/test_bench.py::test_recovery
 
 lint: venv
 	$(VENV)/bin/ruff check .

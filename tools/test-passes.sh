@@ -1,35 +1,76 @@
 #!/usr/bin/env bash
-# The two passes of `make test`, overlapped to keep CI's wall time down on a 2-core machine.
+# `make test`'s passes, in two lanes that run side by side to keep CI's wall time down on a
+# 2-core machine, then the cluster alone:
 #
-# The manager's tests on PostgreSQL use no Docker and each makes a database of its own, so they
-# run beside the SQLite pass, whose Docker-bound tests spend most of their time waiting on
-# containers. Their output is held back and printed after the SQLite pass, so neither report is
-# interleaved with the other. The cluster test (containers, two managers, HAProxy) runs last,
-# alone. The exit status is non-zero if any part failed; all parts run either way.
+#   docker lane  the tests marked `docker` (the agent against the Docker Engine, images, the
+#                whole platform, the benchmarks that start it), one at a time: they share one
+#                engine and spend most of their time waiting on containers.
+#   db lane      everything else on SQLite, then the database tests (tests/manager, and the
+#                benchmarks marked `pg`) on PostgreSQL; each in GPUSLICE_TEST_WORKERS processes
+#                (pytest-xdist, default 2): CPU-bound, no Docker, one database per test.
+#   cluster      two managers on PostgreSQL behind HAProxy and two agents (and the recovery
+#                benchmark on it), alone at the end.
+#
+# The db lane's output is held back and printed after the docker lane's, so neither report is
+# interleaved with the other. The exit status is non-zero if any part failed; all parts run
+# either way. Extra pytest options: PYTEST_ADDOPTS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
-log=$(mktemp -t gpuslice-pg-pass.XXXXXX)
-pg=""
+PY=${PY:-.venv/bin/python}
+PG_URL=${PG_URL:-postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice}
+WORKERS=${GPUSLICE_TEST_WORKERS:-2}
+case "$WORKERS" in
+  ''|*[!0-9]*|0) echo "GPUSLICE_TEST_WORKERS must be a whole number of 1 or more" >&2; exit 2 ;;
+esac
+CLUSTER=(tests/platform/test_cluster.py tests/bench/test_bench.py::test_recovery)
+pytest=("$PY" -m pytest -q -p no:cacheprovider)
+
+log=$(mktemp -t gpuslice-db-lane.XXXXXX)
+db=""
 cleanup() {
-    [ -n "$pg" ] && kill -- "-$pg" 2>/dev/null  # its process group: make and its pytest
+    [ -n "$db" ] && kill -- "-$db" 2>/dev/null  # its process group: the lane and its pytests
     rm -f "$log"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Its own process group (stopped as one below); SIGINT and SIGQUIT as usual: bash ignores them
+db_lane() {
+    local sqlite_rc pg_rc
+    echo "== db lane, SQLite: everything not marked docker ($WORKERS processes) =="
+    "${pytest[@]}" -n "$WORKERS" -m "not docker" --durations=15 tests \
+        --deselect "${CLUSTER[1]}" --ignore "${CLUSTER[0]}"
+    sqlite_rc=$?
+    echo "== db lane, PostgreSQL: the manager's tests and the pg benchmarks ($WORKERS processes) =="
+    GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$WORKERS" --durations=15 -m "not docker" \
+        -k "not test_bench or postgresql or test_agents" tests/manager tests/bench
+    pg_rc=$?
+    echo "== db lane: SQLite $sqlite_rc, PostgreSQL $pg_rc =="
+    [ "$sqlite_rc" -eq 0 ] && [ "$pg_rc" -eq 0 ]
+}
+
+if [ "${1:-}" = "--db-lane" ]; then  # the background lane, as run below
+    trap - EXIT
+    rm -f "$log"
+    db_lane
+    exit
+fi
+
+# Its own process group (stopped as one above); SIGINT and SIGQUIT as usual: bash ignores them
 # in a script's background jobs, and tests that press Ctrl-C on a child process need them.
-(trap - INT QUIT; exec setsid make --no-print-directory test-pg-manager) >"$log" 2>&1 &
-pg=$!
-make --no-print-directory test-sqlite
-sqlite_rc=$?
-wait "$pg"
-pg_rc=$?
-pg=""
-echo "== the manager's tests on PostgreSQL (ran beside the SQLite pass) =="
+(trap - INT QUIT; exec setsid bash "$0" --db-lane) >"$log" 2>&1 &
+db=$!
+
+echo "== docker lane: the tests marked docker, one at a time =="
+"${pytest[@]}" -m docker --durations=25 tests --ignore "${CLUSTER[0]}" \
+    --deselect "${CLUSTER[1]}"
+docker_rc=$?
+wait "$db"
+db_rc=$?
+db=""
 cat "$log"
-make --no-print-directory test-pg-cluster
+echo "== cluster: two managers on PostgreSQL, two agents =="
+GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" "${CLUSTER[@]}"
 cluster_rc=$?
-echo "== exit: SQLite pass $sqlite_rc, manager on PostgreSQL $pg_rc, cluster $cluster_rc =="
-[ "$sqlite_rc" -eq 0 ] && [ "$pg_rc" -eq 0 ] && [ "$cluster_rc" -eq 0 ]
+echo "== exit: docker lane $docker_rc, db lane $db_rc, cluster $cluster_rc =="
+[ "$docker_rc" -eq 0 ] && [ "$db_rc" -eq 0 ] && [ "$cluster_rc" -eq 0 ]
