@@ -1,10 +1,13 @@
 """Connections that last: an idle terminal kept open by pings through proxies that drop quiet
-WebSockets, and a two-minute streaming answer, on a manager and an agent as separate processes.
+WebSockets, and a streaming answer whose pieces come far apart, on a manager and an agent as
+separate processes.
 
-Timeouts are shortened so that the test takes minutes, not hours: the manager pings every
+Timeouts are shortened so that the test takes seconds, not hours: the manager pings every
 second, the proxies in front of it (one on the person's side, one on the agent's) drop a
-WebSocket quiet for 3 s, and the terminal stays idle for 4 times that. The same holds for the
-defaults (pings every 20 s) behind proxies that wait a minute, for as long as one likes.
+WebSocket quiet for 3 s, the terminal stays idle for 4 times that, and the answer's pieces
+come 8 s apart (its link through the agent's proxy would be dropped after 3 quiet seconds but
+for the pings). The same holds for the defaults (pings every 20 s) behind proxies that wait a
+minute, for as long as one likes.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 QUIET = 3.0  # seconds a proxy lets a WebSocket be silent
 IDLE = 4 * QUIET
+CHUNKS, EVERY = 4, 8  # the streamed answer: a line every 8 s (well past QUIET), 24 s in all
 
 
 @pytest.fixture
@@ -56,9 +60,9 @@ def test_idle_terminals_stay_open_and_long_answers_are_not_cut(
     client.start_app(sid, "echo")
 
     streamed: list[tuple[float, bytes]] = []
-    stream = threading.Thread(target=read_stream, args=(client, f"{plat.url}/s/{sid}/echo/"
-                                                        "stream?chunks=7&every=20", streamed))
-    stream.start()  # 120 s, a line every 20 s (7 lines), while the terminal idles
+    url = f"{plat.url}/s/{sid}/echo/stream?chunks={CHUNKS}&every={EVERY}"
+    stream = threading.Thread(target=read_stream, args=(client, url, streamed))
+    stream.start()  # a line every EVERY seconds, while the terminal idles
 
     behind_proxy = Client(proxy.url, client.token)
     with behind_proxy.terminal(sid) as term:
@@ -67,9 +71,9 @@ def test_idle_terminals_stay_open_and_long_answers_are_not_cut(
         time.sleep(IDLE)  # nothing typed, nothing printed: only pings cross the proxies
         term.write(b"printf 'still=%s.\\n' $$\n")
         assert wait_for(term, rb"still=(\d+)\.").group(1) == pid
-    stream.join(200)
-    assert [line.split()[1] for _, line in streamed] == [str(i).encode() for i in range(7)]
-    assert streamed[-1][0] - streamed[0][0] >= 119
+    stream.join(scaled(CHUNKS * EVERY + 60))
+    assert [line.split()[1] for _, line in streamed] == [str(i).encode() for i in range(CHUNKS)]
+    assert streamed[-1][0] - streamed[0][0] >= (CHUNKS - 1) * EVERY - 1
 
 
 def read_stream(client: Client, url: str, lines: list[tuple[float, bytes]]) -> None:
