@@ -52,7 +52,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._local import parse_args  # noqa: E402
 from bench.cli_start import CREDENTIALS_FILE, _clean_env  # noqa: E402
 from bench.throughput import _free_port  # noqa: E402
-from gpuslice.agent.service import LONG_POLL_S  # noqa: E402
+from gpuslice.agent.loops import LONG_POLL_S  # noqa: E402
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 DEFAULT_PG = "postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice"

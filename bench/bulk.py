@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._local import parse_args  # noqa: E402
 from bench.api import IMAGE, _database, _login  # noqa: E402
-from gpuslice.agent.service import LONG_POLL_S  # noqa: E402
+from gpuslice.agent.loops import LONG_POLL_S  # noqa: E402
 from gpuslice.manager.app import create_app  # noqa: E402
 from gpuslice.manager.db.base import new_id  # noqa: E402
 from gpuslice.manager.db.models import (  # noqa: E402

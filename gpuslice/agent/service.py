@@ -29,7 +29,7 @@ from gpuslice.agent.heartbeats import Heartbeats
 from gpuslice.agent.isolation.firewall import FirewallError
 from gpuslice.agent.isolation.network import IsolationError, SessionNetwork, ipv6_available
 from gpuslice.agent.isolation.sandboxes import Sandboxes
-from gpuslice.agent.loops import LONG_POLL_S, Loops, supervise
+from gpuslice.agent.loops import Loops, supervise
 from gpuslice.agent.manager_link import (
     Credential,
     LinkError,
@@ -297,5 +297,3 @@ def _private_link(url: str) -> bool:
     except ValueError:
         return False
 
-
-__all__ = ["LONG_POLL_S", "Agent"]  # LONG_POLL_S: bench/ reads it here
