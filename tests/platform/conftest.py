@@ -180,6 +180,17 @@ class Platform:
             time.sleep(0.2)
 
 
+    def wait_next_heartbeat(self, count: int = 1, timeout: float = 60.0) -> None:
+        """Until the node's heartbeat has come ``count`` more times: what its agent does in
+        between (a reconcile pass, adopting containers) has been reported by then."""
+        def last() -> str | None:
+            nodes = json.loads(self.ok("node", "list", "--json"))
+            return next((n["last_heartbeat_at"] for n in nodes if n["name"] == self.node), None)
+
+        seen = [last()]
+        wait_for(lambda: (seen.append(last()) or len(set(seen)) > count), timeout,
+                 f"{count} more heartbeats of node {self.node}")
+
     def wait_reason(self, ref: str, text: str, timeout: float = 30.0) -> dict:
         """Until session ``ref``'s reason holds ``text``."""
         deadline = Deadline(timeout)

@@ -9,6 +9,8 @@ import time
 
 import pytest
 
+from tests.waits import scaled, wait_for
+
 from .conftest import Platform, can_restart_dockerd, restart_dockerd, start_agent
 
 pytestmark = pytest.mark.docker
@@ -89,7 +91,7 @@ def test_sigkilled_agent_readopts_its_sessions(split_platform: Platform) -> None
     agent = plat.processes.pop()
     agent.stop(signal.SIGKILL)
     plat.processes.append(start_agent(plat))
-    time.sleep(3)  # a few reconcile passes and heartbeats
+    plat.wait_next_heartbeat(2)  # reconcile passes of the new agent, reported
 
     assert containers_of(plat.node) == before  # the same containers, no duplicates
     listed = json.loads(plat.ok("session", "list", "--json"))["items"]
@@ -114,12 +116,12 @@ def test_a_container_killed_from_outside_ends_its_session_within_5_seconds(
     started = time.monotonic()
     victim = plat.wait_status("victim", {"ERROR", "TERMINATED"}, timeout=5)
     job = plat.wait_status("job", {"ERROR", "TERMINATED"}, timeout=5)
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < scaled(5)
     assert victim["status"] == "ERROR"
     assert "stopped unexpectedly with code 137 (killed by SIGKILL)" in victim["status_reason"]
     assert (job["status"], job["result"], job["exit_code"]) == ("TERMINATED", "FAILED", 137)
-    time.sleep(1)
-    assert containers_of(plat.node) == {}  # ended sessions leave no container behind
+    # ended sessions leave no container behind
+    wait_for(lambda: containers_of(plat.node) == {}, 30, "the ended sessions' containers gone")
 
 
 @pytest.mark.slow

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -42,9 +41,7 @@ def test_two_fgpu_three_sessions_then_destroy_one(platform: Platform) -> None:
     assert "2/2" in nodes and "demo-1 1" in nodes  # both fGPU of the GPU in use, by whom
 
     assert "demo-1: TERMINATING" in platform.ok("session", "destroy", "demo-1")
-    started = time.monotonic()
-    platform.wait_status("demo-3", {"RUNNING"}, timeout=10)
-    assert time.monotonic() - started < 10
+    platform.wait_status("demo-3", {"RUNNING"}, timeout=10)  # how soon: bench/start_latency
     platform.wait_status("demo-1", {"TERMINATED"}, timeout=30)
 
 
@@ -115,7 +112,7 @@ def test_sessions_survive_a_restart_of_up_and_are_readopted(platform: Platform) 
     platform.ok("session", "create", "--name", "long", "--gpu", "1", *SMALL, "--wait")
     before = platform.wait_status("long", {"RUNNING"})
     restart_up(platform)  # Ctrl-C, then `gpuslice up` again on the same data directory
-    time.sleep(2)  # a heartbeat and a reconcile pass
+    platform.wait_next_heartbeat()  # the readopting agent's reconcile pass, reported
     after = platform.wait_status("long", {"RUNNING"})
     assert after["placement"] == before["placement"]
     assert len(after["history"]) == len(before["history"])  # never left RUNNING
