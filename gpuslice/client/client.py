@@ -19,6 +19,7 @@ from gpuslice.client import schemas
 from gpuslice.client.config import ClientConfig, load_config
 from gpuslice.client.errors import ApiError, error_of
 from gpuslice.client.storage import StorageCalls
+from gpuslice.common.limits import PAGE_DEFAULT, PAGE_MAX
 from gpuslice.common.versions import API_HEADER, mismatch
 
 if TYPE_CHECKING:
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
     )
 
 API = "/api/v1"
-PAGE_MAX = 500  # the largest page the manager answers
 M = TypeVar("M")
 
 
@@ -145,7 +145,7 @@ class Client(StorageCalls):
 
     def list_sessions(
         self, *, status: Iterable[str] = (), owner: str | None = None, name: str | None = None,
-        type: str | None = None, limit: int = 100, offset: int = 0,
+        type: str | None = None, limit: int = PAGE_DEFAULT, offset: int = 0,
     ) -> Page[SessionPublic]:
         """One page of sessions, newest first; ``type``: interactive or batch."""
         params: dict[str, Any] = {"status": list(status), "limit": limit, "offset": offset}

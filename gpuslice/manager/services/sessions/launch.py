@@ -9,9 +9,9 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpuslice.common.limits import PRIORITY_BOUND
 from gpuslice.common.schemas.sessions import FINAL, SessionCreate, SessionPublic, SessionStatus
 from gpuslice.common.schemas.users import Role
-from gpuslice.common.session_limits import PRIORITY_BOUND
 from gpuslice.manager.db.base import new_id, utcnow
 from gpuslice.manager.db.models import ResourcePolicy, SessionRow, User
 from gpuslice.manager.errors import InvalidRequest, StaleStatus
