@@ -287,12 +287,17 @@ class Client(StorageCalls):
         is missed or repeated; ``reconnect`` is how many seconds in a row of failing to
         reconnect are tolerated before `ApiError` (0: never reconnect).
         """
+        # Here, not at the top: backoff imports asyncio, which a CLI command that never
+        # watches events should not pay for at its start.
+        from gpuslice.common.backoff import Backoff
+
         failing_since: float | None = None
-        delay = 0.2
+        backoff = Backoff(0.2, 2.0, jitter=0)
         while True:
             try:
                 for change in self._event_stream(session_id, since, timeout):
-                    failing_since, delay = None, 0.2
+                    failing_since = None
+                    backoff.reset()
                     since = change.id
                     yield change
                 if not reconnect:
@@ -303,8 +308,7 @@ class Client(StorageCalls):
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > reconnect:
                     raise
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            time.sleep(backoff.next())
 
     def _event_stream(self, session_id: str | None, since: int | None,
                       timeout: float | None) -> Iterator[StatusChange]:
