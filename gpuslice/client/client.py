@@ -24,7 +24,6 @@ from gpuslice.common.versions import API_HEADER, mismatch
 
 if TYPE_CHECKING:
     from gpuslice.client.terminal import Terminal
-    from gpuslice.common.schemas.agents import JoinTokenCreated, JoinTokenPublic, NodePublic
     from gpuslice.common.schemas.apps import AppList, AppPublic
     from gpuslice.common.schemas.common import Page
     from gpuslice.common.schemas.config import ConfigImportResult
@@ -37,6 +36,7 @@ if TYPE_CHECKING:
         SessionCommitResult,
     )
     from gpuslice.common.schemas.monitoring import SessionStats, Top, UsageReport
+    from gpuslice.common.schemas.nodes import JoinTokenCreated, JoinTokenPublic, NodePublic
     from gpuslice.common.schemas.sessions import (
         SessionCreate,
         SessionExecResult,
@@ -353,7 +353,7 @@ class Client(StorageCalls):
     # ------------------------------------------------------------ admin
 
     def list_nodes(self) -> list[NodePublic]:
-        return self._call("GET", "/nodes", list[schemas.agents.NodePublic])
+        return self._call("GET", "/nodes", list[schemas.nodes.NodePublic])
 
     def create_join_token(
         self, name: str, expires_in_hours: int = 1, *, node: str | None = None,
@@ -362,10 +362,10 @@ class Client(StorageCalls):
         """A single-use join token; ``node`` binds it to that node name, ``rekey`` lets it
         replace that existing node's credential."""
         body = {"name": name, "expires_in_hours": expires_in_hours, "node": node, "rekey": rekey}
-        return self._call("POST", "/join-tokens", schemas.agents.JoinTokenCreated, json=body)
+        return self._call("POST", "/join-tokens", schemas.nodes.JoinTokenCreated, json=body)
 
     def list_join_tokens(self) -> list[JoinTokenPublic]:
-        return self._call("GET", "/join-tokens", list[schemas.agents.JoinTokenPublic])
+        return self._call("GET", "/join-tokens", list[schemas.nodes.JoinTokenPublic])
 
     def find_node(self, ref: str) -> NodePublic:
         for node in self.list_nodes():
@@ -376,7 +376,7 @@ class Client(StorageCalls):
     def revoke_node(self, ref: str) -> NodePublic:
         """Refuse a node's credential from now on and end its sessions (admins)."""
         node = self.find_node(ref)
-        return self._call("POST", f"/nodes/{node.id}/revoke", schemas.agents.NodePublic)
+        return self._call("POST", f"/nodes/{node.id}/revoke", schemas.nodes.NodePublic)
 
     def create_user(self, username: str, password: str, role: str = "user") -> UserPublic:
         body = {"username": username, "password": password, "role": role}

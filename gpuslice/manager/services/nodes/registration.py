@@ -21,14 +21,12 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gpuslice.common.schemas.agents import (
+from gpuslice.common.schemas.agents import NodeRegister, NodeRegistered, NodeStatus
+from gpuslice.common.schemas.nodes import (
     JoinTokenCreate,
     JoinTokenCreated,
     JoinTokenPublic,
     NodePublic,
-    NodeRegister,
-    NodeRegistered,
-    NodeStatus,
 )
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
 from gpuslice.manager.db.base import utcnow
