@@ -8,15 +8,16 @@
 #   gpuslice/mlflow:3.5.1     (MLflow + TensorBoard FROM scipy 1.5.2: pip adds only their own
 #                             packages; the proxy tests log a run and list it, list TensorBoard's)
 # Needs root, a running dockerd, and debootstrap unless a registry Debian image can be had
-# (GPUSLICE_IMAGE_SOURCE=auto|registry|debootstrap). Arguments go to `python -m gpuslice.images`
-# (--force, --cache-dir, --mirror, --extra-ca-bundle, --tag); the scipy builds take the same
-# CA default, so pass a CA bundle as GPUSLICE_EXTRA_CA_BUNDLE for both steps to agree.
+# (GPUSLICE_IMAGE_SOURCE=auto|registry|debootstrap). Arguments go to
+# `python -m gpuslice.imagebuild` (--force, --cache-dir, --mirror, --extra-ca-bundle, --tag); the
+# scipy builds take the same CA default, so pass a CA bundle as GPUSLICE_EXTRA_CA_BUNDLE for both
+# steps to agree.
 # GPUSLICE_SCIPY_VERSIONS (space separated; empty for none) overrides the scipy versions;
 # GPUSLICE_APP_RECIPES (default "notebook mlflow"; empty for none) the app images.
 #
 # An extra CA bundle for TLS inside the images defaults to the one this machine's tools are
 # told to use (SSL_CERT_FILE), e.g. a TLS-inspecting proxy's; set GPUSLICE_EXTRA_CA_BUNDLE=""
-# explicitly to add none (gpuslice.images.base.default_extra_ca_bundle).
+# explicitly to add none (gpuslice.imagebuild.base.default_extra_ca_bundle).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,7 +25,7 @@ python="${PYTHON:-}"
 if [ -z "$python" ]; then
     if [ -x .venv/bin/python ]; then python=.venv/bin/python; else python=python3; fi
 fi
-"$python" -m gpuslice.images "$@"
+"$python" -m gpuslice.imagebuild "$@"
 for version in ${GPUSLICE_SCIPY_VERSIONS-1.3.2 1.5.2}; do
     "$python" -m gpuslice.cli.main image build scipy --version "$version"
 done

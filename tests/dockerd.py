@@ -24,7 +24,7 @@ from pathlib import Path
 import aiodocker
 import pytest
 
-from gpuslice.images import DEFAULT_CACHE_DIR, BaseImageOptions, ensure_base_image
+from gpuslice.imagebuild import DEFAULT_CACHE_DIR, BaseImageOptions, ensure_base_image
 from tests.waits import scaled
 
 DOCKERD_PIDFILE = Path("/var/run/docker.pid")

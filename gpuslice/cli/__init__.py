@@ -13,10 +13,10 @@ time importing; tests/cli/test_imports.py holds the CLI to this rule:
 1. `main.COMMANDS` names every command by module; a command's module is imported only when that
    command runs (or prints its own help), and `gpuslice --help` imports none of them.
 2. At the top of a command module: the standard library, typer, `gpuslice.cli.output`, the plain
-   modules of `gpuslice.common` (resources, images, session_limits), and the SDK's `Client` in
+   modules of `gpuslice.common` (resources, images, limits), and the SDK's `Client` in
    modules whose commands call the manager.
 3. What a command *runs* is imported in the function that runs it: the manager, the agent,
-   image building (`gpuslice.images`, aiodocker, aiohttp), uvloop; and rich.table in
+   image building (`gpuslice.imagebuild`, aiodocker, aiohttp), uvloop; and rich.table in
    `output.table`, for the commands that print a table.
 4. The shared pydantic schemas are reached through `gpuslice.client.schemas` (e.g.
    `schemas.sessions.FINAL`), which imports a schema module when it is first used; annotations

@@ -25,7 +25,7 @@ from gpuslice.common.durations import format_duration, parse_duration
 from gpuslice.common.resources import parse_cpu, parse_fgpu, parse_mem
 
 if TYPE_CHECKING:
-    from gpuslice.common.schemas.agents import JoinTokenCreated
+    from gpuslice.common.schemas.nodes import JoinTokenCreated
     from gpuslice.common.schemas.users import PolicyPublic
 
 app = typer.Typer(help="Users, policies, join tokens, configuration, backups (admins).",

@@ -30,8 +30,8 @@ from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 
 if TYPE_CHECKING:
     from gpuslice.common.schemas.images import ImagePublic
-    from gpuslice.images.base import BaseImageOptions, BuildResult
-    from gpuslice.images.recipe_defs import RecipeOptions
+    from gpuslice.imagebuild.base import BaseImageOptions, BuildResult
+    from gpuslice.imagebuild.recipe_defs import RecipeOptions
 
 app = typer.Typer(help="Session images: build, list, aliases.", no_args_is_help=True)
 
@@ -126,9 +126,13 @@ def build(
         help="pytorch -cpu versions: PyTorch's CPU wheel index URL.")] = "",
 ) -> None:
     """Build a session image from a recipe, e.g. `gpuslice image build scipy --version 1.5.2`."""
-    from gpuslice.images.base import DEFAULT_CACHE_DIR, BaseImageOptions, default_extra_ca_bundle
-    from gpuslice.images.recipe_defs import RecipeOptions, plan
-    from gpuslice.images.rootfs import ImageBuildError
+    from gpuslice.imagebuild.base import (
+        DEFAULT_CACHE_DIR,
+        BaseImageOptions,
+        default_extra_ca_bundle,
+    )
+    from gpuslice.imagebuild.recipe_defs import RecipeOptions, plan
+    from gpuslice.imagebuild.rootfs import ImageBuildError
 
     options = RecipeOptions(
         base_image=base_image,
@@ -156,7 +160,7 @@ def recipes(
     json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """List the image recipes, their versions (default marked *) and what each holds."""
-    from gpuslice.images.recipe_defs import RECIPES
+    from gpuslice.imagebuild.recipe_defs import RECIPES
 
     if json_:
         print_json([_recipe_json(r) for r in RECIPES.values()])
@@ -174,8 +178,8 @@ def _run(recipe: str, version: str | None, options: RecipeOptions,
     import aiodocker
     import aiohttp
 
-    from gpuslice.images.build import build_recipe
-    from gpuslice.images.rootfs import ImageBuildError
+    from gpuslice.imagebuild.build import build_recipe
+    from gpuslice.imagebuild.rootfs import ImageBuildError
 
     async def go() -> BuildResult:
         async with aiodocker.Docker() as docker:

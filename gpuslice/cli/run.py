@@ -37,8 +37,8 @@ from gpuslice.cli.output import (
 )
 from gpuslice.client import ApiError, Client
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
+from gpuslice.common.limits import MIN_MEM, PAGE_DEFAULT
 from gpuslice.common.resources import format_mem, parse_cpu, parse_fgpu, parse_mem
-from gpuslice.common.session_limits import MIN_MEM
 
 if TYPE_CHECKING:
     from gpuslice.common.schemas.runs import RunPublic
@@ -128,7 +128,7 @@ def start(
 
 @app.command("list")
 @friendly
-def list_(limit: Annotated[int, typer.Option(help="At most this many.")] = 100,
+def list_(limit: Annotated[int, typer.Option(help="At most this many.")] = PAGE_DEFAULT,
           as_json: JsonOpt = False) -> None:
     """Your runs, newest first: status, result, exit code, how long they ran, their model."""
     with _client() as client:

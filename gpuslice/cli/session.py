@@ -21,7 +21,7 @@ from gpuslice.cli.output import (
     table,
 )
 from gpuslice.client import ApiError, Client, schemas
-from gpuslice.common import session_limits as limits
+from gpuslice.common import limits
 from gpuslice.common.durations import format_duration
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 from gpuslice.common.resources import format_mem
@@ -32,7 +32,6 @@ if TYPE_CHECKING:
 
 app = typer.Typer(help="Compute sessions: create, list, show, stats, logs, destroy, exec, shell.",
                   no_args_is_help=True)
-PAGE_MAX = 500  # the manager's largest page (gpuslice.client.client.PAGE_MAX)
 
 
 def _client() -> Client:
@@ -52,7 +51,7 @@ def create(
         "--mem", help=f"Memory, e.g. 512m or 2g (at least {format_mem(limits.MIN_MEM)}).")]
     = limits.DEFAULT_MEM,
     count: Annotated[int, typer.Option(
-        help=f"How many identical sessions (1-{limits.MAX_COUNT}).")] = 1,
+        help=f"How many identical sessions (1-{limits.CREATE_COUNT_MAX}).")] = 1,
     name: Annotated[str | None, typer.Option(help="Session name.")] = None,
     type_: Annotated[str, typer.Option("--type", help="interactive or batch.")]
     = limits.DEFAULT_TYPE,
@@ -109,7 +108,8 @@ def create(
 def list_(
     all_users: Annotated[bool, typer.Option("--all", help="Every user's (admins).")] = False,
     status: Annotated[list[str] | None, typer.Option(help="Only this status (repeat).")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many (1-500).")] = 100,
+    limit: Annotated[int, typer.Option(help=f"At most this many (1-{limits.PAGE_MAX}).")]
+    = limits.PAGE_DEFAULT,
     offset: Annotated[int, typer.Option(help="Skip this many (the newest) first.")] = 0,
     all_pages: Annotated[bool, typer.Option(
         "--all-pages", help="Every matching session, fetched page after page.")] = False,
@@ -118,8 +118,8 @@ def list_(
     """Your sessions, newest first. JSON: {"items", "total", "limit", "offset", "next"}; the
     listing is complete when "total" equals the number of items (else page with --offset, or
     --all-pages)."""
-    if not 1 <= limit <= PAGE_MAX:
-        raise CliError(f"--limit: must be between 1 and {PAGE_MAX}, got {limit}", 2)
+    if not 1 <= limit <= limits.PAGE_MAX:
+        raise CliError(f"--limit: must be between 1 and {limits.PAGE_MAX}, got {limit}", 2)
     if offset < 0:
         raise CliError(f"--offset: must be 0 or more, got {offset}", 2)
     statuses = [_status(s) for s in status or []]

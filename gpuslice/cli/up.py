@@ -226,8 +226,12 @@ async def _ensure_image(say: Callable[[str], None]) -> None:
 
 
 async def _build_standard_image(docker: Any, say: Callable[[str], None]) -> None:
-    from gpuslice.images.base import BaseImageOptions, default_extra_ca_bundle, ensure_base_image
-    from gpuslice.images.rootfs import ImageBuildError
+    from gpuslice.imagebuild.base import (
+        BaseImageOptions,
+        default_extra_ca_bundle,
+        ensure_base_image,
+    )
+    from gpuslice.imagebuild.rootfs import ImageBuildError
 
     image_options = BaseImageOptions.from_env(
         tag=DEFAULT_SESSION_IMAGE, extra_ca_bundle=default_extra_ca_bundle()

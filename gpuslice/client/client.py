@@ -19,11 +19,11 @@ from gpuslice.client import schemas
 from gpuslice.client.config import ClientConfig, load_config
 from gpuslice.client.errors import ApiError, error_of
 from gpuslice.client.storage import StorageCalls
+from gpuslice.common.limits import PAGE_DEFAULT, PAGE_MAX
 from gpuslice.common.versions import API_HEADER, mismatch
 
 if TYPE_CHECKING:
     from gpuslice.client.terminal import Terminal
-    from gpuslice.common.schemas.agents import JoinTokenCreated, JoinTokenPublic, NodePublic
     from gpuslice.common.schemas.apps import AppList, AppPublic
     from gpuslice.common.schemas.common import Page
     from gpuslice.common.schemas.config import ConfigImportResult
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         SessionCommitResult,
     )
     from gpuslice.common.schemas.monitoring import SessionStats, Top, UsageReport
+    from gpuslice.common.schemas.nodes import JoinTokenCreated, JoinTokenPublic, NodePublic
     from gpuslice.common.schemas.sessions import (
         SessionCreate,
         SessionExecResult,
@@ -53,7 +54,6 @@ if TYPE_CHECKING:
     )
 
 API = "/api/v1"
-PAGE_MAX = 500  # the largest page the manager answers
 M = TypeVar("M")
 
 
@@ -145,7 +145,7 @@ class Client(StorageCalls):
 
     def list_sessions(
         self, *, status: Iterable[str] = (), owner: str | None = None, name: str | None = None,
-        type: str | None = None, limit: int = 100, offset: int = 0,
+        type: str | None = None, limit: int = PAGE_DEFAULT, offset: int = 0,
     ) -> Page[SessionPublic]:
         """One page of sessions, newest first; ``type``: interactive or batch."""
         params: dict[str, Any] = {"status": list(status), "limit": limit, "offset": offset}
@@ -287,12 +287,17 @@ class Client(StorageCalls):
         is missed or repeated; ``reconnect`` is how many seconds in a row of failing to
         reconnect are tolerated before `ApiError` (0: never reconnect).
         """
+        # Here, not at the top: backoff imports asyncio, which a CLI command that never
+        # watches events should not pay for at its start.
+        from gpuslice.common.backoff import Backoff
+
         failing_since: float | None = None
-        delay = 0.2
+        backoff = Backoff(0.2, 2.0, jitter=0)
         while True:
             try:
                 for change in self._event_stream(session_id, since, timeout):
-                    failing_since, delay = None, 0.2
+                    failing_since = None
+                    backoff.reset()
                     since = change.id
                     yield change
                 if not reconnect:
@@ -303,8 +308,7 @@ class Client(StorageCalls):
                 failing_since = failing_since or time.monotonic()
                 if time.monotonic() - failing_since > reconnect:
                     raise
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+            time.sleep(backoff.next())
 
     def _event_stream(self, session_id: str | None, since: int | None,
                       timeout: float | None) -> Iterator[StatusChange]:
@@ -349,7 +353,7 @@ class Client(StorageCalls):
     # ------------------------------------------------------------ admin
 
     def list_nodes(self) -> list[NodePublic]:
-        return self._call("GET", "/nodes", list[schemas.agents.NodePublic])
+        return self._call("GET", "/nodes", list[schemas.nodes.NodePublic])
 
     def create_join_token(
         self, name: str, expires_in_hours: int = 1, *, node: str | None = None,
@@ -358,10 +362,10 @@ class Client(StorageCalls):
         """A single-use join token; ``node`` binds it to that node name, ``rekey`` lets it
         replace that existing node's credential."""
         body = {"name": name, "expires_in_hours": expires_in_hours, "node": node, "rekey": rekey}
-        return self._call("POST", "/join-tokens", schemas.agents.JoinTokenCreated, json=body)
+        return self._call("POST", "/join-tokens", schemas.nodes.JoinTokenCreated, json=body)
 
     def list_join_tokens(self) -> list[JoinTokenPublic]:
-        return self._call("GET", "/join-tokens", list[schemas.agents.JoinTokenPublic])
+        return self._call("GET", "/join-tokens", list[schemas.nodes.JoinTokenPublic])
 
     def find_node(self, ref: str) -> NodePublic:
         for node in self.list_nodes():
@@ -372,7 +376,7 @@ class Client(StorageCalls):
     def revoke_node(self, ref: str) -> NodePublic:
         """Refuse a node's credential from now on and end its sessions (admins)."""
         node = self.find_node(ref)
-        return self._call("POST", f"/nodes/{node.id}/revoke", schemas.agents.NodePublic)
+        return self._call("POST", f"/nodes/{node.id}/revoke", schemas.nodes.NodePublic)
 
     def create_user(self, username: str, password: str, role: str = "user") -> UserPublic:
         body = {"username": username, "password": password, "role": role}

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         images,
         models,
         monitoring,
+        nodes,
         runs,
         sessions,
         storage,
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = ["agents", "apps", "common", "config", "health", "images", "models", "monitoring",
-           "runs", "sessions", "storage", "users"]
+           "nodes", "runs", "sessions", "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -15,6 +15,7 @@ import httpx
 from gpuslice.client import fetch, schemas, transfer
 from gpuslice.client.errors import ApiError
 from gpuslice.client.transfer import Progress
+from gpuslice.common.limits import PAGE_DEFAULT
 
 if TYPE_CHECKING:
     from gpuslice.common.schemas.models import ModelDetail, ModelPublic, ModelUrls
@@ -202,7 +203,8 @@ class StorageCalls:
     def create_run(self, **body: Any) -> RunPublic:
         return self._call("POST", "/runs", schemas.runs.RunPublic, json=body)
 
-    def list_runs(self, name: str | None = None, limit: int = 100) -> list[RunPublic]:
+    def list_runs(self, name: str | None = None, limit: int = PAGE_DEFAULT,
+                  ) -> list[RunPublic]:
         params: dict[str, Any] = {"limit": limit} | ({"name": name} if name else {})
         return self._call("GET", "/runs", list[schemas.runs.RunPublic], params=params)
 

@@ -18,7 +18,7 @@ from tests.waits import scaled
 from .conftest import Manager
 
 # Back ends that only `up`, `manager serve`, `agent serve` and `image build` may load.
-BACK_ENDS = ("aiodocker", "aiohttp", "gpuslice.manager", "gpuslice.agent", "gpuslice.images",
+BACK_ENDS = ("aiodocker", "aiohttp", "gpuslice.manager", "gpuslice.agent", "gpuslice.imagebuild",
              "fastapi", "sqlalchemy", "uvicorn")
 # What a command that calls the manager loads, and `--help` must not.
 CLIENT = ("httpx", "pydantic", "gpuslice.client.client", "gpuslice.common.schemas")

@@ -7,9 +7,9 @@ import asyncio
 import aiodocker
 import pytest
 
-from gpuslice.images import BaseImageOptions, ImageBuildError
-from gpuslice.images.base import ensure_rootfs_image
-from gpuslice.images.source import DEFAULT_REGISTRY_IMAGE, choose_source, source_from_env
+from gpuslice.imagebuild import BaseImageOptions, ImageBuildError
+from gpuslice.imagebuild.base import ensure_rootfs_image
+from gpuslice.imagebuild.source import DEFAULT_REGISTRY_IMAGE, choose_source, source_from_env
 
 
 class FakeDocker:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gpuslice.images import ImageBuildError, RootfsRecipe, find_debian_mirror, host_pip_index
-from gpuslice.images.base import _base_context, _pack
+from gpuslice.imagebuild import ImageBuildError, RootfsRecipe, find_debian_mirror, host_pip_index
+from gpuslice.imagebuild.base import _base_context, _pack
 
 
 def apt_dir(tmp_path: Path, sources_list: str = "", **sources: str) -> Path:
@@ -95,7 +95,7 @@ def test_rootfs_recipe_digest_changes_with_packages() -> None:
 
 
 def test_extra_ca_bundle_defaults_to_what_the_host_trusts(monkeypatch, tmp_path):
-    from gpuslice.images.base import default_extra_ca_bundle
+    from gpuslice.imagebuild.base import default_extra_ca_bundle
 
     bundle = tmp_path / "proxy.pem"
     bundle.write_text("-----BEGIN CERTIFICATE-----\n")
@@ -106,5 +106,5 @@ def test_extra_ca_bundle_defaults_to_what_the_host_trusts(monkeypatch, tmp_path)
     assert default_extra_ca_bundle() is None  # explicitly none
     monkeypatch.delenv("GPUSLICE_EXTRA_CA_BUNDLE")
     monkeypatch.delenv("SSL_CERT_FILE")
-    monkeypatch.setattr("gpuslice.images.base.HOST_CA_BUNDLE", str(bundle))
+    monkeypatch.setattr("gpuslice.imagebuild.base.HOST_CA_BUNDLE", str(bundle))
     assert default_extra_ca_bundle() == bundle  # the host's system bundle

@@ -16,16 +16,16 @@ from typer.testing import CliRunner
 
 from gpuslice.cli.main import app
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE, ImageMeta
-from gpuslice.images import ImageBuildError
-from gpuslice.images.build import _with_base_apps, recipe_digest
-from gpuslice.images.recipe_defs import RECIPES, RecipeOptions, plan
+from gpuslice.imagebuild import ImageBuildError
+from gpuslice.imagebuild.build import _with_base_apps, recipe_digest
+from gpuslice.imagebuild.recipe_defs import RECIPES, RecipeOptions, plan
 
 GIB = 1024**3
 TORCH_INDEX = "https://wheels.example.internal/cpu"
 
 
 def declared_args(recipe: str) -> set[str]:
-    text = resources.files("gpuslice.images").joinpath("recipes", recipe, "Dockerfile")
+    text = resources.files("gpuslice.imagebuild").joinpath("recipes", recipe, "Dockerfile")
     return set(re.findall(r"^ARG (\w+)", text.read_text(), re.M))
 
 

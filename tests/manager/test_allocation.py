@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.manager.db import migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
-from gpuslice.manager.db.models import Allocation, DeviceRow, NodeRow, SessionRow, User
+from gpuslice.manager.db.models import AllocationRow, DeviceRow, NodeRow, SessionRow, UserRow
 from gpuslice.manager.events import Hub
 from gpuslice.manager.scheduler import Placement, Policy, SchedulerConfig, Strategy, schedule
 from gpuslice.manager.services.scheduling.allocation import (
@@ -46,9 +46,9 @@ async def test_a_placement_is_written_with_the_devices_the_pass_read(
         )
         await db.commit()
         held = (await db.execute(
-            select(Allocation.device_id, Allocation.device_uuid, Allocation.device_model,
-                   Allocation.device_capacity, DeviceRow.id, DeviceRow.uuid, DeviceRow.used)
-            .join(DeviceRow, DeviceRow.id == Allocation.device_id)
+            select(AllocationRow.device_id, AllocationRow.device_uuid, AllocationRow.device_model,
+                   AllocationRow.device_capacity, DeviceRow.id, DeviceRow.uuid, DeviceRow.used)
+            .join(DeviceRow, DeviceRow.id == AllocationRow.device_id)
         )).all()
     assert len(held) == 2
     for device_id, uuid, model, capacity, row_id, row_uuid, used in held:
@@ -87,7 +87,7 @@ async def test_a_device_gone_since_the_pass_read_it_loses_the_placement(
 async def _seed(maker: async_sessionmaker[AsyncSession], sessions: int) -> None:
     now = datetime.now(UTC)
     async with maker() as db:
-        user = User(username="u", password_hash="-", role="user", is_active=True)
+        user = UserRow(username="u", password_hash="-", role="user", is_active=True)
         node = NodeRow(name="n0", credential_hash="0" * 64, status="ALIVE", device_capacity=1000,
                        cpu=64_000, mem=512 * GiB, images=[], usage={}, last_heartbeat_at=now)
         db.add_all([user, node])

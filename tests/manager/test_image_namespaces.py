@@ -7,7 +7,7 @@ import pytest
 from fastapi import FastAPI
 
 from gpuslice.common.image_refs import user_namespace
-from gpuslice.manager.db.models import Image
+from gpuslice.manager.db.models import ImageRow
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.helpers import wait_status
 from tests.manager.test_commit import _commit, _running
@@ -43,7 +43,7 @@ async def test_allowing_a_legacy_private_image_warns(app: FastAPI, admin: Client
     alice_id = next(u["id"] for u in (await admin.get("/api/v1/users")).json()
                     if u["username"] == "alice")
     async with app.state.sessionmaker() as db:
-        db.add(Image(name="python:3.13", labels={}, public=False, owner_id=alice_id,
+        db.add(ImageRow(name="python:3.13", labels={}, public=False, owner_id=alice_id,
                      origin_session_id="s-1"))
         await db.commit()
     r = await admin.post("/api/v1/images", json={"name": "python:3.13"})

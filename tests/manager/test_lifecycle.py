@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from sqlalchemy import select
 
 from gpuslice.common.schemas.sessions import SessionStatus
-from gpuslice.manager.db.models import SessionRow, StatusHistory
+from gpuslice.manager.db.models import SessionRow, StatusHistoryRow
 from gpuslice.manager.errors import IllegalTransition, StaleStatus
 from gpuslice.manager.services.lifecycle import LEGAL, transition
 from tests.manager.conftest import Client, create
@@ -37,6 +37,6 @@ async def test_illegal_and_stale_moves_are_refused(app: FastAPI, admin: Client) 
             await transition(db, stale, S.ERROR, "late")
         await db.rollback()
         history = (await db.scalars(
-            select(StatusHistory.to_status).where(StatusHistory.session_id == s["id"])
+            select(StatusHistoryRow.to_status).where(StatusHistoryRow.session_id == s["id"])
         )).all()
         assert history == ["PENDING", "CANCELLED"]

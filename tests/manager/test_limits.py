@@ -14,7 +14,7 @@ from sqlalchemy import func, select, update
 
 from gpuslice.manager.app import create_app
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import ApiToken, JoinToken, SessionRow, StatusHistory
+from gpuslice.manager.db.models import ApiTokenRow, JoinTokenRow, SessionRow, StatusHistoryRow
 from gpuslice.manager.services import retention
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.conftest import IMAGE, AgentFactory, Client, UserFactory, create, login
@@ -116,9 +116,9 @@ async def test_retention_purges_bulky_data_of_old_sessions_and_keeps_history(
     async with app.state.sessionmaker() as db:
         await db.execute(update(SessionRow).where(SessionRow.id == old["id"])
                          .values(updated_at=long_ago))
-        db.add(ApiToken(user_id=old["owner_id"], kind="login", name="login",
+        db.add(ApiTokenRow(user_id=old["owner_id"], kind="login", name="login",
                         token_hash="0" * 64, expires_at=long_ago))
-        db.add(JoinToken(name="old", token_hash="1" * 64, expires_at=long_ago))
+        db.add(JoinTokenRow(name="old", token_hash="1" * 64, expires_at=long_ago))
         await db.commit()
     purged = await retention.purge(app.state.sessionmaker, 30, 300)
     assert (purged.sessions, purged.tokens, purged.join_tokens) == (1, 1, 1)
@@ -131,8 +131,8 @@ async def test_retention_purges_bulky_data_of_old_sessions_and_keeps_history(
     assert kept["env"] == {"TOKEN": "secret"} and kept["purged_at"] is None
     assert "bye from" in (await admin.get(f"/api/v1/sessions/{recent['id']}/logs")).json()["logs"]
     async with app.state.sessionmaker() as db:
-        history = await db.scalar(select(func.count()).select_from(StatusHistory)
-                                  .where(StatusHistory.session_id == old["id"]))
+        history = await db.scalar(select(func.count()).select_from(StatusHistoryRow)
+                                  .where(StatusHistoryRow.session_id == old["id"]))
     assert history and history >= 4
     again = await retention.purge(app.state.sessionmaker, 30, 300)
     assert again.sessions == 0

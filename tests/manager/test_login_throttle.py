@@ -18,7 +18,7 @@ from sqlalchemy import update
 from gpuslice.manager import security
 from gpuslice.manager.app import create_app
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import LoginFailure
+from gpuslice.manager.db.models import LoginFailureRow
 from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import Client, client_for
 from tests.waits import scaled
@@ -95,7 +95,7 @@ async def test_a_user_is_throttled_then_the_right_password_works_after_the_windo
 async def _pass_the_window(app: FastAPI, window: float) -> None:
     """Move every counter's window into the past, as the clock would (tests do not sleep)."""
     async with app.state.sessionmaker() as db:
-        await db.execute(update(LoginFailure).values(
+        await db.execute(update(LoginFailureRow).values(
             window_start=utcnow() - timedelta(seconds=window + 1)))
         await db.commit()
     app.state.login_throttle.blocked.clear()  # what this manager remembered ends with it too

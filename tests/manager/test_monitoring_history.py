@@ -13,7 +13,12 @@ from sqlalchemy import func, select
 
 from gpuslice.common.schemas.agents import SessionUsage
 from gpuslice.manager.app import create_app
-from gpuslice.manager.db.models import UsageDaily, UsageHistory, UsageMinute, UsageSeries
+from gpuslice.manager.db.models import (
+    UsageDailyRow,
+    UsageHistoryRow,
+    UsageMinuteRow,
+    UsageSeriesRow,
+)
 from gpuslice.manager.services.monitoring import history, maintenance, samples
 from gpuslice.manager.services.monitoring.codec import Point
 from gpuslice.manager.settings import ManagerSettings
@@ -49,20 +54,22 @@ async def running_session(admin: Client, make_agent: AgentFactory) -> tuple[str,
     raise AssertionError("the session did not start")
 
 
-async def series_of(app: FastAPI, session_id: str) -> UsageSeries:
+async def series_of(app: FastAPI, session_id: str) -> UsageSeriesRow:
     async with app.state.sessionmaker() as db:
-        found = await db.scalar(select(UsageSeries).where(UsageSeries.session_id == session_id))
+        found = await db.scalar(
+            select(UsageSeriesRow).where(UsageSeriesRow.session_id == session_id)
+        )
         assert found is not None
         return found
 
 
-async def history_sum(app: FastAPI, series: UsageSeries) -> dict[str, int]:
+async def history_sum(app: FastAPI, series: UsageSeriesRow) -> dict[str, int]:
     """The sums of every point of the series' history, exactly (read as the API reads it:
     steady against a maintenance pass running meanwhile)."""
     keys = [f.name for f in fields(Point) if f.name != "slot" and not f.name.endswith("_max")]
     async with app.state.sessionmaker() as db:
         async def read() -> list[history.Timed]:
-            fresh = await db.get(UsageSeries, series.id, populate_existing=True)
+            fresh = await db.get(UsageSeriesRow, series.id, populate_existing=True)
             assert fresh is not None
             return await history.points(db, fresh, 0, 2**40)
 
@@ -70,15 +77,15 @@ async def history_sum(app: FastAPI, series: UsageSeries) -> dict[str, int]:
     return {k: sum(getattr(t.point, k) for t in found) for k in keys}
 
 
-async def accounted(app: FastAPI, series: UsageSeries) -> dict[str, int]:
+async def accounted(app: FastAPI, series: UsageSeriesRow) -> dict[str, int]:
     """The accounting rows of the series, its minutes not yet packed and its open minute: what
     totals are made of."""
     async with app.state.sessionmaker() as db:
         async def read() -> dict[str, int]:
-            fresh = await db.get(UsageSeries, series.id, populate_existing=True)
+            fresh = await db.get(UsageSeriesRow, series.id, populate_existing=True)
             assert fresh is not None
             sums = dict.fromkeys(history.SUMS, 0)
-            for table in (UsageDaily, UsageMinute):  # packed, and not yet packed
+            for table in (UsageDailyRow, UsageMinuteRow):  # packed, and not yet packed
                 row = (await db.execute(
                     select(*(func.sum(getattr(table, k)) for k in history.SUMS))
                     .where(table.series_id == series.id))).one()
@@ -108,7 +115,7 @@ async def test_samples_are_kept_once_per_reading_and_closed_by_minute(
 
     series = await series_of(app, sid)
     async with app.state.sessionmaker() as db:
-        [closed] = (await db.scalars(select(UsageMinute))).all()
+        [closed] = (await db.scalars(select(UsageMinuteRow))).all()
     first_minute = int(T0.timestamp()) // 60
     assert (closed.minute, closed.covered_ms, closed.cpu_ms) == (first_minute, 45_000, 45_000)
     assert closed.fgpu_sum == 500 * 45_000  # 0.5 fGPU for 45 s, in milli-fGPU × ms
@@ -152,8 +159,8 @@ async def test_packing_and_rollups_keep_every_sum(
     series = await series_of(app, sid)
     assert series.minute is None and await history_sum(app, series) == before
     async with app.state.sessionmaker() as db:
-        assert await db.scalar(select(func.count()).select_from(UsageMinute)) == 0
-        [row] = (await db.scalars(select(UsageHistory))).all()
+        assert await db.scalar(select(func.count()).select_from(UsageMinuteRow)) == 0
+        [row] = (await db.scalars(select(UsageHistoryRow))).all()
     assert (row.step, row.start) == (60, int(T0.timestamp()))
 
     later = T0 + timedelta(days=31)  # past the minute retention: hour points
@@ -161,7 +168,7 @@ async def test_packing_and_rollups_keep_every_sum(
     assert stats.rolled == 1
     assert await history_sum(app, series) == before == await accounted(app, series)
     async with app.state.sessionmaker() as db:
-        [day] = (await db.scalars(select(UsageHistory))).all()
+        [day] = (await db.scalars(select(UsageHistoryRow))).all()
         points = await history.points(db, series, 0, 2**40)
     assert (day.step, day.start) == (3600, int(T0.timestamp()) // 86400 * 86400)
     assert len(points) == 1 and points[0].point.covered_ms == before["covered_ms"]

@@ -134,11 +134,11 @@ async def test_admins_revoke_and_rekey_a_node(
 async def test_expired_join_tokens_are_refused(app: FastAPI, admin: Client, anon: Client) -> None:
     from sqlalchemy import update
 
-    from gpuslice.manager.db.models import JoinToken
+    from gpuslice.manager.db.models import JoinTokenRow
 
     token = await _join_token(admin)
     async with app.state.sessionmaker() as db:
-        await db.execute(update(JoinToken).values(expires_at=utcnow() - timedelta(seconds=1)))
+        await db.execute(update(JoinTokenRow).values(expires_at=utcnow() - timedelta(seconds=1)))
         await db.commit()
     r = await _register(anon, token, "late")
     assert r.status_code == 401 and r.json()["code"] == "bad_join_token"

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
 from gpuslice.manager.db import migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
-from gpuslice.manager.db.models import Allocation, DeviceRow, NodeRow, SessionRow, User
+from gpuslice.manager.db.models import AllocationRow, DeviceRow, NodeRow, SessionRow, UserRow
 from gpuslice.manager.errors import StaleStatus
 from gpuslice.manager.events import Hub
 from gpuslice.manager.scheduler import Placement, Policy, SchedulerConfig, Strategy, schedule
@@ -172,7 +172,7 @@ async def _seed(maker: async_sessionmaker[AsyncSession]) -> None:
     rng = random.Random(7)
     now = datetime.now(UTC)
     async with maker() as db:
-        user = User(username="racer", password_hash="-", role="user", is_active=True)
+        user = UserRow(username="racer", password_hash="-", role="user", is_active=True)
         db.add(user)
         await db.flush()
         for n in range(NODES):
@@ -207,9 +207,9 @@ async def _watch(
     while not done.is_set():
         async with maker() as db:
             rows = await db.execute(
-                select(DeviceRow.uuid, DeviceRow.capacity, func.sum(Allocation.gpu))
-                .join(Allocation, Allocation.device_id == DeviceRow.id)
-                .where(Allocation.released_at.is_(None))
+                select(DeviceRow.uuid, DeviceRow.capacity, func.sum(AllocationRow.gpu))
+                .join(AllocationRow, AllocationRow.device_id == DeviceRow.id)
+                .where(AllocationRow.released_at.is_(None))
                 .group_by(DeviceRow.id)
             )
             over.extend(f"{uuid}: {held}/{cap}" for uuid, cap, held in rows if held > cap)
@@ -220,8 +220,8 @@ async def _check_final(maker: async_sessionmaker[AsyncSession]) -> None:
     async with maker() as db:
         for device in await db.scalars(select(DeviceRow)):
             held = await db.scalar(
-                select(func.coalesce(func.sum(Allocation.gpu), 0)).where(
-                    Allocation.device_id == device.id, Allocation.released_at.is_(None)
+                select(func.coalesce(func.sum(AllocationRow.gpu), 0)).where(
+                    AllocationRow.device_id == device.id, AllocationRow.released_at.is_(None)
                 )
             )
             assert held == device.used <= device.capacity, device.uuid
@@ -234,8 +234,8 @@ async def _check_final(maker: async_sessionmaker[AsyncSession]) -> None:
             assert cpu == node.cpu_used <= node.cpu, node.name
         # Each placed session holds exactly the fGPU it asked for, once.
         placed = await db.execute(
-            select(SessionRow.gpu, func.sum(Allocation.gpu))
-            .join(Allocation, Allocation.session_id == SessionRow.id)
+            select(SessionRow.gpu, func.sum(AllocationRow.gpu))
+            .join(AllocationRow, AllocationRow.session_id == SessionRow.id)
             .group_by(SessionRow.id)
         )
         assert all(asked == held for asked, held in placed)

@@ -13,7 +13,7 @@ from fastapi import FastAPI
 from sqlalchemy import update
 
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import ApiToken
+from gpuslice.manager.db.models import ApiTokenRow
 from gpuslice.manager.settings import ManagerSettings
 from tests.conftest import pg_url
 from tests.manager.conftest import Client, UserFactory, client_for, login
@@ -71,7 +71,7 @@ async def test_expired_tokens_show_as_expired(app: FastAPI, make_user: UserFacto
     token_id = r.json()["id"]
     await _api_token(alice)
     async with app.state.sessionmaker() as db:
-        await db.execute(update(ApiToken).where(ApiToken.id == token_id)
+        await db.execute(update(ApiTokenRow).where(ApiTokenRow.id == token_id)
                          .values(expires_at=utcnow() - timedelta(seconds=1)))
         await db.commit()
     listed = {t["name"]: t["status"] for t in (await alice.get("/api/v1/auth/tokens")).json()}

@@ -12,7 +12,7 @@ from pathlib import Path
 import aiodocker
 
 from gpuslice.common.images import LABEL_APPS, LABEL_TITLE
-from gpuslice.images.base import build_context_image
+from gpuslice.imagebuild.base import build_context_image
 
 APP_FILE = Path(__file__).with_name("echo_app.py")
 IN_IMAGE = "/opt/gpuslice-test/echo_app.py"

@@ -1,20 +1,21 @@
-"""Node agents: joining, heartbeats, assignments (desired state down) and state reports (up).
+"""The agent wire protocol: what node agents and the manager send each other (joining,
+heartbeats, assignments down, state reports up, and the asks and answers in between).
 
 An agent authenticates every call after registration with `Authorization: Bearer <credential>`.
 On this wire amounts are exact integers (milli-fGPU, milli-cores, bytes) and durations are
-milliseconds: no floats, so nothing is rounded between the manager and a container.
+milliseconds: no floats, so nothing is rounded between the manager and a container. What admins
+see of nodes and join tokens is in ``gpuslice.common.schemas.nodes``.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
 from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, model_validator
 
-from gpuslice.common.schemas.common import ExactResources, Number
+from gpuslice.common.schemas.common import ExactResources
 from gpuslice.common.schemas.sessions import SessionStatus, SessionType
 from gpuslice.common.text import Line
 
@@ -33,45 +34,6 @@ class NodeStatus(StrEnum):
     ALIVE = "ALIVE"
     LOST = "LOST"
     REVOKED = "REVOKED"  # an admin revoked its credential; only a re-key token brings it back
-
-
-class JoinTokenCreate(BaseModel):
-    """A single-use token an agent registers its node with (``gpuslice admin token create``)."""
-
-    name: Line = Field(min_length=1, max_length=64, description="What the token is for.")
-    node: str | None = Field(
-        default=None, pattern=NODE_NAME,
-        description="Only a node of this name may register with it.",
-    )
-    rekey: bool = Field(
-        default=False,
-        description="It may re-register the existing node `node` (required with it): the "
-        "node gets a new credential and its old one stops working. An admin's re-key, for a "
-        "node that lost its credential or was revoked.",
-    )
-    expires_in_hours: int = Field(default=1, ge=1, le=24 * 30)
-
-    @field_validator("rekey")
-    @classmethod
-    def _rekey_names_its_node(cls, rekey: bool, info: ValidationInfo) -> bool:
-        if rekey and info.data.get("node") is None:
-            raise ValueError("a re-key token names the node it re-keys (node)")
-        return rekey
-
-
-class JoinTokenPublic(BaseModel):
-    id: str
-    name: str
-    node: str | None = Field(default=None, description="The node name it is bound to, if any.")
-    rekey: bool = False
-    created_at: datetime
-    expires_at: datetime | None
-    used_at: datetime | None = Field(default=None, description="When a node registered with it.")
-    status: str = Field(default="active", description="active, used, expired or revoked.")
-
-
-class JoinTokenCreated(JoinTokenPublic):
-    token: str = Field(description="The secret; it is shown only in this answer.")
 
 
 class DeviceReport(BaseModel):
@@ -427,36 +389,3 @@ class StateReport(BaseModel):
         description="TERMINATED/ERROR: the session's last output, kept after its container "
         "is removed.",
     )
-
-
-class NodePublic(BaseModel):
-    id: str
-    name: str
-    pool: str
-    status: NodeStatus
-    revoked_at: datetime | None = None
-    cpu: Number
-    mem: int
-    cpu_used: Number
-    mem_used: int
-    fgpu_per_gpu: Number
-    devices: list[DevicePublic]
-    images: list[str]
-    last_heartbeat_at: datetime | None
-    registered_at: datetime
-    engine_error: str | None = Field(
-        default=None, description="Why the node's Docker Engine does not answer, if it does not."
-    )
-
-
-class DevicePublic(BaseModel):
-    index: int
-    uuid: str
-    model: str
-    mem: int
-    sms: int
-    capacity: Number = Field(description="fGPU.")
-    used: Number = Field(description="fGPU allocated.")
-
-
-NodePublic.model_rebuild()

@@ -15,6 +15,7 @@ from typing import Annotated, Generic, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, Field, PlainSerializer, model_validator
 
+from gpuslice.common.limits import DEFAULT_CPU, DEFAULT_GPU, DEFAULT_MEM, MIN_MEM
 from gpuslice.common.resources import (
     ResourceError,
     Resources,
@@ -24,7 +25,6 @@ from gpuslice.common.resources import (
     parse_fgpu,
     parse_mem,
 )
-from gpuslice.common.session_limits import DEFAULT_CPU, DEFAULT_GPU, DEFAULT_MEM, MIN_MEM
 
 T = TypeVar("T")
 

@@ -13,11 +13,11 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from gpuslice.common.limits import PRIORITY_BOUND
 from gpuslice.common.schemas.common import ResourcesIn, ResourcesPublic
 from gpuslice.common.schemas.models import FilePath, ModelPublic
 from gpuslice.common.schemas.sessions import SessionResult, SessionStatus
 from gpuslice.common.schemas.storage import MAX_SESSION_FOLDERS
-from gpuslice.common.session_limits import PRIORITY_BOUND
 
 RUNS_FOLDER = "runs"
 _NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"

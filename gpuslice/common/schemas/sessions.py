@@ -10,13 +10,13 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from gpuslice.common.limits import CREATE_COUNT_MAX, DEFAULT_TYPE, PRIORITY_BOUND
 from gpuslice.common.schemas.common import Number, ResourcesIn, ResourcesPublic
 from gpuslice.common.schemas.storage import (
     MAX_SESSION_FOLDERS,
     SessionFolder,
     parse_folder_request,
 )
-from gpuslice.common.session_limits import DEFAULT_TYPE, MAX_COUNT, PRIORITY_BOUND
 from gpuslice.common.text import Line
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
@@ -64,7 +64,9 @@ class SessionCreate(BaseModel):
     gpu_model: Line | None = Field(
         default=None, max_length=128, description="Only place on GPUs of this model."
     )
-    count: int = Field(default=1, ge=1, le=MAX_COUNT, description="How many identical sessions.")
+    count: int = Field(
+        default=1, ge=1, le=CREATE_COUNT_MAX, description="How many identical sessions."
+    )
     name: str | None = Field(
         default=None,
         description="Lowercase letters, digits and dashes; `-<n>` is appended when count > 1.",

@@ -16,7 +16,7 @@ from gpuslice.common.schemas.agents import Heartbeat
 from gpuslice.common.schemas.sessions import HOLDING
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.api import browser
-from gpuslice.manager.db.models import ApiToken, NodeRow, SessionRow, User
+from gpuslice.manager.db.models import ApiTokenRow, NodeRow, SessionRow, UserRow
 from gpuslice.manager.errors import Forbidden, NotFound, Unauthorized
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import LoopState
@@ -103,7 +103,7 @@ def _secret(credentials: HTTPAuthorizationCredentials | None) -> str:
 
 async def _current(
     request: Request, db: DbDep, credentials: Bearer, settings: SettingsDep
-) -> tuple[User, ApiToken]:
+) -> tuple[UserRow, ApiTokenRow]:
     # A browser's login cookie stands in for the bearer token; it writes only from our origin.
     cookie = None if credentials is not None else browser.login_cookie(request)
     if cookie is None:
@@ -113,25 +113,29 @@ async def _current(
     return await auth.authenticate(db, cookie)
 
 
-async def _current_user(current: Annotated[tuple[User, ApiToken], Depends(_current)]) -> User:
+async def _current_user(
+    current: Annotated[tuple[UserRow, ApiTokenRow], Depends(_current)],
+) -> UserRow:
     return current[0]
 
 
-async def _current_token(current: Annotated[tuple[User, ApiToken], Depends(_current)]) -> ApiToken:
+async def _current_token(
+    current: Annotated[tuple[UserRow, ApiTokenRow], Depends(_current)],
+) -> ApiTokenRow:
     return current[1]
 
 
-CurrentUser = Annotated[User, Depends(_current_user)]
-CurrentToken = Annotated[ApiToken, Depends(_current_token)]
+CurrentUser = Annotated[UserRow, Depends(_current_user)]
+CurrentToken = Annotated[ApiTokenRow, Depends(_current_token)]
 
 
-async def _admin(user: CurrentUser) -> User:
+async def _admin(user: CurrentUser) -> UserRow:
     if user.role != Role.ADMIN:
         raise Forbidden("only admins may do this")
     return user
 
 
-AdminUser = Annotated[User, Depends(_admin)]
+AdminUser = Annotated[UserRow, Depends(_admin)]
 
 
 async def _visible_session(

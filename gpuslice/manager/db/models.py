@@ -30,7 +30,7 @@ from gpuslice.manager.db.base import Base, UTCDateTime, new_id, utcnow
 ID = String(36)
 
 
-class ResourcePolicy(Base):
+class ResourcePolicyRow(Base):
     __tablename__ = "resource_policies"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
@@ -51,7 +51,7 @@ class ResourcePolicy(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class User(Base):
+class UserRow(Base):
     __tablename__ = "users"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
@@ -64,10 +64,10 @@ class User(Base):
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
-    policy: Mapped[ResourcePolicy | None] = relationship(lazy="raise")
+    policy: Mapped[ResourcePolicyRow | None] = relationship(lazy="raise")
 
 
-class ApiToken(Base):
+class ApiTokenRow(Base):
     """A user's bearer token (login or API), stored as the SHA-256 of the secret."""
 
     __tablename__ = "api_tokens"
@@ -83,7 +83,7 @@ class ApiToken(Base):
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
-class JoinToken(Base):
+class JoinTokenRow(Base):
     """Lets an agent register a node once; created by an admin, stored hashed. ``node_name``
     binds it to one node name; ``rekey`` lets it replace that existing node's credential."""
 
@@ -103,7 +103,7 @@ class JoinToken(Base):
     used_by: Mapped[str | None] = mapped_column(ForeignKey("nodes.id", ondelete="SET NULL"))
 
 
-class Image(Base):
+class ImageRow(Base):
     """The image catalog: one row per reference, from node reports, admins and commits.
 
     Visibility: ``public`` images are for everyone; a private one for its owner and admins
@@ -130,7 +130,7 @@ class Image(Base):
     removed_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
-class ImageNode(Base):
+class ImageNodeRow(Base):
     """An image a node reported in its last heartbeat (its image id there, and size)."""
 
     __tablename__ = "image_nodes"
@@ -145,7 +145,7 @@ class ImageNode(Base):
     size: Mapped[int | None] = mapped_column(BigInteger)
 
 
-class ImageAlias(Base):
+class ImageAliasRow(Base):
     """A short name for a reference (``tf2`` → ``gpuslice/tensorflow:2.16``)."""
 
     __tablename__ = "image_aliases"
@@ -267,12 +267,12 @@ class SessionRow(Base):
     # ended); its status history stays.
     purged_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
-    allocations: Mapped[list[Allocation]] = relationship(
-        lazy="raise", order_by="Allocation.device_index", passive_deletes=True
+    allocations: Mapped[list[AllocationRow]] = relationship(
+        lazy="raise", order_by="AllocationRow.device_index", passive_deletes=True
     )
 
 
-class Allocation(Base):
+class AllocationRow(Base):
     """One device slice held by a session (CPU and memory are on the session row)."""
 
     __tablename__ = "allocations"
@@ -295,7 +295,7 @@ class Allocation(Base):
     released_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
-class StatusHistory(Base):
+class StatusHistoryRow(Base):
     """Every status change of every session; also the event log the status stream follows."""
 
     __tablename__ = "status_history"
@@ -335,7 +335,7 @@ class AgentRequestRow(Base):
     answer: Mapped[dict[str, Any] | None] = mapped_column(JSON)
 
 
-class UsageSeries(Base):
+class UsageSeriesRow(Base):
     """One session's measured usage (``services/monitoring``): its figures now, the minute being
     filled (sums of the samples received in it), and since when it has been idle per resource
     under its owner's idle rule. History rows and accounting rows refer to it by ``id``."""
@@ -374,7 +374,7 @@ class UsageSeries(Base):
     cpu_idle_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
-class UsageMinute(Base):
+class UsageMinuteRow(Base):
     """A closed minute of a series, as written when it closes (one INSERT, no packing on the
     heartbeat's path); the maintenance loop packs complete hours into ``usage_history``."""
 
@@ -396,7 +396,7 @@ class UsageMinute(Base):
     gpu_util_sum: Mapped[int] = mapped_column(BigInteger)
 
 
-class UsageHistory(Base):
+class UsageHistoryRow(Base):
     """Closed points of a series at a fixed step, packed (``monitoring/codec.py``): one row per
     hour of minute points (``step`` 60), or per day of hour points once rolled up (3600)."""
 
@@ -410,7 +410,7 @@ class UsageHistory(Base):
     points: Mapped[bytes] = mapped_column(LargeBinary)
 
 
-class UsageDaily(Base):
+class UsageDailyRow(Base):
     """Accounting: per series and UTC day, the sums of its closed points (equal to the sum of
     that day's history, exactly)."""
 
@@ -465,7 +465,7 @@ class FolderRow(Base):
         return f"users/{self.owner_id}/{self.id}"
 
 
-class FolderGrant(Base):
+class FolderGrantRow(Base):
     """A folder shared with a user, read-only (``ro``) or read-write (``rw``)."""
 
     __tablename__ = "folder_grants"
@@ -520,7 +520,7 @@ class RunRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
-class LoginFailure(Base):
+class LoginFailureRow(Base):
     """Failed logins counted per key (``user:<name>`` or ``addr:<client address>``) in a window
     that starts with the first failure; login throttling reads it before any password hash."""
 

@@ -14,7 +14,7 @@ from gpuslice.common.schemas.users import (
     PasswordChange,
 )
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import ApiToken, User
+from gpuslice.manager.db.models import ApiTokenRow, UserRow
 from gpuslice.manager.errors import NotFound, Unauthorized
 from gpuslice.manager.security import (
     USER_TOKEN_PREFIX,
@@ -36,18 +36,18 @@ _DUMMY_HASH = (
 async def login(
     db: AsyncSession, username: str, password: str, ttl: float, throttle: LoginThrottle,
     address: str | None,
-) -> tuple[str, ApiToken]:
+) -> tuple[str, ApiTokenRow]:
     """Check the password (unless the username or the address is throttled: 429 first, no
     hash computed); a new login token (the secret and its row)."""
     await throttle.admit(db, username, address)
-    user = await db.scalar(select(User).where(User.username == username))
+    user = await db.scalar(select(UserRow).where(UserRow.username == username))
     await db.commit()  # no transaction held while the hash runs (or waits for its turn)
     ok = await throttle.checks.verify(user.password_hash if user else _DUMMY_HASH, password)
     if user is None or not ok or not user.is_active:
         raise Unauthorized("wrong username or password", code="bad_credentials")
     await throttle.succeeded(db, username, address)
     token = new_token(USER_TOKEN_PREFIX)
-    row = ApiToken(
+    row = ApiTokenRow(
         user_id=user.id, kind="login", name="login", token_hash=token_digest(token),
         expires_at=utcnow() + timedelta(seconds=ttl),
     )
@@ -56,14 +56,14 @@ async def login(
     return token, row
 
 
-async def authenticate(db: AsyncSession, token: str) -> tuple[User, ApiToken]:
+async def authenticate(db: AsyncSession, token: str) -> tuple[UserRow, ApiTokenRow]:
     """The active user and token for a bearer secret; ``Unauthorized`` otherwise."""
     now = utcnow()
     found = (
         await db.execute(
-            select(User, ApiToken)
-            .join(ApiToken, ApiToken.user_id == User.id)
-            .where(ApiToken.token_hash == token_digest(token), ApiToken.revoked_at.is_(None))
+            select(UserRow, ApiTokenRow)
+            .join(ApiTokenRow, ApiTokenRow.user_id == UserRow.id)
+            .where(ApiTokenRow.token_hash == token_digest(token), ApiTokenRow.revoked_at.is_(None))
         )
     ).first()
     if found is None:
@@ -74,15 +74,18 @@ async def authenticate(db: AsyncSession, token: str) -> tuple[User, ApiToken]:
     if not user.is_active:
         raise Unauthorized("this user is disabled")
     if row.last_used_at is None or now - row.last_used_at > _TOUCH_EVERY:
-        await db.execute(update(ApiToken).where(ApiToken.id == row.id).values(last_used_at=now))
+        await db.execute(
+            update(ApiTokenRow).where(ApiTokenRow.id == row.id).values(last_used_at=now)
+        )
     await db.commit()  # the request's later work starts a fresh transaction
     return user, row
 
 
-async def revoke_token(db: AsyncSession, user: User, token_id: str) -> None:
+async def revoke_token(db: AsyncSession, user: UserRow, token_id: str) -> None:
     result = await db.execute(
-        update(ApiToken)
-        .where(ApiToken.id == token_id, ApiToken.user_id == user.id, ApiToken.revoked_at.is_(None))
+        update(ApiTokenRow)
+        .where(ApiTokenRow.id == token_id, ApiTokenRow.user_id == user.id,
+               ApiTokenRow.revoked_at.is_(None))
         .values(revoked_at=utcnow())
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
@@ -90,10 +93,12 @@ async def revoke_token(db: AsyncSession, user: User, token_id: str) -> None:
     await db.commit()
 
 
-async def create_api_token(db: AsyncSession, user: User, body: ApiTokenCreate) -> ApiTokenCreated:
+async def create_api_token(
+    db: AsyncSession, user: UserRow, body: ApiTokenCreate
+) -> ApiTokenCreated:
     token = new_token(USER_TOKEN_PREFIX)
     expires = utcnow() + timedelta(days=body.expires_in_days) if body.expires_in_days else None
-    row = ApiToken(
+    row = ApiTokenRow(
         user_id=user.id, kind="api", name=body.name, token_hash=token_digest(token),
         expires_at=expires,
     )
@@ -103,7 +108,7 @@ async def create_api_token(db: AsyncSession, user: User, body: ApiTokenCreate) -
 
 
 async def change_password(
-    db: AsyncSession, user: User, current: ApiToken, body: PasswordChange,
+    db: AsyncSession, user: UserRow, current: ApiTokenRow, body: PasswordChange,
     throttle: LoginThrottle, address: str | None,
 ) -> None:
     """Check the current password (throttled like a login), set the new one, and end every
@@ -115,7 +120,7 @@ async def change_password(
                            code="bad_credentials")
     await throttle.succeeded(db, user.username, address)
     new_hash = await hash_password(body.new_password)
-    await db.execute(update(User).where(User.id == user.id).values(password_hash=new_hash))
+    await db.execute(update(UserRow).where(UserRow.id == user.id).values(password_hash=new_hash))
     await end_tokens(db, user.id, keep_api_tokens=body.keep_api_tokens, keep=current.id)
     await db.commit()
 
@@ -127,24 +132,25 @@ async def end_tokens(
     (the token the change was made with). In the caller's transaction."""
     kinds = ["login"] if keep_api_tokens else ["login", "api"]
     await db.execute(
-        update(ApiToken)
-        .where(ApiToken.user_id == user_id, ApiToken.kind.in_(kinds),
-               ApiToken.revoked_at.is_(None), ApiToken.id != (keep or ""))
+        update(ApiTokenRow)
+        .where(ApiTokenRow.user_id == user_id, ApiTokenRow.kind.in_(kinds),
+               ApiTokenRow.revoked_at.is_(None), ApiTokenRow.id != (keep or ""))
         .values(revoked_at=utcnow())
     )
 
 
-async def list_api_tokens(db: AsyncSession, user: User) -> list[ApiTokenPublic]:
+async def list_api_tokens(db: AsyncSession, user: UserRow) -> list[ApiTokenPublic]:
     """The user's API tokens not revoked, expired ones included (marked so)."""
     rows = await db.scalars(
-        select(ApiToken)
-        .where(ApiToken.user_id == user.id, ApiToken.kind == "api", ApiToken.revoked_at.is_(None))
-        .order_by(ApiToken.created_at)
+        select(ApiTokenRow)
+        .where(ApiTokenRow.user_id == user.id, ApiTokenRow.kind == "api",
+               ApiTokenRow.revoked_at.is_(None))
+        .order_by(ApiTokenRow.created_at)
     )
     return [_public(r) for r in rows]
 
 
-def _public(row: ApiToken) -> ApiTokenPublic:
+def _public(row: ApiTokenRow) -> ApiTokenPublic:
     expired = row.expires_at is not None and row.expires_at <= utcnow()
     return ApiTokenPublic(
         id=row.id, name=row.name, created_at=row.created_at, expires_at=row.expires_at,

@@ -18,7 +18,13 @@ from sqlalchemy.orm.attributes import set_committed_value
 
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import Allocation, DeviceRow, NodeRow, SessionRow, StatusHistory
+from gpuslice.manager.db.models import (
+    AllocationRow,
+    DeviceRow,
+    NodeRow,
+    SessionRow,
+    StatusHistoryRow,
+)
 from gpuslice.manager.errors import IllegalTransition, StaleStatus
 from gpuslice.manager.events import wake_after_commit
 
@@ -132,7 +138,7 @@ async def transition_many(
     )).scalars().all()
     if len(moved) != len(ids):
         raise StaleStatus(f"{len(ids) - len(moved)} of the sessions changed status meanwhile")
-    await db.execute(insert(StatusHistory), [
+    await db.execute(insert(StatusHistoryRow), [
         {"session_id": r.id, "owner_id": r.owner_id, "from_status": current, "to_status": to,
          "reason": c["reason"], "at": now}
         for r, c in zip(rows, changes, strict=True)
@@ -173,7 +179,7 @@ async def _append_history(
     at: Any,
 ) -> None:
     await db.execute(
-        insert(StatusHistory),
+        insert(StatusHistoryRow),
         [
             {
                 "session_id": r.id, "owner_id": r.owner_id, "from_status": from_status,
@@ -202,9 +208,9 @@ async def _touch_node(
 async def _release_devices(db: AsyncSession, session_id: str) -> None:
     held = (
         await db.execute(
-            select(Allocation.id, Allocation.device_id, Allocation.gpu)
-            .where(Allocation.session_id == session_id, Allocation.released_at.is_(None))
-            .order_by(Allocation.device_id)
+            select(AllocationRow.id, AllocationRow.device_id, AllocationRow.gpu)
+            .where(AllocationRow.session_id == session_id, AllocationRow.released_at.is_(None))
+            .order_by(AllocationRow.device_id)
         )
     ).all()
     for _alloc_id, device_id, gpu in held:
@@ -216,7 +222,7 @@ async def _release_devices(db: AsyncSession, session_id: str) -> None:
             )
     if held:
         await db.execute(
-            update(Allocation)
-            .where(Allocation.id.in_([a for a, _, _ in held]))
+            update(AllocationRow)
+            .where(AllocationRow.id.in_([a for a, _, _ in held]))
             .values(released_at=utcnow())
         )

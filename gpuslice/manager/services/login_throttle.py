@@ -24,7 +24,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import LoginFailure
+from gpuslice.manager.db.models import LoginFailureRow
 from gpuslice.manager.errors import TooManyRequests
 from gpuslice.manager.security import PasswordChecks
 from gpuslice.manager.settings import AuthSettings
@@ -62,7 +62,7 @@ class LoginThrottle:
         try:
             self._refuse_remembered(limits)
             now = utcnow()
-            rows = await db.scalars(select(LoginFailure).where(LoginFailure.key.in_(limits)))
+            rows = await db.scalars(select(LoginFailureRow).where(LoginFailureRow.key.in_(limits)))
             for row in rows:  # already full: refuse without writing
                 self._refuse_if_full(row.key, row.failures, row.window_start, limits, now)
             counted = [await self._count(db, key, now) for key in limits]
@@ -77,12 +77,12 @@ class LoginThrottle:
     async def succeeded(self, db: AsyncSession, username: str, address: str | None) -> None:
         """Take the attempt back: the user's count starts over, the address's loses this one.
         In the caller's transaction."""
-        await db.execute(delete(LoginFailure).where(LoginFailure.key == _user_key(username)))
+        await db.execute(delete(LoginFailureRow).where(LoginFailureRow.key == _user_key(username)))
         if address:
             await db.execute(
-                update(LoginFailure)
-                .where(LoginFailure.key == _address_key(address), LoginFailure.failures > 0)
-                .values(failures=LoginFailure.failures - 1)
+                update(LoginFailureRow)
+                .where(LoginFailureRow.key == _address_key(address), LoginFailureRow.failures > 0)
+                .values(failures=LoginFailureRow.failures - 1)
             )
 
     def _note_refusal(self, key: str, seconds: float) -> None:
@@ -124,15 +124,15 @@ class LoginThrottle:
         window start after it."""
         stale = now - timedelta(seconds=self.window)
         dialect = postgresql if db.bind.dialect.name == "postgresql" else sqlite
-        fresh = LoginFailure.window_start < stale
+        fresh = LoginFailureRow.window_start < stale
         statement = (
-            dialect.insert(LoginFailure).values(key=key, window_start=now, failures=1)
+            dialect.insert(LoginFailureRow).values(key=key, window_start=now, failures=1)
             .on_conflict_do_update(
-                index_elements=[LoginFailure.key],
-                set_={"failures": case((fresh, 1), else_=LoginFailure.failures + 1),
-                      "window_start": case((fresh, now), else_=LoginFailure.window_start)},
+                index_elements=[LoginFailureRow.key],
+                set_={"failures": case((fresh, 1), else_=LoginFailureRow.failures + 1),
+                      "window_start": case((fresh, now), else_=LoginFailureRow.window_start)},
             )
-            .returning(LoginFailure.failures, LoginFailure.window_start)
+            .returning(LoginFailureRow.failures, LoginFailureRow.window_start)
         )
         failures, start = (await db.execute(statement)).one()
         return key, int(failures), start

@@ -11,13 +11,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpuslice.common.resources import fgpu_decimal
 from gpuslice.common.schemas.monitoring import IdleRule
 from gpuslice.common.schemas.users import PolicyCreate, PolicyPublic, PolicyUpdate
-from gpuslice.manager.db.models import ResourcePolicy, User
+from gpuslice.manager.db.models import ResourcePolicyRow, UserRow
 from gpuslice.manager.errors import Conflict, NotFound
 from gpuslice.manager.scheduler import Quota
 
 
 async def create_policy(db: AsyncSession, body: PolicyCreate) -> PolicyPublic:
-    row = ResourcePolicy(**columns(body))
+    row = ResourcePolicyRow(**columns(body))
     db.add(row)
     try:
         await db.commit()
@@ -28,7 +28,7 @@ async def create_policy(db: AsyncSession, body: PolicyCreate) -> PolicyPublic:
 
 
 async def list_policies(db: AsyncSession) -> list[PolicyPublic]:
-    rows = await db.scalars(select(ResourcePolicy).order_by(ResourcePolicy.name))
+    rows = await db.scalars(select(ResourcePolicyRow).order_by(ResourcePolicyRow.name))
     return [public(p) for p in rows]
 
 
@@ -42,20 +42,20 @@ async def update_policy(db: AsyncSession, policy_id: str, body: PolicyUpdate) ->
 
 async def delete_policy(db: AsyncSession, policy_id: str) -> None:
     row = await _get(db, policy_id)
-    users = await db.scalar(select(func.count()).where(User.policy_id == policy_id))
+    users = await db.scalar(select(func.count()).where(UserRow.policy_id == policy_id))
     if users:
         raise Conflict(f"policy {row.name!r} is attached to {users} user(s); detach it first")
     await db.delete(row)
     await db.commit()
 
 
-def quota_of(policy: ResourcePolicy | None) -> Quota:
+def quota_of(policy: ResourcePolicyRow | None) -> Quota:
     if policy is None:
         return Quota()
     return Quota(policy.max_sessions, policy.max_gpu, policy.max_cpu, policy.max_mem)
 
 
-def public(row: ResourcePolicy) -> PolicyPublic:
+def public(row: ResourcePolicyRow) -> PolicyPublic:
     return PolicyPublic(
         id=row.id, name=row.name, max_sessions=row.max_sessions,
         max_gpu=None if row.max_gpu is None else fgpu_decimal(row.max_gpu),
@@ -75,8 +75,8 @@ def columns(body: PolicyCreate | PolicyUpdate) -> dict[str, Any]:
     return values
 
 
-async def _get(db: AsyncSession, policy_id: str) -> ResourcePolicy:
-    row = await db.get(ResourcePolicy, policy_id)
+async def _get(db: AsyncSession, policy_id: str) -> ResourcePolicyRow:
+    row = await db.get(ResourcePolicyRow, policy_id)
     if row is None:
         raise NotFound(f"no resource policy {policy_id}")
     return row

@@ -20,7 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.schemas.sessions import FINAL
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import ApiToken, JoinToken, LoginFailure, SessionRow
+from gpuslice.manager.db.models import ApiTokenRow, JoinTokenRow, LoginFailureRow, SessionRow
 
 BATCH = 500  # sessions purged per pass: no pass holds the database for long
 
@@ -38,20 +38,20 @@ async def purge(
 ) -> Purged:
     """One pass; ``days`` 0 keeps everything but the login-failure counters."""
     async with sessionmaker() as db:
-        failures = await _rowcount(db, delete(LoginFailure).where(
-            LoginFailure.window_start < utcnow() - timedelta(seconds=login_window)
+        failures = await _rowcount(db, delete(LoginFailureRow).where(
+            LoginFailureRow.window_start < utcnow() - timedelta(seconds=login_window)
         ))
         if days <= 0:
             await db.commit()
             return Purged(0, 0, 0, failures)
         cutoff = utcnow() - timedelta(days=days)
         sessions = await _purge_sessions(db, cutoff)
-        tokens = await _rowcount(db, delete(ApiToken).where(
-            or_(ApiToken.expires_at < cutoff, ApiToken.revoked_at < cutoff)
+        tokens = await _rowcount(db, delete(ApiTokenRow).where(
+            or_(ApiTokenRow.expires_at < cutoff, ApiTokenRow.revoked_at < cutoff)
         ))
-        join_tokens = await _rowcount(db, delete(JoinToken).where(
-            or_(JoinToken.used_at < cutoff, JoinToken.expires_at < cutoff,
-                JoinToken.revoked_at < cutoff)
+        join_tokens = await _rowcount(db, delete(JoinTokenRow).where(
+            or_(JoinTokenRow.used_at < cutoff, JoinTokenRow.expires_at < cutoff,
+                JoinTokenRow.revoked_at < cutoff)
         ))
         await db.commit()
     return Purged(sessions, tokens, join_tokens, failures)

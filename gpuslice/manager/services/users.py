@@ -11,7 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.schemas.users import Role, UserCreate, UserPublic, UserUpdate
-from gpuslice.manager.db.models import ResourcePolicy, User
+from gpuslice.manager.db.models import ResourcePolicyRow, UserRow
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.security import hash_password, new_password
 from gpuslice.manager.services.auth import end_tokens
@@ -23,7 +23,7 @@ CREDENTIALS_FILE = "admin-credentials"
 async def create_user(db: AsyncSession, body: UserCreate) -> UserPublic:
     if body.policy_id is not None:
         await _require_policy(db, body.policy_id)
-    row = User(
+    row = UserRow(
         username=body.username, password_hash=await hash_password(body.password),
         role=body.role, is_active=True, policy_id=body.policy_id,
     )
@@ -37,11 +37,11 @@ async def create_user(db: AsyncSession, body: UserCreate) -> UserPublic:
 
 
 async def list_users(db: AsyncSession) -> list[UserPublic]:
-    return [public(u) for u in await db.scalars(select(User).order_by(User.username))]
+    return [public(u) for u in await db.scalars(select(UserRow).order_by(UserRow.username))]
 
 
-async def get_user(db: AsyncSession, user_id: str) -> User:
-    row = await db.get(User, user_id)
+async def get_user(db: AsyncSession, user_id: str) -> UserRow:
+    row = await db.get(UserRow, user_id)
     if row is None:
         raise NotFound(f"no user {user_id}")
     return row
@@ -54,7 +54,7 @@ async def update_user(db: AsyncSession, user_id: str, body: UserUpdate) -> UserP
     if body.role == Role.USER or body.is_active is False:
         # Admin rows are locked first (PostgreSQL), so two admins demoting each other at once
         # cannot both succeed; on SQLite the write below serialises them.
-        await db.execute(select(User.id).where(User.role == Role.ADMIN).with_for_update())
+        await db.execute(select(UserRow.id).where(UserRow.role == Role.ADMIN).with_for_update())
     row = await get_user(db, user_id)
     if new_hash is not None:
         row.password_hash = new_hash
@@ -69,8 +69,8 @@ async def update_user(db: AsyncSession, user_id: str, body: UserUpdate) -> UserP
         await _require_policy(db, body.policy_id)
         row.policy_id = body.policy_id
     await db.flush()
-    admins = await db.scalar(select(func.count()).select_from(User).where(
-        User.role == Role.ADMIN, User.is_active.is_(True)))
+    admins = await db.scalar(select(func.count()).select_from(UserRow).where(
+        UserRow.role == Role.ADMIN, UserRow.is_active.is_(True)))
     if not admins:
         username = row.username
         await db.rollback()
@@ -82,7 +82,7 @@ async def update_user(db: AsyncSession, user_id: str, body: UserUpdate) -> UserP
     return public(row)
 
 
-def public(row: User) -> UserPublic:
+def public(row: UserRow) -> UserPublic:
     return UserPublic(
         id=row.id, username=row.username, role=Role(row.role), is_active=row.is_active,
         policy_id=row.policy_id, created_at=row.created_at,
@@ -97,11 +97,11 @@ async def ensure_admin(
     Returns the credentials file when an admin was created now.
     """
     async with sessionmaker() as db:
-        if await db.scalar(select(func.count()).select_from(User)):
+        if await db.scalar(select(func.count()).select_from(UserRow)):
             return None
         password = new_password()
         db.add(
-            User(
+            UserRow(
                 username=username, password_hash=await hash_password(password),
                 role=Role.ADMIN, is_active=True,
             )
@@ -127,5 +127,5 @@ def _write_private(path: Path, text: str) -> None:
 
 
 async def _require_policy(db: AsyncSession, policy_id: str) -> None:
-    if await db.get(ResourcePolicy, policy_id) is None:
+    if await db.get(ResourcePolicyRow, policy_id) is None:
         raise InvalidRequest(f"no resource policy {policy_id}", field="policy_id")

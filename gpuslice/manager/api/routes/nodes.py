@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter, status
 
-from gpuslice.common.schemas.agents import (
+from gpuslice.common.schemas.nodes import (
     JoinTokenCreate,
     JoinTokenCreated,
     JoinTokenPublic,

@@ -22,7 +22,7 @@ from gpuslice.common.schemas.agents import AppLaunch
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import SessionRow, User
+from gpuslice.manager.db.models import SessionRow, UserRow
 from gpuslice.manager.errors import Conflict, Forbidden
 from gpuslice.manager.security import token_digest
 from gpuslice.manager.services import auth
@@ -51,7 +51,7 @@ class AppRoute:
         return catalog.base_path(self.session_id, self.app.name)
 
 
-async def openable(db: AsyncSession, viewer: User, session_id: str,
+async def openable(db: AsyncSession, viewer: UserRow, session_id: str,
                    settings: AppsSettings) -> SessionRow:
     """The session, if ``viewer`` may open its apps now; ``NotFound`` (not theirs),
     ``Forbidden`` ``not_owner`` (an admin, when not allowed) or ``Conflict`` ``not_running``."""
@@ -69,7 +69,7 @@ async def openable(db: AsyncSession, viewer: User, session_id: str,
     return row
 
 
-async def route(db: AsyncSession, viewer: User, session_id: str, name: str,
+async def route(db: AsyncSession, viewer: UserRow, session_id: str, name: str,
                 settings: AppsSettings) -> AppRoute:
     """Where app ``name`` of the session is, if ``viewer`` may open it (see :func:`openable`;
     ``NotFound`` ``unknown_app`` for an app the session's image does not have)."""

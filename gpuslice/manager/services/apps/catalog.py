@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.images import TERMINAL_APP, ImageApp, ImageMeta
 from gpuslice.common.schemas.agents import AppLaunch
-from gpuslice.manager.db.models import Image, SessionRow
+from gpuslice.manager.db.models import ImageRow, SessionRow
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 
 TERMINAL = TERMINAL_APP
@@ -90,7 +90,7 @@ def check_startable(meta: ImageMeta, names: list[str], image: str) -> list[str]:
 
 async def image_meta(db: AsyncSession, reference: str) -> ImageMeta:
     """What the session's image says about itself (no labels known: a plain image)."""
-    labels = await db.scalar(select(Image.labels).where(Image.name == reference))
+    labels = await db.scalar(select(ImageRow.labels).where(ImageRow.name == reference))
     return ImageMeta.from_labels(labels)
 
 

@@ -7,7 +7,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.schemas.agents import AppLaunch, AppsAnswer, AppsAsk, AppState, AppStatus
 from gpuslice.common.schemas.apps import AppList, AppPublic
-from gpuslice.manager.db.models import User
+from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.errors import AgentTimeout, Conflict
 from gpuslice.manager.services.apps import access, catalog
 from gpuslice.manager.services.apps.catalog import SessionApp
@@ -17,7 +17,7 @@ from gpuslice.manager.settings import ManagerSettings
 LOG_LINES = 20  # of a failed app's output, in the error that says it failed
 
 
-async def list_apps(channel: Channel, db: AsyncSession, viewer: User, session_id: str,
+async def list_apps(channel: Channel, db: AsyncSession, viewer: UserRow, session_id: str,
                     settings: ManagerSettings, base_url: str) -> AppList:
     """Every app of a RUNNING session the viewer may open, with its state and URL."""
     row = await access.openable(db, viewer, session_id, settings.apps)
@@ -36,7 +36,7 @@ async def list_apps(channel: Channel, db: AsyncSession, viewer: User, session_id
     ])
 
 
-async def start_app(channel: Channel, db: AsyncSession, viewer: User, session_id: str,
+async def start_app(channel: Channel, db: AsyncSession, viewer: UserRow, session_id: str,
                     name: str, settings: ManagerSettings, base_url: str) -> AppPublic:
     """Start the app unless it runs, and wait until it answers (up to its start timeout):
     ``ready``; ``Conflict`` ``app_failed`` with its exit code and last lines otherwise."""

@@ -23,7 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.schemas.config import ConfigDocument, ConfigImportResult
 from gpuslice.common.schemas.users import Role
-from gpuslice.manager.db.models import User
+from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.errors import InvalidRequest
 from gpuslice.manager.services.config.sections import SECTIONS, Outcome
 
@@ -43,8 +43,8 @@ async def import_config(
     try:
         for section in SECTIONS:
             await section.merge(db, doc, outcome)
-        admins = await db.scalar(select(func.count()).select_from(User).where(
-            User.role == Role.ADMIN, User.is_active.is_(True)))
+        admins = await db.scalar(select(func.count()).select_from(UserRow).where(
+            UserRow.role == Role.ADMIN, UserRow.is_active.is_(True)))
         if not admins:
             raise InvalidRequest("users: the import would leave no active admin",
                                  field="users")

@@ -24,7 +24,7 @@ from gpuslice.common.schemas.config import (
     SectionResult,
     UserConfig,
 )
-from gpuslice.manager.db.models import Image, ImageAlias, ResourcePolicy, User
+from gpuslice.manager.db.models import ImageAliasRow, ImageRow, ResourcePolicyRow, UserRow
 from gpuslice.manager.errors import InvalidRequest
 from gpuslice.manager.services import policies
 from gpuslice.manager.services.images.catalog import reference_or_error
@@ -73,16 +73,18 @@ class Policies:
     name = "policies"
 
     async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]:
-        rows = await db.scalars(select(ResourcePolicy).order_by(ResourcePolicy.name))
+        rows = await db.scalars(select(ResourcePolicyRow).order_by(ResourcePolicyRow.name))
         return [PolicyConfig.model_validate(_limits(r) | {"name": r.name}) for r in rows]
 
     async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
         _unique(doc.policies, "policies", lambda p: p.name)
         for item in doc.policies:
-            row = await db.scalar(select(ResourcePolicy).where(ResourcePolicy.name == item.name))
+            row = await db.scalar(
+                select(ResourcePolicyRow).where(ResourcePolicyRow.name == item.name)
+            )
             values = {k: v for k, v in policies.columns(item).items() if k != "name"}
             if row is None:
-                db.add(ResourcePolicy(name=item.name, **values))
+                db.add(ResourcePolicyRow(name=item.name, **values))
             outcome.count(self.name, row is None, row is not None and _apply(row, values))
         await db.flush()
 
@@ -91,8 +93,8 @@ class Users:
     name = "users"
 
     async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]:
-        policies = await _pairs(db, ResourcePolicy.id, ResourcePolicy.name)
-        rows = await db.scalars(select(User).order_by(User.username))
+        policies = await _pairs(db, ResourcePolicyRow.id, ResourcePolicyRow.name)
+        rows = await db.scalars(select(UserRow).order_by(UserRow.username))
         return [UserConfig(
             username=u.username, role=u.role, is_active=u.is_active,
             policy=policies.get(u.policy_id) if u.policy_id else None,
@@ -102,7 +104,7 @@ class Users:
 
     async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
         _unique(doc.users, "users", lambda u: u.username)
-        policies = await _pairs(db, ResourcePolicy.name, ResourcePolicy.id)
+        policies = await _pairs(db, ResourcePolicyRow.name, ResourcePolicyRow.id)
         without_password = []
         for index, item in enumerate(doc.users):
             if item.policy is not None and item.policy not in policies:
@@ -115,12 +117,12 @@ class Users:
             }
             if item.password_hash is not None:
                 values["password_hash"] = item.password_hash
-            row = await db.scalar(select(User).where(User.username == item.username))
+            row = await db.scalar(select(UserRow).where(UserRow.username == item.username))
             if row is None:
                 values.setdefault("password_hash", NO_PASSWORD)
                 if values["password_hash"] == NO_PASSWORD:
                     without_password.append(item.username)
-                db.add(User(username=item.username, **values))
+                db.add(UserRow(username=item.username, **values))
             outcome.count(self.name, row is None, row is not None and _apply(row, values))
         if without_password:
             outcome.notes.append(
@@ -134,16 +136,16 @@ class Aliases:
     name = "aliases"
 
     async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]:
-        rows = await db.scalars(select(ImageAlias).order_by(ImageAlias.name))
+        rows = await db.scalars(select(ImageAliasRow).order_by(ImageAliasRow.name))
         return [AliasConfig(name=r.name, reference=r.reference) for r in rows]
 
     async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
         _unique(doc.aliases, "aliases", lambda a: a.name)
         for index, item in enumerate(doc.aliases):
             reference = reference_or_error(item.reference, f"aliases.{index}.reference")
-            row = await db.get(ImageAlias, item.name)
+            row = await db.get(ImageAliasRow, item.name)
             if row is None:
-                db.add(ImageAlias(name=item.name, reference=reference))
+                db.add(ImageAliasRow(name=item.name, reference=reference))
             outcome.count(self.name, row is None,
                           row is not None and _apply(row, {"reference": reference}))
         await db.flush()
@@ -153,15 +155,15 @@ class Images:
     name = "images"
 
     async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]:
-        owners = await _pairs(db, User.id, User.username)
+        owners = await _pairs(db, UserRow.id, UserRow.username)
         rows = await db.scalars(
-            select(Image).where(Image.removed_at.is_(None)).order_by(Image.name))
+            select(ImageRow).where(ImageRow.removed_at.is_(None)).order_by(ImageRow.name))
         return [ImageConfig(name=r.name, allowed=r.allowed, public=r.public,
                             owner=owners.get(r.owner_id) if r.owner_id else None) for r in rows]
 
     async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
         _unique(doc.images, "images", lambda i: i.name)
-        users = await _pairs(db, User.username, User.id)
+        users = await _pairs(db, UserRow.username, UserRow.id)
         for index, item in enumerate(doc.images):
             name = reference_or_error(item.name, f"images.{index}.name")
             if item.owner is not None and item.owner not in users:
@@ -169,9 +171,9 @@ class Images:
                                      field=f"images.{index}.owner")
             values = {"allowed": item.allowed, "public": item.public,
                       "owner_id": users.get(item.owner) if item.owner else None}
-            row = await db.get(Image, name)
+            row = await db.get(ImageRow, name)
             if row is None:
-                db.add(Image(name=name, labels={}, **values))
+                db.add(ImageRow(name=name, labels={}, **values))
             outcome.count(self.name, row is None, row is not None and _apply(row, values))
         await db.flush()
 
@@ -180,7 +182,7 @@ class Images:
 SECTIONS: tuple[Section, ...] = (Policies(), Users(), Aliases(), Images())
 
 
-def _limits(row: ResourcePolicy) -> dict[str, Any]:
+def _limits(row: ResourcePolicyRow) -> dict[str, Any]:
     # the document carries user units; PolicyConfig parses them back into milli-units
     return {
         "max_sessions": row.max_sessions, "max_mem": row.max_mem,

@@ -11,25 +11,25 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.schemas.images import ImageAliasCreate, ImageAliasPublic
-from gpuslice.manager.db.models import ImageAlias, User
+from gpuslice.manager.db.models import ImageAliasRow, UserRow
 from gpuslice.manager.errors import NotFound
 from gpuslice.manager.services.images.catalog import invisible_references, reference_or_error
 
 
-async def list_aliases(db: AsyncSession, viewer: User) -> list[ImageAliasPublic]:
+async def list_aliases(db: AsyncSession, viewer: UserRow) -> list[ImageAliasPublic]:
     """The aliases, but for those pointing to an image the viewer may not see (another user's
     private image): they are left out, so the listing never reveals it."""
     hidden = await invisible_references(db, viewer)
-    rows = await db.scalars(select(ImageAlias).order_by(ImageAlias.name))
+    rows = await db.scalars(select(ImageAliasRow).order_by(ImageAliasRow.name))
     return [_public(r) for r in rows if r.reference not in hidden]
 
 
 async def set_alias(db: AsyncSession, body: ImageAliasCreate) -> ImageAliasPublic:
     """Create the alias, or point an existing one at another reference."""
     reference = reference_or_error(body.reference, "reference")
-    row = await db.get(ImageAlias, body.name)
+    row = await db.get(ImageAliasRow, body.name)
     if row is None:
-        row = ImageAlias(name=body.name, reference=reference)
+        row = ImageAliasRow(name=body.name, reference=reference)
         db.add(row)
     row.reference = reference
     await db.commit()
@@ -37,11 +37,11 @@ async def set_alias(db: AsyncSession, body: ImageAliasCreate) -> ImageAliasPubli
 
 
 async def delete_alias(db: AsyncSession, name: str) -> None:
-    result = await db.execute(delete(ImageAlias).where(ImageAlias.name == name))
+    result = await db.execute(delete(ImageAliasRow).where(ImageAliasRow.name == name))
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise NotFound(f"no image alias {name!r}", field="name")
     await db.commit()
 
 
-def _public(row: ImageAlias) -> ImageAliasPublic:
+def _public(row: ImageAliasRow) -> ImageAliasPublic:
     return ImageAliasPublic(name=row.name, reference=row.reference, created_at=row.created_at)

@@ -35,7 +35,7 @@ from gpuslice.common.schemas.images import (
 )
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import Image, ImageAlias, ImageNode, NodeRow, User
+from gpuslice.manager.db.models import ImageAliasRow, ImageNodeRow, ImageRow, NodeRow, UserRow
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.events import wake_after_commit
 from gpuslice.manager.services.images import registry
@@ -55,11 +55,11 @@ class Resolved:
 
 
 async def list_images(
-    db: AsyncSession, viewer: User, configured: Sequence[str]
+    db: AsyncSession, viewer: UserRow, configured: Sequence[str]
 ) -> list[ImagePublic]:
     """Usable images the viewer may see, by name."""
     settings_list = configured_set(configured)
-    rows = (await db.scalars(_visible(select(Image), viewer))).all()
+    rows = (await db.scalars(_visible(select(ImageRow), viewer))).all()
     nodes = await _alive_nodes_by_image(db, [r.name for r in rows])
     aliases = await _aliases_by_reference(db)
     owners = await _usernames(db, {r.owner_id for r in rows if r.owner_id})
@@ -68,14 +68,14 @@ async def list_images(
         for row in rows
         if row.allowed or row.in_registry or nodes.get(row.name) or row.name in settings_list
     }
-    stored = set(await db.scalars(select(Image.name).where(Image.name.in_(settings_list))))
+    stored = set(await db.scalars(select(ImageRow.name).where(ImageRow.name.in_(settings_list))))
     for name in settings_list - stored:
         answer[name] = ImagePublic(name=name, sources=[ALLOWED], aliases=aliases.get(name, []))
     return [answer[name] for name in sorted(answer)]
 
 
 async def resolve(
-    db: AsyncSession, viewer: User, wanted: str, resources: Resources, configured: Sequence[str]
+    db: AsyncSession, viewer: UserRow, wanted: str, resources: Resources, configured: Sequence[str]
 ) -> Resolved:
     """The usable image ``wanted`` names (an alias or a reference) for a session of ``resources``.
 
@@ -83,17 +83,17 @@ async def resolve(
     the minimum), or ``NotFound`` ``unknown_image`` (unknown, or another user's private image:
     answered alike, so a private image's existence is never revealed).
     """
-    alias = await db.get(ImageAlias, wanted)
+    alias = await db.get(ImageAliasRow, wanted)
     target = alias.reference if alias is not None else wanted
     reference = _reference(target, field="image", code="invalid_image")
-    row = await db.scalar(_visible(select(Image).where(Image.name == reference), viewer))
+    row = await db.scalar(_visible(select(ImageRow).where(ImageRow.name == reference), viewer))
     configured_here = reference in configured_set(configured)
     if row is not None:
         usable = row.allowed or row.in_registry or configured_here or bool(
             await _alive_nodes_by_image(db, [reference])
         )
     else:  # unknown, removed, or another user's private image: all answered alike
-        usable = configured_here and await db.get(Image, reference) is None
+        usable = configured_here and await db.get(ImageRow, reference) is None
     if not usable:
         # An alias's target is named only when the caller may see it: an alias to someone's
         # private image must read exactly like an unknown name.
@@ -117,7 +117,7 @@ async def allow_image(db: AsyncSession, body: ImageCreate) -> ImagePublic:
             "one public with `gpuslice image publish` instead", field="name",
             code="reserved_name",
         )
-    row = await db.get(Image, name)
+    row = await db.get(ImageRow, name)
     if row is not None and row.allowed and row.removed_at is None:
         raise Conflict(f"image {name!r} is already allowed", field="name")
     if row is not None and not row.public and row.removed_at is None:
@@ -133,7 +133,7 @@ async def allow_image(db: AsyncSession, body: ImageCreate) -> ImagePublic:
             "(`gpuslice image publish`)", field="name", code="image_private",
         )
     if row is None:
-        row = Image(name=name, labels={})
+        row = ImageRow(name=name, labels={})
         db.add(row)
     row.allowed, row.public, row.removed_at = True, True, None
     await db.commit()
@@ -149,7 +149,9 @@ async def remove_image(db: AsyncSession, name: str, configured: Sequence[str]) -
         )
     row = await _get(db, name)
     row.removed_at, row.allowed = utcnow(), False
-    nodes = (await db.scalars(select(ImageNode.node_id).where(ImageNode.image_name == row.name)))
+    nodes = await db.scalars(
+        select(ImageNodeRow.node_id).where(ImageNodeRow.image_name == row.name)
+    )
     await _bump_nodes(db, list(nodes), rescan=False)
     await db.commit()
 
@@ -195,10 +197,10 @@ async def rescan(db: AsyncSession, settings: RegistrySettings) -> ImageRescan:
     return ImageRescan(nodes=len(nodes), registry=in_registry)
 
 
-async def get_visible(db: AsyncSession, viewer: User, name: str) -> Image:
+async def get_visible(db: AsyncSession, viewer: UserRow, name: str) -> ImageRow:
     """One catalog row the viewer may see; else ``NotFound`` (never revealing a private one)."""
     reference = _reference(name, field="name", code="invalid_image")
-    row = await db.scalar(_visible(select(Image).where(Image.name == reference), viewer))
+    row = await db.scalar(_visible(select(ImageRow).where(ImageRow.name == reference), viewer))
     if row is None:
         raise NotFound(f"no image {name!r} in the catalog", field="name", code="unknown_image")
     return row
@@ -212,16 +214,16 @@ def reference_or_error(value: str, field: str) -> str:
 # ------------------------------------------------------------------ helpers
 
 
-def _visible(query: Select[tuple[Image]], viewer: User) -> Select[tuple[Image]]:
-    query = query.where(Image.removed_at.is_(None))
+def _visible(query: Select[tuple[ImageRow]], viewer: UserRow) -> Select[tuple[ImageRow]]:
+    query = query.where(ImageRow.removed_at.is_(None))
     if viewer.role == Role.ADMIN:
         return query
-    return query.where(or_(Image.public.is_(True), Image.owner_id == viewer.id))
+    return query.where(or_(ImageRow.public.is_(True), ImageRow.owner_id == viewer.id))
 
 
-async def _get(db: AsyncSession, name: str) -> Image:
+async def _get(db: AsyncSession, name: str) -> ImageRow:
     reference = _reference(name, field="name", code="invalid_image")
-    row = await db.get(Image, reference)
+    row = await db.get(ImageRow, reference)
     if row is None or row.removed_at is not None:
         raise NotFound(f"no image {name!r} in the catalog", field="name", code="unknown_image")
     return row
@@ -272,9 +274,9 @@ async def _alive_nodes_by_image(db: AsyncSession, names: list[str]) -> dict[str,
     if not names:
         return {}
     rows = await db.execute(
-        select(ImageNode.image_name, NodeRow.name)
-        .join(NodeRow, NodeRow.id == ImageNode.node_id)
-        .where(ImageNode.image_name.in_(names), NodeRow.status == NodeStatus.ALIVE)
+        select(ImageNodeRow.image_name, NodeRow.name)
+        .join(NodeRow, NodeRow.id == ImageNodeRow.node_id)
+        .where(ImageNodeRow.image_name.in_(names), NodeRow.status == NodeStatus.ALIVE)
         .order_by(NodeRow.name)
     )
     found: dict[str, list[str]] = {}
@@ -283,21 +285,21 @@ async def _alive_nodes_by_image(db: AsyncSession, names: list[str]) -> dict[str,
     return found
 
 
-async def invisible_references(db: AsyncSession, viewer: User) -> set[str]:
+async def invisible_references(db: AsyncSession, viewer: UserRow) -> set[str]:
     """Catalog names ``viewer`` may not see (others' private images; none for admins)."""
     if viewer.role == Role.ADMIN:
         return set()
     return set(await db.scalars(
-        select(Image.name).where(
-            Image.removed_at.is_(None), Image.public.is_(False),
-            or_(Image.owner_id.is_(None), Image.owner_id != viewer.id),
+        select(ImageRow.name).where(
+            ImageRow.removed_at.is_(None), ImageRow.public.is_(False),
+            or_(ImageRow.owner_id.is_(None), ImageRow.owner_id != viewer.id),
         )
     ))
 
 
 async def _aliases_by_reference(db: AsyncSession) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
-    for alias in await db.scalars(select(ImageAlias).order_by(ImageAlias.name)):
+    for alias in await db.scalars(select(ImageAliasRow).order_by(ImageAliasRow.name)):
         found.setdefault(alias.reference, []).append(alias.name)
     return found
 
@@ -305,12 +307,12 @@ async def _aliases_by_reference(db: AsyncSession) -> dict[str, list[str]]:
 async def _usernames(db: AsyncSession, ids: set[str]) -> dict[str, str]:
     if not ids:
         return {}
-    rows = await db.execute(select(User.id, User.username).where(User.id.in_(ids)))
+    rows = await db.execute(select(UserRow.id, UserRow.username).where(UserRow.id.in_(ids)))
     return dict(rows.tuples().all())
 
 
 def _public(
-    row: Image,
+    row: ImageRow,
     nodes: list[str],
     aliases: dict[str, list[str]],
     owners: dict[str, str],

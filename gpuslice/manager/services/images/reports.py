@@ -20,7 +20,7 @@ from gpuslice.common.image_refs import InvalidReference, is_user_image, normaliz
 from gpuslice.common.images import ImageMeta
 from gpuslice.common.schemas.agents import Heartbeat, ImageReport
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import Image, ImageNode, User
+from gpuslice.manager.db.models import ImageNodeRow, ImageRow, UserRow
 from gpuslice.manager.services.images.registry import RegistryImage
 
 
@@ -29,9 +29,9 @@ async def sync_node(db: AsyncSession, node_id: str, body: Heartbeat) -> None:
     reports = _reports(body)
     await _ensure_rows(db, reports)
     await _refresh(db, reports)
-    await db.execute(delete(ImageNode).where(ImageNode.node_id == node_id))
+    await db.execute(delete(ImageNodeRow).where(ImageNodeRow.node_id == node_id))
     if reports:  # a commit may be recording one of them at the same instant
-        await _insert_ignoring_conflicts(db, ImageNode, [
+        await _insert_ignoring_conflicts(db, ImageNodeRow, [
             {"image_name": name, "node_id": node_id, "image_id": r.image_id, "size": r.size}
             for name, r in reports.items()
         ])
@@ -52,12 +52,12 @@ async def sync_registry(db: AsyncSession, found: list[RegistryImage]) -> int:
     await _ensure_rows(db, reports)
     await _refresh(db, reports)
     await db.execute(
-        update(Image).where(Image.in_registry.is_(True), Image.name.not_in(list(reports)))
+        update(ImageRow).where(ImageRow.in_registry.is_(True), ImageRow.name.not_in(list(reports)))
         .values(in_registry=False)
     )
     if reports:
         await db.execute(
-            update(Image).where(Image.name.in_(list(reports))).values(in_registry=True)
+            update(ImageRow).where(ImageRow.name.in_(list(reports))).values(in_registry=True)
         )
     await db.commit()
     return len(reports)
@@ -65,14 +65,16 @@ async def sync_registry(db: AsyncSession, found: list[RegistryImage]) -> int:
 
 # Built once: every answer to a node's long-poll asks both (see nodes/assignments.py).
 _REMOVALS = (
-    select(ImageNode.image_name)
-    .join(Image, Image.name == ImageNode.image_name)
-    .where(ImageNode.node_id == bindparam("node"), Image.removed_at.is_not(None))
-    .order_by(ImageNode.image_name)
+    select(ImageNodeRow.image_name)
+    .join(ImageRow, ImageRow.name == ImageNodeRow.image_name)
+    .where(ImageNodeRow.node_id == bindparam("node"), ImageRow.removed_at.is_not(None))
+    .order_by(ImageNodeRow.image_name)
 )
-_PULLS = select(Image.name).where(
-    Image.name.in_(bindparam("images", expanding=True)), Image.in_registry.is_(True),
-    Image.name.not_in(select(ImageNode.image_name).where(ImageNode.node_id == bindparam("node"))),
+_PULLS = select(ImageRow.name).where(
+    ImageRow.name.in_(bindparam("images", expanding=True)), ImageRow.in_registry.is_(True),
+    ImageRow.name.not_in(
+        select(ImageNodeRow.image_name).where(ImageNodeRow.node_id == bindparam("node"))
+    ),
 )
 
 
@@ -90,17 +92,17 @@ async def pulls_for(db: AsyncSession, node_id: str, images: set[str]) -> set[str
 
 async def ensure_present(
     db: AsyncSession, name: str, node_id: str, image_id: str | None, size: int | None
-) -> Image:
+) -> ImageRow:
     """The catalog row of ``name`` with the node's presence, created when missing (a commit's
     new image, which the node's heartbeat may be recording at the same instant)."""
-    await _insert_ignoring_conflicts(db, Image, [{
+    await _insert_ignoring_conflicts(db, ImageRow, [{
         "name": name, "created_at": utcnow(), "allowed": False, "image_id": image_id,
         "size": size, "labels": {}, "public": False,
     }])
-    await _insert_ignoring_conflicts(db, ImageNode, [{
+    await _insert_ignoring_conflicts(db, ImageNodeRow, [{
         "image_name": name, "node_id": node_id, "image_id": image_id, "size": size,
     }])
-    row = await db.get(Image, name, populate_existing=True)
+    row = await db.get(ImageRow, name, populate_existing=True)
     assert row is not None  # just inserted, or there already
     return row
 
@@ -109,7 +111,7 @@ async def _refresh(db: AsyncSession, reports: dict[str, ImageReport]) -> None:
     """Known rows take the reported id, size and labels; a rebuilt removed image comes back."""
     rows = {
         r.name: r
-        for r in await db.scalars(select(Image).where(Image.name.in_(list(reports))))
+        for r in await db.scalars(select(ImageRow).where(ImageRow.name.in_(list(reports))))
     }
     for name, report in reports.items():
         row = rows[name]
@@ -137,13 +139,15 @@ def _reports(body: Heartbeat) -> dict[str, ImageReport]:
 
 
 async def _ensure_rows(db: AsyncSession, reports: dict[str, ImageReport]) -> None:
-    known = set(await db.scalars(select(Image.name).where(Image.name.in_(list(reports)))))
+    known = set(await db.scalars(select(ImageRow.name).where(ImageRow.name.in_(list(reports)))))
     new = [(name, r) for name, r in reports.items() if name not in known]
     if not new:
         return
     owners = {ImageMeta.from_labels(r.labels).owner for _n, r in new} - {None}
     user_ids = dict(
-        (await db.execute(select(User.username, User.id).where(User.username.in_(owners))))
+        (await db.execute(
+            select(UserRow.username, UserRow.id).where(UserRow.username.in_(owners))
+        ))
         .tuples().all()
     ) if owners else {}
     values = []
@@ -161,11 +165,11 @@ async def _ensure_rows(db: AsyncSession, reports: dict[str, ImageReport]) -> Non
             "owner_id": owner_id, "origin_session_id": meta.origin_session,
         })
     # Two nodes may report a new image at once: the second insert must not fail.
-    await _insert_ignoring_conflicts(db, Image, values)
+    await _insert_ignoring_conflicts(db, ImageRow, values)
 
 
 async def _insert_ignoring_conflicts(
-    db: AsyncSession, model: type[Image] | type[ImageNode], values: list[dict[str, Any]]
+    db: AsyncSession, model: type[ImageRow] | type[ImageNodeRow], values: list[dict[str, Any]]
 ) -> None:
     dialect = postgresql if db.bind.dialect.name == "postgresql" else sqlite
     await db.execute(dialect.insert(model).values(values).on_conflict_do_nothing())

@@ -18,7 +18,7 @@ from gpuslice.common.resources import ResourceError
 from gpuslice.common.schemas.monitoring import UsageReport, UsageRow
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import UsageDaily, UsageMinute, UsageSeries, User
+from gpuslice.manager.db.models import UsageDailyRow, UsageMinuteRow, UsageSeriesRow, UserRow
 from gpuslice.manager.errors import Forbidden, InvalidRequest
 from gpuslice.manager.services.monitoring.codec import Point
 from gpuslice.manager.services.monitoring.history import SUMS, public_totals, steady
@@ -30,7 +30,7 @@ _EPOCH = date(1970, 1, 1)
 
 
 async def usage_report(
-    db: AsyncSession, viewer: User, *, user: str | None, since: str | None, until: str | None
+    db: AsyncSession, viewer: UserRow, *, user: str | None, since: str | None, until: str | None
 ) -> UsageReport:
     """Per user and UTC day from ``since`` (a date, or a number of days back: ``7d`` is today
     and the 6 days before; default ``7d``) to ``until`` (a date; default today): the viewer's
@@ -54,7 +54,7 @@ def _day(text: str, today: date, field: str) -> date:
 
 
 async def _report(
-    db: AsyncSession, viewer: User, user: str | None, since: date, until: date
+    db: AsyncSession, viewer: UserRow, user: str | None, since: date, until: date
 ) -> UsageReport:
     if until < since:
         raise InvalidRequest("until is before since", field="until")
@@ -65,7 +65,7 @@ async def _report(
     mine = SERIES.c.owner_id == owner if owner is not None else true()
     totals, sessions = await steady(db, mine, lambda: _sums(db, owner, first, last))
     names = dict((await db.execute(
-        select(User.id, User.username).where(User.id.in_({o for o, _ in totals}))
+        select(UserRow.id, UserRow.username).where(UserRow.id.in_({o for o, _ in totals}))
     )).tuples().all())
     await db.commit()
     rows = [
@@ -84,27 +84,27 @@ async def _sums(
     series measured."""
     totals: dict[Key, dict[str, int]] = defaultdict(lambda: dict.fromkeys(SUMS, 0))
     sessions: dict[Key, set[int]] = defaultdict(set)
-    daily = select(UsageDaily).where(UsageDaily.day >= first, UsageDaily.day <= last)
-    open_ = select(UsageSeries).where(UsageSeries.minute.is_not(None),
-                                      UsageSeries.minute >= first * DAY_MINUTES,
-                                      UsageSeries.minute < (last + 1) * DAY_MINUTES)
+    daily = select(UsageDailyRow).where(UsageDailyRow.day >= first, UsageDailyRow.day <= last)
+    open_ = select(UsageSeriesRow).where(UsageSeriesRow.minute.is_not(None),
+                                      UsageSeriesRow.minute >= first * DAY_MINUTES,
+                                      UsageSeriesRow.minute < (last + 1) * DAY_MINUTES)
     if owner is not None:
-        daily = daily.where(UsageDaily.owner_id == owner)
-        open_ = open_.where(UsageSeries.owner_id == owner)
+        daily = daily.where(UsageDailyRow.owner_id == owner)
+        open_ = open_.where(UsageSeriesRow.owner_id == owner)
     for row in (await db.scalars(daily.execution_options(populate_existing=True))).all():
         key = (row.owner_id, row.day)
         sessions[key].add(row.series_id)
         for name in SUMS:
             totals[key][name] += getattr(row, name)
     unpacked = (
-        select(UsageSeries.owner_id, UsageMinute.series_id, UsageMinute.minute,
-               *(getattr(UsageMinute, k) for k in SUMS))
-        .join(UsageSeries, UsageSeries.id == UsageMinute.series_id)
-        .where(UsageMinute.minute >= first * DAY_MINUTES,
-               UsageMinute.minute < (last + 1) * DAY_MINUTES)
+        select(UsageSeriesRow.owner_id, UsageMinuteRow.series_id, UsageMinuteRow.minute,
+               *(getattr(UsageMinuteRow, k) for k in SUMS))
+        .join(UsageSeriesRow, UsageSeriesRow.id == UsageMinuteRow.series_id)
+        .where(UsageMinuteRow.minute >= first * DAY_MINUTES,
+               UsageMinuteRow.minute < (last + 1) * DAY_MINUTES)
     )
     if owner is not None:
-        unpacked = unpacked.where(UsageSeries.owner_id == owner)
+        unpacked = unpacked.where(UsageSeriesRow.owner_id == owner)
     for minute_owner, series_id, minute, *values in await db.execute(unpacked):
         key = (minute_owner, minute // DAY_MINUTES)
         sessions[key].add(series_id)
@@ -119,14 +119,16 @@ async def _sums(
     return totals, sessions
 
 
-async def _owner(db: AsyncSession, viewer: User, user: str | None) -> str | None:
+async def _owner(db: AsyncSession, viewer: UserRow, user: str | None) -> str | None:
     if viewer.role != Role.ADMIN:
         if user is not None and user not in (viewer.username, viewer.id):
             raise Forbidden("only admins see other users' usage", field="user")
         return viewer.id
     if user is None:
         return None
-    found = await db.scalar(select(User.id).where((User.username == user) | (User.id == user)))
+    found = await db.scalar(
+        select(UserRow.id).where((UserRow.username == user) | (UserRow.id == user))
+    )
     if found is None:
         raise InvalidRequest(f"no user {user!r}", field="user", code="unknown_user")
     return found

@@ -20,7 +20,12 @@ from sqlalchemy import and_, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.schemas.monitoring import GpuNow, UsageNow, UsagePoint, UsageTotals
-from gpuslice.manager.db.models import UsageDaily, UsageHistory, UsageMinute, UsageSeries
+from gpuslice.manager.db.models import (
+    UsageDailyRow,
+    UsageHistoryRow,
+    UsageMinuteRow,
+    UsageSeriesRow,
+)
 from gpuslice.manager.services.monitoring.codec import KiB, Point, decode
 from gpuslice.manager.services.monitoring.samples import OPEN, SERIES, open_point
 
@@ -40,24 +45,24 @@ class Timed:
 
 
 async def points(
-    db: AsyncSession, series: UsageSeries, since: int, until: int
+    db: AsyncSession, series: UsageSeriesRow, since: int, until: int
 ) -> list[Timed]:
     """Every point of ``series`` whose step starts in [since, until) (epoch seconds), in order."""
     found: list[Timed] = []
     packed = await db.execute(
-        select(UsageHistory.step, UsageHistory.start, UsageHistory.points).where(
-            UsageHistory.series_id == series.id,
-            or_(and_(UsageHistory.step == 60, UsageHistory.start > since - 3600),
-                and_(UsageHistory.step == 3600, UsageHistory.start > since - 86400)),
-            UsageHistory.start < until,
+        select(UsageHistoryRow.step, UsageHistoryRow.start, UsageHistoryRow.points).where(
+            UsageHistoryRow.series_id == series.id,
+            or_(and_(UsageHistoryRow.step == 60, UsageHistoryRow.start > since - 3600),
+                and_(UsageHistoryRow.step == 3600, UsageHistoryRow.start > since - 86400)),
+            UsageHistoryRow.start < until,
         )
     )
     for step, start, data in packed:
         found.extend(Timed(start + p.slot * step, p) for p in decode(data))
     minutes = await db.execute(
-        select(UsageMinute).where(UsageMinute.series_id == series.id,
-                                  UsageMinute.minute >= since // 60,
-                                  UsageMinute.minute < -(-until // 60))
+        select(UsageMinuteRow).where(UsageMinuteRow.series_id == series.id,
+                                  UsageMinuteRow.minute >= since // 60,
+                                  UsageMinuteRow.minute < -(-until // 60))
     )
     found.extend(Timed(m.minute * 60, minute_point(m)) for m in minutes.scalars())
     if (opened := open_point(series)) is not None:
@@ -95,12 +100,12 @@ def bucketed(timed: Iterable[Timed], since: int, step: int) -> list[UsagePoint]:
     return [public_point(since + slot * step, merged[slot]) for slot in sorted(merged)]
 
 
-async def totals(db: AsyncSession, series: UsageSeries | None) -> UsageTotals:
+async def totals(db: AsyncSession, series: UsageSeriesRow | None) -> UsageTotals:
     """The series' whole usage: its days' accounting, the minutes not yet packed, the open
     minute."""
     sums = dict.fromkeys(SUMS, 0)
     if series is not None:
-        for table in (UsageDaily, UsageMinute):
+        for table in (UsageDailyRow, UsageMinuteRow):
             row = (await db.execute(
                 select(*(func.coalesce(func.sum(getattr(table, k)), 0) for k in SUMS))
                 .where(table.series_id == series.id)
@@ -137,7 +142,7 @@ def public_point(start: int, p: Point) -> UsagePoint:
     )
 
 
-def now_of(series: UsageSeries | None) -> UsageNow | None:
+def now_of(series: UsageSeriesRow | None) -> UsageNow | None:
     if series is None:
         return None
     gpus = None if series.gpus is None else [GpuNow.model_validate(g) for g in series.gpus]
@@ -149,7 +154,7 @@ def _ratio(numerator: int, denominator: int, places: str = "0.000001") -> Decima
     return (Decimal(numerator) / Decimal(denominator)).quantize(Decimal(places))
 
 
-def minute_point(m: UsageMinute) -> Point:
+def minute_point(m: UsageMinuteRow) -> Point:
     """A closed minute row as a point (its slot: the minute of its hour)."""
     return Point(int(m.minute % 60), **{k: getattr(m, k) for k in ("covered_ms", "fgpu_sum",
                                                                   *OPEN[1:])})

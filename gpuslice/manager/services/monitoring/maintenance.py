@@ -26,7 +26,7 @@ from datetime import datetime
 from sqlalchemy import delete, select, tuple_, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gpuslice.manager.db.models import UsageHistory, UsageMinute
+from gpuslice.manager.db.models import UsageHistoryRow, UsageMinuteRow
 from gpuslice.manager.services.monitoring.codec import Point, decode, encode, rolled_up
 from gpuslice.manager.services.monitoring.history import SUMS, minute_point
 from gpuslice.manager.services.monitoring.samples import (
@@ -91,8 +91,8 @@ async def close_stale(db: AsyncSession, minute: int) -> int:
 async def pack_hours(db: AsyncSession, before_minute: int) -> int:
     """Pack closed minutes before ``before_minute`` into hour rows; commits."""
     minutes = (await db.scalars(
-        select(UsageMinute).where(UsageMinute.minute < before_minute)
-        .order_by(UsageMinute.series_id, UsageMinute.minute).limit(BATCH * 10)
+        select(UsageMinuteRow).where(UsageMinuteRow.minute < before_minute)
+        .order_by(UsageMinuteRow.series_id, UsageMinuteRow.minute).limit(BATCH * 10)
     )).all()
     if not minutes:
         await db.commit()
@@ -103,7 +103,8 @@ async def pack_hours(db: AsyncSession, before_minute: int) -> int:
     # Deleted first: the delete takes SQLite's write lock, and if another manager packed some
     # of them meanwhile, fewer rows go and nothing is packed twice.
     gone = await db.execute(
-        delete(UsageMinute).where(tuple_(UsageMinute.series_id, UsageMinute.minute).in_(keys))
+        delete(UsageMinuteRow)
+        .where(tuple_(UsageMinuteRow.series_id, UsageMinuteRow.minute).in_(keys))
     )
     if gone.rowcount != len(keys):  # type: ignore[attr-defined]
         await db.rollback()
@@ -130,17 +131,18 @@ async def pack_hours(db: AsyncSession, before_minute: int) -> int:
 async def roll_up_days(db: AsyncSession, before: int) -> int:
     """Hour rows (minute points) of days before ``before`` (epoch s) → day rows; commits."""
     rows = (await db.execute(
-        select(UsageHistory.series_id, UsageHistory.start, UsageHistory.points)
-        .where(UsageHistory.step == 60, UsageHistory.start < before)
-        .order_by(UsageHistory.series_id, UsageHistory.start).limit(BATCH)
+        select(UsageHistoryRow.series_id, UsageHistoryRow.start, UsageHistoryRow.points)
+        .where(UsageHistoryRow.step == 60, UsageHistoryRow.start < before)
+        .order_by(UsageHistoryRow.series_id, UsageHistoryRow.start).limit(BATCH)
     )).all()
     if not rows:
         await db.commit()
         return 0
     await lock_series(db, SERIES.c.id.in_({r.series_id for r in rows}))
     keys = [(r.series_id, r.start) for r in rows]
-    gone = await db.execute(delete(UsageHistory).where(
-        UsageHistory.step == 60, tuple_(UsageHistory.series_id, UsageHistory.start).in_(keys)
+    gone = await db.execute(delete(UsageHistoryRow).where(
+        UsageHistoryRow.step == 60,
+        tuple_(UsageHistoryRow.series_id, UsageHistoryRow.start).in_(keys),
     ))
     if gone.rowcount != len(keys):  # type: ignore[attr-defined]  # rolled up by another
         await db.rollback()
@@ -159,7 +161,7 @@ async def roll_up_days(db: AsyncSession, before: int) -> int:
 async def drop_old(db: AsyncSession, before: int) -> int:
     """Delete day rows (hour points) of days before ``before`` (epoch s); commits."""
     result = await db.execute(
-        delete(UsageHistory).where(UsageHistory.step == 3600, UsageHistory.start < before)
+        delete(UsageHistoryRow).where(UsageHistoryRow.step == 3600, UsageHistoryRow.start < before)
     )
     await db.commit()
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
@@ -177,16 +179,16 @@ async def _merge_into(
     """Add points to the packed rows of ``step`` (created, or merged slot by slot)."""
     existing = {
         (r.series_id, r.start): r
-        for r in (await db.scalars(select(UsageHistory).where(
-            UsageHistory.step == step,
-            tuple_(UsageHistory.series_id, UsageHistory.start).in_(list(groups)),
+        for r in (await db.scalars(select(UsageHistoryRow).where(
+            UsageHistoryRow.step == step,
+            tuple_(UsageHistoryRow.series_id, UsageHistoryRow.start).in_(list(groups)),
         ))).all()
     }
     for (series_id, start), new in groups.items():
         row = existing.get((series_id, start))
         merged = _by_slot(decode(row.points) if row is not None else [], new)
         if row is None:
-            db.add(UsageHistory(series_id=series_id, step=step, start=start,
+            db.add(UsageHistoryRow(series_id=series_id, step=step, start=start,
                                 points=encode(merged)))
         else:
             row.points = encode(merged)

@@ -31,12 +31,12 @@ from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import (
-    Allocation,
+    AllocationRow,
     DeviceRow,
     NodeRow,
     SessionRow,
-    UsageSeries,
-    User,
+    UsageSeriesRow,
+    UserRow,
 )
 from gpuslice.manager.errors import Forbidden, Unauthorized
 from gpuslice.manager.services import auth
@@ -118,17 +118,18 @@ async def snapshot(db: AsyncSession, now: datetime) -> Snapshot:
         .order_by(DeviceRow.node_id, DeviceRow.index)
     )).all()
     sessions = (await db.execute(
-        select(SessionRow.id, SessionRow.name, SessionRow.cpu, SessionRow.mem, User.username,
-               NodeRow.name, UsageSeries.cpu, UsageSeries.mem, UsageSeries.gpus)
-        .join(User, User.id == SessionRow.owner_id)
+        select(SessionRow.id, SessionRow.name, SessionRow.cpu, SessionRow.mem, UserRow.username,
+               NodeRow.name, UsageSeriesRow.cpu, UsageSeriesRow.mem, UsageSeriesRow.gpus)
+        .join(UserRow, UserRow.id == SessionRow.owner_id)
         .join(NodeRow, NodeRow.id == SessionRow.node_id)
-        .outerjoin(UsageSeries, UsageSeries.session_id == SessionRow.id)
+        .outerjoin(UsageSeriesRow, UsageSeriesRow.session_id == SessionRow.id)
         .where(holding)
     )).all()
     slices = (await db.execute(
-        select(Allocation.session_id, Allocation.device_uuid, Allocation.gpu, Allocation.mem)
-        .join(SessionRow, SessionRow.id == Allocation.session_id)
-        .where(holding, Allocation.released_at.is_(None))
+        select(AllocationRow.session_id, AllocationRow.device_uuid, AllocationRow.gpu,
+               AllocationRow.mem)
+        .join(SessionRow, SessionRow.id == AllocationRow.session_id)
+        .where(holding, AllocationRow.released_at.is_(None))
     )).all()
     statuses = (await db.execute(
         select(SessionRow.status, func.count()).group_by(SessionRow.status)

@@ -20,11 +20,11 @@ from gpuslice.common.schemas.monitoring import IdleRule
 from gpuslice.common.schemas.sessions import ReclaimPublic, SessionStatus, SessionType
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import (
-    ResourcePolicy,
+    ResourcePolicyRow,
     SessionRow,
-    StatusHistory,
-    UsageSeries,
-    User,
+    StatusHistoryRow,
+    UsageSeriesRow,
+    UserRow,
 )
 from gpuslice.manager.errors import IllegalTransition, StaleStatus
 from gpuslice.manager.services.lifecycle import transition
@@ -76,22 +76,22 @@ async def decisions(
     """``(session id, when and why)`` for the RUNNING sessions (of ``ids``) that will be
     reclaimed if they go on as they are."""
     started = (
-        select(func.max(StatusHistory.at))
-        .where(StatusHistory.session_id == SessionRow.id,
-               StatusHistory.to_status == SessionStatus.RUNNING)
+        select(func.max(StatusHistoryRow.at))
+        .where(StatusHistoryRow.session_id == SessionRow.id,
+               StatusHistoryRow.to_status == SessionStatus.RUNNING)
         .correlate(SessionRow)
         .scalar_subquery()
     )
     query = (
         select(SessionRow.id, SessionRow.type, SessionRow.gpu, SessionRow.last_activity_at,
-               ResourcePolicy.idle_rule, ResourcePolicy.max_lifetime, UsageSeries.last_at,
-               UsageSeries.gpu_idle_since, UsageSeries.cpu_idle_since, started)
-        .join(User, User.id == SessionRow.owner_id)
-        .join(ResourcePolicy, ResourcePolicy.id == User.policy_id)
-        .outerjoin(UsageSeries, UsageSeries.session_id == SessionRow.id)
+               ResourcePolicyRow.idle_rule, ResourcePolicyRow.max_lifetime, UsageSeriesRow.last_at,
+               UsageSeriesRow.gpu_idle_since, UsageSeriesRow.cpu_idle_since, started)
+        .join(UserRow, UserRow.id == SessionRow.owner_id)
+        .join(ResourcePolicyRow, ResourcePolicyRow.id == UserRow.policy_id)
+        .outerjoin(UsageSeriesRow, UsageSeriesRow.session_id == SessionRow.id)
         .where(SessionRow.status == SessionStatus.RUNNING,
-               or_(ResourcePolicy.idle_rule.is_not(None),
-                   ResourcePolicy.max_lifetime.is_not(None)))
+               or_(ResourcePolicyRow.idle_rule.is_not(None),
+                   ResourcePolicyRow.max_lifetime.is_not(None)))
     )
     if ids is not None:
         query = query.where(SessionRow.id.in_(list(ids)))

@@ -32,12 +32,12 @@ from gpuslice.common.schemas.agents import SessionUsage
 from gpuslice.common.schemas.monitoring import IdleRule
 from gpuslice.common.schemas.sessions import SessionType
 from gpuslice.manager.db.models import (
-    ResourcePolicy,
+    ResourcePolicyRow,
     SessionRow,
-    UsageDaily,
-    UsageMinute,
-    UsageSeries,
-    User,
+    UsageDailyRow,
+    UsageMinuteRow,
+    UsageSeriesRow,
+    UserRow,
 )
 from gpuslice.manager.errors import Conflict
 from gpuslice.manager.services.monitoring.codec import KiB, Point, quantized
@@ -45,7 +45,7 @@ from gpuslice.manager.services.monitoring.codec import KiB, Point, quantized
 log = logging.getLogger(__name__)
 MINUTE_MS = 60_000
 DAY_MINUTES = 1440
-SERIES: Table = UsageSeries.__table__  # type: ignore[assignment]
+SERIES: Table = UsageSeriesRow.__table__  # type: ignore[assignment]
 OPEN = ("covered_ms", "cpu_ms", "cpu_sum", "mem_sum", "mem_max", "gpu_ms", "gpu_mem_sum",
         "gpu_mem_max", "gpu_util_sum")
 
@@ -175,7 +175,7 @@ def closed_point(row: Mapping[str, Any]) -> tuple[int, Point]:
     ))
 
 
-def open_point(series: UsageSeries) -> tuple[int, Point] | None:
+def open_point(series: UsageSeriesRow) -> tuple[int, Point] | None:
     """The open minute of a series (an ORM row) as a point, if one is open."""
     if series.minute is None:
         return None
@@ -193,13 +193,13 @@ async def write_closed(db: AsyncSession, rows: Iterable[Mapping[str, Any]]) -> N
     if minutes:
         # Added to a minute already there: the same minute closed, then opened again by a
         # manager whose clock is behind (several replicas); each close is counted once.
-        await db.execute(_add_to(db, UsageMinute.__table__, ["series_id", "minute"]), minutes)
+        await db.execute(_add_to(db, UsageMinuteRow.__table__, ["series_id", "minute"]), minutes)
 
 
 async def add_to_days(db: AsyncSession, days: list[dict[str, Any]]) -> None:
     """Add sums to accounting rows (``series_id``, ``day``, ``owner_id`` and the sums)."""
     if days:
-        await db.execute(_add_to(db, UsageDaily.__table__, ["series_id", "day", "owner_id"]),
+        await db.execute(_add_to(db, UsageDailyRow.__table__, ["series_id", "day", "owner_id"]),
                          days)
 
 
@@ -251,8 +251,8 @@ async def _read(
 
 # Plain table columns (no ORM entity: nothing to build per row), statements built once.
 _S: Table = SessionRow.__table__  # type: ignore[assignment]
-_U: Table = User.__table__  # type: ignore[assignment]
-_P: Table = ResourcePolicy.__table__  # type: ignore[assignment]
+_U: Table = UserRow.__table__  # type: ignore[assignment]
+_P: Table = ResourcePolicyRow.__table__  # type: ignore[assignment]
 _INFO = (_S.c.id.label("s_id"), _S.c.owner_id.label("s_owner"), _S.c.gpu.label("s_gpu"),
          _S.c.cpu.label("s_cpu"), _S.c.type.label("s_type"), _P.c.idle_rule.label("s_rule"))
 _OWNERS = _S.join(_U, _U.c.id == _S.c.owner_id).outerjoin(_P, _P.c.id == _U.c.policy_id)

@@ -16,7 +16,7 @@ from gpuslice.common.resources import ResourceError
 from gpuslice.common.schemas.monitoring import SessionStats, UsageTotals
 from gpuslice.common.schemas.sessions import SessionPublic, SessionStatus
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import NodeRow, SessionRow, UsageSeries, User
+from gpuslice.manager.db.models import NodeRow, SessionRow, UsageSeriesRow, UserRow
 from gpuslice.manager.errors import InvalidRequest, NotFound
 from gpuslice.manager.services.monitoring.history import (
     Timed,
@@ -42,16 +42,16 @@ async def session_stats(
     """``row``'s usage; ``since`` is a duration back from now (``2h``) or an ISO time, by
     default the session's first sample; ``step`` seconds per point (a multiple of 60)."""
     now = utcnow()
-    owner = await db.scalar(select(User.username).where(User.id == row.owner_id))
-    mine = select(UsageSeries).where(UsageSeries.session_id == row.id).execution_options(
+    owner = await db.scalar(select(UserRow.username).where(UserRow.id == row.owner_id))
+    mine = select(UsageSeriesRow).where(UsageSeriesRow.session_id == row.id).execution_options(
         populate_existing=True)
-    first_at = await db.scalar(select(UsageSeries.first_at).where(
-        UsageSeries.session_id == row.id))
+    first_at = await db.scalar(select(UsageSeriesRow.first_at).where(
+        UsageSeriesRow.session_id == row.id))
     start = _since(since, now, first_at or row.created_at) // 60 * 60
     until = int(now.timestamp()) // 60 * 60 + 60  # the open minute included
     step = _step(step, until - start)
 
-    async def read() -> tuple[UsageSeries | None, list[Timed], UsageTotals]:
+    async def read() -> tuple[UsageSeriesRow | None, list[Timed], UsageTotals]:
         series = await db.scalar(mine)
         found = await points(db, series, start, until) if series is not None else []
         return series, found, await totals(db, series)

@@ -20,20 +20,20 @@ from gpuslice.common.schemas.monitoring import Top, TopDevice, TopNode, TopSlice
 from gpuslice.common.schemas.sessions import HOLDING, ReclaimPublic, SessionStatus
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, UsageSeries, User
+from gpuslice.manager.db.models import AllocationRow, NodeRow, SessionRow, UsageSeriesRow, UserRow
 from gpuslice.manager.services.monitoring.idle import Reclaim
 from gpuslice.manager.services.monitoring.metrics import device_readings
 from gpuslice.manager.services.monitoring.reclaim import decisions
 from gpuslice.manager.services.sessions.views import visible
 
 
-async def top(db: AsyncSession, viewer: User, max_gap: timedelta) -> Top:
+async def top(db: AsyncSession, viewer: UserRow, max_gap: timedelta) -> Top:
     now = utcnow()
     admin = viewer.role == Role.ADMIN
     sessions = (await db.execute(visible(
-        select(SessionRow, User.username, UsageSeries)
-        .join(User, User.id == SessionRow.owner_id)
-        .outerjoin(UsageSeries, UsageSeries.session_id == SessionRow.id)
+        select(SessionRow, UserRow.username, UsageSeriesRow)
+        .join(UserRow, UserRow.id == SessionRow.owner_id)
+        .outerjoin(UsageSeriesRow, UsageSeriesRow.session_id == SessionRow.id)
         .where(SessionRow.status.in_(list(HOLDING)), SessionRow.node_id.is_not(None))
         .options(selectinload(SessionRow.allocations)), viewer,
     ))).all()
@@ -81,7 +81,7 @@ def _node(
 
 
 def _slice(
-    row: SessionRow, username: str, series: UsageSeries | None, alloc: Allocation | None,
+    row: SessionRow, username: str, series: UsageSeriesRow | None, alloc: AllocationRow | None,
     reclaims: dict[str, Reclaim],
 ) -> TopSlice:
     gpu = next((g for g in (series.gpus or []) if alloc and g.get("uuid") == alloc.device_uuid),

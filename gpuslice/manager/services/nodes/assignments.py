@@ -32,7 +32,7 @@ from gpuslice.common.schemas.agents import (
 from gpuslice.common.schemas.common import ExactResources
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus, SessionType
 from gpuslice.common.waits import wait_event
-from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, User
+from gpuslice.manager.db.models import AllocationRow, NodeRow, SessionRow, UserRow
 from gpuslice.manager.errors import IllegalTransition, StaleStatus
 from gpuslice.manager.events import Hub
 from gpuslice.manager.services import channel
@@ -54,8 +54,8 @@ UNSENDABLE = (
 _VERSION = select(NodeRow.assignment_version, NodeRow.rescan).where(
     NodeRow.id == bindparam("node"))
 _HOLDING = (
-    select(SessionRow, User.username)
-    .join(User, User.id == SessionRow.owner_id)
+    select(SessionRow, UserRow.username)
+    .join(UserRow, UserRow.id == SessionRow.owner_id)
     .where(SessionRow.node_id == bindparam("node"), SessionRow.status.in_(list(HOLDING)))
     .options(selectinload(SessionRow.allocations))
     .order_by(SessionRow.created_at, SessionRow.id)
@@ -163,7 +163,7 @@ def _assignment(
     )
 
 
-def _slice(a: Allocation) -> SliceAssignment:
+def _slice(a: AllocationRow) -> SliceAssignment:
     return SliceAssignment(
         device_index=a.device_index, device_uuid=a.device_uuid, gpu=a.gpu,
         capacity=a.device_capacity, fraction=slice_fraction(a.gpu, a.device_capacity),

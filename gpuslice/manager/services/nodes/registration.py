@@ -21,18 +21,16 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from gpuslice.common.schemas.agents import (
+from gpuslice.common.schemas.agents import NodeRegister, NodeRegistered, NodeStatus
+from gpuslice.common.schemas.nodes import (
     JoinTokenCreate,
     JoinTokenCreated,
     JoinTokenPublic,
     NodePublic,
-    NodeRegister,
-    NodeRegistered,
-    NodeStatus,
 )
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import JoinToken, NodeRow, SessionRow, User
+from gpuslice.manager.db.models import JoinTokenRow, NodeRow, SessionRow, UserRow
 from gpuslice.manager.errors import Conflict, NotFound, StaleStatus, Unauthorized
 from gpuslice.manager.security import (
     JOIN_TOKEN_PREFIX,
@@ -49,10 +47,10 @@ REVOKED = "node revoked by an admin"
 
 
 async def create_join_token(
-    db: AsyncSession, admin: User, body: JoinTokenCreate
+    db: AsyncSession, admin: UserRow, body: JoinTokenCreate
 ) -> JoinTokenCreated:
     token = new_token(JOIN_TOKEN_PREFIX)
-    row = JoinToken(
+    row = JoinTokenRow(
         name=body.name, token_hash=token_digest(token), created_by=admin.id,
         expires_at=utcnow() + timedelta(hours=body.expires_in_hours), node_name=body.node,
         rekey=body.rekey,
@@ -65,15 +63,15 @@ async def create_join_token(
 async def list_join_tokens(db: AsyncSession) -> list[JoinTokenPublic]:
     """Tokens not revoked, newest last: unused, used and expired ones with their status."""
     rows = await db.scalars(
-        select(JoinToken).where(JoinToken.revoked_at.is_(None)).order_by(JoinToken.created_at)
+        select(JoinTokenRow).where(JoinTokenRow.revoked_at.is_(None)).order_by(JoinTokenRow.created_at)
     )
     return [_join_public(r) for r in rows]
 
 
 async def revoke_join_token(db: AsyncSession, token_id: str) -> None:
     result = await db.execute(
-        update(JoinToken)
-        .where(JoinToken.id == token_id, JoinToken.revoked_at.is_(None))
+        update(JoinTokenRow)
+        .where(JoinTokenRow.id == token_id, JoinTokenRow.revoked_at.is_(None))
         .values(revoked_at=utcnow())
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
@@ -203,12 +201,13 @@ def _holds(node: NodeRow, credential: str) -> bool:
     return node.revoked_at is None and node.credential_hash == token_digest(credential)
 
 
-async def _usable_join_token(db: AsyncSession, body: NodeRegister) -> JoinToken:
+async def _usable_join_token(db: AsyncSession, body: NodeRegister) -> JoinTokenRow:
     assert body.join_token is not None
     join = await db.scalar(
-        select(JoinToken).where(
-            JoinToken.token_hash == token_digest(body.join_token), JoinToken.revoked_at.is_(None),
-            JoinToken.used_at.is_(None),
+        select(JoinTokenRow).where(
+            JoinTokenRow.token_hash == token_digest(body.join_token),
+            JoinTokenRow.revoked_at.is_(None),
+            JoinTokenRow.used_at.is_(None),
         )
     )
     if join is None or (join.expires_at is not None and join.expires_at <= utcnow()):
@@ -222,10 +221,10 @@ async def _usable_join_token(db: AsyncSession, body: NodeRegister) -> JoinToken:
     return join
 
 
-async def _use(db: AsyncSession, join: JoinToken, node_id: str) -> None:
+async def _use(db: AsyncSession, join: JoinTokenRow, node_id: str) -> None:
     result = await db.execute(
-        update(JoinToken)
-        .where(JoinToken.id == join.id, JoinToken.used_at.is_(None))
+        update(JoinTokenRow)
+        .where(JoinTokenRow.id == join.id, JoinTokenRow.used_at.is_(None))
         .values(used_at=utcnow(), used_by=node_id)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
@@ -252,7 +251,7 @@ async def _issue(
     )
 
 
-def _join_public(row: JoinToken) -> JoinTokenPublic:
+def _join_public(row: JoinTokenRow) -> JoinTokenPublic:
     if row.revoked_at is not None:
         status = "revoked"
     elif row.used_at is not None:

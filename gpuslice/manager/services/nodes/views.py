@@ -7,7 +7,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import selectinload
 
 from gpuslice.common.resources import fgpu_decimal
-from gpuslice.common.schemas.agents import DevicePublic, NodePublic, NodeStatus
+from gpuslice.common.schemas.agents import NodeStatus
+from gpuslice.common.schemas.nodes import DevicePublic, NodePublic
 from gpuslice.manager.db.models import NodeRow
 from gpuslice.manager.errors import NotFound
 

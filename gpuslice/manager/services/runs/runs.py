@@ -22,7 +22,14 @@ from gpuslice.common.schemas.sessions import (
     SessionType,
 )
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import FolderRow, ModelRow, RunRow, SessionRow, StatusHistory, User
+from gpuslice.manager.db.models import (
+    FolderRow,
+    ModelRow,
+    RunRow,
+    SessionRow,
+    StatusHistoryRow,
+    UserRow,
+)
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.services.models.catalog import READY, public
 from gpuslice.manager.services.sessions import launch
@@ -35,7 +42,7 @@ _INTERPRETERS = {".py": ["python3", "-u"], ".sh": ["sh"]}
 
 
 async def create_run(
-    db: AsyncSession, fs: StorageFS, user: User, body: RunCreate, settings: ManagerSettings
+    db: AsyncSession, fs: StorageFS, user: UserRow, body: RunCreate, settings: ManagerSettings
 ) -> RunPublic:
     """Start a run of a script already uploaded to the owner's ``runs/<name>/``."""
     session = _session(body)
@@ -54,7 +61,7 @@ async def create_run(
 
 
 async def check_run(
-    db: AsyncSession, user: User, body: RunCreate, settings: ManagerSettings
+    db: AsyncSession, user: UserRow, body: RunCreate, settings: ManagerSettings
 ) -> None:
     """What creating the run would refuse, except a missing script: before its code is sent,
     so an impossible run is refused at once (e.g. more GPU memory than any GPU has)."""
@@ -82,7 +89,7 @@ def _session(body: RunCreate, check: bool = False) -> SessionCreate:
 
 
 async def list_runs(
-    db: AsyncSession, user: User, *, name: str | None = None, limit: int = 100
+    db: AsyncSession, user: UserRow, *, name: str | None = None, limit: int = 100
 ) -> list[RunPublic]:
     """The caller's runs, newest first (admins: everyone's)."""
     stmt = visible(select(SessionRow.id).join(RunRow, RunRow.session_id == SessionRow.id), user)
@@ -92,7 +99,7 @@ async def list_runs(
     return await describe(db, user, ids)
 
 
-async def get_run(db: AsyncSession, user: User, ref: str) -> RunPublic:
+async def get_run(db: AsyncSession, user: UserRow, ref: str) -> RunPublic:
     """A run by its session id, or by name (the newest of that name); 404 for others'."""
     found = await describe(db, user, [ref]) or await list_runs(db, user, name=ref, limit=1)
     if not found:
@@ -100,7 +107,7 @@ async def get_run(db: AsyncSession, user: User, ref: str) -> RunPublic:
     return found[0]
 
 
-async def delete_run(db: AsyncSession, fs: StorageFS, user: User, ref: str) -> None:
+async def delete_run(db: AsyncSession, fs: StorageFS, user: UserRow, ref: str) -> None:
     """Forget a run that is over and remove its code directory; its model stays."""
     run = await get_run(db, user, ref)
     if run.status not in FINAL:
@@ -120,7 +127,7 @@ async def delete_run(db: AsyncSession, fs: StorageFS, user: User, ref: str) -> N
         await asyncio.to_thread(_remove_code, fs, folder, run.name)
 
 
-async def describe(db: AsyncSession, viewer: User, ids: Sequence[str]) -> list[RunPublic]:
+async def describe(db: AsyncSession, viewer: UserRow, ids: Sequence[str]) -> list[RunPublic]:
     """The runs of these session ids the viewer may see, in that order."""
     rows = (await db.execute(visible(
         select(SessionRow, RunRow).join(RunRow, RunRow.session_id == SessionRow.id)
@@ -164,10 +171,10 @@ async def _times(
 ) -> dict[str, tuple[datetime | None, datetime | None]]:
     """When each session started RUNNING and when it ended (None: not yet)."""
     rows = await db.execute(
-        select(StatusHistory.session_id, StatusHistory.to_status, StatusHistory.at)
-        .where(StatusHistory.session_id.in_(ids),
-               StatusHistory.to_status.in_([SessionStatus.RUNNING, *FINAL]))
-        .order_by(StatusHistory.id)
+        select(StatusHistoryRow.session_id, StatusHistoryRow.to_status, StatusHistoryRow.at)
+        .where(StatusHistoryRow.session_id.in_(ids),
+               StatusHistoryRow.to_status.in_([SessionStatus.RUNNING, *FINAL]))
+        .order_by(StatusHistoryRow.id)
     )
     out: dict[str, tuple[datetime | None, datetime | None]] = {}
     for sid, status, at in rows:

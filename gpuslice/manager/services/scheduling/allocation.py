@@ -18,7 +18,7 @@ from sqlalchemy import case, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.schemas.sessions import SessionStatus
-from gpuslice.manager.db.models import Allocation, DeviceRow, NodeRow, SessionRow
+from gpuslice.manager.db.models import AllocationRow, DeviceRow, NodeRow, SessionRow
 from gpuslice.manager.scheduler import DeviceSlice, Placement
 from gpuslice.manager.services.lifecycle import transition, transition_many
 
@@ -76,7 +76,7 @@ async def apply_placement(
             raise PlacementLost(f"device {device.uuid} has less than the slice free")
         allocations.append(_allocation(row.id, device, piece))
     if allocations:
-        await db.execute(insert(Allocation), allocations)
+        await db.execute(insert(AllocationRow), allocations)
     # gpu: a session asked by GPU memory holds the slice chosen on its device from now on
     await transition(
         db, row, SessionStatus.SCHEDULED, f"scheduled on node {node_name}",
@@ -131,7 +131,7 @@ async def apply_placements(
         )).scalars().all()
         if len(devices_ok) != len(per_device):
             raise PlacementLost(f"{len(per_device) - len(devices_ok)} device(s) have less free")
-        await db.execute(insert(Allocation), [
+        await db.execute(insert(AllocationRow), [
             _allocation(row.id, _device(devices, placement.node_id, piece), piece)
             for placement, row in placed for piece in placement.slices
         ])

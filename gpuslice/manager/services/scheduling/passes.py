@@ -21,7 +21,7 @@ from sqlalchemy.orm import load_only
 
 from gpuslice.common.resources import Resources
 from gpuslice.common.schemas.sessions import HOLDING, SessionCreate, SessionStatus
-from gpuslice.manager.db.models import DeviceRow, NodeRow, ResourcePolicy, SessionRow, User
+from gpuslice.manager.db.models import DeviceRow, NodeRow, ResourcePolicyRow, SessionRow, UserRow
 from gpuslice.manager.errors import StaleStatus
 from gpuslice.manager.events import Hub
 from gpuslice.manager.scheduler import (
@@ -85,9 +85,9 @@ async def load_snapshot(db: AsyncSession, *, nodes: bool = False) -> Snapshot:
     passes (woken by every node that joins or changes) cost one indexed look."""
     queued = (
         await db.execute(
-            select(SessionRow, User.policy_id)
+            select(SessionRow, UserRow.policy_id)
             .options(_QUEUED_COLUMNS)
-            .join(User, User.id == SessionRow.owner_id)
+            .join(UserRow, UserRow.id == SessionRow.owner_id)
             .where(SessionRow.status == SessionStatus.PENDING)
         )
     ).all()
@@ -118,9 +118,9 @@ async def user_states(db: AsyncSession, owners: set[str]) -> dict[str, UserState
     absent, unlimited)."""
     policies = (
         await db.execute(
-            select(User.id, ResourcePolicy)
-            .join(ResourcePolicy, User.policy_id == ResourcePolicy.id)
-            .where(User.id.in_(owners))
+            select(UserRow.id, ResourcePolicyRow)
+            .join(ResourcePolicyRow, UserRow.policy_id == ResourcePolicyRow.id)
+            .where(UserRow.id.in_(owners))
         )
     ).all()
     if not policies:

@@ -23,7 +23,7 @@ from gpuslice.common.images import LABEL_ORIGIN_SESSION, LABEL_OWNER
 from gpuslice.common.schemas.agents import CommitAnswer, CommitAsk
 from gpuslice.common.schemas.images import ImagePublic, SessionCommit, SessionCommitResult
 from gpuslice.common.schemas.sessions import SessionStatus
-from gpuslice.manager.db.models import Image, ResourcePolicy, SessionRow, User
+from gpuslice.manager.db.models import ImageRow, ResourcePolicyRow, SessionRow, UserRow
 from gpuslice.manager.errors import Conflict, InvalidRequest
 from gpuslice.manager.services.channel import Channel
 from gpuslice.manager.services.images import catalog, reports
@@ -51,7 +51,7 @@ async def commit_session(
             code="not_running",
         )
     async with channel.sessionmaker() as db:
-        owner = await db.get(User, row.owner_id)
+        owner = await db.get(UserRow, row.owner_id)
         assert owner is not None  # sessions.owner_id is a RESTRICT foreign key
         reference = commit_reference(body.name, row.name, owner.username)
         await _check_name(db, reference, settings.sessions.allowed_images)
@@ -104,7 +104,7 @@ def _bad_name(name: str, why: str) -> InvalidRequest:
 async def _check_name(db: AsyncSession, reference: str, configured: list[str]) -> None:
     # The name is in the owner's own namespace: it can only collide with their own images.
     # Re-tagging one would change it under the sessions using it: a new image, a new name.
-    existing = await db.get(Image, reference)
+    existing = await db.get(ImageRow, reference)
     taken = existing is not None and existing.removed_at is None
     if taken or reference in catalog.configured_set(configured):
         raise Conflict(
@@ -113,14 +113,15 @@ async def _check_name(db: AsyncSession, reference: str, configured: list[str]) -
         )
 
 
-async def _check_limit(db: AsyncSession, owner: User) -> None:
-    policy = await db.get(ResourcePolicy, owner.policy_id) if owner.policy_id else None
+async def _check_limit(db: AsyncSession, owner: UserRow) -> None:
+    policy = await db.get(ResourcePolicyRow, owner.policy_id) if owner.policy_id else None
     limit = policy.max_private_images if policy is not None else None
     if limit is None:
         return
     count = await db.scalar(
-        select(func.count()).select_from(Image).where(
-            Image.owner_id == owner.id, Image.public.is_(False), Image.removed_at.is_(None)
+        select(func.count()).select_from(ImageRow).where(
+            ImageRow.owner_id == owner.id, ImageRow.public.is_(False),
+            ImageRow.removed_at.is_(None),
         )
     ) or 0
     if count >= limit:

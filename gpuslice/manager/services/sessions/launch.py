@@ -9,11 +9,11 @@ from typing import Any
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpuslice.common.limits import PRIORITY_BOUND
 from gpuslice.common.schemas.sessions import FINAL, SessionCreate, SessionPublic, SessionStatus
 from gpuslice.common.schemas.users import Role
-from gpuslice.common.session_limits import PRIORITY_BOUND
 from gpuslice.manager.db.base import new_id, utcnow
-from gpuslice.manager.db.models import ResourcePolicy, SessionRow, User
+from gpuslice.manager.db.models import ResourcePolicyRow, SessionRow, UserRow
 from gpuslice.manager.errors import InvalidRequest, StaleStatus
 from gpuslice.manager.scheduler import Quota, check_request
 from gpuslice.manager.services.apps import catalog as apps_catalog
@@ -29,14 +29,14 @@ QUEUED = "waiting for the scheduler"
 
 
 async def create_sessions(
-    db: AsyncSession, user: User, body: SessionCreate, settings: ManagerSettings
+    db: AsyncSession, user: UserRow, body: SessionCreate, settings: ManagerSettings
 ) -> list[SessionPublic]:
     """Validate against the limits of one request, the image (alias, visibility, minimums),
     priority bound, cluster shape, quota, the user's PENDING limit, folders and apps; insert
     PENDING rows."""
     # One create at a time per user from here (a row lock on PostgreSQL, the write lock on
     # SQLite): the PENDING count cannot be passed by two creates racing.
-    await db.execute(update(User).where(User.id == user.id).values(id=User.id))
+    await db.execute(update(UserRow).where(UserRow.id == user.id).values(id=UserRow.id))
     image, folders, start_apps = await check_create(db, user, body, settings)
     now = utcnow()
     rows = [
@@ -60,12 +60,12 @@ async def create_sessions(
 
 
 async def check_create(
-    db: AsyncSession, user: User, body: SessionCreate, settings: ManagerSettings
+    db: AsyncSession, user: UserRow, body: SessionCreate, settings: ManagerSettings
 ) -> tuple[str, list[dict[str, Any]], list[str]]:
     """Everything ``create_sessions`` checks, without creating anything: the image reference
     to run, the folders to mount and the apps to start. Raises what creating would."""
     _check_size(body, settings.sessions)
-    policy = await db.get(ResourcePolicy, user.policy_id) if user.policy_id else None
+    policy = await db.get(ResourcePolicyRow, user.policy_id) if user.policy_id else None
     await _check_pending(db, user, policy, body.count, settings.sessions.max_pending)
     _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
     image = await catalog.resolve(
@@ -77,7 +77,7 @@ async def check_create(
 
 
 async def destroy_sessions(
-    db: AsyncSession, viewer: User, ids: Sequence[str]
+    db: AsyncSession, viewer: UserRow, ids: Sequence[str]
 ) -> list[SessionPublic]:
     """PENDING → CANCELLED at once; placed sessions → TERMINATING (their agent stops them).
 
@@ -103,7 +103,7 @@ async def destroy_sessions(
             db.expunge_all()
             # the rollback expired the viewer too: load it again (an expired, detached row
             # cannot be read)
-            viewer = await db.get(User, viewer_id) or viewer
+            viewer = await db.get(UserRow, viewer_id) or viewer
     return await describe_many(db, [i for i in wanted if i in mine])
 
 
@@ -138,7 +138,7 @@ def definition_bytes(command: Sequence[str] | None, env: dict[str, str]) -> int:
 
 
 async def _check_pending(
-    db: AsyncSession, user: User, policy: ResourcePolicy | None, count: int, default: int
+    db: AsyncSession, user: UserRow, policy: ResourcePolicyRow | None, count: int, default: int
 ) -> None:
     limit = policy.max_pending if policy is not None and policy.max_pending is not None else (
         default
@@ -157,7 +157,7 @@ async def _check_pending(
 
 
 def _check_priority(
-    user: User, policy: ResourcePolicy | None, priority: int, default_bound: int
+    user: UserRow, policy: ResourcePolicyRow | None, priority: int, default_bound: int
 ) -> None:
     if user.role == Role.ADMIN:
         bound = PRIORITY_BOUND

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.resources import fgpu_decimal
 from gpuslice.common.schemas.sessions import SessionCreate, SessionPreview
-from gpuslice.manager.db.models import User
+from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.scheduler import Node, schedule
 from gpuslice.manager.services.scheduling.passes import (
     asked_request,
@@ -30,7 +30,7 @@ _PREFIX = "preview-"
 
 
 async def preview(
-    db: AsyncSession, user: User, body: SessionCreate, settings: ManagerSettings
+    db: AsyncSession, user: UserRow, body: SessionCreate, settings: ManagerSettings
 ) -> SessionPreview:
     """How many of ``body``'s sessions would start now and how many would queue (and why)."""
     await check_create(db, user, body, settings)

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.schemas.sessions import StatusChange
 from gpuslice.common.waits import wait_event
-from gpuslice.manager.db.models import StatusHistory, User
+from gpuslice.manager.db.models import StatusHistoryRow, UserRow
 from gpuslice.manager.events import Hub
 from gpuslice.manager.services.sessions.views import change_of, visible_history
 
@@ -25,7 +25,7 @@ BATCH = 500
 async def status_changes(
     sessionmaker: async_sessionmaker[AsyncSession],
     hub: Hub,
-    viewer: User,
+    viewer: UserRow,
     *,
     since: int | None,
     session_id: str | None,
@@ -35,14 +35,16 @@ async def status_changes(
     server shuts down."""
     if since is None:
         async with sessionmaker() as db:
-            since = await db.scalar(select(func.max(StatusHistory.id))) or 0
+            since = await db.scalar(select(func.max(StatusHistoryRow.id))) or 0
     while not hub.closing.is_set():
         appended = hub.history.listen()
         async with sessionmaker() as db:
-            stmt = visible_history(select(StatusHistory), viewer).where(StatusHistory.id > since)
+            stmt = visible_history(select(StatusHistoryRow), viewer).where(
+                StatusHistoryRow.id > since
+            )
             if session_id is not None:
-                stmt = stmt.where(StatusHistory.session_id == session_id)
-            rows = (await db.scalars(stmt.order_by(StatusHistory.id).limit(BATCH))).all()
+                stmt = stmt.where(StatusHistoryRow.session_id == session_id)
+            rows = (await db.scalars(stmt.order_by(StatusHistoryRow.id).limit(BATCH))).all()
         for row in rows:
             since = row.id
             yield change_of(row)

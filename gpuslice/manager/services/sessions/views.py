@@ -26,25 +26,31 @@ from gpuslice.common.schemas.storage import SessionFolder
 from gpuslice.common.schemas.users import Role
 from gpuslice.common.text import scrub
 from gpuslice.manager.db.base import UTCDateTime
-from gpuslice.manager.db.models import Allocation, NodeRow, SessionRow, StatusHistory, User
+from gpuslice.manager.db.models import (
+    AllocationRow,
+    NodeRow,
+    SessionRow,
+    StatusHistoryRow,
+    UserRow,
+)
 from gpuslice.manager.errors import Forbidden, InvalidRequest, NotFound
 
 
-def visible(stmt: Select, viewer: User) -> Select:  # type: ignore[type-arg]
+def visible(stmt: Select, viewer: UserRow) -> Select:  # type: ignore[type-arg]
     """Restrict a query on sessions to those ``viewer`` may see: admins all, users their own."""
     if viewer.role == Role.ADMIN:
         return stmt
     return stmt.where(SessionRow.owner_id == viewer.id)
 
 
-def visible_history(stmt: Select, viewer: User) -> Select:  # type: ignore[type-arg]
+def visible_history(stmt: Select, viewer: UserRow) -> Select:  # type: ignore[type-arg]
     """The same rule for status-history rows (they carry their session's owner)."""
     if viewer.role == Role.ADMIN:
         return stmt
-    return stmt.where(StatusHistory.owner_id == viewer.id)
+    return stmt.where(StatusHistoryRow.owner_id == viewer.id)
 
 
-async def get_visible(db: AsyncSession, viewer: User, session_id: str) -> SessionRow:
+async def get_visible(db: AsyncSession, viewer: UserRow, session_id: str) -> SessionRow:
     """The session if ``viewer`` may see it; otherwise ``NotFound`` (never "forbidden", so a user
     cannot probe other users' session ids)."""
     row = await db.scalar(visible(select(SessionRow).where(SessionRow.id == session_id), viewer))
@@ -56,7 +62,7 @@ async def get_visible(db: AsyncSession, viewer: User, session_id: str) -> Sessio
 
 async def list_sessions(
     db: AsyncSession,
-    viewer: User,
+    viewer: UserRow,
     *,
     statuses: Sequence[SessionStatus] = (),
     owner: str | None = None,
@@ -86,7 +92,7 @@ async def list_sessions(
         if viewer.role != Role.ADMIN:
             raise Forbidden("only admins filter by owner", field="owner")
         owner_id = await db.scalar(
-            select(User.id).where((User.username == owner) | (User.id == owner))
+            select(UserRow.id).where((UserRow.username == owner) | (UserRow.id == owner))
         )
         where.append(SessionRow.owner_id == (owner_id or owner))
     counted = visible(select(func.count()).select_from(SessionRow), viewer).where(*where)
@@ -136,9 +142,9 @@ async def describe(db: AsyncSession, session_id: str, *, history: bool = True) -
     changes = None
     if history:
         rows = await db.scalars(
-            select(StatusHistory)
-            .where(StatusHistory.session_id == session_id)
-            .order_by(StatusHistory.id)
+            select(StatusHistoryRow)
+            .where(StatusHistoryRow.session_id == session_id)
+            .order_by(StatusHistoryRow.id)
         )
         changes = [change_of(h) for h in rows]
     await db.commit()
@@ -153,7 +159,7 @@ async def describe_many(db: AsyncSession, ids: Sequence[str]) -> list[SessionPub
     return [by_id[i] for i in ids if i in by_id]
 
 
-def change_of(row: StatusHistory) -> StatusChange:
+def change_of(row: StatusHistoryRow) -> StatusChange:
     return StatusChange(
         id=row.id, session_id=row.session_id,
         from_status=SessionStatus(row.from_status) if row.from_status else None,
@@ -234,9 +240,9 @@ def _described() -> Select:  # type: ignore[type-arg]
     """Sessions as answers show them: plain rows (a page of mapped objects cost a listing a
     third of its time), the columns ``to_public`` reads, with the owner's and node's names."""
     return (
-        select(*_PUBLIC_COLUMNS, User.username.label("owner_name"),
+        select(*_PUBLIC_COLUMNS, UserRow.username.label("owner_name"),
                NodeRow.name.label("node_name"))
-        .join(User, User.id == SessionRow.owner_id)
+        .join(UserRow, UserRow.id == SessionRow.owner_id)
         .outerjoin(NodeRow, NodeRow.id == SessionRow.node_id)
     )
 
@@ -258,11 +264,11 @@ async def _held(db: AsyncSession, rows: Sequence[Row[Any]]) -> dict[str, list[Ro
         return {}
     held: dict[str, list[Row[Any]]] = {}
     for a in await db.execute(
-        select(Allocation.session_id, Allocation.device_index, Allocation.device_uuid,
-               Allocation.device_model, Allocation.device_capacity, Allocation.gpu,
-               Allocation.mem, Allocation.sms)
-        .where(Allocation.session_id.in_(placed), Allocation.released_at.is_(None))
-        .order_by(Allocation.session_id, Allocation.device_index)
+        select(AllocationRow.session_id, AllocationRow.device_index, AllocationRow.device_uuid,
+               AllocationRow.device_model, AllocationRow.device_capacity, AllocationRow.gpu,
+               AllocationRow.mem, AllocationRow.sms)
+        .where(AllocationRow.session_id.in_(placed), AllocationRow.released_at.is_(None))
+        .order_by(AllocationRow.session_id, AllocationRow.device_index)
     ):
         held.setdefault(a.session_id, []).append(a)
     return held

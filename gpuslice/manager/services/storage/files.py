@@ -25,7 +25,7 @@ from gpuslice.common.schemas.storage import (
     FolderListing,
     UploadState,
 )
-from gpuslice.manager.db.models import User
+from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.services.storage import archive
 from gpuslice.manager.services.storage.folders import Access
@@ -54,14 +54,14 @@ async def listing(fs: StorageFS, access: Access, path: str, limit: int) -> Folde
                          entries=[_public(e) for e in entries], truncated=truncated)
 
 
-async def upload_state(fs: StorageFS, access: Access, user: User, path: str) -> UploadState:
+async def upload_state(fs: StorageFS, access: Access, user: UserRow, path: str) -> UploadState:
     path = rule(path)
     name = fs.partial_name(access.folder.id, user.id, path)
     return UploadState(path=path, offset=await asyncio.to_thread(fs.partial_size, name))
 
 
 async def upload_file(
-    db: AsyncSession, fs: StorageFS, access: Access, user: User, path: str, *, size: int,
+    db: AsyncSession, fs: StorageFS, access: Access, user: UserRow, path: str, *, size: int,
     offset: int, body: AsyncIterator[bytes],
 ) -> FileEntry | UploadState:
     """Receive bytes ``offset``..``size`` of file ``path``; the file once all ``size`` bytes

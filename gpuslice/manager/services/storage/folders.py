@@ -26,7 +26,7 @@ from gpuslice.common.schemas.storage import (
     Permission,
 )
 from gpuslice.common.schemas.users import Role
-from gpuslice.manager.db.models import FolderGrant, FolderRow, SessionRow, User
+from gpuslice.manager.db.models import FolderGrantRow, FolderRow, SessionRow, UserRow
 from gpuslice.manager.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from gpuslice.manager.services.storage.fs import StorageFS
 
@@ -55,7 +55,7 @@ class Access:
             raise Forbidden(f"only the owner of folder {self.folder.name} may {what}")
 
 
-async def get_access(db: AsyncSession, user: User, folder_id: str) -> Access:
+async def get_access(db: AsyncSession, user: UserRow, folder_id: str) -> Access:
     """The folder if ``user`` may use it; otherwise 404, as for a folder that does not exist."""
     row = await db.get(FolderRow, folder_id)
     level = None if row is None else await _level(db, user, row)
@@ -65,13 +65,13 @@ async def get_access(db: AsyncSession, user: User, folder_id: str) -> Access:
     return Access(row, level)
 
 
-async def list_folders(db: AsyncSession, user: User) -> list[FolderPublic]:
+async def list_folders(db: AsyncSession, user: UserRow) -> list[FolderPublic]:
     """One's own folders, those shared with one, and (admins) every shared folder."""
     own = (await db.scalars(select(FolderRow).where(FolderRow.owner_id == user.id))).all()
     granted = (await db.execute(
-        select(FolderRow, FolderGrant.permission)
-        .join(FolderGrant, FolderGrant.folder_id == FolderRow.id)
-        .where(FolderGrant.user_id == user.id)
+        select(FolderRow, FolderGrantRow.permission)
+        .join(FolderGrantRow, FolderGrantRow.folder_id == FolderRow.id)
+        .where(FolderGrantRow.user_id == user.id)
     )).all()
     levels: dict[str, tuple[FolderRow, str]] = {r.id: (r, "owner") for r in own}
     for row, permission in granted:
@@ -84,7 +84,7 @@ async def list_folders(db: AsyncSession, user: User) -> list[FolderPublic]:
 
 
 async def create_folder(
-    db: AsyncSession, fs: StorageFS, user: User, body: FolderCreate
+    db: AsyncSession, fs: StorageFS, user: UserRow, body: FolderCreate
 ) -> FolderPublic:
     if body.shared and user.role != Role.ADMIN:
         raise Forbidden("only admins create shared folders", field="shared")
@@ -161,9 +161,9 @@ async def share(db: AsyncSession, access: Access, body: FolderGrantCreate) -> Fo
     user = await find_user(db, body.user)
     if user.id == row.owner_id:
         raise InvalidRequest(f"{user.username} owns {row.name} already", field="user")
-    grant = await db.get(FolderGrant, (row.id, user.id))
+    grant = await db.get(FolderGrantRow, (row.id, user.id))
     if grant is None:
-        grant = FolderGrant(folder_id=row.id, user_id=user.id, permission=body.permission)
+        grant = FolderGrantRow(folder_id=row.id, user_id=user.id, permission=body.permission)
         db.add(grant)
     else:
         grant.permission = body.permission
@@ -176,14 +176,14 @@ async def revoke(db: AsyncSession, access: Access, user_ref: str) -> None:
     """Take a grant back: running sessions keep their mount until they stop."""
     access.require_owner("change who it is shared with")
     user = await find_user(db, user_ref)
-    grant = await db.get(FolderGrant, (access.folder.id, user.id))
+    grant = await db.get(FolderGrantRow, (access.folder.id, user.id))
     if grant is None:
         raise NotFound(f"{access.folder.name} is not shared with {user.username}", field="user")
     await db.delete(grant)
     await db.commit()
 
 
-async def find_user_for(db: AsyncSession, viewer: User, ref: str) -> User:
+async def find_user_for(db: AsyncSession, viewer: UserRow, ref: str) -> UserRow:
     """Another user, for an admin; a user may only name themself."""
     if ref in (viewer.username, viewer.id):
         return viewer
@@ -192,8 +192,8 @@ async def find_user_for(db: AsyncSession, viewer: User, ref: str) -> User:
     return await find_user(db, ref)
 
 
-async def find_user(db: AsyncSession, ref: str) -> User:
-    user = await db.scalar(select(User).where((User.username == ref) | (User.id == ref)))
+async def find_user(db: AsyncSession, ref: str) -> UserRow:
+    user = await db.scalar(select(UserRow).where((UserRow.username == ref) | (UserRow.id == ref)))
     if user is None:
         raise NotFound(f"no user named {ref!r}", field="user")
     return user
@@ -202,7 +202,7 @@ async def find_user(db: AsyncSession, ref: str) -> User:
 async def describe(db: AsyncSession, row: FolderRow, level: str) -> FolderPublic:
     owner = SHARED
     if row.owner_id is not None:
-        owner = await db.scalar(select(User.username).where(User.id == row.owner_id)) or "?"
+        owner = await db.scalar(select(UserRow.username).where(UserRow.id == row.owner_id)) or "?"
     grants = await _grants(db, row.id) if level == "owner" else None
     return FolderPublic(
         id=row.id, name=row.name, owner_id=row.owner_id, owner=owner, shared=row.shared,
@@ -214,20 +214,20 @@ async def describe(db: AsyncSession, row: FolderRow, level: str) -> FolderPublic
 
 async def _grants(db: AsyncSession, folder_id: str) -> list[FolderGrantPublic]:
     rows = (await db.execute(
-        select(FolderGrant, User.username)
-        .join(User, User.id == FolderGrant.user_id)
-        .where(FolderGrant.folder_id == folder_id)
-        .order_by(User.username)
+        select(FolderGrantRow, UserRow.username)
+        .join(UserRow, UserRow.id == FolderGrantRow.user_id)
+        .where(FolderGrantRow.folder_id == folder_id)
+        .order_by(UserRow.username)
     )).all()
     return [FolderGrantPublic(user_id=g.user_id, username=name,
                               permission=Permission(g.permission), created_at=g.created_at)
             for g, name in rows]
 
 
-async def _level(db: AsyncSession, user: User, row: FolderRow) -> str | None:
+async def _level(db: AsyncSession, user: UserRow, row: FolderRow) -> str | None:
     if row.owner_id == user.id or (row.shared and user.role == Role.ADMIN):
         return "owner"
-    grant = await db.get(FolderGrant, (row.id, user.id))
+    grant = await db.get(FolderGrantRow, (row.id, user.id))
     return grant.permission if grant is not None else None
 
 

@@ -18,11 +18,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpuslice.common.schemas.agents import FolderMount
 from gpuslice.common.schemas.storage import Permission, parse_folder_request
 from gpuslice.common.schemas.users import Role
-from gpuslice.manager.db.models import FolderGrant, FolderRow, SessionRow, User
+from gpuslice.manager.db.models import FolderGrantRow, FolderRow, SessionRow, UserRow
 from gpuslice.manager.errors import InvalidRequest
 
 
-async def resolve(db: AsyncSession, user: User, requests: Sequence[str]) -> list[dict[str, Any]]:
+async def resolve(
+    db: AsyncSession, user: UserRow, requests: Sequence[str]
+) -> list[dict[str, Any]]:
     """The session's mounts ``[{folder_id, name, read_only}]``: those asked, then dot-folders."""
     if not requests:  # (most creates) only the owner's dot-folders: one short read
         dot = await db.scalars(
@@ -64,9 +66,9 @@ async def assignment_mounts(
     folders = {f.id: f for f in await db.scalars(
         select(FolderRow).where(FolderRow.id.in_(wanted)))}
     grants = {(g.folder_id, g.user_id): g.permission for g in await db.scalars(
-        select(FolderGrant).where(FolderGrant.folder_id.in_(wanted)))}
-    admins = set(await db.scalars(select(User.id).where(
-        User.id.in_({row.owner_id for row in rows}), User.role == Role.ADMIN)))
+        select(FolderGrantRow).where(FolderGrantRow.folder_id.in_(wanted)))}
+    admins = set(await db.scalars(select(UserRow.id).where(
+        UserRow.id.in_({row.owner_id for row in rows}), UserRow.role == Role.ADMIN)))
     out: dict[str, list[FolderMount]] = {}
     for row in rows:
         mounts = []
@@ -86,7 +88,7 @@ async def assignment_mounts(
     return out
 
 
-async def _usable(db: AsyncSession, user: User) -> list[tuple[FolderRow, str]]:
+async def _usable(db: AsyncSession, user: UserRow) -> list[tuple[FolderRow, str]]:
     """Folders the user may mount: their own (admins: shared ones too), then those granted to
     them (by name order)."""
     mine = FolderRow.owner_id == user.id
@@ -94,9 +96,9 @@ async def _usable(db: AsyncSession, user: User) -> list[tuple[FolderRow, str]]:
         mine = mine | FolderRow.owner_id.is_(None)
     own = (await db.scalars(select(FolderRow).where(mine).order_by(FolderRow.name))).all()
     granted = (await db.execute(
-        select(FolderRow, FolderGrant.permission)
-        .join(FolderGrant, FolderGrant.folder_id == FolderRow.id)
-        .where(FolderGrant.user_id == user.id)
+        select(FolderRow, FolderGrantRow.permission)
+        .join(FolderGrantRow, FolderGrantRow.folder_id == FolderRow.id)
+        .where(FolderGrantRow.user_id == user.id)
         .order_by(FolderRow.name)
     )).all()
     return [(r, "owner") for r in own] + [(r, p) for r, p in granted]

@@ -25,7 +25,7 @@ from gpuslice.common.resources import format_mem
 from gpuslice.common.schemas.sessions import FINAL
 from gpuslice.common.schemas.storage import StorageUsage
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import FolderRow, ResourcePolicy, SessionRow, User
+from gpuslice.manager.db.models import FolderRow, ResourcePolicyRow, SessionRow, UserRow
 from gpuslice.manager.services.storage.archive import QuotaExceeded
 from gpuslice.manager.services.storage.fs import StorageFS
 
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 UPLOADS_KEPT = 7 * 86400.0  # seconds an unfinished upload waits to be resumed
 
 
-async def usage_of(db: AsyncSession, user: User) -> StorageUsage:
+async def usage_of(db: AsyncSession, user: UserRow) -> StorageUsage:
     used, count, measured = (await db.execute(
         select(func.coalesce(func.sum(FolderRow.size), 0), func.count(),
                func.min(FolderRow.measured_at))
@@ -49,9 +49,9 @@ async def usage_of(db: AsyncSession, user: User) -> StorageUsage:
 
 async def quota_of(db: AsyncSession, user_id: str) -> int | None:
     return await db.scalar(
-        select(ResourcePolicy.max_storage)
-        .join(User, User.policy_id == ResourcePolicy.id)
-        .where(User.id == user_id)
+        select(ResourcePolicyRow.max_storage)
+        .join(UserRow, UserRow.policy_id == ResourcePolicyRow.id)
+        .where(UserRow.id == user_id)
     )
 
 
@@ -117,12 +117,12 @@ async def report_over_quota(db: AsyncSession) -> list[str]:
     """Log every user whose folders hold more than their quota, with the sessions they run
     (those may be writing past it); the usernames."""
     rows = (await db.execute(
-        select(User.id, User.username, ResourcePolicy.max_storage,
+        select(UserRow.id, UserRow.username, ResourcePolicyRow.max_storage,
                func.coalesce(func.sum(FolderRow.size), 0))
-        .join(ResourcePolicy, User.policy_id == ResourcePolicy.id)
-        .join(FolderRow, FolderRow.owner_id == User.id)
-        .where(ResourcePolicy.max_storage.is_not(None))
-        .group_by(User.id, User.username, ResourcePolicy.max_storage)
+        .join(ResourcePolicyRow, UserRow.policy_id == ResourcePolicyRow.id)
+        .join(FolderRow, FolderRow.owner_id == UserRow.id)
+        .where(ResourcePolicyRow.max_storage.is_not(None))
+        .group_by(UserRow.id, UserRow.username, ResourcePolicyRow.max_storage)
     )).all()
     over = [(uid, name, quota, int(used)) for uid, name, quota, used in rows if used > quota]
     if not over:

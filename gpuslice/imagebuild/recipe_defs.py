@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE, ImageApp, ImageMeta
-from gpuslice.images.rootfs import ImageBuildError
+from gpuslice.imagebuild.rootfs import ImageBuildError
 
 GIB = 1024**3
 PYTHON = "3.11"
@@ -296,7 +296,7 @@ def base_of(recipe: Recipe) -> str:
 
 
 def _context(recipe: Recipe, options: RecipeOptions) -> dict[str, bytes]:
-    root = resources.files("gpuslice.images").joinpath("recipes")
+    root = resources.files("gpuslice.imagebuild").joinpath("recipes")
     files = {
         "Dockerfile": root.joinpath(recipe.name, "Dockerfile").read_bytes(),
         "extra-ca.sh": root.joinpath("common", "extra-ca.sh").read_bytes(),

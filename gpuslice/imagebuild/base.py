@@ -26,7 +26,7 @@ import aiodocker
 
 from gpuslice import __version__
 from gpuslice.hook import HOOK_DIR, HOOK_FILES, PTH_FILE
-from gpuslice.images.rootfs import (
+from gpuslice.imagebuild.rootfs import (
     ImageBuildError,
     Progress,
     RootfsRecipe,
@@ -34,7 +34,7 @@ from gpuslice.images.rootfs import (
     import_rootfs,
     rootfs_tarball,
 )
-from gpuslice.images.source import (
+from gpuslice.imagebuild.source import (
     DEFAULT_PULL_TIMEOUT,
     DEFAULT_REGISTRY_IMAGE,
     SOURCES,
@@ -94,7 +94,7 @@ class BaseImageOptions:
     tag: str = f"{BASE_REPO}:{__version__}"
     rootfs: RootfsRecipe = field(default_factory=RootfsRecipe)
     force: bool = False
-    # Registry-first: "auto" | "registry" | "debootstrap" (gpuslice.images.source).
+    # Registry-first: "auto" | "registry" | "debootstrap" (gpuslice.imagebuild.source).
     source: str = "auto"
     registry_image: str = DEFAULT_REGISTRY_IMAGE
     pull_timeout: float = DEFAULT_PULL_TIMEOUT
@@ -141,7 +141,7 @@ async def ensure_rootfs_image(
     docker: aiodocker.Docker, options: BaseImageOptions, progress: Progress = print
 ) -> str:
     """``gpuslice/rootfs:<suite>`` unless present: from a registry Debian image when one can
-    be had (see :mod:`gpuslice.images.source`), else debootstrap's, imported."""
+    be had (see :mod:`gpuslice.imagebuild.source`), else debootstrap's, imported."""
     recipe = options.rootfs
     tag = f"{ROOTFS_REPO}:{recipe.suite}"
     ca = _read_ca(options.extra_ca_bundle)
@@ -258,7 +258,7 @@ def _read_ca(extra_ca_bundle: Path | None) -> bytes:
 
 
 def _rootfs_context(ca: bytes) -> dict[str, bytes]:
-    recipe = resources.files("gpuslice.images").joinpath("recipes/rootfs/Dockerfile")
+    recipe = resources.files("gpuslice.imagebuild").joinpath("recipes/rootfs/Dockerfile")
     return {"Dockerfile": recipe.read_bytes(), "extra-ca.crt": ca}
 
 
@@ -272,7 +272,7 @@ def _registry_rootfs_digest(options: BaseImageOptions, ca: bytes) -> str:
 
 
 def _base_context(extra_ca_bundle: Path | None) -> dict[str, bytes]:
-    recipe = resources.files("gpuslice.images").joinpath("recipes/base/Dockerfile")
+    recipe = resources.files("gpuslice.imagebuild").joinpath("recipes/base/Dockerfile")
     files = {"Dockerfile": recipe.read_bytes()}
     for name in (*HOOK_FILES, PTH_FILE):
         files[f"hook/{name}"] = (HOOK_DIR / name).read_bytes()

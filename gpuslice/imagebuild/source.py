@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import aiodocker
 
-from gpuslice.images.rootfs import ImageBuildError, Progress
+from gpuslice.imagebuild.rootfs import ImageBuildError, Progress
 
 SOURCES = ("auto", "registry", "debootstrap")
 DEFAULT_REGISTRY_IMAGE = "debian:bookworm-slim"

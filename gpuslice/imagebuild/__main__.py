@@ -1,4 +1,4 @@
-"""``python -m gpuslice.images``: build the standard session images if they are missing."""
+"""``python -m gpuslice.imagebuild``: build the standard session images if they are missing."""
 
 from __future__ import annotations
 
@@ -11,18 +11,18 @@ from pathlib import Path
 
 import aiodocker
 
-from gpuslice.images.base import (
+from gpuslice.imagebuild.base import (
     DEFAULT_CACHE_DIR,
     BaseImageOptions,
     BuildResult,
     default_extra_ca_bundle,
     ensure_base_image,
 )
-from gpuslice.images.rootfs import ImageBuildError
+from gpuslice.imagebuild.rootfs import ImageBuildError
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m gpuslice.images", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m gpuslice.imagebuild", description=__doc__)
     parser.add_argument(
         "--cache-dir",
         type=Path,

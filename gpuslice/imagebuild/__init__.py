@@ -1,10 +1,10 @@
 """Session images built locally: a Debian root filesystem (debootstrap) and the base image.
 
-``python -m gpuslice.images`` (or ``scripts/build-images.sh``) builds them; ``gpuslice up`` and
+``python -m gpuslice.imagebuild`` (or ``scripts/build-images.sh``) builds them; ``gpuslice up`` and
 the test suite call :func:`ensure_base_image`.
 """
 
-from gpuslice.images.base import (
+from gpuslice.imagebuild.base import (
     BASE_REPO,
     DEFAULT_CACHE_DIR,
     ROOTFS_REPO,
@@ -15,7 +15,7 @@ from gpuslice.images.base import (
     ensure_rootfs_image,
     host_pip_index,
 )
-from gpuslice.images.rootfs import ImageBuildError, RootfsRecipe, find_debian_mirror
+from gpuslice.imagebuild.rootfs import ImageBuildError, RootfsRecipe, find_debian_mirror
 
 __all__ = [
     "BASE_REPO",

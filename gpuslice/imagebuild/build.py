@@ -19,7 +19,7 @@ import time
 import aiodocker
 
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE, LABEL_APPS, ImageMeta
-from gpuslice.images.base import (
+from gpuslice.imagebuild.base import (
     DIGEST_LABEL,
     BaseImageOptions,
     BuildResult,
@@ -28,8 +28,8 @@ from gpuslice.images.base import (
     build_context_image,
     ensure_base_image,
 )
-from gpuslice.images.recipe_defs import BuildPlan, RecipeOptions, base_of, get_recipe, plan
-from gpuslice.images.rootfs import ImageBuildError, Progress
+from gpuslice.imagebuild.recipe_defs import BuildPlan, RecipeOptions, base_of, get_recipe, plan
+from gpuslice.imagebuild.rootfs import ImageBuildError, Progress
 
 
 async def build_recipe(
