@@ -34,7 +34,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from gpuslice.manager.app import create_app
-from gpuslice.manager.db.models import SessionRow, User
+from gpuslice.manager.db.models import SessionRow, UserRow
 from gpuslice.manager.services.users import CREDENTIALS_FILE
 from gpuslice.manager.settings import load_settings
 
@@ -160,8 +160,8 @@ async def _fill(app: Any, total: int) -> str:
     """Top the sessions table up to ``total`` rows (ended sessions, as after months of use),
     a tenth of them ERROR, every other one another user's; that user's name."""
     async with app.state.sessionmaker() as db:
-        admin = await db.scalar(select(User.id))
-        other = User(username="bench-user", password_hash="-", role="user", is_active=True)
+        admin = await db.scalar(select(UserRow.id))
+        other = UserRow(username="bench-user", password_hash="-", role="user", is_active=True)
         db.add(other)
         await db.flush()
         have = len((await db.scalars(select(SessionRow.id))).all())

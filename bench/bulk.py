@@ -40,12 +40,12 @@ from gpuslice.agent.loops import LONG_POLL_S  # noqa: E402
 from gpuslice.manager.app import create_app  # noqa: E402
 from gpuslice.manager.db.base import new_id  # noqa: E402
 from gpuslice.manager.db.models import (  # noqa: E402
-    Allocation,
+    AllocationRow,
     DeviceRow,
     NodeRow,
     SessionRow,
-    StatusHistory,
-    User,
+    StatusHistoryRow,
+    UserRow,
 )
 from gpuslice.manager.settings import load_settings  # noqa: E402
 
@@ -151,7 +151,7 @@ def _devices(auth: dict[str, str]) -> list[dict[str, Any]]:
 async def _schedule_all(app: Any, total: int) -> float:
     """Write ``total`` PENDING sessions at once, wake the scheduler, wait until none is left."""
     async with app.state.sessionmaker() as db:
-        owner = await db.scalar(select(User.id))
+        owner = await db.scalar(select(UserRow.id))
         now = datetime.now(UTC)
         rows = [
             {"id": new_id(), "name": f"bulk-{i}", "owner_id": owner, "image": IMAGE,
@@ -173,8 +173,8 @@ async def _schedule_all(app: Any, total: int) -> float:
             break
         await asyncio.sleep(0.02)
     async with app.state.sessionmaker() as db:
-        last = await db.scalar(select(func.max(StatusHistory.at)).where(
-            StatusHistory.to_status == "SCHEDULED"))
+        last = await db.scalar(select(func.max(StatusHistoryRow.at)).where(
+            StatusHistoryRow.to_status == "SCHEDULED"))
     assert last is not None
     # the last placement's own time, not when this loop happened to look
     return max(time.perf_counter() - started - (datetime.now(UTC) - last).total_seconds(), 1e-3)
@@ -186,11 +186,11 @@ async def _consistent(app: Any, total: int) -> bool:
         scheduled = await db.scalar(select(func.count()).select_from(SessionRow).where(
             SessionRow.status == "SCHEDULED"))
         per_session = (await db.execute(
-            select(Allocation.session_id, func.count()).group_by(Allocation.session_id)
+            select(AllocationRow.session_id, func.count()).group_by(AllocationRow.session_id)
         )).all()
         device_sums = dict((await db.execute(
-            select(Allocation.device_id, func.sum(Allocation.gpu))
-            .where(Allocation.released_at.is_(None)).group_by(Allocation.device_id)
+            select(AllocationRow.device_id, func.sum(AllocationRow.gpu))
+            .where(AllocationRow.released_at.is_(None)).group_by(AllocationRow.device_id)
         )).all())
         devices = (await db.execute(select(DeviceRow.id, DeviceRow.used))).all()
         node_sums = {n: (c, m) for n, c, m in (await db.execute(

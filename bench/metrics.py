@@ -43,16 +43,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _local import parse_args  # noqa: E402
 from api import _database, _login, _pct, _report  # noqa: E402  (the same bench helpers)
 
+from gpuslice.common.limits import CREATE_COUNT_MAX as MAX_COUNT  # noqa: E402
 from gpuslice.common.schemas.agents import SessionUsage  # noqa: E402
-from gpuslice.common.session_limits import MAX_COUNT  # noqa: E402
 from gpuslice.manager.app import create_app  # noqa: E402
 from gpuslice.manager.db.models import (  # noqa: E402
-    Allocation,
+    AllocationRow,
     NodeRow,
     SessionRow,
-    UsageDaily,
-    UsageHistory,
-    UsageSeries,
+    UsageDailyRow,
+    UsageHistoryRow,
+    UsageSeriesRow,
 )
 from gpuslice.manager.services.monitoring import samples  # noqa: E402
 from gpuslice.manager.services.monitoring.codec import (  # noqa: E402
@@ -173,8 +173,8 @@ async def _placed(app: Any, sessions: int) -> list[tuple[str, list[tuple[str, st
     while time.monotonic() < deadline:
         async with app.state.sessionmaker() as db:
             rows = (await db.execute(
-                select(SessionRow.node_id, SessionRow.id, Allocation.device_uuid)
-                .join(Allocation, Allocation.session_id == SessionRow.id)
+                select(SessionRow.node_id, SessionRow.id, AllocationRow.device_uuid)
+                .join(AllocationRow, AllocationRow.session_id == SessionRow.id)
                 .where(SessionRow.node_id.is_not(None)))).all()
         if len(rows) == sessions:
             by_node: dict[str, list[tuple[str, str]]] = {}
@@ -237,8 +237,8 @@ async def _scrape(
 async def _history_size(app: Any, pg: bool, tmp: Path, days: int) -> tuple[int, int]:
     """Bytes that ``days`` of 1-minute history of every session take, and their plain size."""
     async with app.state.sessionmaker() as db:
-        series = list((await db.scalars(select(UsageSeries.id))).all())
-        owner = await db.scalar(select(UsageSeries.owner_id))
+        series = list((await db.scalars(select(UsageSeriesRow.id))).all())
+        owner = await db.scalar(select(UsageSeriesRow.owner_id))
         await db.execute(text("DELETE FROM usage_history"))
         await db.execute(text("DELETE FROM usage_daily"))
         await db.commit()
@@ -252,19 +252,19 @@ async def _history_size(app: Any, pg: bool, tmp: Path, days: int) -> tuple[int, 
                 batch.append({"series_id": series_id, "step": 60,
                               "start": first_hour + h * 3600, "points": data})
                 if len(batch) == 5000:  # committed by batches: the manager's loops go on
-                    await db.execute(insert(UsageHistory), batch)
+                    await db.execute(insert(UsageHistoryRow), batch)
                     await db.commit()
                     batch = []
         if batch:
-            await db.execute(insert(UsageHistory), batch)
-        await db.execute(insert(UsageDaily), [
+            await db.execute(insert(UsageHistoryRow), batch)
+        await db.execute(insert(UsageDailyRow), [
             {"series_id": s, "day": first_hour // 86400 + d, "owner_id": owner,
              "covered_ms": 86_400_000, "fgpu_sum": 500 * 86_400_000, "cpu_ms": 86_400_000,
              "cpu_sum": 10**11, "mem_sum": 10**15, "gpu_ms": 86_400_000,
              "gpu_mem_sum": 10**15, "gpu_util_sum": 4 * 10**9}
             for s in series for d in range(days)])
         await db.commit()
-        rows = await db.scalar(select(func.count()).select_from(UsageHistory))
+        rows = await db.scalar(select(func.count()).select_from(UsageHistoryRow))
         assert rows == len(series) * days * 24
         after = await _bytes(db, pg, tmp)
     raw = len(series) * days * 1440 * WIDTH * 8
