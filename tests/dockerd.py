@@ -1,11 +1,11 @@
-"""The machine's Docker Engine for tests: is it there, the base image, restarting dockerd.
+"""The machine's Docker Engine for tests: is it there, the base image, an engine of their own.
 
 Tests that need the engine skip, saying why, when no daemon answers; CI starts one. The base
-image is built once per test session if it is missing (needs root + debootstrap). Restarting
-dockerd is opt-in (``GPUSLICE_TEST_RESTART_DOCKERD=1``): it stops every container on the
-machine, which CI can afford and a developer's laptop usually cannot. Tests that stop, restart
-or starve Docker use a Docker Engine of their own instead (``private_dockerd``, opt-in with
-``GPUSLICE_TEST_PRIVATE_DOCKERD=1``: it needs root and starts a daemon). Import the fixtures
+image is built once per test session if it is missing (needs root + debootstrap). No test stops
+or restarts the machine's dockerd (it would stop every container on the machine, the other
+tests' included): tests that stop, restart or starve Docker use a Docker Engine of their own
+(``private_dockerd``, opt-in with ``GPUSLICE_TEST_PRIVATE_DOCKERD=1``: it needs root and starts
+a daemon). Import the fixtures
 into a ``conftest.py`` to use them (``tests/agent`` and ``tests/platform`` do).
 """
 
@@ -26,8 +26,6 @@ import pytest
 
 from gpuslice.imagebuild import DEFAULT_CACHE_DIR, BaseImageOptions, ensure_base_image
 from tests.waits import scaled
-
-DOCKERD_PIDFILE = Path("/var/run/docker.pid")
 
 
 def _docker_problem() -> str | None:
@@ -78,20 +76,6 @@ def base_image(docker_ready: None) -> str:
     return asyncio.run(build())
 
 
-def restart_dockerd(timeout: float = 90.0) -> None:
-    """Stop this machine's dockerd (SIGTERM) and start it again with the same command line."""
-    pid = int(DOCKERD_PIDFILE.read_text().strip())
-    argv = [a.decode() for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0") if a]
-    os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + scaled(timeout)
-    while Path(f"/proc/{pid}").exists():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"dockerd (pid {pid}) did not stop within {timeout:.0f}s")
-        time.sleep(0.2)
-    with open("/tmp/gpuslice-test-dockerd.log", "ab") as log:
-        subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-
-
 def remove_fence(node: str) -> None:
     """Remove a node's session network and its iptables chains (``agent/isolation``), which an
     agent stopped while its sessions ran leaves in place; its containers must be gone first."""
@@ -108,14 +92,6 @@ def remove_fence(node: str) -> None:
         subprocess.run(["iptables", "-w", "-F", chain], capture_output=True, check=False)
         subprocess.run(["iptables", "-w", "-X", chain], capture_output=True, check=False)
     subprocess.run(["docker", "network", "rm", fence.network], capture_output=True, check=False)
-
-
-def can_restart_dockerd() -> str | None:
-    if os.environ.get("GPUSLICE_TEST_RESTART_DOCKERD") != "1":
-        return "set GPUSLICE_TEST_RESTART_DOCKERD=1 to let this test stop and restart dockerd"
-    if os.geteuid() != 0 or not DOCKERD_PIDFILE.is_file():
-        return f"restarting dockerd needs root and {DOCKERD_PIDFILE}"
-    return None
 
 
 # ---------------------------------------------------------------- a Docker Engine of our own

@@ -26,19 +26,16 @@ import pytest
 from gpuslice.client import Client
 from tests.dockerd import (
     base_image,
-    can_restart_dockerd,
     docker_ready,
     private_dockerd,
     remove_fence,
-    restart_dockerd,
     running_private_dockerd,
 )
 from tests.platform import app_image
 from tests.ports import free_port
 from tests.waits import Deadline, scaled, wait_for
 
-__all__ = ["base_image", "can_restart_dockerd", "docker_ready", "private_dockerd",
-           "restart_dockerd", "running_private_dockerd"]
+__all__ = ["base_image", "docker_ready", "private_dockerd", "running_private_dockerd"]
 
 GPUSLICE = str(Path(sys.executable).with_name("gpuslice"))
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.waits import scaled, wait_for
 
-from .conftest import Platform, can_restart_dockerd, restart_dockerd, start_agent
+from .conftest import Platform, start_agent
 
 pytestmark = pytest.mark.docker
 
@@ -122,20 +122,3 @@ def test_a_container_killed_from_outside_ends_its_session_within_5_seconds(
     assert (job["status"], job["result"], job["exit_code"]) == ("TERMINATED", "FAILED", 137)
     # ended sessions leave no container behind
     wait_for(lambda: containers_of(plat.node) == {}, 30, "the ended sessions' containers gone")
-
-
-@pytest.mark.slow
-def test_dockerd_restart_agent_reconnects_without_a_restart(split_platform: Platform) -> None:
-    why = can_restart_dockerd()
-    if why:
-        pytest.skip(why)
-    plat = split_platform
-    plat.ok("session", "create", "--name", "before", *SMALL, "--wait")
-    agent = plat.processes[-1]
-    restart_dockerd()
-    before = plat.wait_status("before", {"ERROR"}, timeout=90)
-    assert "stopped unexpectedly" in before["status_reason"]
-    [after] = json.loads(plat.ok("session", "create", "--name", "after", *SMALL, "--json"))
-    assert plat.wait_status("after", {"RUNNING"}, timeout=60)["id"] == after["id"]
-    assert agent.popen.poll() is None  # the same agent process did it all
-    assert "lost the Docker Engine" in agent.output

@@ -66,7 +66,7 @@ BAD_INPUT = [
     (["session", "create", "--gpu", "abc"], "--gpu: 'abc' is not a number"),
     (["session", "create", "--gpu", "0.333"], "more than 2 decimal places"),
     (["session", "create", "--mem", "5q"], "--mem: '5q' is not a memory size"),
-    (["session", "create", "--count", "0"], "--count: must be between 1 and 100"),
+    (["session", "create", "--count", "0"], "--count: input should be greater than or equal to 1"),
     (["session", "create", "--image", "nope:1"], "unknown image 'nope:1'"),
     (["session", "create", "--gpu", "2.5"], "not a whole number of GPUs"),
     (["session", "create", "--gpu", "4", "--cpu", "64"], "could ever hold"),

@@ -115,7 +115,7 @@ def test_the_standard_image_deleted_under_up_is_built_again_and_sessions_wait(
     engine.docker("rmi", "-f", base_image)  # by hand, or a `docker image prune -a`
     [new] = json.loads(plat.ok("session", "create", "--name", "new", *SMALL, "--json"))
     up.wait_for(f"the standard session image {base_image} was deleted: building it again",
-                timeout=scaled(30))
+                timeout=30)
     up.wait_for(f"built {base_image}", timeout=180)
     assert plat.wait_status("new", {"RUNNING"}, timeout=60)["id"] == new["id"]
     assert [h["status"] for h in plat.wait_status("new", {"RUNNING"})["history"]] == [
@@ -171,13 +171,29 @@ def test_agent_serve_waits_for_docker_saying_why_then_joins(
     agent = Process([GPUSLICE, "agent", "serve"], env)
     plat.processes.append(agent)
     agent.wait_for(f"agent: the Docker Engine is not running (no socket at {engine.socket}): "
-                   "start it", timeout=scaled(30))
+                   "start it", timeout=30)
     assert "Traceback" not in agent.output
     engine.start()
     agent.wait_for("agent: the Docker Engine answers", timeout=30)
     agent.wait_for(f"agent {plat.node}: joined", timeout=30)
     plat.ok("session", "create", "--name", "ok", *SMALL, "--wait")
     assert plat.wait_status("ok", {"RUNNING"})["status"] == "RUNNING"
+
+
+def test_dockerd_restarted_under_agent_serve_it_reconnects_by_itself(
+    split_on_private: Platform, running_private_dockerd: PrivateDockerd,
+) -> None:
+    plat, engine = split_on_private, running_private_dockerd
+    plat.ok("session", "create", "--name", "before", *SMALL, "--wait")
+    agent = plat.processes[-1]
+    engine.stop()
+    engine.start(live_restore=False)  # as Docker runs by default: its containers died
+    before = plat.wait_status("before", {"ERROR"}, timeout=90)
+    assert "stopped unexpectedly" in before["status_reason"]
+    [after] = json.loads(plat.ok("session", "create", "--name", "after", *SMALL, "--json"))
+    assert plat.wait_status("after", {"RUNNING"}, timeout=60)["id"] == after["id"]
+    assert agent.popen.poll() is None  # the same agent process did it all
+    assert "lost the Docker Engine" in agent.output
 
 
 def _eventually(check: Callable[[], bool], timeout: float = 15) -> bool:
