@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import select
+from sqlalchemy import String, cast, select, update
+from sqlalchemy.exc import StatementError
 
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.manager.db.models import SessionRow, StatusHistoryRow
@@ -40,3 +41,19 @@ async def test_illegal_and_stale_moves_are_refused(app: FastAPI, admin: Client) 
             select(StatusHistoryRow.to_status).where(StatusHistoryRow.session_id == s["id"])
         )).all()
         assert history == ["PENDING", "CANCELLED"]
+
+
+async def test_status_is_typed_at_the_orm_boundary(app: FastAPI, admin: Client) -> None:
+    # Read back as members, stored as the plain strings the schema always had; a string that
+    # is no status is refused before it reaches the database.
+    [s] = await create(admin)
+    async with app.state.sessionmaker() as db:
+        row = await db.get(SessionRow, s["id"])
+        assert row is not None
+        assert type(row.status) is S and row.status is S.PENDING
+        stored = await db.scalar(select(cast(SessionRow.status, String))
+                                 .where(SessionRow.id == s["id"]))
+        assert type(stored) is str and stored == "PENDING"
+        with pytest.raises(StatementError, match="'QUEUED' is not among"):
+            await db.execute(update(SessionRow).where(SessionRow.id == s["id"])
+                             .values(status="QUEUED"))

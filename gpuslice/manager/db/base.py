@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime
+from enum import StrEnum
 
-from sqlalchemy import DateTime, Dialect, MetaData, TypeDecorator
+from sqlalchemy import DateTime, Dialect, Enum, MetaData, TypeDecorator
 from sqlalchemy.orm import DeclarativeBase
 
 NAMING = {
@@ -36,6 +37,16 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is not None and value.tzinfo is None:
             return value.replace(tzinfo=UTC)
         return value
+
+
+def str_enum(enum: type[StrEnum], length: int) -> Enum:
+    """A column of `enum`'s values, stored as a plain VARCHAR(`length`) (no native type, no
+    CHECK: the schema is the one a String column has, so typing a column needs no migration).
+    Rows read back as members; a string that is no member's value is refused when written."""
+    return Enum(
+        enum, native_enum=False, create_constraint=False, length=length,
+        values_callable=lambda members: [m.value for m in members], validate_strings=True,
+    )
 
 
 def utcnow() -> datetime:

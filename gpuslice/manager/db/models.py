@@ -25,7 +25,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Mapped, mapped_column, relationship
 
-from gpuslice.manager.db.base import Base, UTCDateTime, new_id, utcnow
+from gpuslice.common.schemas.agents import NodeStatus
+from gpuslice.common.schemas.sessions import SessionResult, SessionStatus, SessionType
+from gpuslice.common.schemas.storage import Permission
+from gpuslice.common.schemas.users import Role
+from gpuslice.manager.db.base import Base, UTCDateTime, new_id, str_enum, utcnow
 
 ID = String(36)
 
@@ -57,7 +61,7 @@ class UserRow(Base):
     id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
     username: Mapped[str] = mapped_column(String(64), unique=True)
     password_hash: Mapped[str] = mapped_column(String(255))
-    role: Mapped[str] = mapped_column(String(16))
+    role: Mapped[Role] = mapped_column(str_enum(Role, 16))
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
     policy_id: Mapped[str | None] = mapped_column(
         ForeignKey("resource_policies.id", ondelete="RESTRICT"), index=True
@@ -166,7 +170,7 @@ class NodeRow(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     pool: Mapped[str] = mapped_column(String(64), default="default")
     credential_hash: Mapped[str] = mapped_column(String(64), unique=True)
-    status: Mapped[str] = mapped_column(String(16), index=True)  # ALIVE | LOST
+    status: Mapped[NodeStatus] = mapped_column(str_enum(NodeStatus, 16), index=True)
     device_capacity: Mapped[int] = mapped_column(Integer)  # one device, milli-fGPU
     cpu: Mapped[int] = mapped_column(BigInteger, default=0)
     mem: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -228,7 +232,7 @@ class SessionRow(Base):
     name: Mapped[str] = mapped_column(String(80))
     owner_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="RESTRICT"))
     image: Mapped[str] = mapped_column(String(255))
-    type: Mapped[str] = mapped_column(String(16))
+    type: Mapped[SessionType] = mapped_column(str_enum(SessionType, 16))
     command: Mapped[list[str] | None] = mapped_column(JSON)
     env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     priority: Mapped[int] = mapped_column(Integer, default=0)
@@ -241,11 +245,11 @@ class SessionRow(Base):
     gpu_mem: Mapped[int | None] = mapped_column(BigInteger)
     # Storage folders it mounts: [{folder_id, name, read_only}], resolved when it was created.
     folders: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
-    status: Mapped[str] = mapped_column(String(16))
+    status: Mapped[SessionStatus] = mapped_column(str_enum(SessionStatus, 16))
     status_reason: Mapped[str] = mapped_column(Text, default="")
     wait_code: Mapped[str | None] = mapped_column(String(32))
     queue_position: Mapped[int | None] = mapped_column(Integer)
-    result: Mapped[str | None] = mapped_column(String(16))
+    result: Mapped[SessionResult | None] = mapped_column(str_enum(SessionResult, 16))
     exit_code: Mapped[int | None] = mapped_column(Integer)
     node_id: Mapped[str | None] = mapped_column(ForeignKey("nodes.id", ondelete="SET NULL"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
@@ -305,8 +309,8 @@ class StatusHistoryRow(Base):
         ForeignKey("sessions.id", ondelete="CASCADE"), index=True
     )
     owner_id: Mapped[str] = mapped_column(ID, index=True)
-    from_status: Mapped[str | None] = mapped_column(String(16))
-    to_status: Mapped[str] = mapped_column(String(16))
+    from_status: Mapped[SessionStatus | None] = mapped_column(str_enum(SessionStatus, 16))
+    to_status: Mapped[SessionStatus] = mapped_column(str_enum(SessionStatus, 16))
     reason: Mapped[str] = mapped_column(Text, default="")
     at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
@@ -476,7 +480,7 @@ class FolderGrantRow(Base):
     user_id: Mapped[str] = mapped_column(
         ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
     )
-    permission: Mapped[str] = mapped_column(String(2))
+    permission: Mapped[Permission] = mapped_column(str_enum(Permission, 2))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
