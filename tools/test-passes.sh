@@ -1,28 +1,36 @@
 #!/usr/bin/env bash
 # `make test`'s passes, in two lanes that run side by side to keep CI's wall time down on a
-# 2-core machine, then the cluster alone:
+# 2-core machine:
 #
 #   docker lane  the tests marked `docker` (the agent against the Docker Engine, images, the
-#                whole platform, the benchmarks that start it), one at a time: they share one
-#                engine and spend most of their time waiting on containers.
-#   db lane      everything else on SQLite, then the database tests (tests/manager, and the
-#                benchmarks marked `pg`) on PostgreSQL; each in GPUSLICE_TEST_WORKERS processes
-#                (pytest-xdist, default 2): CPU-bound, no Docker, one database per test.
-#   cluster      two managers on PostgreSQL behind HAProxy and two agents (and the recovery
-#                benchmark on it), alone at the end.
+#                whole platform) and `bench` (every benchmark's short run, on SQLite and on
+#                PostgreSQL), in GPUSLICE_TEST_DOCKER_WORKERS processes (default 2), a test
+#                file each at a time (`--dist loadfile`: a module's shared `gpuslice up` stays
+#                in one process); they spend most of their time waiting on containers, on the
+#                processes they start and on the platform's own timers.
+#   db lane      everything else on SQLite, then the manager's tests on PostgreSQL, in
+#                GPUSLICE_TEST_WORKERS processes (default 2): CPU-bound, no Docker, one
+#                database per test; then the cluster (two managers on PostgreSQL behind
+#                HAProxy, two agents, and the recovery benchmark on it).
 #
-# The db lane's output is held back and printed after the docker lane's, so neither report is
-# interleaved with the other. The exit status is non-zero if any part failed; all parts run
-# either way. Extra pytest options: PYTEST_ADDOPTS.
+# No test stops or restarts the machine's dockerd (those use an engine of their own), so the
+# lanes cannot break each other's containers. The db lane's output is held back and printed
+# after the docker lane's, so neither report is interleaved with the other. The exit status
+# is non-zero if any part failed; all parts run either way. Extra pytest options:
+# PYTEST_ADDOPTS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PY:-.venv/bin/python}
 PG_URL=${PG_URL:-postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice}
 WORKERS=${GPUSLICE_TEST_WORKERS:-2}
-case "$WORKERS" in
-  ''|*[!0-9]*|0) echo "GPUSLICE_TEST_WORKERS must be a whole number of 1 or more" >&2; exit 2 ;;
-esac
+DOCKER_WORKERS=${GPUSLICE_TEST_DOCKER_WORKERS:-2}
+for count in "$WORKERS" "$DOCKER_WORKERS"; do
+    case "$count" in
+      ''|*[!0-9]*|0) echo "GPUSLICE_TEST_WORKERS and GPUSLICE_TEST_DOCKER_WORKERS must be" \
+                         "whole numbers of 1 or more" >&2; exit 2 ;;
+    esac
+done
 CLUSTER=(tests/platform/test_cluster.py tests/bench/test_bench.py::test_recovery)
 pytest=("$PY" -m pytest -q -p no:cacheprovider)
 
@@ -37,16 +45,18 @@ trap 'exit 130' INT TERM
 
 db_lane() {
     local sqlite_rc pg_rc
-    echo "== db lane, SQLite: everything not marked docker ($WORKERS processes) =="
-    "${pytest[@]}" -n "$WORKERS" -m "not docker" --durations=15 tests \
-        --deselect "${CLUSTER[1]}" --ignore "${CLUSTER[0]}"
+    echo "== db lane, SQLite: everything not marked docker or bench ($WORKERS processes) =="
+    "${pytest[@]}" -n "$WORKERS" -m "not docker and not bench" --durations=15 tests \
+        --ignore "${CLUSTER[0]}"
     sqlite_rc=$?
-    echo "== db lane, PostgreSQL: the manager's tests and the pg benchmarks ($WORKERS processes) =="
-    GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$WORKERS" --durations=15 -m "not docker" \
-        -k "not test_bench or postgresql or test_agents" tests/manager tests/bench
+    echo "== db lane, PostgreSQL: the manager's tests ($WORKERS processes) =="
+    GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$WORKERS" --durations=15 tests/manager
     pg_rc=$?
-    echo "== db lane: SQLite $sqlite_rc, PostgreSQL $pg_rc =="
-    [ "$sqlite_rc" -eq 0 ] && [ "$pg_rc" -eq 0 ]
+    echo "== db lane, cluster: two managers on PostgreSQL, two agents =="
+    GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" "${CLUSTER[@]}"
+    cluster_rc=$?
+    echo "== db lane: SQLite $sqlite_rc, PostgreSQL $pg_rc, cluster $cluster_rc =="
+    [ "$sqlite_rc" -eq 0 ] && [ "$pg_rc" -eq 0 ] && [ "$cluster_rc" -eq 0 ]
 }
 
 if [ "${1:-}" = "--db-lane" ]; then  # the background lane, as run below
@@ -61,16 +71,13 @@ fi
 (trap - INT QUIT; exec setsid bash "$0" --db-lane) >"$log" 2>&1 &
 db=$!
 
-echo "== docker lane: the tests marked docker, one at a time =="
-"${pytest[@]}" -m docker --durations=25 tests --ignore "${CLUSTER[0]}" \
-    --deselect "${CLUSTER[1]}"
+echo "== docker lane: the tests marked docker or bench ($DOCKER_WORKERS processes, a file each) =="
+GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$DOCKER_WORKERS" --dist loadfile \
+    -m "docker or bench" --durations=25 tests --ignore "${CLUSTER[0]}" --deselect "${CLUSTER[1]}"
 docker_rc=$?
 wait "$db"
 db_rc=$?
 db=""
 cat "$log"
-echo "== cluster: two managers on PostgreSQL, two agents =="
-GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" "${CLUSTER[@]}"
-cluster_rc=$?
-echo "== exit: docker lane $docker_rc, db lane $db_rc, cluster $cluster_rc =="
-[ "$docker_rc" -eq 0 ] && [ "$db_rc" -eq 0 ] && [ "$cluster_rc" -eq 0 ]
+echo "== exit: docker lane $docker_rc, db lane $db_rc =="
+[ "$docker_rc" -eq 0 ] && [ "$db_rc" -eq 0 ]

@@ -19,6 +19,11 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import pg_url
+from tests.waits import scaled
+
+# Each is a process of its own that mostly waits on the ones it starts: they run in the docker
+# lane of tools/test-passes.sh, beside the CPU-bound tests.
+pytestmark = pytest.mark.bench
 
 ROOT = Path(__file__).resolve().parents[2]
 BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
@@ -30,7 +35,8 @@ def run_bench(name: str, *args: str, timeout: float = TIMEOUT_S) -> dict[str, st
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run([sys.executable, f"bench/{name}.py", "--short", *args], cwd=ROOT,
-                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
+                          env=env, capture_output=True, text=True, timeout=scaled(timeout),
+                          check=False)
     output = f"{done.stdout}\n{done.stderr}"[-6000:]
     assert done.returncode == 0, f"bench/{name}.py exited {done.returncode}:\n{output}"
     lines = done.stdout.strip().splitlines()
