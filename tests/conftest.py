@@ -55,6 +55,16 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         timer.cancel()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test file is a group of its own for pytest-xdist's ``--dist loadgroup`` (as
+    ``loadfile`` would make it: a module's shared fixtures stay in one process), unless it
+    names a group to share with other files (``pytest.mark.xdist_group``)."""
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+
+
 def pg_url() -> str | None:
     """GPUSLICE_TEST_PG with the asyncpg driver (``postgresql://…`` is accepted too)."""
     if not PG_URL:

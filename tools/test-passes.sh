@@ -5,9 +5,11 @@
 #   docker lane  the tests marked `docker` (the agent against the Docker Engine, images, the
 #                whole platform) and `bench` (every benchmark's short run, on SQLite and on
 #                PostgreSQL), in GPUSLICE_TEST_DOCKER_WORKERS processes (default 2), a test
-#                file each at a time (`--dist loadfile`: a module's shared `gpuslice up` stays
-#                in one process); they spend most of their time waiting on containers, on the
-#                processes they start and on the platform's own timers.
+#                file each at a time (`--dist loadgroup`, a group per file: a module's shared
+#                `gpuslice up` stays in one process; the files that start JupyterLab and a
+#                browser share a group, so they never run side by side); they spend most of
+#                their time waiting on containers, on the processes they start and on the
+#                platform's own timers.
 #   db lane      everything else on SQLite, then the manager's tests on PostgreSQL, in
 #                GPUSLICE_TEST_WORKERS processes (default 2): CPU-bound, no Docker, one
 #                database per test; then the cluster (two managers on PostgreSQL behind
@@ -72,7 +74,7 @@ fi
 db=$!
 
 echo "== docker lane: the tests marked docker or bench ($DOCKER_WORKERS processes, a file each) =="
-GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$DOCKER_WORKERS" --dist loadfile \
+GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$DOCKER_WORKERS" --dist loadgroup \
     -m "docker or bench" --durations=25 tests --ignore "${CLUSTER[0]}" --deselect "${CLUSTER[1]}"
 docker_rc=$?
 wait "$db"
