@@ -237,7 +237,7 @@ def test_mlflow_lists_a_run_logged_in_the_session_and_tensorboard_lists_runs(
     sid = plat.session("track", MLFLOW, "--cpu", "0.5", "--mem", "1500m")
     client = admin(plat)
     trained = client.exec(sid, ["python3", "/opt/gpuslice/examples/mlflow/train_diabetes.py",
-                                "0.1", "0.5"], timeout=scaled(600))
+                                "0.1", "0.5"], timeout=600)  # exec's largest
     assert trained.exit_code == 0, trained.stderr
     run_id = trained.stdout.split("run ")[-1].split()[0]
     url = client.start_app(sid, "mlflow").url

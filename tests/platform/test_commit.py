@@ -38,7 +38,7 @@ def _install(platform: Platform, session: str) -> str:
     a module written into the user's site-packages stands in for the package.
     """
     pip = platform.cli("session", "exec", "--timeout", "180", session, "--",
-                       "pip", "install", "--user", "--no-cache-dir", "six", timeout=scaled(240))
+                       "pip", "install", "--user", "--no-cache-dir", "six", timeout=240)
     if pip.returncode == 0:
         return "six"
     print(f"pip could not install six ({(pip.stderr + pip.stdout).strip()[-300:]}); "

@@ -111,7 +111,7 @@ def test_pip_install_user_persists_in_the_auto_mounted_local(platform: Platform,
     platform.ok("session", "create", "--name", "one", *SMALL, "--folder", "wheels:ro", "--wait")
     pip = platform.cli("session", "exec", "--timeout", "120", "one", "--", "python3", "-m",
                        "pip", "install", "--user", "--no-index",
-                       "/home/work/wheels/gsdemo-1.0-py3-none-any.whl", timeout=scaled(180))
+                       "/home/work/wheels/gsdemo-1.0-py3-none-any.whl", timeout=180)
     assert pip.returncode == 0, pip.stderr + pip.stdout
     platform.ok("session", "destroy", "one")
     platform.ok("session", "create", "--name", "two", *SMALL, "--wait")  # no --folder at all
