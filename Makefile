@@ -34,9 +34,9 @@ UP_ARGS ?=
 up: host venv web
 	$(VENV)/bin/gpuslice up $(UP_ARGS)
 
-# Everything: lint, then the tests marked docker (GPUSLICE_TEST_DOCKER_WORKERS processes)
-# beside all the others (on SQLite, then the database tests on PostgreSQL, in
-# GPUSLICE_TEST_WORKERS processes, then the cluster): tools/test-passes.sh.
+# Everything: lint, then the tests marked docker or bench (GPUSLICE_TEST_DOCKER_WORKERS
+# processes) and the cluster, beside all the others (on SQLite, then the manager's tests on
+# PostgreSQL, in GPUSLICE_TEST_WORKERS processes): tools/test-passes.sh.
 test: host-test venv web images lint
 	bash tools/test-passes.sh
 

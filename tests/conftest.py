@@ -55,14 +55,25 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         timer.cancel()
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Each test file is a group of its own for pytest-xdist's ``--dist loadgroup`` (as
-    ``loadfile`` would make it: a module's shared fixtures stay in one process), unless it
-    names a group to share with other files (``pytest.mark.xdist_group``)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::", 1)[0]))
+# Test files that share one process under `--dist loadfile` (tools/test-passes.sh's docker
+# lane), so they never run side by side: JupyterLab, MLflow and a browser are the heaviest
+# starts of the suite, and two at once on a 2-core machine outlast their start timeouts.
+SAME_PROCESS = {"tests/platform/test_console.py": "tests/platform/test_apps.py"}
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """Under ``--dist loadfile``, xdist's file scheduling with SAME_PROCESS's files joined
+    (``--dist loadgroup`` would do it, but it renames nodeids in a way pytest 9.2 ignores)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SharedFiles(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = super()._split_scope(nodeid)
+            return SAME_PROCESS.get(path, path)
+
+    return SharedFiles(config, log)  # type: ignore[arg-type]
 
 
 def pg_url() -> str | None:

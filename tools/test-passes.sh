@@ -5,15 +5,16 @@
 #   docker lane  the tests marked `docker` (the agent against the Docker Engine, images, the
 #                whole platform) and `bench` (every benchmark's short run, on SQLite and on
 #                PostgreSQL), in GPUSLICE_TEST_DOCKER_WORKERS processes (default 2), a test
-#                file each at a time (`--dist loadgroup`, a group per file: a module's shared
-#                `gpuslice up` stays in one process; the files that start JupyterLab and a
-#                browser share a group, so they never run side by side); they spend most of
-#                their time waiting on containers, on the processes they start and on the
-#                platform's own timers.
+#                file each at a time (`--dist loadfile`: a module's shared `gpuslice up` stays
+#                in one process; the two files that start JupyterLab and a browser share one,
+#                tests/conftest.py SAME_PROCESS, so they never run side by side); they spend
+#                most of their time waiting on containers, on the processes they start and on
+#                the platform's own timers.
+#                Then the cluster (two managers on PostgreSQL behind HAProxy, two agents, and
+#                the recovery benchmark on it).
 #   db lane      everything else on SQLite, then the manager's tests on PostgreSQL, in
 #                GPUSLICE_TEST_WORKERS processes (default 2): CPU-bound, no Docker, one
-#                database per test; then the cluster (two managers on PostgreSQL behind
-#                HAProxy, two agents, and the recovery benchmark on it).
+#                database per test.
 #
 # No test stops or restarts the machine's dockerd (those use an engine of their own), so the
 # lanes cannot break each other's containers. The db lane's output is held back and printed
@@ -54,11 +55,8 @@ db_lane() {
     echo "== db lane, PostgreSQL: the manager's tests ($WORKERS processes) =="
     GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$WORKERS" --durations=15 tests/manager
     pg_rc=$?
-    echo "== db lane, cluster: two managers on PostgreSQL, two agents =="
-    GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" "${CLUSTER[@]}"
-    cluster_rc=$?
-    echo "== db lane: SQLite $sqlite_rc, PostgreSQL $pg_rc, cluster $cluster_rc =="
-    [ "$sqlite_rc" -eq 0 ] && [ "$pg_rc" -eq 0 ] && [ "$cluster_rc" -eq 0 ]
+    echo "== db lane: SQLite $sqlite_rc, PostgreSQL $pg_rc =="
+    [ "$sqlite_rc" -eq 0 ] && [ "$pg_rc" -eq 0 ]
 }
 
 if [ "${1:-}" = "--db-lane" ]; then  # the background lane, as run below
@@ -74,12 +72,15 @@ fi
 db=$!
 
 echo "== docker lane: the tests marked docker or bench ($DOCKER_WORKERS processes, a file each) =="
-GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$DOCKER_WORKERS" --dist loadgroup \
+GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$DOCKER_WORKERS" --dist loadfile \
     -m "docker or bench" --durations=25 tests --ignore "${CLUSTER[0]}" --deselect "${CLUSTER[1]}"
 docker_rc=$?
+echo "== docker lane, cluster: two managers on PostgreSQL, two agents =="
+GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" "${CLUSTER[@]}"
+cluster_rc=$?
 wait "$db"
 db_rc=$?
 db=""
 cat "$log"
-echo "== exit: docker lane $docker_rc, db lane $db_rc =="
-[ "$docker_rc" -eq 0 ] && [ "$db_rc" -eq 0 ]
+echo "== exit: docker lane $docker_rc, cluster $cluster_rc, db lane $db_rc =="
+[ "$docker_rc" -eq 0 ] && [ "$cluster_rc" -eq 0 ] && [ "$db_rc" -eq 0 ]

@@ -29,9 +29,9 @@ from tests.platform import app_image
 from tests.platform.conftest import GPUSLICE, Platform, run_up
 from tests.waits import scaled
 
-# JupyterLab, MLflow and a browser: the heaviest starts of the suite, one module after the
-# other in one process of the docker lane (tests/conftest.py), never side by side
-pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("browser-apps")]
+# JupyterLab, MLflow and a browser: in the docker lane this module shares a process with the
+# other one that starts them (tests/conftest.py SAME_PROCESS), never side by side
+pytestmark = pytest.mark.docker
 
 NOTEBOOK = "gpuslice/notebook:4.2.5"
 MLFLOW = "gpuslice/mlflow:3.5.1"

@@ -23,9 +23,9 @@ from gpuslice.client import Client
 from tests.platform.conftest import Platform, run_up
 from tests.waits import scaled
 
-# JupyterLab, MLflow and a browser: the heaviest starts of the suite, one module after the
-# other in one process of the docker lane (tests/conftest.py), never side by side
-pytestmark = [pytest.mark.docker, pytest.mark.xdist_group("browser-apps")]
+# JupyterLab, MLflow and a browser: in the docker lane this module shares a process with the
+# other one that starts them (tests/conftest.py SAME_PROCESS), never side by side
+pytestmark = pytest.mark.docker
 
 BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
 ARTIFACTS = Path(os.environ.get("GPUSLICE_ARTIFACTS", Path(__file__).parents[1] / "artifacts"))
