@@ -5,6 +5,7 @@ GPU numbers are missing kept; stats, usage, top and /metrics, each for who may s
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from tests.manager.fake_agent import FakeAgent
 from tests.waits import scaled
 
 GiB = 1024**3
+ALERT_RULES = Path(__file__).resolve().parents[2] / "deploy" / "monitoring" / "alerts.yml"
 IDLE = {"window": 2, "gpu_util": 1}
 
 
@@ -231,6 +233,10 @@ async def test_metrics_need_a_token_and_show_each_session(
     assert found["gpuslice_pool_allocation_ratio"][{"pool": "default", "resource": "gpu"}] == 0.75
     assert {"node": "node-1", "pool": "default"} in found["gpuslice_node_heartbeat_age_seconds"]
     assert found["gpuslice_scheduling_pass_seconds_count"][{}] >= 1
+    # what the shipped alert rules read is exported (the backup's only after a first backup)
+    rules = set(re.findall(r"\bgpuslice_[a-z_]+", ALERT_RULES.read_text()))
+    rules.discard("gpuslice_backup_last_success_timestamp_seconds")
+    assert rules - set(found) == set()
 
 
 async def test_metrics_tell_a_lost_node_from_a_revoked_one(
