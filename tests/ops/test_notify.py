@@ -50,7 +50,9 @@ def test_manager_serve_is_ready_only_when_its_port_answers(tmp_path: Path) -> No
     receiver = NotifySocket()
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
-    env |= receiver.env | {"GPUSLICE_DATA_DIR": str(tmp_path / "data")}
+    # a unit with WatchdogSec=1s: fed every half second from the event loop
+    env |= receiver.env | {"GPUSLICE_DATA_DIR": str(tmp_path / "data"),
+                           "WATCHDOG_USEC": "1000000"}
     log = (tmp_path / "manager.log").open("w")
     manager = subprocess.Popen([GPUSLICE, "manager", "serve", "--port", str(port)], env=env,
                                stdout=log, stderr=subprocess.STDOUT)
@@ -67,6 +69,7 @@ def test_manager_serve_is_ready_only_when_its_port_answers(tmp_path: Path) -> No
                                    on_message=at_ready)
         assert answers == [200], (tmp_path / "manager.log").read_text()
         assert f"STATUS=serving on {url}" in fields
+        receiver.wait_for("WATCHDOG=1", timeout=10)  # still fed after READY=1
         manager.send_signal(signal.SIGTERM)
         receiver.wait_for("STOPPING=1", timeout=30)
         assert manager.wait(scaled(30)) == 0
