@@ -100,15 +100,25 @@ def _data_dir(part: Part, config: Path | None, args: list[str]) -> tuple[Path | 
     if part == "agent":
         return None, False
     if part == "up":
-        given = [a.split("=", 1)[1] if "=" in a else args[i + 1] if i + 1 < len(args) else ""
-                 for i, a in enumerate(args) if a.split("=", 1)[0] == "--data-dir"]
-        return (Path(given[-1]).expanduser().resolve(), False) if given else (DATA_DIR, True)
+        given = _option(args, "--data-dir")
+        return (Path(given).expanduser().resolve(), False) if given else (DATA_DIR, True)
     from gpuslice.manager.settings import load_settings
 
     settings = _load(lambda: load_settings(config))
     if "data_dir" in settings.model_fields_set:
         return settings.data_dir.resolve(), False
     return DATA_DIR, True
+
+
+def _option(args: list[str], name: str) -> str | None:
+    """The last value of ``name`` among ``args`` (``--name VALUE`` or ``--name=VALUE``)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
 
 
 def _local_services(part: Part, config: Path | None) -> list[str]:
