@@ -1,6 +1,6 @@
 """A real Prometheus server for tests (Debian's ``prometheus`` package, which ``make test``
-installs), started on a free local port with the repository's scrape config pointed at a
-manager, and its HTTP query API.
+installs), started on a free local port with the repository's scrape config (and the alert
+rules it loads) pointed at a manager, and its HTTP query API.
 
 Tests that need it skip, saying why, when the binary is missing.
 """
@@ -26,6 +26,7 @@ from tests.waits import scaled
 REPO = Path(__file__).resolve().parents[1]
 SCRAPE_CONFIG = REPO / "deploy" / "monitoring" / "prometheus.yml"
 DASHBOARD = REPO / "deploy" / "monitoring" / "grafana-dashboard.json"
+ALERT_RULES = REPO / "deploy" / "monitoring" / "alerts.yml"
 
 
 def prometheus_binary() -> str:
@@ -77,10 +78,12 @@ def prometheus(target: str, token: str, workdir: Path) -> Iterator[Prometheus]:
     config = SCRAPE_CONFIG.read_text()
     for old, new in (('["127.0.0.1:8080"]', f'["{target}"]'),
                      ("/etc/prometheus/gpuslice-scrape-token", str(token_file)),
-                     ("scrape_interval: 15s", "scrape_interval: 1s")):
+                     ("scrape_interval: 15s", "scrape_interval: 1s"),
+                     ("evaluation_interval: 15s", "evaluation_interval: 1s")):
         assert old in config, f"{SCRAPE_CONFIG} no longer has {old!r}"
         config = config.replace(old, new)
     (workdir / "prometheus.yml").write_text(config)
+    shutil.copy(ALERT_RULES, workdir / ALERT_RULES.name)  # rule_files: beside the config
     port = free_port()
     log = workdir / "prometheus.log"
     with log.open("wb") as out:

@@ -107,6 +107,7 @@ def lock_data_dir(path: Path, name: str, what: str,
 class Serving:
     task: asyncio.Task[None]  # the server's: done when it stopped
     app: FastAPI  # what it serves, started (for a caller in this process, e.g. `up`'s agent)
+    url: str  # where it listens (scheme, address and port as given)
 
 
 @contextlib.asynccontextmanager
@@ -132,7 +133,7 @@ async def manager_running(settings: ManagerSettings, host: str, port: int
             if serving.done():
                 raise CliError(f"the manager could not start on {host}:{port}")
             await asyncio.sleep(0.05)
-        yield Serving(serving, app)
+        yield Serving(serving, app, f"{server.scheme}://{host}:{port}")
     finally:
         server.exit()
         with contextlib.suppress(Exception):
@@ -141,11 +142,42 @@ async def manager_running(settings: ManagerSettings, host: str, port: int
 
 
 async def _until_signal(main: Callable[[asyncio.Event], Coroutine[None, None, None]]) -> None:
+    from gpuslice.ops import notify
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def stop_now() -> None:
+        if not stop.is_set():
+            notify.stopping()  # systemd shows "deactivating" while we drain, not "active"
+        stop.set()
+
     for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    await main(stop)
+        loop.add_signal_handler(sig, stop_now)
+    watchdog = asyncio.create_task(notify.keep_watchdog_fed(stop))
+    try:
+        await main(stop)
+    finally:
+        stop.set()
+        await watchdog
+
+
+async def until_ready(main: Coroutine[None, None, None], ready: asyncio.Event,
+                      status: str) -> None:
+    """Run ``main``; tell systemd READY=1 (with ``status``) once ``ready`` is set, not before:
+    a unit ordered after this one must find it working."""
+    from gpuslice.ops import notify
+
+    task = asyncio.create_task(main)
+    waiting = asyncio.create_task(ready.wait())
+    try:
+        await asyncio.wait([task, waiting], return_when=asyncio.FIRST_COMPLETED)
+        if ready.is_set() and not task.done():
+            notify.ready(status)
+        await task
+    finally:
+        waiting.cancel()
+        task.cancel()  # only when this wait itself was cancelled: otherwise it is done
 
 
 # Optional modules that libraries on the hot path try to import on every call: httpcore looks

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -13,8 +14,12 @@ from gpuslice.cli._serve import (
     log_to_stderr,
     prepare_data_dir,
     run_until_signal,
+    until_ready,
 )
 from gpuslice.cli.output import CliError, friendly
+
+if TYPE_CHECKING:
+    from gpuslice.agent.service import Agent
 
 app = typer.Typer(help="Run a node agent alone (multi-node installs).", no_args_is_help=True)
 
@@ -41,10 +46,17 @@ def agent_serve(
     log_to_stderr(settings.log)
     say = log_say("gpuslice.agent")
     try:
-        run_until_signal(lambda stop: Agent(settings, say=say).run(stop))
+        run_until_signal(lambda stop: _run_agent(Agent(settings, say=say), stop))
     except (NotRegistered, VersionMismatch, IsolationError, ShimError) as err:
         raise CliError(str(err)) from None
     except LinkError as err:  # the manager refused it outright (a bad join token, ...)
         raise CliError(f"the manager at {settings.manager_url} refused this node: {err}") from None
     finally:
         lock.release()
+
+
+async def _run_agent(agent: Agent, stop: asyncio.Event) -> None:
+    """The agent until ``stop``; systemd hears READY=1 once it joined and the manager has its
+    first heartbeat (a session placed on this node from then on gets started)."""
+    joined = f"node {agent.settings.node_name} joined {agent.settings.manager_url}"
+    await until_ready(agent.run(stop), agent.ready, joined)

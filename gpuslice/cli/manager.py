@@ -45,7 +45,11 @@ def manager_serve(
 
 
 async def _serve(settings: ManagerSettings, host: str, port: int, stop: asyncio.Event) -> None:
+    from gpuslice.ops import notify
+
     async with manager_running(settings, host, port) as running:
+        # uvicorn has run the app's startup and its socket listens: connections are answered
+        notify.ready(f"serving on {running.url}")
         serving = running.task
         await asyncio.wait([serving, asyncio.create_task(stop.wait())],
                            return_when=asyncio.FIRST_COMPLETED)

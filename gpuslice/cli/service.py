@@ -1,8 +1,10 @@
-"""`gpuslice service install / uninstall manager|agent`: run a part as a systemd service.
+"""`gpuslice service install / uninstall manager|agent|up`: run a part as a systemd service.
 
-The unit (see `gpuslice.ops.systemd`) runs `gpuslice <part> serve` of this installation with
-`--config FILE` and any serve options after `--`, as `--user`, restarting on failure. Without
-a running systemd the command says so and prints the unit (exit code 1); `--print` only prints.
+The unit (see `gpuslice.ops.systemd`) runs `gpuslice <part> serve` (or `gpuslice up`) of this
+installation with `--config FILE` and any options after `--`, as `--user` (the manager: the
+system user `gpuslice`, made if missing; the agent and `up`: root), restarting on failure.
+Without a running systemd the command says so and prints the unit (exit code 1); `--print`
+only prints.
 """
 
 from __future__ import annotations
@@ -21,29 +23,36 @@ if TYPE_CHECKING:
     from gpuslice.ops.systemd import Part, UnitSpec
 
 T = TypeVar("T")
-app = typer.Typer(help="Run the manager or an agent as a systemd service.", no_args_is_help=True)
+app = typer.Typer(help="Run the manager, an agent or `up` as a systemd service.",
+                  no_args_is_help=True)
 _LOCAL_HOSTS = {None, "", "localhost", "127.0.0.1", "::1"}
 
 
 @app.command("install")
 @friendly
 def install(
-    part: Annotated[str, typer.Argument(help="manager or agent.")],
+    part: Annotated[str, typer.Argument(help="manager, agent or up.")],
     serve_args: Annotated[list[str] | None, typer.Argument(
-        help="Options for `gpuslice PART serve`, after `--` (e.g. -- --host 0.0.0.0).",
-        show_default=False)] = None,
+        help="Options for `gpuslice PART serve` or `gpuslice up`, after `--` (e.g. -- --host "
+             "0.0.0.0).", show_default=False)] = None,
     config: Annotated[Path | None, typer.Option(help="Its TOML settings file.")] = None,
-    user: Annotated[str | None, typer.Option(help="Run it as this user (default: you).")] = None,
+    user: Annotated[str | None, typer.Option(
+        help="Run it as this user (default: the manager as the system user gpuslice, made if "
+             "missing; agent and up as root).")] = None,
     print_only: Annotated[bool, typer.Option(
         "--print", help="Only print the unit; install nothing.")] = False,
 ) -> None:
-    """Write a systemd unit for the manager or an agent, enable it and start it."""
+    """Write a systemd unit for the manager, an agent or `up`, enable it and start it (it
+    returns once the part serves)."""
     from gpuslice.ops import systemd
 
     checked = _part(part)
+    args = serve_args or []
     with _errors():
-        spec = systemd.spec_for(checked, config=config, user=user, serve_args=serve_args or [],
-                                local_after=_local_services(checked, config))
+        data_dir, names_it = _data_dir(checked, config, args)
+        spec = systemd.spec_for(checked, config=config, user=user, serve_args=args,
+                                local_after=_local_services(checked, config),
+                                data_dir=data_dir, names_data_dir=names_it)
     if print_only:
         sys.stdout.write(systemd.render(spec))
         return
@@ -61,7 +70,7 @@ def install(
 
 @app.command("uninstall")
 @friendly
-def uninstall(part: Annotated[str, typer.Argument(help="manager or agent.")]) -> None:
+def uninstall(part: Annotated[str, typer.Argument(help="manager, agent or up.")]) -> None:
     """Stop and disable the service and remove its unit (its environment file stays)."""
     from gpuslice.ops import systemd
 
@@ -77,13 +86,46 @@ def uninstall(part: Annotated[str, typer.Argument(help="manager or agent.")]) ->
 
 
 def _part(value: str) -> Part:
-    if value not in ("manager", "agent"):
-        raise CliError(f"PART: {value!r} is not a part; use manager or agent", 2)
+    if value not in ("manager", "agent", "up"):
+        raise CliError(f"PART: {value!r} is not a part; use manager, agent or up", 2)
     return value  # type: ignore[return-value]
 
 
+def _data_dir(part: Part, config: Path | None, args: list[str]) -> tuple[Path | None, bool]:
+    """Where the part keeps its data, and whether the unit must say so: the manager's and
+    `up`'s go to /var/lib/gpuslice unless their settings or options name one (the agent, as
+    root, keeps its default)."""
+    from gpuslice.ops.systemd import DATA_DIR
+
+    if part == "agent":
+        return None, False
+    if part == "up":
+        given = _option(args, "--data-dir")
+        return (Path(given).expanduser().resolve(), False) if given else (DATA_DIR, True)
+    from gpuslice.manager.settings import load_settings
+
+    settings = _load(lambda: load_settings(config))
+    if "data_dir" in settings.model_fields_set:
+        return settings.data_dir.resolve(), False
+    return DATA_DIR, True
+
+
+def _option(args: list[str], name: str) -> str | None:
+    """The last value of ``name`` among ``args`` (``--name VALUE`` or ``--name=VALUE``)."""
+    value = None
+    for i, arg in enumerate(args):
+        if arg == name and i + 1 < len(args):
+            value = args[i + 1]
+        elif arg.startswith(name + "="):
+            value = arg.split("=", 1)[1]
+    return value
+
+
 def _local_services(part: Part, config: Path | None) -> list[str]:
-    """What the part needs that runs on this machine: Docker (agent), PostgreSQL (manager)."""
+    """What the part needs that runs on this machine: Docker (agent, up), PostgreSQL
+    (manager, when its database is here)."""
+    if part == "up":
+        return ["docker.service"]
     if part == "agent":
         from gpuslice.agent.settings import load_agent_settings
 

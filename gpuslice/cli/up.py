@@ -136,6 +136,7 @@ async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Ser
     from gpuslice.agent.service import Agent
     from gpuslice.agent.settings import AgentSettings, MockGpu
     from gpuslice.manager.services.users import CREDENTIALS_FILE
+    from gpuslice.ops import notify
 
     url, credentials = options.url, options.data_dir / CREDENTIALS_FILE
     admin = await asyncio.to_thread(_admin_client, url, credentials)
@@ -162,6 +163,7 @@ async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Ser
         ready.cancel()
         if agent.ready.is_set():  # up means ready: a session asked for now gets placed
             _announce(say, url, options, cli_note, credentials, settings)
+            notify.ready(f"up at {url} (node {options.node_name} joined)")
         done, _ = await asyncio.wait([agent_task, serving, asyncio.create_task(stop.wait())],
                                      return_when=asyncio.FIRST_COMPLETED)
         if agent_task in done and agent_task.exception() is not None:

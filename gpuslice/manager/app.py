@@ -55,7 +55,7 @@ from gpuslice.manager.services.nodes import registration
 from gpuslice.manager.services.nodes.liveness import SweepGrace, sweep_lost
 from gpuslice.manager.services.nodes.versions import VersionWatch
 from gpuslice.manager.services.scheduling.passes import run_pass
-from gpuslice.manager.services.storage.fs import StorageFS
+from gpuslice.manager.services.storage.fs import StorageFS, may_chown
 from gpuslice.manager.services.storage.usage import measure_all
 from gpuslice.manager.settings import ManagerSettings
 from gpuslice.manager.startup import Database, open_database
@@ -240,7 +240,7 @@ async def _storage(settings: ManagerSettings) -> StorageFS:
     owner = settings.storage.uid_gid
     storage = StorageFS(settings.storage_root, owner)
     await asyncio.to_thread(storage.prepare)
-    if os.geteuid() not in (0, owner[0]):
+    if not may_chown() and os.geteuid() != owner[0]:
         log.warning(
             "the manager runs as uid %d, neither root nor the session user %d: it cannot give "
             "folders to the session user, and files sessions write may not be deletable "

@@ -5,19 +5,26 @@ GPU numbers are missing kept; stats, usage, top and /metrics, each for who may s
 from __future__ import annotations
 
 import asyncio
+import re
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import update
 
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import NodeRow
+from gpuslice.manager.services.nodes.liveness import sweep_lost
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.conftest import IMAGE, AgentFactory, Client, UserFactory, client_for, create
 from tests.manager.fake_agent import FakeAgent
 from tests.waits import scaled
 
 GiB = 1024**3
+ALERT_RULES = Path(__file__).resolve().parents[2] / "deploy" / "monitoring" / "alerts.yml"
 IDLE = {"window": 2, "gpu_util": 1}
 
 
@@ -226,6 +233,30 @@ async def test_metrics_need_a_token_and_show_each_session(
     assert found["gpuslice_pool_allocation_ratio"][{"pool": "default", "resource": "gpu"}] == 0.75
     assert {"node": "node-1", "pool": "default"} in found["gpuslice_node_heartbeat_age_seconds"]
     assert found["gpuslice_scheduling_pass_seconds_count"][{}] >= 1
+    # what the shipped alert rules read is exported (the backup's only after a first backup)
+    rules = set(re.findall(r"\bgpuslice_[a-z_]+", ALERT_RULES.read_text()))
+    rules.discard("gpuslice_backup_last_success_timestamp_seconds")
+    assert rules - set(found) == set()
+
+
+async def test_metrics_tell_a_lost_node_from_a_revoked_one(
+    app: FastAPI, admin: Client, make_agent: AgentFactory
+) -> None:
+    for name in ("lost-1", "revoked-1", "alive-1"):
+        await make_agent(name)
+    async with app.state.sessionmaker() as db:  # its heartbeats stopped a minute ago
+        await db.execute(update(NodeRow).where(NodeRow.name == "lost-1")
+                         .values(last_heartbeat_at=utcnow() - timedelta(minutes=1)))
+        await db.commit()
+    assert await sweep_lost(app.state.sessionmaker, timeout=30) == 1
+    ids = {n["name"]: n["id"] for n in (await admin.get("/api/v1/nodes")).json()}
+    assert (await admin.post(f"/api/v1/nodes/{ids['revoked-1']}/revoke")).status_code == 200
+    found = scraped((await admin.get("/metrics")).text)
+    for node, now in (("lost-1", "LOST"), ("revoked-1", "REVOKED"), ("alive-1", "ALIVE")):
+        for status in ("ALIVE", "LOST", "REVOKED"):
+            labels = {"node": node, "pool": "default", "status": status}
+            assert found["gpuslice_node_status"][labels] == (status == now), (node, status)
+        assert found["gpuslice_node_up"][{"node": node, "pool": "default"}] == (now == "ALIVE")
 
 
 class Series(dict[frozenset[tuple[str, str]], float]):

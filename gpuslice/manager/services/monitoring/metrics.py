@@ -27,6 +27,7 @@ from pydantic import SecretStr
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpuslice.common.schemas.agents import NodeStatus
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.base import utcnow
@@ -252,7 +253,11 @@ def _control_plane(snap: Snapshot) -> Iterator[Metric]:
 def _nodes(snap: Snapshot) -> Iterator[Metric]:
     age = _gauge("gpuslice_node_heartbeat_age_seconds", "Seconds since the node's last "
                  "heartbeat.", ["node", "pool"])
-    up = _gauge("gpuslice_node_up", "1 while the node is ALIVE, 0 when LOST.", ["node", "pool"])
+    up = _gauge("gpuslice_node_up", "1 while the node is ALIVE, 0 when LOST or REVOKED.",
+                ["node", "pool"])
+    # Alerts need a lost node told from one an admin revoked on purpose (both are not up).
+    status = _gauge("gpuslice_node_status", "1 for the node's status (ALIVE, LOST, REVOKED), "
+                    "0 for the others.", ["node", "pool", "status"])
     ratio = _gauge("gpuslice_pool_allocation_ratio",
                    "Allocated share of the pool's alive capacity.", ["pool", "resource"])
     pools: dict[str, list[int]] = defaultdict(lambda: [0] * 6)
@@ -262,6 +267,9 @@ def _nodes(snap: Snapshot) -> Iterator[Metric]:
         gpus[d.node_id][1] += d.capacity
     for node in snap.nodes:
         up.add_metric([node.name, node.pool], 1 if node.status == "ALIVE" else 0)
+        for value in NodeStatus:
+            status.add_metric([node.name, node.pool, value.value],
+                              1 if node.status == value.value else 0)
         if node.last_heartbeat_at is not None:
             age.add_metric([node.name, node.pool],
                            max(0.0, (snap.now - node.last_heartbeat_at).total_seconds()))
@@ -275,7 +283,7 @@ def _nodes(snap: Snapshot) -> Iterator[Metric]:
                                        ("mem", mem_used, mem)):
             if total:
                 ratio.add_metric([pool, resource], used_ / total)
-    yield from (age, up, ratio)
+    yield from (age, up, status, ratio)
 
 
 __all__ = ["ManagerMetrics", "Snapshot", "check_scraper", "render", "scrape", "snapshot"]

@@ -9,7 +9,8 @@ pipes and sockets are refused. Blocking calls: the services run these in a threa
 
 Ownership: folders and what the manager writes belong to ``owner`` (uid:gid, the agents'
 ``session_user``); directories 0755 (a folder's top 0770), files 0644: the session user can
-read, change and delete everything, and so can the manager (root, or that uid).
+read, change and delete everything, and so can the manager (root, that uid, or a manager
+holding CAP_CHOWN, CAP_DAC_OVERRIDE and CAP_FOWNER, as the systemd unit runs it).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ class StorageFS:
     def __init__(self, root: Path, owner: tuple[int, int]) -> None:
         self.root = root
         self.uid, self.gid = owner
-        self._chown = os.geteuid() == 0
+        self._chown = may_chown()
 
     # ------------------------------------------------------------ folders
 
@@ -349,6 +350,23 @@ def _special(path: str) -> InvalidRequest:
         f"{path} is not a regular file: device files, pipes and sockets are not served",
         field="path", code="path_not_allowed",
     )
+
+
+def may_chown() -> bool:
+    """Whether this process may give files away: root, or a manager holding ``CAP_CHOWN``
+    without root (the unit `gpuslice service install manager` writes grants it)."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        status = Path("/proc/self/status").read_text()
+    except OSError:
+        return False
+    effective = next((line.split()[1] for line in status.splitlines()
+                      if line.startswith("CapEff:")), "0")
+    return bool(int(effective, 16) & (1 << _CAP_CHOWN))
+
+
+_CAP_CHOWN = 0  # linux/capability.h
 
 
 def _copy_across(src_dir: int, src: str, dst_dir: int, dst: str) -> None:
