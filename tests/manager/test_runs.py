@@ -112,3 +112,37 @@ async def test_a_failed_run_and_what_others_see(make_user: UserFactory,
     assert (await alice.post("/api/v1/runs/check", json=fine)).status_code == 204
     assert (await alice.post("/api/v1/runs/check", json={**fine, "folders": ["nope"]})
             ).status_code == 422
+
+
+BAD_RUNS = [  # (what the body changes, the field named, words of the one-line answer)
+    ({"folders": ["a b"]}, "folders", "write NAME, NAME:ro or NAME:rw"),
+    ({"folders": ["x:zz"]}, "folders", "write NAME, NAME:ro or NAME:rw"),
+    ({"folders": [""]}, "folders", "write NAME, NAME:ro or NAME:rw"),
+    ({"folders": ["f" * 81]}, "folders", "write NAME, NAME:ro or NAME:rw"),
+    ({"env": {"A=B": "v"}}, "env", "'A=B' is not a valid variable name"),
+    ({"env": {"1": ""}}, "env", "'1' is not a valid variable name"),
+    ({"name": "n" * 81}, "name", "use 1-63 lowercase letters, digits and dashes"),
+    ({"name": "Bad_Name"}, "name", "use 1-63 lowercase letters, digits and dashes"),
+    ({"args": ["a"] * 256}, "args", "at most"),
+]
+
+
+async def test_bad_run_input_is_a_422_naming_the_field(make_user: UserFactory,
+                                                       make_agent: AgentFactory) -> None:
+    # Issue 35, finding 9: these were 500s (the run's session refused what the run took in).
+    alice = await make_user("alice")
+    await make_agent("node-1", devices=[gpu(0, mem=8 * GiB)], fgpu_per_gpu=2)
+    await upload_code(alice, "ok", {"train.py": b"print(1)\n"})
+    good = {"name": "ok", "script": "train.py", "image": IMAGE,
+            "resources": {"gpu": 0.5, "cpu": 1, "mem": "1g"}}
+    for change, field, words in BAD_RUNS:
+        for path in ("/api/v1/runs/check", "/api/v1/runs"):
+            r = await alice.post(path, json={**good, **change})
+            answer = r.json()
+            assert r.status_code == 422, (change, path, r.text)
+            assert answer["code"] == "validation_error" and answer["field"].startswith(field)
+            assert words in answer["message"] and "\n" not in answer["message"], answer
+    session = {k: v for k, v in good.items() if k != "script"}
+    for change, _field, _words in BAD_RUNS[:7]:  # the same rule, the same answer, for sessions
+        r = await alice.post("/api/v1/sessions", json={**session, **change})
+        assert r.status_code == 422, (change, r.text)

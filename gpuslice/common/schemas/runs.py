@@ -16,11 +16,19 @@ from pydantic import AfterValidator, BaseModel, Field
 from gpuslice.common.limits import PRIORITY_BOUND
 from gpuslice.common.schemas.common import ResourcesIn, ResourcesPublic
 from gpuslice.common.schemas.models import FilePath, ModelPublic
-from gpuslice.common.schemas.sessions import SessionResult, SessionStatus
+from gpuslice.common.schemas.sessions import (
+    EnvVars,
+    FolderRequests,
+    SessionName,
+    SessionResult,
+    SessionStatus,
+)
 from gpuslice.common.schemas.storage import MAX_SESSION_FOLDERS
 
 RUNS_FOLDER = "runs"
-_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+# The run's session runs ``gpuslice-run`` with its own options before the script's argv, and
+# a session's command is at most 256 arguments: these leave room for them.
+RUN_ARGS_MAX = 236
 
 
 def _check_arg(value: str) -> str:
@@ -32,20 +40,18 @@ def _check_arg(value: str) -> str:
 class RunCreate(BaseModel):
     """Start a run of ``script`` (uploaded to ``runs/<name>/`` of the caller's folders)."""
 
-    name: str = Field(pattern=_NAME, description="Lowercase letters, digits and dashes.")
+    name: SessionName = Field(description="1-63 lowercase letters, digits and dashes.")
     script: FilePath = Field(description="The script, relative to the run's code directory.")
     args: list[Annotated[str, AfterValidator(_check_arg), Field(max_length=4096)]] = Field(
-        default_factory=list, max_length=256
+        default_factory=list, max_length=RUN_ARGS_MAX
     )
     image: str = Field(min_length=1, max_length=255)
     resources: ResourcesIn = Field(default_factory=ResourcesIn)
-    folders: list[str] = Field(default_factory=list, max_length=MAX_SESSION_FOLDERS - 1)
+    folders: FolderRequests = Field(default_factory=list, max_length=MAX_SESSION_FOLDERS - 1)
     save_dir: FilePath = Field(
         default="output", description="Saved to the model store when the script succeeds."
     )
-    env: dict[str, Annotated[str, Field(max_length=32768)]] = Field(
-        default_factory=dict, max_length=256
-    )
+    env: EnvVars = Field(default_factory=dict, max_length=256)
     priority: int = Field(default=0, ge=-PRIORITY_BOUND, le=PRIORITY_BOUND)
 
 

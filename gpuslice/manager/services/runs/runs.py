@@ -7,6 +7,7 @@ import os
 from collections.abc import Sequence
 from datetime import datetime
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -81,11 +82,18 @@ def _session(body: RunCreate, check: bool = False) -> SessionCreate:
         *_interpreter(body.script), body.script, *body.args,
     ]
     others = [f for f in body.folders if f.split(":")[0] != RUNS_FOLDER]
-    return SessionCreate(
-        image=body.image, resources=body.resources, name=body.name, type=SessionType.BATCH,
-        command=command, env={**body.env, "GPUSLICE_RUN_NAME": body.name},
-        priority=body.priority, folders=others if check else [RUNS_FOLDER, *others],
-    )
+    try:
+        return SessionCreate(
+            image=body.image, resources=body.resources, name=body.name,
+            type=SessionType.BATCH, command=command,
+            env={**body.env, "GPUSLICE_RUN_NAME": body.name}, priority=body.priority,
+            folders=others if check else [RUNS_FOLDER, *others],
+        )
+    except ValidationError as err:  # RunCreate shares the session's rules; never a 500
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or None
+        raise InvalidRequest(str(first["msg"]).removeprefix("Value error, "),
+                             field=field) from None
 
 
 async def list_runs(
