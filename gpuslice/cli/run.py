@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 
 from gpuslice.cli import waits
 from gpuslice.cli.output import (
+    GPU_MEM_HELP,
     CliError,
     JsonOpt,
     ago,
@@ -28,6 +29,7 @@ from gpuslice.cli.output import (
     console,
     err_console,
     friendly,
+    gpu_mem_option,
     mem,
     number,
     print_json,
@@ -61,7 +63,7 @@ class _RunGroup(TyperGroup):
 app = typer.Typer(
     cls=_RunGroup, no_args_is_help=True,
     help="Run a training script on a GPU slice; list, show, logs, stop, delete runs.\n\n"
-    "Start one with: gpuslice run SCRIPT [--gpu 0.5 | --gpu-mem 2048m] [--image I] "
+    "Start one with: gpuslice run SCRIPT [--gpu 0.5 | --gpu-mem 2048] [--image I] "
     "[--folder F] [--save-dir output] [--name N] [-- ARGS] (all options: gpuslice run start "
     "--help).",
 )
@@ -86,8 +88,7 @@ def start(
     args: Annotated[list[str] | None, typer.Argument(help="After --: the script's arguments.")]
     = None,
     gpu: Annotated[str | None, typer.Option(help="fGPU, e.g. 0.5.")] = None,
-    gpu_mem: Annotated[str | None, typer.Option(
-        "--gpu-mem", help="Instead of --gpu: the GPU memory it needs, e.g. 2048m.")] = None,
+    gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help=GPU_MEM_HELP)] = None,
     cpu: Annotated[str, typer.Option(help="CPU cores.")] = "1",
     mem_: Annotated[str, typer.Option("--mem", help="Memory, e.g. 4g.")] = "2g",
     image: Annotated[str, typer.Option(help="Image (name or alias).")] = DEFAULT_SESSION_IMAGE,
@@ -210,7 +211,7 @@ def _prepare(script: Path, args: list[str], gpu: str | None, gpu_mem: str | None
     parse_cpu(cpu, field="--cpu")
     parse_mem(memory, field="--mem", minimum=MIN_MEM)
     if gpu_mem is not None:
-        resources["gpu_mem"] = parse_mem(gpu_mem, field="--gpu-mem")
+        resources["gpu_mem"] = gpu_mem_option(gpu_mem)
     else:
         resources["gpu"] = gpu or "0"
         parse_fgpu(resources["gpu"], field="--gpu")

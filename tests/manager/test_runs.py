@@ -146,3 +146,20 @@ async def test_bad_run_input_is_a_422_naming_the_field(make_user: UserFactory,
     for change, _field, _words in BAD_RUNS[:7]:  # the same rule, the same answer, for sessions
         r = await alice.post("/api/v1/sessions", json={**session, **change})
         assert r.status_code == 422, (change, r.text)
+
+
+async def test_less_gpu_memory_than_the_smallest_slice_is_refused_naming_it(
+    make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    # Issue 35, finding 7: 2048 bytes ran on a 0.01 fGPU sliver (41 MiB) and "succeeded".
+    alice = await make_user("alice")
+    await make_agent("node-1", devices=[gpu(0, mem=8 * GiB)], fgpu_per_gpu=2)
+    tiny = {"name": "tiny", "script": "train.py", "image": IMAGE,
+            "resources": {"gpu_mem": 2048, "cpu": 1, "mem": "1g"}}
+    smallest = ("asks for 2 KiB of GPU memory, less than the smallest slice in pool 'default' "
+                "(0.01 fGPU of the 8 GiB Mock A100: 40.95 MiB); ask for at least 41 MiB")
+    for path in ("/api/v1/runs/check", "/api/v1/runs", "/api/v1/sessions"):
+        r = await alice.post(path, json=tiny)
+        assert r.status_code == 422 and smallest in r.json()["message"], (path, r.text)
+    enough = {**tiny, "resources": {**tiny["resources"], "gpu_mem": "41m"}}
+    assert (await alice.post("/api/v1/runs/check", json=enough)).status_code == 204
