@@ -8,10 +8,11 @@ name when the script succeeds.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_validator
 
 from gpuslice.common.limits import PRIORITY_BOUND
 from gpuslice.common.schemas.common import ResourcesIn, ResourcesPublic
@@ -29,6 +30,14 @@ RUNS_FOLDER = "runs"
 # The run's session runs ``gpuslice-run`` with its own options before the script's argv, and
 # a session's command is at most 256 arguments: these leave room for them.
 RUN_ARGS_MAX = 236
+_PY_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+def _check_var(value: str | None) -> str | None:
+    if value is not None and not _PY_NAME.match(value):
+        raise ValueError(f"save_var: {value!r} is not a Python variable name (letters, digits "
+                         "and '_', not starting with a digit, at most 64)")
+    return value
 
 
 def _check_arg(value: str) -> str:
@@ -53,6 +62,21 @@ class RunCreate(BaseModel):
     )
     env: EnvVars = Field(default_factory=dict, max_length=256)
     priority: int = Field(default=0, ge=-PRIORITY_BOUND, le=PRIORITY_BOUND)
+    save_var: Annotated[str | None, AfterValidator(_check_var)] = Field(
+        default=None,
+        description="A Python script's global variable whose object, when the script ends, is "
+        "saved into `save_dir` in its framework's format (PyTorch, Keras; else joblib or "
+        "pickle): for scripts that keep their model in a variable and never save it.",
+    )
+
+    @field_validator("save_var")
+    @classmethod
+    def _var_of_python(cls, value: str | None, info: ValidationInfo) -> str | None:
+        script = info.data.get("script")
+        if value is not None and script is not None and not script.endswith(".py"):
+            raise ValueError(f"save_var: {script} is not a Python script (.py); only those "
+                             "leave variables")
+        return value
 
 
 class RunPublic(BaseModel):
@@ -72,5 +96,21 @@ class RunPublic(BaseModel):
     created_at: datetime
     started_at: datetime | None = Field(description="When it started RUNNING.")
     ended_at: datetime | None
-    duration_s: float | None = Field(description="Seconds it ran (so far, while it runs).")
+    duration_s: float | None = Field(
+        description="Seconds it ran (so far, while it runs): once the script ended, its own "
+        "time as measured where it ran, never counting a wait to save its output.")
     model: ModelPublic | None = Field(description="The model it saved, once saved.")
+
+
+class RunSaving(BaseModel):
+    """From a run's session (``gpuslice-run``): the script succeeded; saving its output
+    starts."""
+
+    script_s: float = Field(ge=0, le=10**9, description="Seconds the script itself ran.")
+    waited_s: float = Field(
+        default=0, ge=0, le=10**9,
+        description="Seconds it waited for the platform to come back before it could say so.")
+
+
+class RunSavingAck(BaseModel):
+    duration_s: float = Field(description="The run's duration from now on.")
