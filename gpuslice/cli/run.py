@@ -97,6 +97,10 @@ def start(
     save_dir: Annotated[str, typer.Option(help="Saved as the model when it succeeds.")]
     = "output",
     name: Annotated[str | None, typer.Option(help="The run's (and model's) name.")] = None,
+    save_var: Annotated[str | None, typer.Option(
+        "--save-var", help="A variable the script leaves its model in (e.g. model): saved into "
+        "--save-dir when it ends, in its framework's format (PyTorch, Keras; else "
+        "joblib/pickle), with no change to the script.")] = None,
     env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable.")] = None,
     max_upload: Annotated[str, typer.Option(help="Most the directory may send.")] = "100m",
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start it, do not follow.")]
@@ -108,6 +112,8 @@ def start(
     its output as a model when it succeeds. Ctrl-C asks whether to stop it or leave it."""
     body, tree = _prepare(script, args or [], gpu, gpu_mem, cpu, mem_, image, folder or [],
                           save_dir, name, env or [], max_upload)
+    if save_var is not None:
+        body["save_var"] = save_var
     with _client() as client:
         client.check_run(**body)  # refused before anything is sent
         runs = _runs_folder(client)
