@@ -59,7 +59,9 @@ def main(argv: list[str] | None = None) -> int:
 def run_script(path: str, args: list[str]) -> tuple[int, dict[str, Any]]:
     """Run ``path`` as ``__main__`` with ``args``; its exit code and its globals at the end."""
     module = types.ModuleType("__main__")
-    module.__dict__.update(__file__=path, __builtins__=__builtins__)
+    # as python3 SCRIPT makes __main__: no spec, no package (some code looks)
+    module.__dict__.update(__file__=path, __builtins__=__builtins__, __spec__=None,
+                           __package__=None)
     try:
         with open(path, "rb") as f:
             code = compile(f.read(), path, "exec")
