@@ -32,13 +32,18 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
-from gpuslice.agent.manager_link import LinkError, ManagerLink
+from gpuslice.agent.manager_link import FAIL_OVER_STATUS, LinkError, ManagerLink
+from gpuslice.common.backoff import Backoff
 from gpuslice.session_tools import CONTAINER_ENDPOINT
 
 log = logging.getLogger(__name__)
 SOCKET_IN_FILES = CONTAINER_ENDPOINT.lstrip("/")  # under a session's files directory
 MAX_BODY = 2 * 1024 * 1024  # a JSON call (a model's file list: thousands of files)
 _CLAIMS = ("session_id", "session")
+# How long a relayed call waits for a manager that cannot be reached (restarting, failing
+# over) before answering 502: within the in-session client's 30 s, which then waits longer
+# itself (gpuslice-run, while saving a run's output).
+RELAY_PATIENCE = 15.0
 
 
 class EndpointData(Protocol):
@@ -68,11 +73,20 @@ class EndpointCall:
     pid: int | None = None  # the calling process, as this host sees it (SO_PEERCRED)
 
     async def relay(self, method: str, path: str, body: Any = None) -> Any:
-        """Ask the manager for this session: ``/api/v1/agents/me/sessions/<id>/<path>``."""
-        try:
-            return await self.link.session_call(self.session_id, method, path, body)
-        except LinkError as err:
-            raise _relayed(err) from None
+        """Ask the manager for this session: ``/api/v1/agents/me/sessions/<id>/<path>``; while
+        it cannot be reached, again with backoff, for up to ``RELAY_PATIENCE`` seconds."""
+        backoff = Backoff(0.25, 4.0)
+        deadline = asyncio.get_running_loop().time() + RELAY_PATIENCE
+        while True:
+            try:
+                return await self.link.session_call(self.session_id, method, path, body)
+            except LinkError as err:
+                delay = backoff.next()
+                late = asyncio.get_running_loop().time() + delay > deadline
+                away = not err.status or err.status in FAIL_OVER_STATUS
+                if not away or late:  # refused (an answer), or waited long enough
+                    raise _relayed(err) from None
+                await asyncio.sleep(delay)
 
     async def relay_stream(
         self, method: str, path: str, params: Mapping[str, str], body: AsyncIterator[bytes],

@@ -6,6 +6,10 @@ presigned PUT URLs when the store is S3 (the session sends the bytes there itsel
 ``stream`` for the local store, whose bytes go through here with ``PUT /v1/models/file``
 (streamed on, never held whole: sessions cannot reach the manager); then ``POST
 /v1/models/complete``. ``POST /v1/models/presign`` answers download URLs for one's models.
+
+``POST /v1/run/saving`` belongs with them: ``gpuslice-run`` says, before it saves a run's
+output, how long the script itself ran (the run's duration, which the manager cannot measure
+when it was down as the script ended) and that saving starts (the run's status reason).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ def install(endpoint: SessionEndpoint) -> None:
     endpoint.route("POST", "/v1/models/uploads", start_upload)
     endpoint.route("POST", "/v1/models/complete", complete_upload)
     endpoint.route("POST", "/v1/models/presign", presign)
+    endpoint.route("POST", "/v1/run/saving", run_saving)
     endpoint.route_stream("PUT", "/v1/models/file", upload_file)
 
 
@@ -33,6 +38,10 @@ async def complete_upload(call: EndpointCall) -> Any:
 
 async def presign(call: EndpointCall) -> Any:
     return await call.relay("POST", "models/presign", dict(call.body))
+
+
+async def run_saving(call: EndpointCall) -> Any:
+    return await call.relay("POST", "run/saving", dict(call.body))
 
 
 async def upload_file(call: EndpointCall, body: AsyncIterator[bytes], size: int | None) -> Any:

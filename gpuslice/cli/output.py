@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 
 from gpuslice.client import ApiError
-from gpuslice.common.resources import ResourceError, format_mem
+from gpuslice.common.resources import MiB, ResourceError, format_mem, parse_mem
 
 # Piped output (scripts, tests) gets wide lines rather than Rich's 80-column default.
 console = Console(highlight=False, soft_wrap=True,
@@ -23,6 +23,17 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 # The `--json` option of every listing.
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+
+# Every command's --gpu-mem: GPU memory is spoken of in MiB (nvidia-smi, the lab's scripts), so
+# a bare number is MiB here; the API's bare numbers stay bytes.
+GPU_MEM_HELP = ("Instead of --gpu: the GPU memory it needs, in MiB (2048) or with a unit "
+                "(2GiB, 512MiB).")
+
+
+def gpu_mem_option(value: str | None) -> int | None:
+    """``--gpu-mem`` in bytes (a bare number is MiB); a one-line error names the option."""
+    return None if value is None else parse_mem(value, field="--gpu-mem", bare=MiB)
+
 
 P = ParamSpec("P")
 R = TypeVar("R")

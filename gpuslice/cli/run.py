@@ -21,6 +21,7 @@ from typer.core import TyperGroup
 
 from gpuslice.cli import waits
 from gpuslice.cli.output import (
+    GPU_MEM_HELP,
     CliError,
     JsonOpt,
     ago,
@@ -28,6 +29,7 @@ from gpuslice.cli.output import (
     console,
     err_console,
     friendly,
+    gpu_mem_option,
     mem,
     number,
     print_json,
@@ -61,7 +63,7 @@ class _RunGroup(TyperGroup):
 app = typer.Typer(
     cls=_RunGroup, no_args_is_help=True,
     help="Run a training script on a GPU slice; list, show, logs, stop, delete runs.\n\n"
-    "Start one with: gpuslice run SCRIPT [--gpu 0.5 | --gpu-mem 2048m] [--image I] "
+    "Start one with: gpuslice run SCRIPT [--gpu 0.5 | --gpu-mem 2048] [--image I] "
     "[--folder F] [--save-dir output] [--name N] [-- ARGS] (all options: gpuslice run start "
     "--help).",
 )
@@ -86,8 +88,7 @@ def start(
     args: Annotated[list[str] | None, typer.Argument(help="After --: the script's arguments.")]
     = None,
     gpu: Annotated[str | None, typer.Option(help="fGPU, e.g. 0.5.")] = None,
-    gpu_mem: Annotated[str | None, typer.Option(
-        "--gpu-mem", help="Instead of --gpu: the GPU memory it needs, e.g. 2048m.")] = None,
+    gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help=GPU_MEM_HELP)] = None,
     cpu: Annotated[str, typer.Option(help="CPU cores.")] = "1",
     mem_: Annotated[str, typer.Option("--mem", help="Memory, e.g. 4g.")] = "2g",
     image: Annotated[str, typer.Option(help="Image (name or alias).")] = DEFAULT_SESSION_IMAGE,
@@ -96,6 +97,10 @@ def start(
     save_dir: Annotated[str, typer.Option(help="Saved as the model when it succeeds.")]
     = "output",
     name: Annotated[str | None, typer.Option(help="The run's (and model's) name.")] = None,
+    save_var: Annotated[str | None, typer.Option(
+        "--save-var", help="A variable the script leaves its model in (e.g. model): saved into "
+        "--save-dir when it ends, in its framework's format (PyTorch, Keras; else "
+        "joblib/pickle), with no change to the script.")] = None,
     env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable.")] = None,
     max_upload: Annotated[str, typer.Option(help="Most the directory may send.")] = "100m",
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start it, do not follow.")]
@@ -107,6 +112,8 @@ def start(
     its output as a model when it succeeds. Ctrl-C asks whether to stop it or leave it."""
     body, tree = _prepare(script, args or [], gpu, gpu_mem, cpu, mem_, image, folder or [],
                           save_dir, name, env or [], max_upload)
+    if save_var is not None:
+        body["save_var"] = save_var
     with _client() as client:
         client.check_run(**body)  # refused before anything is sent
         runs = _runs_folder(client)
@@ -210,7 +217,7 @@ def _prepare(script: Path, args: list[str], gpu: str | None, gpu_mem: str | None
     parse_cpu(cpu, field="--cpu")
     parse_mem(memory, field="--mem", minimum=MIN_MEM)
     if gpu_mem is not None:
-        resources["gpu_mem"] = parse_mem(gpu_mem, field="--gpu-mem")
+        resources["gpu_mem"] = gpu_mem_option(gpu_mem)
     else:
         resources["gpu"] = gpu or "0"
         parse_fgpu(resources["gpu"], field="--gpu")

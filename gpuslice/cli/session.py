@@ -9,11 +9,13 @@ import typer
 
 from gpuslice.cli import waits
 from gpuslice.cli.output import (
+    GPU_MEM_HELP,
     CliError,
     JsonOpt,
     ago,
     console,
     friendly,
+    gpu_mem_option,
     invalid_option,
     mem,
     number,
@@ -44,8 +46,7 @@ def create(
     image: Annotated[str, typer.Option(help="Image to run.")] = DEFAULT_SESSION_IMAGE,
     gpu: Annotated[str, typer.Option(help="fGPU, e.g. 0.5 or 2 (0: no GPU).")]
     = limits.DEFAULT_GPU,
-    gpu_mem: Annotated[str | None, typer.Option(
-        "--gpu-mem", help="Instead of --gpu: the GPU memory it needs, e.g. 2048m.")] = None,
+    gpu_mem: Annotated[str | None, typer.Option("--gpu-mem", help=GPU_MEM_HELP)] = None,
     cpu: Annotated[str, typer.Option(help="CPU cores, e.g. 0.5 or 4.")] = limits.DEFAULT_CPU,
     mem_: Annotated[str, typer.Option(
         "--mem", help=f"Memory, e.g. 512m or 2g (at least {format_mem(limits.MIN_MEM)}).")]
@@ -76,7 +77,7 @@ def create(
     request = _request(
         image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
         command_line=command, env=dict(_env_pair(item) for item in env or []),
-        priority=priority, gpu_model=gpu_model, apps=app_ or [], gpu_mem=gpu_mem,
+        priority=priority, gpu_model=gpu_model, apps=app_ or [], gpu_mem=gpu_mem_option(gpu_mem),
         folders=folder or [],
     )
     with _client() as client:

@@ -84,17 +84,20 @@ def parse_cpu(value: object, *, field: str = "cpu") -> int:
     return int(number * MILLI)
 
 
-def parse_mem(value: object, *, field: str = "mem", minimum: int = 1) -> int:
+def parse_mem(value: object, *, field: str = "mem", minimum: int = 1, bare: int = 1) -> int:
     """Parse a memory size (``512m``, ``2g``, ``2GiB``, ``1.5G``, plain bytes) into bytes.
 
     Units are binary as in Docker: k = KiB, m = MiB, g = GiB, t = TiB (``GB`` and ``GiB`` alike).
+    ``bare``: what a number without a unit counts (bytes; the CLI's ``--gpu-mem`` says MiB,
+    as GPU memory is spoken of everywhere).
     """
-    allowed = "a size such as 512m, 2g, 2GiB, 1.5G or a number of bytes"
+    bare_unit = "bytes" if bare == 1 else format_mem(bare).removeprefix("1 ")
+    allowed = f"a size such as 512m, 2g, 2GiB, 1.5G or a number of {bare_unit}"
     if isinstance(value, bool) or value is None:
         raise ResourceError(field, f"{field}: expected {allowed}, got {value!r}")
     if isinstance(value, int | float | Decimal):
         number = _to_decimal(value, field, allowed)
-        multiplier = 1
+        multiplier = bare
     elif isinstance(value, str):
         match = _MEM_RE.match(value)
         if not match:
@@ -102,7 +105,9 @@ def parse_mem(value: object, *, field: str = "mem", minimum: int = 1) -> int:
                 field, f"{field}: {value!r} is not a memory size; expected {allowed}"
             )
         number = Decimal(match["num"])
-        multiplier = _MEM_UNITS[match["unit"].lower()]
+        unit = match["unit"].lower()
+        # "2048b" / "2048 bytes" stays bytes; only a bare number takes the caller's unit
+        multiplier = _MEM_UNITS[unit] if unit or value.strip()[-1:].isalpha() else bare
     else:
         raise ResourceError(
             field, f"{field}: expected {allowed}, got {type(value).__name__}"
@@ -116,7 +121,7 @@ def parse_mem(value: object, *, field: str = "mem", minimum: int = 1) -> int:
         )
     if size < minimum:
         hint = ""
-        if multiplier == 1:
+        if multiplier == 1 and bare == 1:
             hint = " (plain numbers are bytes; did you mean a unit, e.g. 512m?)"
         raise ResourceError(
             field, f"{field}: {value!r} is below the minimum {format_mem(minimum)}{hint}"

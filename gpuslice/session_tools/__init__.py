@@ -1,7 +1,8 @@
 """Programs that run *inside* session containers: ``gpuslice-smi`` (the session's GPU slice, what
 it uses and its usage history; also ``nvidia-smi`` on nodes without a real GPU), on those nodes
 ``gpuslice-mock-gpu`` (a simulated GPU load), ``gpuslice-save`` (a file or directory to the
-model store), ``gpuslice-run`` (what a ``gpuslice run`` session runs around the script), and
+model store), ``gpuslice-run`` (what a ``gpuslice run`` session runs around the script; with
+``--save-var``, ``gpuslice_var.py`` runs the script and saves a variable it left), and
 the client of the in-session endpoint they share (``gpuslice_endpoint.py``).
 
 This package owns those files and where they go: the agent's runtime mounts them read-only at
@@ -23,7 +24,7 @@ CONTAINER_ENDPOINT_DIR = "/run/gpuslice"
 CONTAINER_ENDPOINT = f"{CONTAINER_ENDPOINT_DIR}/agent.sock"
 _ALWAYS = (
     "gpuslice-smi", "gpuslice_smi.py", "gpuslice_endpoint.py", "gpuslice-save",
-    "gpuslice_save.py", "gpuslice-run", "gpuslice_run.py",
+    "gpuslice_save.py", "gpuslice-run", "gpuslice_run.py", "gpuslice_var.py",
 )
 # Only on mock nodes: an nvidia-smi where no real one exists, and the simulated GPU load.
 _SIMULATED = ("nvidia-smi", "gpuslice-mock-gpu", "gpuslice_mock_gpu.py")

@@ -17,7 +17,21 @@ DEFAULT_SOCKET = "/run/gpuslice/agent.sock"
 
 
 class EndpointError(Exception):
-    """The endpoint refused a call or cannot be reached; ``str()`` says why."""
+    """The endpoint refused a call or cannot be reached; ``str()`` says why. ``status``: the
+    endpoint's HTTP status (None: the agent did not answer), ``code``: its error code."""
+
+    def __init__(
+        self, message: str, status: int | None = None, code: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+    @property
+    def platform_away(self) -> bool:
+        """The platform cannot answer now (the node's agent or the manager is stopped or
+        unreachable), as opposed to refusing the call: worth trying again later."""
+        return self.status is None or self.status >= 500
 
 
 class _UnixConnection(http.client.HTTPConnection):
@@ -60,8 +74,10 @@ def _send(method: str, path: str, body: Any, headers: dict[str, str], timeout: f
     try:
         answer = json.loads(data) if data else None
     except ValueError:
-        raise EndpointError(f"the endpoint answered {response.status} with no JSON") from None
+        raise EndpointError(f"the endpoint answered {response.status} with no JSON",
+                            response.status) from None
     if response.status >= 400:
-        message = answer.get("message") if isinstance(answer, dict) else None
-        raise EndpointError(message or f"the endpoint answered {response.status}")
+        found = answer if isinstance(answer, dict) else {}
+        raise EndpointError(found.get("message") or f"the endpoint answered {response.status}",
+                            response.status, found.get("code"))
     return answer

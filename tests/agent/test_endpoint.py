@@ -12,7 +12,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gpuslice.agent import endpoint as endpoint_module
 from gpuslice.agent.endpoint import EndpointCall, EndpointError, SessionEndpoint
+from gpuslice.agent.manager_link import LinkError
 from gpuslice.agent.runtime import DockerRuntime
 from gpuslice.agent.runtime.spec import DeviceInfo, SessionSpec, SpecOptions, build_container_spec
 from gpuslice.common.resources import GiB
@@ -175,3 +177,39 @@ async def test_a_session_reaches_its_endpoint_and_sees_its_slice(
         assert owner.stdout.split() == ["1000", "600"]  # only the session's user connects
     finally:
         await served.stop()
+
+
+class AwayLink:
+    """A manager link whose manager cannot be reached for the first ``away`` calls (as while
+    it restarts), then answers; or refuses every call with ``status``."""
+
+    def __init__(self, away: int, status: int = 0) -> None:
+        self.away, self.status, self.calls = away, status, 0
+
+    async def session_call(self, session_id: str, method: str, path: str, body: Any) -> Any:
+        self.calls += 1
+        if self.status:
+            raise LinkError("no such model", self.status)
+        if self.calls <= self.away:
+            raise LinkError("manager http://m unreachable: ConnectError()")
+        return {"saved": True}
+
+
+async def test_a_relay_waits_for_a_manager_that_comes_back_and_never_for_a_refusal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Issue 35, finding 4: a relayed call failed at once while the manager restarted.
+    back = AwayLink(away=3)
+    call = EndpointCall("s1", {}, {}, back)  # type: ignore[arg-type]
+    assert await call.relay("POST", "models/complete", {}) == {"saved": True}
+    assert back.calls == 4
+    refused = AwayLink(away=0, status=404)
+    with pytest.raises(EndpointError) as caught:
+        await EndpointCall("s1", {}, {}, refused).relay("POST", "x")  # type: ignore[arg-type]
+    assert (caught.value.status, caught.value.code, refused.calls) == (404, "manager_refused", 1)
+    monkeypatch.setattr(endpoint_module, "RELAY_PATIENCE", 1.0)
+    gone = AwayLink(away=10**6)
+    with pytest.raises(EndpointError) as caught:
+        await EndpointCall("s1", {}, {}, gone).relay("POST", "x")  # type: ignore[arg-type]
+    assert (caught.value.status, caught.value.code) == (502, "manager_unreachable")
+    assert 1 < gone.calls < 10

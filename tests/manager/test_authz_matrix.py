@@ -154,6 +154,7 @@ ACCESS: dict[str, Access] = {
     "PUT /api/v1/agents/me/sessions/{session_id}/models/file": NODE_OBJECT,
     "POST /api/v1/agents/me/sessions/{session_id}/models/complete": NODE_OBJECT,
     "POST /api/v1/agents/me/sessions/{session_id}/models/presign": NODE_OBJECT,
+    "POST /api/v1/agents/me/sessions/{session_id}/run/saving": NODE_OBJECT,
 }
 
 # What a call needs beyond `{}` to get past validation (so that a refusal is about who asks),
@@ -176,6 +177,7 @@ BODIES: dict[str, Any] = {
     "POST /api/v1/agents/me/sessions/{session_id}/models/presign": {"name": "alice-model"},
     "POST /api/v1/runs": NEW_RUN,
     "POST /api/v1/runs/check": NEW_RUN,
+    "POST /api/v1/agents/me/sessions/{session_id}/run/saving": {"script_s": 1.5},
 }
 QUERIES: dict[str, dict[str, str]] = {
     "GET /api/v1/agents/me/assignments": {"wait": "0"},

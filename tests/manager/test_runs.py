@@ -44,7 +44,8 @@ async def test_a_run_on_a_slice_by_gpu_memory(make_user: UserFactory,
     agent = await make_agent("node-1", devices=[gpu(0, mem=8 * GiB)], fgpu_per_gpu=2)
     data = await folder(alice, "data")
     await upload_code(alice, "train-1", {"train.py": b"print('hi')\n", "conf": None})
-    run = await start(alice, "train-1", args=["--epochs", "2"], folders=["data:ro"])
+    run = await start(alice, "train-1", args=["--epochs", "2"], folders=["data:ro"],
+                      save_var="net")
     assert (run["name"], run["script"], run["args"], run["model"]) == (
         "train-1", "train.py", ["--epochs", "2"], None)
     run = await until(alice, "train-1", "RUNNING")
@@ -54,7 +55,8 @@ async def test_a_run_on_a_slice_by_gpu_memory(make_user: UserFactory,
     assert session["type"] == "batch" and session["env"]["GPUSLICE_RUN_NAME"] == "train-1"
     assert session["command"] == [
         "gpuslice-run", "--dir", "/home/work/runs/train-1", "--save-dir", "output",
-        "--model", "train-1", "--", "python3", "-u", "train.py", "--epochs", "2"]
+        "--model", "train-1", "--", "python3", "-u", "/opt/gpuslice/bin/gpuslice_var.py",
+        "--var", "net", "--into", "output", "--", "train.py", "--epochs", "2"]
     assert [(f["name"], f["read_only"]) for f in session["folders"]] == [
         ("runs", False), ("data", True)]
     assert data["id"] in {f["folder_id"] for f in session["folders"]}
@@ -112,3 +114,86 @@ async def test_a_failed_run_and_what_others_see(make_user: UserFactory,
     assert (await alice.post("/api/v1/runs/check", json=fine)).status_code == 204
     assert (await alice.post("/api/v1/runs/check", json={**fine, "folders": ["nope"]})
             ).status_code == 422
+
+
+BAD_RUNS = [  # (what the body changes, the field named, words of the one-line answer)
+    ({"folders": ["a b"]}, "folders", "write NAME, NAME:ro or NAME:rw"),
+    ({"folders": ["x:zz"]}, "folders", "write NAME, NAME:ro or NAME:rw"),
+    ({"folders": [""]}, "folders", "write NAME, NAME:ro or NAME:rw"),
+    ({"folders": ["f" * 81]}, "folders", "write NAME, NAME:ro or NAME:rw"),
+    ({"env": {"A=B": "v"}}, "env", "'A=B' is not a valid variable name"),
+    ({"env": {"1": ""}}, "env", "'1' is not a valid variable name"),
+    ({"name": "n" * 81}, "name", "use 1-63 lowercase letters, digits and dashes"),
+    ({"name": "Bad_Name"}, "name", "use 1-63 lowercase letters, digits and dashes"),
+    ({"args": ["a"] * 256}, "args", "at most"),
+    ({"save_var": "1model"}, "save_var", "'1model' is not a Python variable name"),
+    ({"save_var": "model", "script": "train.sh"}, "save_var",
+     "train.sh is not a Python script (.py)"),
+]
+
+
+async def test_bad_run_input_is_a_422_naming_the_field(make_user: UserFactory,
+                                                       make_agent: AgentFactory) -> None:
+    # Issue 35, finding 9: these were 500s (the run's session refused what the run took in).
+    alice = await make_user("alice")
+    await make_agent("node-1", devices=[gpu(0, mem=8 * GiB)], fgpu_per_gpu=2)
+    await upload_code(alice, "ok", {"train.py": b"print(1)\n"})
+    good = {"name": "ok", "script": "train.py", "image": IMAGE,
+            "resources": {"gpu": 0.5, "cpu": 1, "mem": "1g"}}
+    for change, field, words in BAD_RUNS:
+        for path in ("/api/v1/runs/check", "/api/v1/runs"):
+            r = await alice.post(path, json={**good, **change})
+            answer = r.json()
+            assert r.status_code == 422, (change, path, r.text)
+            assert answer["code"] == "validation_error" and answer["field"].startswith(field)
+            assert words in answer["message"] and "\n" not in answer["message"], answer
+    session = {k: v for k, v in good.items() if k != "script"}
+    for change, _field, _words in BAD_RUNS[:7]:  # the same rule, the same answer, for sessions
+        r = await alice.post("/api/v1/sessions", json={**session, **change})
+        assert r.status_code == 422, (change, r.text)
+
+
+async def test_less_gpu_memory_than_the_smallest_slice_is_refused_naming_it(
+    make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    # Issue 35, finding 7: 2048 bytes ran on a 0.01 fGPU sliver (41 MiB) and "succeeded".
+    alice = await make_user("alice")
+    await make_agent("node-1", devices=[gpu(0, mem=8 * GiB)], fgpu_per_gpu=2)
+    tiny = {"name": "tiny", "script": "train.py", "image": IMAGE,
+            "resources": {"gpu_mem": 2048, "cpu": 1, "mem": "1g"}}
+    smallest = ("asks for 2 KiB of GPU memory, less than the smallest slice in pool 'default' "
+                "(0.01 fGPU of the 8 GiB Mock A100: 40.95 MiB); ask for at least 41 MiB")
+    for path in ("/api/v1/runs/check", "/api/v1/runs", "/api/v1/sessions"):
+        r = await alice.post(path, json=tiny)
+        assert r.status_code == 422 and smallest in r.json()["message"], (path, r.text)
+    enough = {**tiny, "resources": {**tiny["resources"], "gpu_mem": "41m"}}
+    assert (await alice.post("/api/v1/runs/check", json=enough)).status_code == 204
+
+
+async def test_a_run_lasts_as_long_as_its_script_not_the_wait_to_save(
+    make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    # Issue 35, finding 4: a run whose script ended while the manager was down counted the
+    # downtime in its duration. Its runner tells the script's own time before it saves.
+    alice = await make_user("alice")
+    agent = await make_agent("node-1", devices=[gpu(0, mem=8 * GiB)], fgpu_per_gpu=2)
+    other = await make_agent("node-2", devices=[gpu(0, mem=8 * GiB)], fgpu_per_gpu=2)
+    await upload_code(alice, "slow", {"train.py": b"print(1)\n"})
+    run = await start(alice, "slow", resources={"gpu": 0.5, "cpu": 1, "mem": "1g"})
+    await until(alice, "slow", "RUNNING")
+    told = {"script_s": 15.1, "waited_s": 42}
+    path = f"/api/v1/agents/me/sessions/{run['id']}/run/saving"
+    mine = agent if (await alice.get(f"/api/v1/sessions/{run['id']}")).json()[
+        "placement"]["node_name"] == "node-1" else other
+    stranger = other if mine is agent else agent
+    assert (await stranger.client.post(path, json=told)).status_code == 404
+    r = await mine.client.post(path, json=told)
+    assert r.status_code == 200 and r.json() == {"duration_s": 15.1}, r.text
+    shown = (await alice.get("/api/v1/runs/slow")).json()
+    assert shown["duration_s"] == 15.1 and shown["status"] == "RUNNING"
+    assert shown["status_reason"] == ("the script succeeded in 15.1 s; saving output/ as model "
+                                      "slow (after waiting 42.0 s for the manager)")
+    assert (await mine.client.post(path, json={"script_s": -1})).status_code == 422
+    await mine.report(run["id"], "TERMINATED", exit_code=0, logs="done\n")
+    done = await until(alice, "slow", "TERMINATED")
+    assert (done["result"], done["duration_s"]) == ("SUCCESS", 15.1)

@@ -24,6 +24,7 @@ from gpuslice.common.schemas.agents import Heartbeat, NodeRegister, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.session_tools import TOOLS_DIR
 from tests.s3 import s3_server
+from tests.waits import scaled
 
 from .conftest import Client, UserFactory, create
 from .test_models import settings
@@ -42,9 +43,18 @@ class _Data:
 
 @pytest.fixture
 async def in_session(
-    app: FastAPI, admin: Client, make_user: UserFactory
-) -> AsyncIterator[tuple[Client, str, str]]:
+    served: tuple[Client, str, SessionEndpoint]
+) -> tuple[Client, str, str]:
     """(alice, her RUNNING session's id, its endpoint socket) on a node linked for real."""
+    alice, sid, endpoint = served
+    return alice, sid, str(endpoint.socket_path(sid))
+
+
+@pytest.fixture
+async def served(
+    app: FastAPI, admin: Client, make_user: UserFactory
+) -> AsyncIterator[tuple[Client, str, SessionEndpoint]]:
+    """(alice, her RUNNING session's id, the endpoint serving it) on a node linked for real."""
     alice = await make_user("alice")
     work = Path(tempfile.mkdtemp(prefix="gs", dir="/tmp"))  # socket paths are short
     link = ManagerLink("http://manager", work / "agent", transport=httpx.ASGITransport(app=app))
@@ -61,7 +71,7 @@ async def in_session(
     model_calls.install(endpoint)
     await endpoint.open(session["id"])
     try:
-        yield alice, session["id"], str(endpoint.socket_path(session["id"]))
+        yield alice, session["id"], endpoint
     finally:
         await endpoint.stop()
         await link.close()
@@ -126,3 +136,36 @@ async def test_gpuslice_run_saves_on_success_only(in_session: tuple[Client, str,
     assert "saved output/ as model job-1 (1 file(s))" in stderr
     r = await alice.get("/api/v1/models/job-1/files", params={"path": "model.txt"})
     assert r.content == b"trained\n"
+
+
+async def test_gpuslice_run_waits_for_the_platform_to_save(
+    served: tuple[Client, str, SessionEndpoint], tmp_path: Path
+) -> None:
+    # Issue 35, finding 4: the script ended while the platform was down (here its node's
+    # agent serves no socket, as when `gpuslice up` is stopped): the output was lost, exit 70.
+    alice, sid, endpoint = served
+    code_dir = tmp_path / "code"
+    (code_dir / "output").mkdir(parents=True)
+    (code_dir / "train.py").write_text("open('output/model.txt', 'w').write('kept')\n")
+    socket = str(endpoint.socket_path(sid))
+    await endpoint.close(sid)
+    env = {**os.environ, "GPUSLICE_ENDPOINT": socket, "PYTHONPATH": str(TOOLS_DIR)}
+    runner = await asyncio.create_subprocess_exec(
+        sys.executable, str(TOOLS_DIR / "gpuslice-run"), "--dir", str(code_dir), "--model",
+        "kept-1", "--", sys.executable, "train.py", env=env,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    assert runner.stderr is not None
+    said = []
+    async with asyncio.timeout(scaled(60)):
+        while not any("waiting for the manager to save output/" in line for line in said):
+            line = (await runner.stderr.readline()).decode()
+            assert line, f"gpuslice-run ended before waiting: {said}"
+            said.append(line)
+    assert "the node's agent does not answer" in said[-1] and runner.returncode is None
+    await endpoint.open(sid)  # the platform is back
+    _, rest = await asyncio.wait_for(runner.communicate(), scaled(60))
+    err = "".join(said) + rest.decode()
+    assert runner.returncode == 0, err
+    assert "saved output/ as model kept-1 (1 file(s))" in err, err
+    r = await alice.get("/api/v1/models/kept-1/files", params={"path": "model.txt"})
+    assert r.content == b"kept"

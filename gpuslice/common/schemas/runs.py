@@ -8,19 +8,36 @@ name when the script succeeds.
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_validator
 
 from gpuslice.common.limits import PRIORITY_BOUND
 from gpuslice.common.schemas.common import ResourcesIn, ResourcesPublic
 from gpuslice.common.schemas.models import FilePath, ModelPublic
-from gpuslice.common.schemas.sessions import SessionResult, SessionStatus
+from gpuslice.common.schemas.sessions import (
+    EnvVars,
+    FolderRequests,
+    SessionName,
+    SessionResult,
+    SessionStatus,
+)
 from gpuslice.common.schemas.storage import MAX_SESSION_FOLDERS
 
 RUNS_FOLDER = "runs"
-_NAME = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+# The run's session runs ``gpuslice-run`` with its own options before the script's argv, and
+# a session's command is at most 256 arguments: these leave room for them.
+RUN_ARGS_MAX = 236
+_PY_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+
+def _check_var(value: str | None) -> str | None:
+    if value is not None and not _PY_NAME.match(value):
+        raise ValueError(f"save_var: {value!r} is not a Python variable name (letters, digits "
+                         "and '_', not starting with a digit, at most 64)")
+    return value
 
 
 def _check_arg(value: str) -> str:
@@ -32,21 +49,34 @@ def _check_arg(value: str) -> str:
 class RunCreate(BaseModel):
     """Start a run of ``script`` (uploaded to ``runs/<name>/`` of the caller's folders)."""
 
-    name: str = Field(pattern=_NAME, description="Lowercase letters, digits and dashes.")
+    name: SessionName = Field(description="1-63 lowercase letters, digits and dashes.")
     script: FilePath = Field(description="The script, relative to the run's code directory.")
     args: list[Annotated[str, AfterValidator(_check_arg), Field(max_length=4096)]] = Field(
-        default_factory=list, max_length=256
+        default_factory=list, max_length=RUN_ARGS_MAX
     )
     image: str = Field(min_length=1, max_length=255)
     resources: ResourcesIn = Field(default_factory=ResourcesIn)
-    folders: list[str] = Field(default_factory=list, max_length=MAX_SESSION_FOLDERS - 1)
+    folders: FolderRequests = Field(default_factory=list, max_length=MAX_SESSION_FOLDERS - 1)
     save_dir: FilePath = Field(
         default="output", description="Saved to the model store when the script succeeds."
     )
-    env: dict[str, Annotated[str, Field(max_length=32768)]] = Field(
-        default_factory=dict, max_length=256
-    )
+    env: EnvVars = Field(default_factory=dict, max_length=256)
     priority: int = Field(default=0, ge=-PRIORITY_BOUND, le=PRIORITY_BOUND)
+    save_var: Annotated[str | None, AfterValidator(_check_var)] = Field(
+        default=None,
+        description="A Python script's global variable whose object, when the script ends, is "
+        "saved into `save_dir` in its framework's format (PyTorch, Keras; else joblib or "
+        "pickle): for scripts that keep their model in a variable and never save it.",
+    )
+
+    @field_validator("save_var")
+    @classmethod
+    def _var_of_python(cls, value: str | None, info: ValidationInfo) -> str | None:
+        script = info.data.get("script")
+        if value is not None and script is not None and not script.endswith(".py"):
+            raise ValueError(f"save_var: {script} is not a Python script (.py); only those "
+                             "leave variables")
+        return value
 
 
 class RunPublic(BaseModel):
@@ -66,5 +96,21 @@ class RunPublic(BaseModel):
     created_at: datetime
     started_at: datetime | None = Field(description="When it started RUNNING.")
     ended_at: datetime | None
-    duration_s: float | None = Field(description="Seconds it ran (so far, while it runs).")
+    duration_s: float | None = Field(
+        description="Seconds it ran (so far, while it runs): once the script ended, its own "
+        "time as measured where it ran, never counting a wait to save its output.")
     model: ModelPublic | None = Field(description="The model it saved, once saved.")
+
+
+class RunSaving(BaseModel):
+    """From a run's session (``gpuslice-run``): the script succeeded; saving its output
+    starts."""
+
+    script_s: float = Field(ge=0, le=10**9, description="Seconds the script itself ran.")
+    waited_s: float = Field(
+        default=0, ge=0, le=10**9,
+        description="Seconds it waited for the platform to come back before it could say so.")
+
+
+class RunSavingAck(BaseModel):
+    duration_s: float = Field(description="The run's duration from now on.")

@@ -8,7 +8,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
 
 from gpuslice.common.limits import CREATE_COUNT_MAX, DEFAULT_TYPE, PRIORITY_BOUND
 from gpuslice.common.schemas.common import Number, ResourcesIn, ResourcesPublic
@@ -21,6 +21,37 @@ from gpuslice.common.text import Line
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+# The rules a session's request and a run's (which becomes a session) share: one home each,
+# so that what a run takes in its session takes too.
+def check_session_name(value: str) -> str:
+    if not _NAME_RE.match(value):
+        raise ValueError(
+            "name: use 1-63 lowercase letters, digits and dashes, starting and ending "
+            "with a letter or digit"
+        )
+    return value
+
+
+def check_env(value: dict[str, str]) -> dict[str, str]:
+    for key in value:
+        if not _ENV_KEY_RE.match(key):
+            raise ValueError(f"env: {key!r} is not a valid variable name")
+    return value
+
+
+def check_folder_requests(value: list[str]) -> list[str]:
+    for item in value:
+        parse_folder_request(item)
+    return value
+
+
+SessionName = Annotated[str, AfterValidator(check_session_name)]
+EnvVars = Annotated[
+    dict[str, Annotated[str, Field(max_length=32768)]], AfterValidator(check_env)
+]
+FolderRequests = Annotated[list[str], AfterValidator(check_folder_requests)]
 
 
 class SessionStatus(StrEnum):
@@ -67,7 +98,7 @@ class SessionCreate(BaseModel):
     count: int = Field(
         default=1, ge=1, le=CREATE_COUNT_MAX, description="How many identical sessions."
     )
-    name: str | None = Field(
+    name: SessionName | None = Field(
         default=None,
         description="Lowercase letters, digits and dashes; `-<n>` is appended when count > 1.",
     )
@@ -80,9 +111,7 @@ class SessionCreate(BaseModel):
         description="Instead of `command`: one line split into argv as a POSIX shell splits it "
         "(quotes, backslashes), e.g. `python3 -c 'print(6*7)'`; it is not run by a shell.",
     )
-    env: dict[str, Annotated[str, Field(max_length=32768)]] = Field(
-        default_factory=dict, max_length=256
-    )
+    env: EnvVars = Field(default_factory=dict, max_length=256)
     priority: int = Field(
         default=0,
         ge=-PRIORITY_BOUND,
@@ -94,18 +123,11 @@ class SessionCreate(BaseModel):
         description="Apps of the image to start as soon as the session runs, e.g. "
         "[\"jupyter\"] (others start when first opened).",
     )
-    folders: list[str] = Field(
+    folders: FolderRequests = Field(
         default_factory=list, max_length=MAX_SESSION_FOLDERS,
         description="Storage folders to mount at /home/work/<name>: `NAME` (read-write where "
         "allowed) or `NAME:ro`; the owner's dot-folders are mounted anyway.",
     )
-
-    @field_validator("folders")
-    @classmethod
-    def _check_folders(cls, value: list[str]) -> list[str]:
-        for item in value:
-            parse_folder_request(item)
-        return value
 
     @field_validator("command_line")
     @classmethod
@@ -124,23 +146,6 @@ class SessionCreate(BaseModel):
         self.command_line = None
         return self
 
-    @field_validator("name")
-    @classmethod
-    def _check_name(cls, value: str | None) -> str | None:
-        if value is not None and not _NAME_RE.match(value):
-            raise ValueError(
-                "name: use 1-63 lowercase letters, digits and dashes, starting and ending "
-                "with a letter or digit"
-            )
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _check_env(cls, value: dict[str, str]) -> dict[str, str]:
-        for key in value:
-            if not _ENV_KEY_RE.match(key):
-                raise ValueError(f"env: {key!r} is not a valid variable name")
-        return value
 
 
 def split_command(line: str) -> list[str]:

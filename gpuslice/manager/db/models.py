@@ -15,6 +15,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -522,6 +523,9 @@ class RunRow(Base):
     args: Mapped[list[str]] = mapped_column(JSON, default=list)
     save_dir: Mapped[str] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # How long the script itself ran, as its runner measured it (None: not told yet); the run's
+    # duration, which the session's history cannot give when the manager was down as it ended.
+    script_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class LoginFailureRow(Base):

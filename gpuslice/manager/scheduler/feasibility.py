@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gpuslice.common.resources import format_cpu, format_fgpu, format_mem
+from gpuslice.common.resources import MiB, format_cpu, format_fgpu, format_mem, slice_share
 from gpuslice.manager.scheduler.model import Device, Node, Quota, Request, request_gpu
 
 
@@ -22,6 +22,7 @@ def check_request(
     if req.gpu_mem:
         return (
             _memory_error(req, nodes)
+            or _below_smallest_slice(req, nodes, step)
             or _quota_error(req, quota, _least_gpu(req, nodes, step))
             or _capacity_error(req, nodes, step)
         )
@@ -59,6 +60,25 @@ def _memory_error(req: Request, nodes: Sequence[Node]) -> str | None:
         f"needs {format_mem(req.gpu_mem)} of GPU memory on one GPU, more than any GPU in pool "
         f"'{req.pool}' has: the most possible is {format_mem(largest.mem)} (a whole "
         f"{largest.model})"
+    )
+
+
+def _below_smallest_slice(req: Request, nodes: Sequence[Node], step: int) -> str | None:
+    """By GPU memory: refused when it is less than the smallest slice of every GPU in the pool,
+    almost always a unit mistake (2048 bytes meant as MiB) that would run on a sliver and
+    report success; the answer names the smallest slice there is."""
+    slices = [
+        (slice_share(d.mem, min(step, n.device_capacity), n.device_capacity), d)
+        for n in nodes if n.pool == req.pool for d in _matching(n, req)
+    ]
+    if not slices or any(req.gpu_mem >= least for least, _ in slices):
+        return None
+    least, device = min(slices, key=lambda s: s[0])
+    at_least = -(-least // MiB) * MiB  # a round figure that is surely enough
+    return (
+        f"asks for {format_mem(req.gpu_mem)} of GPU memory, less than the smallest slice in "
+        f"pool '{req.pool}' ({format_fgpu(step)} fGPU of the {format_mem(device.mem)} "
+        f"{device.model}: {format_mem(least)}); ask for at least {format_mem(at_least)}"
     )
 
 

@@ -7,13 +7,21 @@ import os
 from collections.abc import Sequence
 from datetime import datetime
 
-from sqlalchemy import select
+from pydantic import ValidationError
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpuslice.common.durations import format_duration
 from gpuslice.common.resources import fgpu_decimal
 from gpuslice.common.schemas.common import ResourcesPublic
 from gpuslice.common.schemas.models import ModelPublic
-from gpuslice.common.schemas.runs import RUNS_FOLDER, RunCreate, RunPublic
+from gpuslice.common.schemas.runs import (
+    RUNS_FOLDER,
+    RunCreate,
+    RunPublic,
+    RunSaving,
+    RunSavingAck,
+)
 from gpuslice.common.schemas.sessions import (
     FINAL,
     SessionCreate,
@@ -36,6 +44,7 @@ from gpuslice.manager.services.sessions import launch
 from gpuslice.manager.services.sessions.views import visible
 from gpuslice.manager.services.storage.fs import StorageFS
 from gpuslice.manager.settings import ManagerSettings
+from gpuslice.session_tools import CONTAINER_TOOLS_DIR
 
 HOME = "/home/work"
 _INTERPRETERS = {".py": ["python3", "-u"], ".sh": ["sh"]}
@@ -78,14 +87,40 @@ def _session(body: RunCreate, check: bool = False) -> SessionCreate:
     command = [
         "gpuslice-run", "--dir", f"{HOME}/{RUNS_FOLDER}/{body.name}",
         "--save-dir", body.save_dir, "--model", body.name, "--",
-        *_interpreter(body.script), body.script, *body.args,
+        *_interpreter(body.script), *_keeping(body), body.script, *body.args,
     ]
     others = [f for f in body.folders if f.split(":")[0] != RUNS_FOLDER]
-    return SessionCreate(
-        image=body.image, resources=body.resources, name=body.name, type=SessionType.BATCH,
-        command=command, env={**body.env, "GPUSLICE_RUN_NAME": body.name},
-        priority=body.priority, folders=others if check else [RUNS_FOLDER, *others],
-    )
+    try:
+        return SessionCreate(
+            image=body.image, resources=body.resources, name=body.name,
+            type=SessionType.BATCH, command=command,
+            env={**body.env, "GPUSLICE_RUN_NAME": body.name}, priority=body.priority,
+            folders=others if check else [RUNS_FOLDER, *others],
+        )
+    except ValidationError as err:  # RunCreate shares the session's rules; never a 500
+        first = err.errors()[0]
+        field = ".".join(str(p) for p in first["loc"]) or None
+        raise InvalidRequest(str(first["msg"]).removeprefix("Value error, "),
+                             field=field) from None
+
+
+async def saving(db: AsyncSession, session: SessionRow, body: RunSaving) -> RunSavingAck:
+    """A run's script succeeded and its output is being saved (from its session, through its
+    node): keep the script's own time as the run's duration, and say so in its reason."""
+    run = await db.get(RunRow, session.id)
+    if run is None:
+        raise NotFound(f"session {session.id} is not a run", field="session_id")
+    run.script_s = body.script_s
+    reason = (f"the script succeeded in {_took(body.script_s)}; saving {run.save_dir}/ as "
+              f"model {session.name}")
+    if body.waited_s >= 1:
+        reason += f" (after waiting {_took(body.waited_s)} for the manager)"
+    # The reason alone, no status change (no history row), and only while it still runs.
+    await db.execute(update(SessionRow).where(
+        SessionRow.id == session.id, SessionRow.status == SessionStatus.RUNNING,
+    ).values(status_reason=reason))
+    await db.commit()
+    return RunSavingAck(duration_s=body.script_s)
 
 
 async def list_runs(
@@ -151,8 +186,8 @@ async def describe(db: AsyncSession, viewer: UserRow, ids: Sequence[str]) -> lis
 def _public(session: SessionRow, run: RunRow, times: tuple[datetime | None, datetime | None],
             model: ModelPublic | None) -> RunPublic:
     started, ended = times
-    duration = None
-    if started is not None:
+    duration = run.script_s  # the script's own time, once told: no downtime in it
+    if duration is None and started is not None:
         duration = ((ended or utcnow()) - started).total_seconds()
     return RunPublic(
         id=session.id, name=session.name, script=run.script, args=run.args,
@@ -207,6 +242,19 @@ async def _has_script(fs: StorageFS, folder: FolderRow, name: str, script: str) 
         return await asyncio.to_thread(check)
     except (NotFound, InvalidRequest, OSError):
         return False
+
+
+def _keeping(body: RunCreate) -> list[str]:
+    """With ``save_var``: the script runs under ``gpuslice_var.py``, which saves the variable
+    into the save directory when it ends (then saved with it as the model)."""
+    if body.save_var is None:
+        return []
+    return [f"{CONTAINER_TOOLS_DIR}/gpuslice_var.py", "--var", body.save_var,
+            "--into", body.save_dir, "--"]
+
+
+def _took(seconds: float) -> str:
+    return f"{seconds:.1f} s" if seconds < 60 else format_duration(int(seconds))
 
 
 def _interpreter(script: str) -> list[str]:
