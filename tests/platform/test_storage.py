@@ -165,7 +165,7 @@ def test_gpuslice_run_saves_the_model_or_shows_why_it_failed(platform: Platform,
                          capture_output=True, timeout=scaled(180))
     assert run.returncode == 0, run.stderr + run.stdout
     assert "slice: 2048 MiB of GPU memory" in run.stdout and "training done" in run.stdout
-    assert "run t1: SUCCESS (exit code 0)" in run.stderr and "model t1 saved" in run.stderr
+    assert "run t1: SUCCESS (exit code 0)" in run.stderr and "model t1:1 saved" in run.stderr
     assert "on 0.5 fGPU for 2 GiB of GPU memory" in run.stderr
     [listed] = json.loads(platform.ok("run", "list", "--json"))
     assert (listed["result"], listed["exit_code"], listed["resources"]["gpu"]) == (
@@ -207,7 +207,7 @@ def test_gpuslice_run_on_a_scientific_image(platform: Platform, tmp_path: Path) 
                           "--name", "np1", "--cpu", "0.5", "--mem", "1g"], cwd=tmp_path,
                          env=platform.env, text=True, capture_output=True, timeout=scaled(180))
     assert run.returncode == 0, run.stderr + run.stdout
-    assert "numpy " in run.stdout and "model np1 saved" in run.stderr
+    assert "numpy " in run.stdout and "model np1:1 saved" in run.stderr
     platform.ok("model", "download", "np1", "--to", str(tmp_path / "m"))
     assert (tmp_path / "m" / "weights.npy").stat().st_size > 0
 

@@ -1,17 +1,19 @@
 """`gpuslice run`: a training script run as a batch session on a GPU slice.
 
 The script and its directory are uploaded first to the caller's ``runs`` folder (under
-``runs/<name>/``); the run is a batch session that mounts that folder (and any others asked
-for), runs the script there, and saves its save directory to the model store under the run's
-name when the script succeeds.
+``runs/<name>/``, or ``runs/<name>.<N>/`` while an earlier run of the name keeps its own); the
+run is a batch session that mounts that folder (and any others asked for), runs the script
+there, and saves its save directory to the model store under the run's name (its next
+version) when the script succeeds.
 """
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field, model_validator
 
 from gpuslice.common.limits import PRIORITY_BOUND
 from gpuslice.common.schemas.common import ResourcesIn, ResourcesPublic
@@ -47,6 +49,20 @@ class RunCreate(BaseModel):
         default_factory=dict, max_length=256
     )
     priority: int = Field(default=0, ge=-PRIORITY_BOUND, le=PRIORITY_BOUND)
+    code_dir: str | None = Field(
+        default=None, max_length=80,
+        description="Its code's directory in the `runs` folder: `<name>` (the default) or, "
+        "while an earlier run of the name keeps `<name>`, `<name>.2`, `<name>.3`, …",
+    )
+
+    @model_validator(mode="after")
+    def _code_dir_of_name(self) -> RunCreate:
+        # a run's directory is named after it: no run can take another name's directory
+        if self.code_dir is not None and not re.fullmatch(
+                rf"{re.escape(self.name)}(\.[1-9][0-9]{{0,5}})?", self.code_dir):
+            raise ValueError(f"code_dir {self.code_dir!r}: use {self.name} or {self.name}.N "
+                             "(N a number)")
+        return self
 
 
 class RunPublic(BaseModel):
@@ -57,6 +73,7 @@ class RunPublic(BaseModel):
     script: str
     args: list[str]
     save_dir: str
+    code_dir: str = Field(description="Its code's directory in the `runs` folder.")
     image: str
     resources: ResourcesPublic
     status: SessionStatus
