@@ -5,6 +5,7 @@ store's free space is refused before a byte is sent (finding 13)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from fastapi import FastAPI
@@ -140,3 +141,20 @@ async def test_an_upload_over_the_quota_or_the_free_space_is_refused_before_a_by
     assert r.status_code == 413 and r.json()["code"] == "model_store_full", r.text
     assert r.json()["message"].startswith("this upload announces 250 TiB, more than the ")
     assert r.json()["message"].endswith(" the model store has free")
+
+
+async def test_saves_completing_at_once_take_one_version_each(make_user: UserFactory) -> None:
+    alice = await make_user("alice")
+    uploads = []
+    for i in range(4):
+        r = await start(alice, "resnet", [{"path": "m.txt", "size": 1}])
+        uploads.append(r.json()["upload_id"])
+        r = await alice.put(f"/api/v1/model-uploads/{uploads[-1]}/files",
+                            params={"path": "m.txt"}, content=str(i).encode())
+        assert r.status_code == 204, r.text
+    done = await asyncio.gather(*(alice.post(f"/api/v1/model-uploads/{u}/complete")
+                                  for u in uploads))
+    assert all(r.status_code == 200 for r in done), [r.text for r in done]
+    assert sorted(r.json()["version"] for r in done) == [1, 2, 3, 4]
+    listed = (await alice.get("/api/v1/models", params={"name": "resnet"})).json()
+    assert [m["version"] for m in listed] == [1, 2, 3, 4]
