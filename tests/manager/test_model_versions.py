@@ -42,6 +42,8 @@ async def test_a_second_save_of_a_name_is_version_2_and_the_first_stays(
     assert await text(alice, "resnet:1") == b"first\n"
     assert await text(alice, "resnet:1", "ckpt/step-1.bin") == V1["ckpt/step-1.bin"]
     assert (await alice.get("/api/v1/models/resnet:1")).json()["version"] == 1
+    # as the console sends it (encodeURIComponent)
+    assert (await alice.get("/api/v1/models/resnet%3A1")).json()["version"] == 1
     urls = (await alice.post("/api/v1/models/resnet:1/presign")).json()
     assert urls["version"] == 1 and (await fetch(app, urls["urls"]["model.txt"])
                                      ).content == b"first\n"
