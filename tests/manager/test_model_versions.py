@@ -61,10 +61,14 @@ async def test_a_second_save_of_a_name_is_version_2_and_the_first_stays(
     assert r.status_code == 404 and r.json()["message"] == (
         "model resnet has no version 1; its versions: 2")
     assert await text(alice, "resnet") == b"second\n"
-    # a deleted version's number is never given again: resnet:1 stays gone
+    # a deleted version's number is never given again, the latest one's included
     assert (await save(alice, "resnet", {"model.txt": b"third\n"}))["ref"] == "resnet:3"
+    assert (await alice.delete("/api/v1/models/resnet:3")).json()["versions"] == [3]
+    latest = (await alice.get("/api/v1/models/resnet")).json()
+    assert (latest["ref"], latest["latest"]) == ("resnet:2", True)
+    assert (await save(alice, "resnet", {"model.txt": b"fourth\n"}))["ref"] == "resnet:4"
     r = await alice.delete("/api/v1/models/resnet", params={"all": "true"})
-    assert r.status_code == 200 and r.json() == {"name": "resnet", "versions": [2, 3]}
+    assert r.status_code == 200 and r.json() == {"name": "resnet", "versions": [2, 4]}
     assert (await alice.get("/api/v1/models")).json() == []
     assert await store.listing(f"users/{first['owner_id']}/") == []
 

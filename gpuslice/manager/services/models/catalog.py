@@ -41,7 +41,7 @@ from gpuslice.common.schemas.models import (
 from gpuslice.common.storage_paths import PathRuleError, clean_path
 from gpuslice.manager.db.base import new_id, utcnow
 from gpuslice.manager.db.models import ModelRow, SessionRow
-from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound, Unavailable
+from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound, TooLarge, Unavailable
 from gpuslice.manager.services.models.quota import check_room
 from gpuslice.manager.services.models.store import Chunks, ModelStore, SizeMismatch, StoreError
 
@@ -78,7 +78,7 @@ async def start_upload(
     await db.commit()
     try:  # again with the row in: of two uploads racing, at most one fits
         await check_room(db, store, owner_id, size, quota, counted=True)
-    except Exception:
+    except TooLarge:
         await db.delete(row)
         await db.commit()
         raise
@@ -252,7 +252,7 @@ async def public(db: AsyncSession, row: ModelRow, latest: bool | None = None) ->
         session_name = await db.scalar(select(SessionRow.name).where(
             SessionRow.id == row.session_id))
     if latest is None:
-        latest = row.number == await _last_number(db, row.owner_id, row.name)
+        latest = row.number == await _last_number(db, row.owner_id, row.name, ready=True)
     saved: datetime = row.completed_at or row.created_at
     number = row.number or 0
     return ModelPublic(id=row.id, name=row.name, version=number, ref=f"{row.name}:{number}",
@@ -278,10 +278,16 @@ def _ref(ref: str) -> tuple[str, int | None]:
         raise InvalidRequest(str(err), field="name", code="bad_model_ref") from None
 
 
-async def _last_number(db: AsyncSession, owner_id: str, name: str) -> int:
-    last = await db.scalar(select(func.max(ModelRow.number)).where(
-        ModelRow.owner_id == owner_id, ModelRow.name == name))
-    return int(last or 0)
+async def _last_number(
+    db: AsyncSession, owner_id: str, name: str, *, ready: bool = False
+) -> int:
+    """The highest version of ``name``: of those there are (``ready``), or ever given (with
+    the deleted ones: the next save's number is above them)."""
+    stmt = select(func.max(ModelRow.number)).where(
+        ModelRow.owner_id == owner_id, ModelRow.name == name)
+    if ready:
+        stmt = stmt.where(ModelRow.status == READY)
+    return int(await db.scalar(stmt) or 0)
 
 
 async def _numbers(db: AsyncSession, owner_id: str, name: str) -> list[int]:
