@@ -164,3 +164,14 @@ async def test_saves_completing_at_once_take_one_version_each(make_user: UserFac
     assert sorted(r.json()["version"] for r in done) == [1, 2, 3, 4]
     listed = (await alice.get("/api/v1/models", params={"name": "resnet"})).json()
     assert [m["version"] for m in listed] == [1, 2, 3, 4]
+
+
+async def test_uploads_racing_for_the_last_room_never_both_fit(
+    make_user: UserFactory, settings: ManagerSettings
+) -> None:
+    alice = await make_user("alice")
+    settings.model_store.user_quota = 1024**2
+    files = [{"path": "a.bin", "size": 600 * 1024}]
+    answers = await asyncio.gather(*(start(alice, f"m{i}", files) for i in range(4)))
+    codes = sorted(r.status_code for r in answers)
+    assert codes.count(201) <= 1 and set(codes) <= {201, 413}, [r.text for r in answers]
