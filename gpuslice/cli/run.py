@@ -1,7 +1,8 @@
 """`gpuslice run SCRIPT ...`: run a training script on a GPU slice, saving its output as a
 model; `gpuslice run list | show | logs | stop | delete` manage runs.
 
-The script's directory (the current one) goes to your `runs` folder under `runs/<name>/`,
+The script's directory (the current one) goes to your `runs` folder under `runs/<name>/` (or
+`runs/<name>.<N>/` while an earlier run of the name keeps that one),
 within a size limit and minus what `.gpusliceignore` lists (and version control, caches,
 virtual environments); the run is a batch session that runs it there, unchanged, with the
 slice applied to PyTorch / TensorFlow / JAX when they are imported, and saves its save
@@ -117,16 +118,17 @@ def start(
     with _client() as client:
         client.check_run(**body)  # refused before anything is sent
         runs = _runs_folder(client)
-        try:
-            client.delete_file(runs.id, body["name"])  # the code of an earlier run of the name
+        body["code_dir"] = _free_code_dir(client, body["name"])
+        try:  # a leftover no run keeps (an upload whose run was never created)
+            client.delete_file(runs.id, body["code_dir"])
         except ApiError as err:
             if err.status != 404:
                 raise
         with transfer_bar(f"uploading {tree.root.name}/", tree.size) as moved:
-            client.upload_dir(runs.id, tree.root, body["name"], moved, tree)
+            client.upload_dir(runs.id, tree.root, body["code_dir"], moved, tree)
         run = client.create_run(**body)
         err_console.print(f"run {run.name} started (session {run.id[:12]}); its code is in "
-                          f"folder runs/{run.name}/", markup=False)
+                          f"folder runs/{run.code_dir}/", markup=False)
         if detach:
             _hints(run.name)
             return
@@ -147,7 +149,7 @@ def list_(limit: Annotated[int, typer.Option(help="At most this many.")] = PAGE_
           [(r.name, r.status.value, r.result.value if r.result else "", _exit(r),
             _duration(r.duration_s), number(r.resources.gpu),
             mem(r.resources.gpu_mem) if r.resources.gpu_mem else "",
-            r.model.name if r.model else "", ago(r.created_at)) for r in runs])
+            r.model.ref if r.model else "", ago(r.created_at)) for r in runs])
 
 
 @app.command("show")
@@ -197,7 +199,7 @@ def delete(ref: Ref, yes: Annotated[bool, typer.Option("--yes", "-y")] = False) 
     """Forget a run that is over and delete its code (its model stays; asks first)."""
     with _client() as client:
         run = client.get_run(ref)
-        confirm(f"Forget run {run.name} and delete its code in runs/{run.name}/?", yes)
+        confirm(f"Forget run {run.name} and delete its code in runs/{run.code_dir}/?", yes)
         client.delete_run(run.id)
     console.print(f"deleted run {run.name} (model: gpuslice model list)", markup=False)
 
@@ -257,6 +259,18 @@ def _inside(root: Path, script: Path) -> str:
 def _auto_name(script: Path) -> str:
     stem = re.sub(r"[^a-z0-9-]+", "-", script.stem.lower()).strip("-")[:40] or "run"
     return f"{stem}-{secrets.token_hex(3)}"
+
+
+def _free_code_dir(client: Client, name: str) -> str:
+    """``name``, or ``name.2``, ``name.3``, …: the first directory no earlier run of the name
+    keeps, so a run of a name used before leaves that run's code and output as they were."""
+    from gpuslice.common.limits import PAGE_MAX
+
+    kept = {r.code_dir for r in client.list_runs(name=name, limit=PAGE_MAX)}
+    number = 1
+    while (candidate := name if number == 1 else f"{name}.{number}") in kept:
+        number += 1
+    return candidate
 
 
 def _runs_folder(client: Client) -> Any:
@@ -338,8 +352,8 @@ def _summary(run: RunPublic) -> str:
         state = f"{run.result.value} (exit code {run.exit_code})"
     text = f"run {run.name}: {state}, ran {took} on {slice_}"
     if run.model is not None:
-        text += (f"; model {run.model.name} saved ({run.model.files} file(s), "
-                 f"{format_mem(run.model.size)}): gpuslice model download {run.model.name}")
+        text += (f"; model {run.model.ref} saved ({run.model.files} file(s), "
+                 f"{format_mem(run.model.size)}): gpuslice model download {run.model.ref}")
     elif run.result is not None and run.result.value == "SUCCESS":
         text += f"; no model saved (nothing in {run.save_dir}/)"
     return text

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -18,7 +19,12 @@ from gpuslice.client.transfer import Progress
 from gpuslice.common.limits import PAGE_DEFAULT
 
 if TYPE_CHECKING:
-    from gpuslice.common.schemas.models import ModelDetail, ModelPublic, ModelUrls
+    from gpuslice.common.schemas.models import (
+        ModelDeleted,
+        ModelDetail,
+        ModelPublic,
+        ModelUrls,
+    )
     from gpuslice.common.schemas.runs import RunPublic
     from gpuslice.common.schemas.storage import (
         ArchiveUploaded,
@@ -152,32 +158,41 @@ class StorageCalls:
 
     # ------------------------------------------------------------ models
 
-    def list_models(self) -> list[ModelPublic]:
-        return self._call("GET", "/models", list[schemas.models.ModelPublic])
+    def list_models(self, name: str | None = None) -> list[ModelPublic]:
+        """Every version of one's models (of ``name`` only, if given)."""
+        params = {"name": name} if name else None
+        return self._call("GET", "/models", list[schemas.models.ModelPublic], params=params)
 
-    def get_model(self, name: str) -> ModelDetail:
-        return self._call("GET", f"/models/{name}", schemas.models.ModelDetail)
+    def get_model(self, ref: str) -> ModelDetail:
+        """``ref``: ``NAME`` (its latest version) or ``NAME:VERSION``."""
+        return self._call("GET", f"/models/{_ref(ref)}", schemas.models.ModelDetail)
 
-    def delete_model(self, name: str) -> None:
-        self._call("DELETE", f"/models/{name}", None)
+    def delete_model(self, ref: str, every: bool = False) -> ModelDeleted:
+        """Delete ``NAME:VERSION``, or a ``NAME`` of one version; ``every``: all versions of
+        ``NAME`` (without it a name of several versions is refused: 409)."""
+        params = {"all": "true"} if every else None
+        return self._call("DELETE", f"/models/{_ref(ref)}", schemas.models.ModelDeleted,
+                          params=params)
 
-    def presign_model(self, name: str, ttl: int = 300) -> ModelUrls:
-        return self._call("POST", f"/models/{name}/presign", schemas.models.ModelUrls,
+    def presign_model(self, ref: str, ttl: int = 300) -> ModelUrls:
+        return self._call("POST", f"/models/{_ref(ref)}/presign", schemas.models.ModelUrls,
                           params={"ttl": ttl})
 
-    def download_model(self, name: str, local: Path,
+    def download_model(self, ref: str, local: Path,
                        progress: Progress | None = None) -> ModelDetail:
-        """Every file of a model under directory ``local``."""
-        model = self.get_model(name)
+        """Every file of a model version (``NAME``: the latest) under directory ``local``;
+        the version asked is pinned first, so a save meanwhile does not mix two."""
+        model = self.get_model(ref)
         for item in model.file_list:
             target = local.joinpath(*transfer_parts(item.path))
-            self._download(f"{API}/models/{name}/files", {"path": item.path}, target, progress)
+            self._download(f"{API}/models/{_ref(model.ref)}/files", {"path": item.path},
+                           target, progress)
         return model
 
     def upload_model(self, local: Path, name: str,
                      progress: Progress | None = None) -> ModelPublic:
-        """Save a file or a directory's files as model ``name`` (replacing one of that name
-        once complete), through the manager."""
+        """Save a file or a directory's files as model ``name``, through the manager: its next
+        version (the earlier ones stay)."""
         if local.is_dir():
             files = [(rel, path, size) for rel, path, size in transfer.scan(local).files]
         else:
@@ -254,6 +269,11 @@ class StorageCalls:
         """A large answer to stream (``fetch``: http.client, for its CPU cost)."""
         return fetch.get_stream(self.url, url, params, {**self._headers(), **(headers or {})},
                                 timeout=_LONG.read or 600.0)
+
+
+def _ref(ref: str) -> str:
+    """A model reference as one path segment (``:`` stays readable)."""
+    return quote(ref, safe=":")
 
 
 def transfer_parts(path: str) -> list[str]:

@@ -53,6 +53,12 @@ class StaleStatus(Conflict):
     code = "status_changed"
 
 
+class TooLarge(DomainError):
+    """What a request announces is more than a quota or the space left allows (413)."""
+
+    code = "too_large"
+
+
 class TooManyRequests(DomainError):
     """Throttled: the caller may try again after ``retry_after`` seconds."""
 

@@ -342,6 +342,11 @@ class ModelStoreSettings(BaseModel):
         default=86400.0, ge=60, le=30 * 86400,
         description="Seconds after which an upload never completed is deleted.",
     )
+    user_quota: int = Field(
+        default=100 * 1024**3, ge=1024**2, le=1024**5,
+        description="Bytes of models (every version, and uploads in progress) one user may "
+        "keep in the store; an upload announcing more is refused before any byte is sent.",
+    )
 
 
 class LimitsSettings(BaseModel):

@@ -34,6 +34,7 @@ class Saved:
     name: str
     files: int
     size: int
+    version: int = 0  # the save's number among its name's versions (1, 2, …)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     except (SaveError, gpuslice_endpoint.EndpointError) as err:
         print(f"gpuslice-save: {err}", file=sys.stderr)
         return 1
-    print(f"saved model {saved.name}: {saved.files} file(s), {_size(saved.size)}")
+    print(f"saved model {saved.name} version {saved.version}: {saved.files} file(s), "
+          f"{_size(saved.size)}")
     return 0
 
 
@@ -75,8 +77,9 @@ def save(path: str, name: str | None = None, say: object = None) -> Saved:
             query = urlencode({"upload_id": started["upload_id"], "path": rel})
             with open(source, "rb") as f:
                 gpuslice_endpoint.send_file("PUT", f"/v1/models/file?{query}", f, size)
-    gpuslice_endpoint.call("POST", "/v1/models/complete", {"upload_id": started["upload_id"]})
-    return Saved(name, len(files), total)
+    done = gpuslice_endpoint.call("POST", "/v1/models/complete",
+                                  {"upload_id": started["upload_id"]})
+    return Saved(name, len(files), total, int(done.get("version", 0)))
 
 
 def _collect(path: str, tell: object) -> list[tuple[str, str, int]]:

@@ -198,3 +198,33 @@ async def test_no_request_makes_the_manager_fail(
 
     await asyncio.to_thread(every_operation)
     assert (await admin.get("/api/v1/health")).status_code == 200
+
+
+async def test_a_model_file_of_any_length_is_its_size_or_a_422(make_user: UserFactory) -> None:
+    """A model file of another length than announced (fewer or more bytes, or none) is the
+    sender's mistake: 422 saying both sizes, never a 5xx; the announced length is a 204."""
+    alice = await make_user("alice")
+    loop = asyncio.get_running_loop()
+
+    async def send(announced: int, sent: int) -> httpx.Response:
+        r = await alice.post("/api/v1/model-uploads", json={
+            "name": "fuzzed", "files": [{"path": "w.bin", "size": announced}]})
+        assert r.status_code == 201, r.text
+        return await alice.put(f"/api/v1/model-uploads/{r.json()['upload_id']}/files",
+                               params={"path": "w.bin"}, content=b"x" * sent)
+
+    @seed(SEED)
+    @settings(max_examples=max(EXAMPLES, 12), deadline=None, database=None,
+              derandomize="GPUSLICE_FUZZ_SEED" not in os.environ,
+              suppress_health_check=[HealthCheck.function_scoped_fixture])
+    @given(announced=st.integers(0, 3 * 1024 * 1024), sent=st.integers(0, 3 * 1024 * 1024))
+    def any_length(announced: int, sent: int) -> None:
+        r = asyncio.run_coroutine_threadsafe(send(announced, sent), loop).result(timeout=300)
+        if sent == announced:
+            assert r.status_code == 204, r.text
+            return
+        assert r.status_code == 422 and r.json()["code"] == "upload_size_mismatch", r.text
+        came = str(sent) if sent < announced else f"more than {announced}"
+        assert f"{announced} bytes were announced and {came} came" in r.json()["message"]
+
+    await asyncio.to_thread(any_length)

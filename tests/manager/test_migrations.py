@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect
 
 from gpuslice.manager.db import migrate
-from gpuslice.manager.db.base import Base
+from gpuslice.manager.db.base import Base, utcnow
 from gpuslice.manager.db.engine import make_engine
 
 
@@ -31,5 +34,37 @@ async def test_upgrade_matches_models_then_downgrade(database_url: str) -> None:
         await migrate.downgrade(engine)
         async with engine.connect() as conn:
             assert await conn.run_sync(_tables) == set()
+    finally:
+        await engine.dispose()
+
+
+async def test_saves_made_before_versions_become_versions_oldest_first(
+    database_url: str,
+) -> None:
+    """0018: ready saves so far are numbered 1, 2, … per name by completion; an upload in
+    progress gets its number when it completes."""
+    engine = make_engine(database_url)
+    users = sa.table("users", *(sa.column(c) for c in (
+        "id", "username", "password_hash", "role", "is_active", "created_at")))
+    models = sa.table("models", *(sa.column(c) for c in (
+        "id", "owner_id", "name", "version", "status", "size", "files", "file_list",
+        "created_at", "completed_at")))
+    now = utcnow()
+    try:
+        await migrate.upgrade(engine, "0016")
+        async with engine.begin() as conn:
+            await conn.execute(sa.insert(users).values(
+                id="u1", username="alice", password_hash="x", role="user", is_active=True,
+                created_at=now))
+            for mid, status, age in (("m-new", "ready", 1), ("m-old", "ready", 5),
+                                     ("m-up", "uploading", 0)):
+                await conn.execute(sa.insert(models).values(
+                    id=mid, owner_id="u1", name="resnet", version=mid, status=status, size=1,
+                    files=1, file_list="[]", created_at=now,
+                    completed_at=None if status != "ready" else now - timedelta(minutes=age)))
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            got = dict((await conn.execute(sa.text("SELECT id, number FROM models"))).all())
+        assert got == {"m-old": 1, "m-new": 2, "m-up": None}
     finally:
         await engine.dispose()

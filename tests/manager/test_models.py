@@ -63,12 +63,12 @@ async def fetch(app: FastAPI, url: str) -> httpx.Response:
         return await client.get(url)
 
 
-async def test_save_list_download_replace_delete(make_user: UserFactory, app: FastAPI) -> None:
+async def test_save_list_download_delete(make_user: UserFactory, app: FastAPI) -> None:
     alice = await make_user("alice")
     saved = await save(alice, "resnet")
-    assert (saved["name"], saved["files"], saved["size"]) == (
-        "resnet", 2, sum(len(d) for d in FILES.values()))
-    assert [m["name"] for m in (await alice.get("/api/v1/models")).json()] == ["resnet"]
+    assert (saved["name"], saved["version"], saved["files"], saved["size"]) == (
+        "resnet", 1, 2, sum(len(d) for d in FILES.values()))
+    assert [m["ref"] for m in (await alice.get("/api/v1/models")).json()] == ["resnet:1"]
     detail = (await alice.get("/api/v1/models/resnet")).json()
     assert sorted(f["path"] for f in detail["file_list"]) == sorted(FILES)
     for path, data in FILES.items():
@@ -77,15 +77,9 @@ async def test_save_list_download_replace_delete(make_user: UserFactory, app: Fa
 
     store = app.state.model_store
     owner = saved["owner_id"]
-    first = await store.listing(f"users/{owner}/resnet/")
-    assert len(first) == 2
-    await save(alice, "resnet", {"model.txt": b"v2"})  # a new save replaces the old one whole
-    after = await store.listing(f"users/{owner}/resnet/")
-    assert [s.size for s in after] == [2] and not {s.key for s in first} & {s.key for s in after}
-    r = await alice.get("/api/v1/models/resnet/files", params={"path": "ckpt/step-1.bin"})
-    assert r.status_code == 404
-
-    assert (await alice.delete("/api/v1/models/resnet")).status_code == 204
+    assert len(await store.listing(f"users/{owner}/resnet/")) == 2
+    r = await alice.delete("/api/v1/models/resnet")  # its only version
+    assert r.status_code == 200 and r.json() == {"name": "resnet", "versions": [1]}
     assert await store.listing(f"users/{owner}/") == []
     assert (await alice.get("/api/v1/models")).json() == []
 

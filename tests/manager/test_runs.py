@@ -197,3 +197,59 @@ async def test_a_run_lasts_as_long_as_its_script_not_the_wait_to_save(
     await mine.report(run["id"], "TERMINATED", exit_code=0, logs="done\n")
     done = await until(alice, "slow", "TERMINATED")
     assert (done["result"], done["duration_s"]) == ("SUCCESS", 15.1)
+
+
+async def save_model(agent: Any, sid: str, name: str, data: bytes) -> dict[str, Any]:
+    """What `gpuslice-save` in the run's session does, through its node."""
+    base = f"/api/v1/agents/me/sessions/{sid}/models"
+    started = (await agent.client.post(f"{base}/uploads", json={
+        "name": name, "files": [{"path": "model.txt", "size": len(data)}]})).json()
+    r = await agent.client.put(f"{base}/file", content=data,
+                               params={"upload_id": started["upload_id"], "path": "model.txt"})
+    assert r.status_code == 204, r.text
+    r = await agent.client.post(f"{base}/complete", json={"upload_id": started["upload_id"]})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+async def test_a_second_run_of_a_name_keeps_the_first_runs_code_and_model(
+    make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    alice = await make_user("alice")
+    agent = await make_agent("node-1", devices=[gpu(0, mem=8 * GiB)], fgpu_per_gpu=2)
+    await upload_code(alice, "resnet", {"train.py": b"print('first')\n"})
+    first = await start(alice, "resnet")
+    assert first["code_dir"] == "resnet"
+    await until(alice, first["id"], "RUNNING")
+    assert (await save_model(agent, first["id"], "resnet", b"v1"))["ref"] == "resnet:1"
+    await agent.report(first["id"], "TERMINATED", exit_code=0, logs="done\n")
+    await until(alice, first["id"], "TERMINATED")
+
+    # runs/resnet/ is the first run's: a second run may not take it over
+    r = await alice.post("/api/v1/runs", json={"name": "resnet", "script": "train.py",
+                                               "image": IMAGE})
+    assert r.status_code == 409 and r.json()["code"] == "run_dir_in_use", r.text
+    assert r.json()["message"].startswith("runs/resnet/ keeps the code of an earlier run of "
+                                          "resnet")
+    r = await alice.post("/api/v1/runs", json={"name": "resnet", "script": "train.py",
+                                               "image": IMAGE, "code_dir": "other"})
+    assert r.status_code == 422 and "use resnet or resnet.N" in r.text
+    await upload_code(alice, "resnet.2", {"train.py": b"print('second')\n"})
+    second = await start(alice, "resnet", code_dir="resnet.2")
+    session = (await alice.get(f"/api/v1/sessions/{second['id']}")).json()
+    assert session["command"][:3] == ["gpuslice-run", "--dir", "/home/work/runs/resnet.2"]
+    await until(alice, second["id"], "RUNNING")
+    assert (await save_model(agent, second["id"], "resnet", b"v2"))["ref"] == "resnet:2"
+    await agent.report(second["id"], "TERMINATED", exit_code=0, logs="done\n")
+    await until(alice, second["id"], "TERMINATED")
+
+    runs = (await alice.get("/api/v1/runs")).json()
+    assert [(r["code_dir"], r["model"]["ref"]) for r in runs] == [
+        ("resnet.2", "resnet:2"), ("resnet", "resnet:1")]
+    models = (await alice.get("/api/v1/models")).json()
+    assert [m["ref"] for m in models] == ["resnet:1", "resnet:2"]
+    assert (await alice.delete(f"/api/v1/runs/{second['id']}")).status_code == 204
+    runs_folder = next(f for f in (await alice.get("/api/v1/folders")).json()
+                       if f["name"] == "runs")
+    listing = (await alice.get(f"/api/v1/folders/{runs_folder['id']}/files")).json()
+    assert [e["path"] for e in listing["entries"]] == ["resnet"]  # the first run's stays

@@ -100,7 +100,7 @@ async def test_gpuslice_save_a_directory(in_session: tuple[Client, str, str],
     code, stdout, stderr = await tool(socket, tmp_path, str(TOOLS_DIR / "gpuslice-save"),
                                       "out", "--name", "resnet")
     assert code == 0, stderr
-    assert "saved model resnet: 2 file(s), 3.0 MiB" in stdout
+    assert "saved model resnet version 1: 2 file(s), 3.0 MiB" in stdout
     assert "leaving out link (not a regular file)" in stderr
     [model] = (await alice.get("/api/v1/models")).json()
     assert (model["name"], model["files"], model["session_id"]) == ("resnet", 2, sid)

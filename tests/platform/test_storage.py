@@ -165,7 +165,7 @@ def test_gpuslice_run_saves_the_model_or_shows_why_it_failed(platform: Platform,
                          capture_output=True, timeout=scaled(180))
     assert run.returncode == 0, run.stderr + run.stdout
     assert "slice: 2048 MiB of GPU memory" in run.stdout and "training done" in run.stdout
-    assert "run t1: SUCCESS (exit code 0)" in run.stderr and "model t1 saved" in run.stderr
+    assert "run t1: SUCCESS (exit code 0)" in run.stderr and "model t1:1 saved" in run.stderr
     assert "on 0.5 fGPU for 2 GiB of GPU memory" in run.stderr
     [listed] = json.loads(platform.ok("run", "list", "--json"))
     assert (listed["result"], listed["exit_code"], listed["resources"]["gpu"]) == (
@@ -175,6 +175,20 @@ def test_gpuslice_run_saves_the_model_or_shows_why_it_failed(platform: Platform,
     assert "runs/t1/data.bin" not in {e["path"] for e in code}  # .gpusliceignore held
     platform.ok("model", "download", "t1", "--to", str(tmp_path / "m"))
     assert (tmp_path / "m" / "model.txt").read_text() == "weights for --epochs 3\n"
+    # a second run of the name: version 2, in a directory of its own; the first stays whole
+    again = subprocess.run([GPUSLICE, "run", "train.py", "--gpu-mem", "2048m", "--name", "t1",
+                            *SMALL, "--", "--epochs", "5"], cwd=project, env=platform.env,
+                           text=True, capture_output=True, timeout=scaled(180))
+    assert again.returncode == 0, again.stderr + again.stdout
+    assert "its code is in folder runs/t1.2/" in again.stderr
+    assert "model t1:2 saved" in again.stderr
+    platform.ok("model", "download", "t1", "--to", str(tmp_path / "latest"))
+    assert (tmp_path / "latest" / "model.txt").read_text() == "weights for --epochs 5\n"
+    platform.ok("model", "download", "t1:1", "--to", str(tmp_path / "first"))
+    assert (tmp_path / "first" / "model.txt").read_text() == "weights for --epochs 3\n"
+    platform.ok("folder", "download", "runs", "t1/output/model.txt", "--to",
+                str(tmp_path / "first-output.txt"))  # the first run's output, as it wrote it
+    assert (tmp_path / "first-output.txt").read_text() == "weights for --epochs 3\n"
 
     failed = subprocess.run([GPUSLICE, "run", "fail.py", "--gpu", "0.5", "--name", "f1", *SMALL],
                             cwd=project, env=platform.env, text=True, capture_output=True,
@@ -182,7 +196,8 @@ def test_gpuslice_run_saves_the_model_or_shows_why_it_failed(platform: Platform,
     assert failed.returncode == 3
     assert "run f1: FAILED (exit code 3)" in failed.stderr
     assert "last" in failed.stderr and "  loading" in failed.stderr
-    assert [m["name"] for m in json.loads(platform.ok("model", "list", "--json"))] == ["t1"]
+    assert [m["ref"] for m in json.loads(platform.ok("model", "list", "--json"))] == [
+        "t1:1", "t1:2"]
     too_big = subprocess.run([GPUSLICE, "run", "train.py", "--gpu-mem", "9g"], cwd=project,
                              env=platform.env, text=True, capture_output=True, timeout=scaled(60))
     assert too_big.returncode == 2 and "the most possible is 8 GiB" in too_big.stderr
@@ -207,7 +222,7 @@ def test_gpuslice_run_on_a_scientific_image(platform: Platform, tmp_path: Path) 
                           "--name", "np1", "--cpu", "0.5", "--mem", "1g"], cwd=tmp_path,
                          env=platform.env, text=True, capture_output=True, timeout=scaled(180))
     assert run.returncode == 0, run.stderr + run.stdout
-    assert "numpy " in run.stdout and "model np1 saved" in run.stderr
+    assert "numpy " in run.stdout and "model np1:1 saved" in run.stderr
     platform.ok("model", "download", "np1", "--to", str(tmp_path / "m"))
     assert (tmp_path / "m" / "weights.npy").stat().st_size > 0
 

@@ -1,7 +1,8 @@
 """The model store: trained models under each user's own prefix.
 
-A model is a named set of files (a save directory, or one file) owned by one user. Saving a
-name again replaces it whole once the new files are complete. From inside a session the store
+A model is a named set of files (a save directory, or one file) owned by one user. Each save
+of a name is a new version (1, 2, …; never a replacement): ``resnet`` means its latest version,
+``resnet:1`` the first. From inside a session the store
 is reached through the in-session endpoint only (short-lived URLs or streamed through the
 agent); users reach it through the manager's API.
 """
@@ -20,6 +21,8 @@ MODEL_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 MODEL_NAME_RULE = "1-128 letters, digits, '.', '_' or '-', starting with a letter or digit"
 MAX_MODEL_FILES = 10_000
 MAX_PRESIGN_TTL = 3600
+_VERSION_RE = re.compile(r"^[1-9][0-9]{0,8}$")
+REF_RULE = "NAME (its latest version) or NAME:VERSION, e.g. resnet:2"
 
 
 def check_model_name(value: str) -> str:
@@ -28,11 +31,30 @@ def check_model_name(value: str) -> str:
     return value
 
 
+def split_ref(ref: str) -> tuple[str, int | None]:
+    """``resnet`` → (resnet, None: the latest); ``resnet:2`` → (resnet, 2). A name holds no
+    ``:``, so the split is never ambiguous; ``ValueError`` saying the rule otherwise."""
+    name, sep, version = ref.partition(":")
+    if not sep:
+        return name, None
+    if not _VERSION_RE.match(version):
+        raise ValueError(f"model {ref!r}: the version after ':' is a number from 1 (no "
+                         f"leading 0); use {REF_RULE}")
+    return name, int(version)
+
+
+def check_model_ref(value: str) -> str:
+    name, _ = split_ref(value)
+    check_model_name(name)
+    return value
+
+
 def check_file_path(value: str) -> str:
     return clean_path(value)  # a PathRuleError is a ValueError: pydantic names the rule
 
 
 ModelName = Annotated[str, AfterValidator(check_model_name)]
+ModelRef = Annotated[str, AfterValidator(check_model_ref)]
 FilePath = Annotated[str, AfterValidator(check_file_path)]
 
 
@@ -42,10 +64,14 @@ class ModelFile(BaseModel):
 
 
 class ModelPublic(BaseModel):
-    """A saved model."""
+    """One saved version of a model."""
 
     id: str
     name: str
+    version: int = Field(description="1 for the first save of the name, then 2, 3, …")
+    ref: str = Field(description="NAME:VERSION, what names exactly this version.")
+    latest: bool = Field(description="Whether it is the newest version of its name (what the "
+                         "bare name means).")
     owner_id: str
     size: int = Field(description="Bytes of all its files.")
     files: int
@@ -56,6 +82,13 @@ class ModelPublic(BaseModel):
 
 class ModelDetail(ModelPublic):
     file_list: list[ModelFile]
+
+
+class ModelDeleted(BaseModel):
+    """What a delete removed: these versions of ``name``, with their files."""
+
+    name: str
+    versions: list[int]
 
 
 class ModelUploadStart(BaseModel):
@@ -83,11 +116,12 @@ class ModelUploadComplete(BaseModel):
 class ModelPresign(BaseModel):
     """Short-lived download URLs for the files of one of the caller's models."""
 
-    name: ModelName
+    name: ModelRef = Field(description=f"The model: {REF_RULE}.")
     ttl: int = Field(default=300, ge=1, le=MAX_PRESIGN_TTL, description="Seconds they last.")
 
 
 class ModelUrls(BaseModel):
     name: str
+    version: int
     urls: dict[str, str] = Field(description="File path → GET URL.")
     expires_at: datetime

@@ -1,9 +1,10 @@
 """`gpuslice run`: a training script run as a batch session on a GPU slice.
 
 The script and its directory are uploaded first to the caller's ``runs`` folder (under
-``runs/<name>/``); the run is a batch session that mounts that folder (and any others asked
-for), runs the script there, and saves its save directory to the model store under the run's
-name when the script succeeds.
+``runs/<name>/``, or ``runs/<name>.<N>/`` while an earlier run of the name keeps its own); the
+run is a batch session that mounts that folder (and any others asked for), runs the script
+there, and saves its save directory to the model store under the run's name (its next
+version) when the script succeeds.
 """
 
 from __future__ import annotations
@@ -12,7 +13,14 @@ import re
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, Field, ValidationInfo, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gpuslice.common.limits import PRIORITY_BOUND
 from gpuslice.common.schemas.common import ResourcesIn, ResourcesPublic
@@ -68,6 +76,11 @@ class RunCreate(BaseModel):
         "saved into `save_dir` in its framework's format (PyTorch, Keras; else joblib or "
         "pickle): for scripts that keep their model in a variable and never save it.",
     )
+    code_dir: str | None = Field(
+        default=None, max_length=80,
+        description="Its code's directory in the `runs` folder: `<name>` (the default) or, "
+        "while an earlier run of the name keeps `<name>`, `<name>.2`, `<name>.3`, …",
+    )
 
     @field_validator("save_var")
     @classmethod
@@ -78,6 +91,15 @@ class RunCreate(BaseModel):
                              "leave variables")
         return value
 
+    @model_validator(mode="after")
+    def _code_dir_of_name(self) -> RunCreate:
+        # a run's directory is named after it: no run can take another name's directory
+        if self.code_dir is not None and not re.fullmatch(
+                rf"{re.escape(self.name)}(\.[1-9][0-9]{{0,5}})?", self.code_dir):
+            raise ValueError(f"code_dir {self.code_dir!r}: use {self.name} or {self.name}.N "
+                             "(N a number)")
+        return self
+
 
 class RunPublic(BaseModel):
     """A run: its session's state, how long it ran, and the model it saved."""
@@ -87,6 +109,7 @@ class RunPublic(BaseModel):
     script: str
     args: list[str]
     save_dir: str
+    code_dir: str = Field(description="Its code's directory in the `runs` folder.")
     image: str
     resources: ResourcesPublic
     status: SessionStatus

@@ -25,6 +25,7 @@ STATUS: list[tuple[type[errors.DomainError], int]] = [
     (errors.AgentTimeout, 504),
     (errors.Unavailable, 503),
     (errors.TooManyRequests, 429),
+    (errors.TooLarge, 413),
     (errors.InvalidRequest, 422),
     (errors.DomainError, 400),
 ]

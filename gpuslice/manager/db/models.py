@@ -488,18 +488,25 @@ class FolderGrantRow(Base):
 class ModelRow(Base):
     """One save of a model: its files are under the owner's prefix, ``<owner>/<name>/<version>/``.
 
-    ``uploading`` until its files are complete, then ``ready``; a new ready save of a name
-    replaces the older one (whose files are deleted). ``file_list``: [{path, size}].
+    ``uploading`` until its files are complete, then ``ready`` with the next ``number`` of its
+    name (1, 2, …: a user's version); saves never replace each other. A deleted version is
+    ``deleted`` (its files gone), kept so its number is never reused. ``version``: the key
+    part, chosen at the start. ``file_list``: [{path, size}].
     """
 
     __tablename__ = "models"
-    __table_args__ = (Index("ix_models_owner_name", "owner_id", "name"),)
+    __table_args__ = (
+        Index("ix_models_owner_name", "owner_id", "name"),
+        # two saves completing at once cannot both take a number: the second retries
+        Index("ux_models_owner_name_number", "owner_id", "name", "number", unique=True),
+    )
 
     id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
     owner_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="RESTRICT"))
     name: Mapped[str] = mapped_column(String(128))
     version: Mapped[str] = mapped_column(String(36))
-    status: Mapped[str] = mapped_column(String(16))  # uploading | ready
+    status: Mapped[str] = mapped_column(String(16))  # uploading | ready | deleted
+    number: Mapped[int | None] = mapped_column(Integer)  # set when ready
     size: Mapped[int] = mapped_column(BigInteger, default=0)
     files: Mapped[int] = mapped_column(Integer, default=0)
     file_list: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
@@ -522,6 +529,8 @@ class RunRow(Base):
     script: Mapped[str] = mapped_column(Text)
     args: Mapped[list[str]] = mapped_column(JSON, default=list)
     save_dir: Mapped[str] = mapped_column(Text)
+    # its code's directory in the owner's `runs` folder (None: `<name>`, runs before 0018)
+    code_dir: Mapped[str | None] = mapped_column(String(80))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     # How long the script itself ran, as its runner measured it (None: not told yet); the run's
     # duration, which the session's history cannot give when the manager was down as it ended.

@@ -33,8 +33,9 @@ async def start_upload(
     """Begin saving a model for the session's owner: presigned PUT URLs when the store takes
     uploads directly (S3, `model_store.url_ttl` seconds), else `stream` (through the agent)."""
     return await catalog.start_upload(
-        db, store, session.owner_id, body, session_id=session.id,
-        presign_ttl=settings.model_store.url_ttl, base_url=str(request.base_url),
+        db, store, session.owner_id, body, quota=settings.model_store.user_quota,
+        session_id=session.id, presign_ttl=settings.model_store.url_ttl,
+        base_url=str(request.base_url),
     )
 
 
@@ -53,7 +54,7 @@ async def upload_file(
 async def complete_upload(
     body: ModelUploadComplete, session: NodeSession, db: DbDep, store: ModelStoreDep
 ) -> ModelPublic:
-    """Make the session's upload a saved model of its owner."""
+    """Make the session's upload a saved model of its owner: the next version of its name."""
     return await catalog.complete(db, store, session.owner_id, body.upload_id)
 
 

@@ -21,7 +21,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from gpuslice.manager.services.models.store import Chunks, ModelStore, Stored, StoreError
+from gpuslice.manager.services.models.store import (
+    Chunks,
+    ModelStore,
+    SizeMismatch,
+    Stored,
+    StoreError,
+)
 from gpuslice.manager.threads import file_stream, rechunk, write_all
 
 SIGNING_KEY = ".signing-key"
@@ -53,12 +59,12 @@ class LocalStore(ModelStore):
                 async for piece in rechunk(body):
                     written += len(piece)
                     if written > size:
-                        raise StoreError(f"more than the {size} bytes announced")
+                        raise SizeMismatch(size, None)
                     await asyncio.to_thread(write_all, fd, piece)
             finally:
                 os.close(fd)
             if written != size:
-                raise StoreError(f"{written} bytes came of the {size} announced")
+                raise SizeMismatch(size, written)
             await asyncio.to_thread(os.replace, partial, target)
         except BaseException:
             partial.unlink(missing_ok=True)
@@ -79,6 +85,12 @@ class LocalStore(ModelStore):
 
     async def listing(self, prefix: str) -> list[Stored]:
         return await asyncio.to_thread(self._list, prefix)
+
+    async def free_space(self) -> int | None:
+        try:
+            return (await asyncio.to_thread(shutil.disk_usage, self.directory)).free
+        except OSError:  # not made yet, or unreadable: the write itself will say
+            return None
 
     async def delete_prefix(self, prefix: str) -> int:
         found = await self.listing(prefix)

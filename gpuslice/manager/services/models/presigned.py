@@ -6,7 +6,12 @@ from starlette.requests import Request
 
 from gpuslice.manager.errors import Forbidden, InvalidRequest, NotFound, Unavailable
 from gpuslice.manager.services.models.local import LocalStore
-from gpuslice.manager.services.models.store import Chunks, ModelStore, StoreError
+from gpuslice.manager.services.models.store import (
+    Chunks,
+    ModelStore,
+    SizeMismatch,
+    StoreError,
+)
 
 
 async def open_signed(
@@ -29,6 +34,8 @@ async def put_signed(
                              code="length_required")
     try:
         await local.put(key, request.stream(), int(length))
+    except SizeMismatch as err:
+        raise InvalidRequest(f"model store: {err}", code="upload_size_mismatch") from None
     except StoreError as err:
         raise Unavailable(f"model store: {err}", code="model_store_error") from None
 

@@ -19,7 +19,13 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from gpuslice.manager.services.models.store import Chunks, ModelStore, Stored, StoreError
+from gpuslice.manager.services.models.store import (
+    Chunks,
+    ModelStore,
+    SizeMismatch,
+    Stored,
+    StoreError,
+)
 from gpuslice.manager.settings import ModelStoreSettings
 from gpuslice.manager.threads import Interrupted, feed_thread
 
@@ -75,7 +81,7 @@ class S3Store(ModelStore):
         if sent != size:
             await asyncio.to_thread(_call, self._client.delete_object, Bucket=self.bucket,
                                     Key=full)
-            raise StoreError(f"{sent} bytes came of the {size} announced")
+            raise SizeMismatch(size, None if sent > size else sent)
 
     async def open(self, key: str) -> tuple[Chunks, int]:
         try:

@@ -19,6 +19,17 @@ class StoreError(Exception):
     """The store refused or could not be reached; the message says which and why."""
 
 
+class SizeMismatch(StoreError):
+    """A body of another length than announced: the sender's mistake, not the store's.
+    ``received`` is None when more than ``announced`` came (the rest is not read)."""
+
+    def __init__(self, announced: int, received: int | None) -> None:
+        self.announced, self.received = announced, received
+        got = f"more than {announced}" if received is None else str(received)
+        super().__init__(f"{announced} bytes were announced and {got} came: send exactly "
+                         "the bytes announced")
+
+
 @dataclass(frozen=True, slots=True)
 class Stored:
     key: str
@@ -44,7 +55,7 @@ class ModelStore(abc.ABC):
     @abc.abstractmethod
     async def put(self, key: str, body: AsyncIterator[bytes], size: int) -> None:
         """Store ``body`` (exactly ``size`` bytes) at ``key``, replacing what was there; a
-        body of another length stores nothing and raises ``StoreError``."""
+        body of another length stores nothing and raises ``SizeMismatch``."""
 
     @abc.abstractmethod
     async def open(self, key: str) -> tuple[Chunks, int]:
@@ -62,6 +73,10 @@ class ModelStore(abc.ABC):
     @abc.abstractmethod
     async def delete_prefix(self, prefix: str) -> int:
         """Delete everything under ``prefix`` (a model version); how many objects went."""
+
+    async def free_space(self) -> int | None:
+        """Bytes the store can still take; None when it cannot tell (S3 grows as needed)."""
+        return None
 
     @abc.abstractmethod
     def presign(self, method: str, key: str, ttl: int, base_url: str) -> str:

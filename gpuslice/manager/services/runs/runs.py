@@ -53,18 +53,21 @@ _INTERPRETERS = {".py": ["python3", "-u"], ".sh": ["sh"]}
 async def create_run(
     db: AsyncSession, fs: StorageFS, user: UserRow, body: RunCreate, settings: ManagerSettings
 ) -> RunPublic:
-    """Start a run of a script already uploaded to the owner's ``runs/<name>/``."""
+    """Start a run of a script already uploaded to the owner's ``runs/<code dir>/``, a
+    directory no other run of theirs keeps."""
     session = _session(body)
+    code_dir = body.code_dir or body.name
     await check_run(db, user, body, settings)
+    await _check_dir_free(db, user.id, body.name, code_dir)
     folder = await db.scalar(select(FolderRow).where(
         FolderRow.owner_id == user.id, FolderRow.name == RUNS_FOLDER))
-    if folder is None or not await _has_script(fs, folder, body.name, body.script):
+    if folder is None or not await _has_script(fs, folder, code_dir, body.script):
         raise InvalidRequest(
-            f"{RUNS_FOLDER}/{body.name}/{body.script} is not in your folders: upload the code "
+            f"{RUNS_FOLDER}/{code_dir}/{body.script} is not in your folders: upload the code "
             "first (`gpuslice run` does)", field="script", code="script_missing")
     [created] = await launch.create_sessions(db, user, session, settings)
     db.add(RunRow(session_id=created.id, owner_id=user.id, script=body.script,
-                  args=list(body.args), save_dir=body.save_dir))
+                  args=list(body.args), save_dir=body.save_dir, code_dir=code_dir))
     await db.commit()
     return (await describe(db, user, [created.id]))[0]
 
@@ -85,7 +88,7 @@ def _session(body: RunCreate, check: bool = False) -> SessionCreate:
     """The batch session of a run. ``check``: without the runs folder, which a first run
     has not made yet (it is the caller's own: always mountable)."""
     command = [
-        "gpuslice-run", "--dir", f"{HOME}/{RUNS_FOLDER}/{body.name}",
+        "gpuslice-run", "--dir", f"{HOME}/{RUNS_FOLDER}/{body.code_dir or body.name}",
         "--save-dir", body.save_dir, "--model", body.name, "--",
         *_interpreter(body.script), *_keeping(body), body.script, *body.args,
     ]
@@ -156,10 +159,10 @@ async def delete_run(db: AsyncSession, fs: StorageFS, user: UserRow, ref: str) -
     await db.commit()
     folder = await db.scalar(select(FolderRow).where(
         FolderRow.owner_id == owner, FolderRow.name == RUNS_FOLDER))
-    busy = await _active(db, owner, run.name)  # a new run of the name uses the directory
+    busy = await _dir_keeper(db, owner, run.name, run.code_dir)  # another run's code too
     await db.commit()
-    if folder is not None and not busy:
-        await asyncio.to_thread(_remove_code, fs, folder, run.name)
+    if folder is not None and busy is None:
+        await asyncio.to_thread(_remove_code, fs, folder, run.code_dir)
 
 
 async def describe(db: AsyncSession, viewer: UserRow, ids: Sequence[str]) -> list[RunPublic]:
@@ -191,7 +194,7 @@ def _public(session: SessionRow, run: RunRow, times: tuple[datetime | None, date
         duration = ((ended or utcnow()) - started).total_seconds()
     return RunPublic(
         id=session.id, name=session.name, script=run.script, args=run.args,
-        save_dir=run.save_dir, image=session.image,
+        save_dir=run.save_dir, code_dir=run.code_dir or session.name, image=session.image,
         resources=ResourcesPublic(gpu=fgpu_decimal(session.gpu), cpu=fgpu_decimal(session.cpu),
                                   mem=session.mem, gpu_mem=session.gpu_mem),
         status=SessionStatus(session.status), status_reason=session.status_reason,
@@ -228,6 +231,28 @@ async def _active(db: AsyncSession, owner_id: str, name: str) -> bool:
         .where(SessionRow.owner_id == owner_id, SessionRow.name == name,
                SessionRow.status.not_in(list(FINAL))).limit(1)
     ) is not None
+
+
+async def _check_dir_free(db: AsyncSession, owner_id: str, name: str, code_dir: str) -> None:
+    """Refuse a directory an earlier run keeps: its code (and output) stay as they ran."""
+    keeper = await _dir_keeper(db, owner_id, name, code_dir)
+    await db.commit()
+    if keeper is not None:
+        raise Conflict(
+            f"{RUNS_FOLDER}/{code_dir}/ keeps the code of an earlier run of {name} (session "
+            f"{keeper[:12]}): upload this run's code to {RUNS_FOLDER}/{name}.N/ and give "
+            f"code_dir {name}.N (`gpuslice run` picks the next free one), or delete that run "
+            f"first (`gpuslice run delete {keeper}`)", field="code_dir", code="run_dir_in_use")
+
+
+async def _dir_keeper(db: AsyncSession, owner_id: str, name: str, code_dir: str) -> str | None:
+    """The run (session id) whose code is in ``code_dir`` (runs before code_dir: ``name``)."""
+    kept = RunRow.code_dir == code_dir
+    if code_dir == name:
+        kept = kept | RunRow.code_dir.is_(None)
+    return await db.scalar(
+        select(SessionRow.id).join(RunRow, RunRow.session_id == SessionRow.id)
+        .where(SessionRow.owner_id == owner_id, SessionRow.name == name, kept).limit(1))
 
 
 async def _has_script(fs: StorageFS, folder: FolderRow, name: str, script: str) -> bool:

@@ -199,24 +199,26 @@ function join(dir, name) {
 export function modelsPage(main) {
   const rows = h("tbody", { id: "model-rows" });
   add(main, h("h1", null, "Models"), h("div", { class: "table-wrap" }, h("table", { id: "models" },
-    h("thead", null, h("tr", null, ["Name", "Size", "Files", "Saved", "From session", ""].map((x) => h("th", null, x)))), rows)));
+    h("thead", null, h("tr", null, ["Name", "Version", "Size", "Files", "Saved", "From session", ""].map((x) => h("th", null, x)))), rows)));
   async function refresh() {
     const models = await get("/models");
     if (!models.length) {
-      clear(rows, h("tr", null, h("td", { colspan: 6, class: "muted" }, "No models yet: `gpuslice run train.py` or gpuslice-save in a session saves one.")));
+      clear(rows, h("tr", null, h("td", { colspan: 7, class: "muted" }, "No models yet: `gpuslice run train.py` or gpuslice-save in a session saves one.")));
       return;
     }
     clear(rows, models.map((m) => {
       const files = h("td");
-      return h("tr", { dataset: { name: m.name } }, h("td", null, m.name), h("td", null, bytes(m.size)), h("td", null, m.files),
+      // every version is a row of its own; the bare name would mean only the latest
+      return h("tr", { dataset: { name: m.name, ref: m.ref } }, h("td", null, m.name),
+        h("td", null, m.version + (m.latest ? " (latest)" : "")), h("td", null, bytes(m.size)), h("td", null, m.files),
         h("td", null, age(m.saved_at) + " ago"), h("td", null, m.session_name || "–"),
         h("td", null, h("button", { type: "button", onclick: () => showFiles(m, files) }, "Files"), files));
     }));
   }
   async function showFiles(model, cell) {
-    const detail = await get("/models/" + encodeURIComponent(model.name));
+    const detail = await get("/models/" + encodeURIComponent(model.ref));
     clear(cell, h("ul", null, detail.file_list.map((f) => h("li", null,
-      h("a", { href: "/api/v1/models/" + encodeURIComponent(model.name) + "/files" + query({ path: f.path }), download: f.path.split("/").pop() }, f.path),
+      h("a", { href: "/api/v1/models/" + encodeURIComponent(model.ref) + "/files" + query({ path: f.path }), download: f.path.split("/").pop() }, f.path),
       " (" + bytes(f.size) + ")"))));
   }
   refresh();
