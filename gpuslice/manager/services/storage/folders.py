@@ -116,12 +116,13 @@ async def rename_folder(db: AsyncSession, access: Access, body: FolderUpdate) ->
         raise InvalidRequest("a shared folder cannot become a dot-folder (dot-folders are "
                              "never shared); revoke its grants first", field="name",
                              code="dot_folder")
+    shared = row.shared  # read now: after a rollback the row's attributes are expired
     row.name = body.name
     try:
         await db.commit()
-    except IntegrityError:
+    except IntegrityError:  # the name is taken, or was taken by a rename racing this one
         await db.rollback()
-        raise _exists(body.name, row.shared) from None
+        raise _exists(body.name, shared) from None
     return await describe(db, row, "owner")
 
 
