@@ -142,7 +142,7 @@ async def allow_image(db: AsyncSession, body: ImageCreate) -> ImagePublic:
 
 async def remove_image(db: AsyncSession, name: str, configured: Sequence[str]) -> None:
     """Take an image out of the catalog and ask the nodes that have it to delete it."""
-    if _reference(name, field="name", code="invalid_image") in configured_set(configured):
+    if _stored_name(name) in configured_set(configured):
         raise Conflict(
             f"image {name!r} is on the manager's settings allow list "
             "(sessions.allowed_images); remove it there", code="image_configured",
@@ -222,11 +222,27 @@ def _visible(query: Select[tuple[ImageRow]], viewer: UserRow) -> Select[tuple[Im
 
 
 async def _get(db: AsyncSession, name: str) -> ImageRow:
-    reference = _reference(name, field="name", code="invalid_image")
+    try:
+        reference = normalize(name)
+    except InvalidReference as err:
+        # A row stored before today's rules (a name over 255 characters) stays reachable by
+        # its exact name, so that an admin can still make it private or remove it.
+        row = await db.get(ImageRow, name.strip())
+        if row is None or row.removed_at is not None:
+            raise InvalidRequest(str(err), field="name", code="invalid_image") from None
+        return row
     row = await db.get(ImageRow, reference)
     if row is None or row.removed_at is not None:
         raise NotFound(f"no image {name!r} in the catalog", field="name", code="unknown_image")
     return row
+
+
+def _stored_name(value: str) -> str:
+    """The catalog's spelling, or the name as given when today's rules refuse it."""
+    try:
+        return normalize(value)
+    except InvalidReference:
+        return value.strip()
 
 
 def _reference(value: str, *, field: str, code: str) -> str:
