@@ -61,12 +61,14 @@ class FolderUpdate(BaseModel):
 class FolderGrantCreate(BaseModel):
     """Share a folder with a user, read-only or read-write."""
 
-    user: str = Field(min_length=1, max_length=64, description="A username or user id.")
+    user: str = Field(min_length=1, max_length=64,
+                      description="A username (admins: or a user id).")
     permission: Permission = Permission.RO
 
 
 class FolderGrantPublic(BaseModel):
-    user_id: str
+    user_id: str | None = Field(default=None, description="Shown to admins only: to a user it "
+                                "would tell which usernames exist.")
     username: str
     permission: Permission
     created_at: datetime

@@ -26,7 +26,7 @@ from gpuslice.manager.api.deps import (
     SettingsDep,
     StorageDep,
 )
-from gpuslice.manager.services.storage import files, folders, usage
+from gpuslice.manager.services.storage import files, folders, grants, usage
 
 router = APIRouter(prefix="/folders", tags=["folders"])
 TextPath = Annotated[str | None, Query(max_length=4096, description="Relative to the folder.")]
@@ -76,7 +76,7 @@ async def storage_usage(
 @router.get("/{folder_id}")
 async def get_folder(access: FolderAccess, db: DbDep) -> FolderPublic:
     """One folder: size, access, and (for its managers) who it is shared with."""
-    return await folders.describe(db, access.folder, access.level)
+    return await folders.describe(db, access.folder, access.level, admin=access.admin)
 
 
 @router.patch("/{folder_id}")
@@ -95,15 +95,16 @@ async def delete_folder(access: FolderAccess, db: DbDep, storage: StorageDep) ->
 async def share_folder(
     access: FolderAccess, body: FolderGrantCreate, db: DbDep
 ) -> FolderGrantPublic:
-    """Share a folder with a user, read-only or read-write (owners; admins for shared ones).
-    Dot-folders are never shared."""
-    return await folders.share(db, access, body)
+    """Share a folder with a user by username, read-only or read-write (owners; admins for
+    shared ones). The answer is the same whether such a user exists or not: a name nobody has
+    is held and shared once that user exists. Dot-folders are never shared."""
+    return await grants.share(db, access, body)
 
 
 @router.delete("/{folder_id}/grants/{user}", status_code=status.HTTP_204_NO_CONTENT)
 async def revoke_grant(access: FolderAccess, user: str, db: DbDep) -> None:
     """Stop sharing a folder with a user (sessions mounting it keep it until they end)."""
-    await folders.revoke(db, access, user)
+    await grants.revoke(db, access, user)
 
 
 @router.get("/{folder_id}/files")

@@ -30,6 +30,7 @@ from gpuslice.manager.db.models import ImageAliasRow, ImageRow, ResourcePolicyRo
 from gpuslice.manager.errors import InvalidRequest
 from gpuslice.manager.services import policies
 from gpuslice.manager.services.images.catalog import reference_or_error
+from gpuslice.manager.services.storage import grants
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -114,7 +115,7 @@ class Users:
     async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
         _unique(doc.users, "users", lambda u: u.username)
         policies = await _pairs(db, ResourcePolicyRow.name, ResourcePolicyRow.id)
-        without_password = []
+        without_password, created = [], list[UserRow]()
         for index, item in enumerate(doc.users):
             if item.policy is not None and item.policy not in policies:
                 raise InvalidRequest(
@@ -131,7 +132,8 @@ class Users:
                 values.setdefault("password_hash", NO_PASSWORD)
                 if values["password_hash"] == NO_PASSWORD:
                     without_password.append(item.username)
-                db.add(UserRow(username=item.username, **values))
+                created.append(UserRow(username=item.username, **values))
+                db.add(created[-1])
             outcome.count(self.name, row is None, row is not None and _apply(row, values))
         if without_password:
             outcome.notes.append(
@@ -139,6 +141,7 @@ class Users:
                 f"until an admin sets one: {', '.join(without_password[:10])}"
                 + (", …" if len(without_password) > 10 else ""))
         await db.flush()
+        await grants.claim_invites(db, *created)  # folders shared with their names before
 
 
 class Aliases:
