@@ -66,6 +66,18 @@ def raw_form(path: str) -> str | None:
     return None
 
 
+def path_query(path: str) -> dict[str, str]:
+    """The query naming ``path`` in the API: ``path``, or ``raw_path`` when it is not UTF-8
+    (a name read from a listing, or given on a command line as bytes)."""
+    raw = raw_form(path)
+    return {"path": path} if raw is None else {"raw_path": raw}
+
+
+def entry_path(path: str, raw_path: str | None) -> str:
+    """The path a listing entry stands for (``os``'s spelling): its raw form when it has one."""
+    return path if raw_path is None else from_raw(raw_path)
+
+
 def shown(path: str) -> str:
     """``path`` for people: bytes that are not UTF-8 (and stray surrogates) shown as U+FFFD."""
     text = "".join("\ufffd" if _stray(c) else c for c in path)
