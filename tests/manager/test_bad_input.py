@@ -150,3 +150,19 @@ async def test_the_config_export_leaves_out_rows_stored_before_a_limit(
                        (await admin.get("/api/v1/config")).json()["left_out"])
     r = await admin.post("/api/v1/config/import", json=doc, params={"dry_run": "true"})
     assert r.status_code == 200, r.text
+
+
+async def test_images_and_aliases_created_at_once_are_never_a_5xx(admin: Client) -> None:
+    """Two requests creating one catalog row race on its primary key: one wins, the other
+    gets a 4xx with a sentence (PostgreSQL makes them race for real)."""
+    allowed = await asyncio.gather(
+        *(admin.post("/api/v1/images", json={"name": "raced:1"}) for _ in range(4)))
+    codes = sorted(r.status_code for r in allowed)
+    assert codes[0] == 201 and set(codes[1:]) <= {409}, [r.text for r in allowed]
+    assert all(r.json()["message"] for r in allowed if r.status_code == 409)
+    aliased = await asyncio.gather(*(admin.post(
+        "/api/v1/images/aliases", json={"name": "raced", "reference": "raced:1"})
+        for _ in range(4)))
+    assert {r.status_code for r in aliased} <= {201, 409}, [r.text for r in aliased]
+    assert [a["reference"] for a in (await admin.get("/api/v1/images/aliases")).json()
+            if a["name"] == "raced"] == ["raced:1"]

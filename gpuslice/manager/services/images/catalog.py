@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Select, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.image_refs import InvalidReference, is_user_image, normalize
@@ -136,7 +137,12 @@ async def allow_image(db: AsyncSession, body: ImageCreate) -> ImagePublic:
         row = ImageRow(name=name, labels={})
         db.add(row)
     row.allowed, row.public, row.removed_at = True, True, None
-    await db.commit()
+    try:
+        await db.commit()
+    except IntegrityError:  # the same image allowed (or reported) by another request just now
+        await db.rollback()
+        raise Conflict(f"image {name!r} was added by another request just now; see it with "
+                       "`gpuslice image list`", field="name", code="image_busy") from None
     return ImagePublic(name=name, sources=[ALLOWED], public=True)
 
 
