@@ -166,3 +166,20 @@ async def test_images_and_aliases_created_at_once_are_never_a_5xx(admin: Client)
     assert {r.status_code for r in aliased} <= {201, 409}, [r.text for r in aliased]
     assert [a["reference"] for a in (await admin.get("/api/v1/images/aliases")).json()
             if a["name"] == "raced"] == ["raced:1"]
+
+
+async def test_an_archive_with_names_not_utf8_unpacks_and_lists(
+    make_user: UserFactory, settings: ManagerSettings
+) -> None:
+    alice = await make_user("alice")
+    data = await folder(alice, "data")
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        info = tarfile.TarInfo(os.fsdecode(b"t\xfe.bin"))
+        info.size = 2
+        tar.addfile(info, io.BytesIO(b"ok"))
+    r = await alice.put(f"{API}/{data['id']}/archive", content=out.getvalue())
+    assert r.status_code == 200, r.text
+    assert open(os.fsencode(on_disk(settings, data)) + b"/t\xfe.bin", "rb").read() == b"ok"
+    [entry] = (await alice.get(f"{API}/{data['id']}/files")).json()["entries"]
+    assert entry["raw_path"] == "t%FE.bin"
