@@ -112,7 +112,9 @@ def delete(ref: Ref, yes: YesOpt = False) -> None:
 def share(ref: Ref, user: Annotated[str, typer.Argument(help="A username.")],
           rw: Annotated[bool, typer.Option("--rw", help="Read-write (default: read-only).")]
           = False) -> None:
-    """Share a folder with a user, read-only or read-write (dot-folders are never shared)."""
+    """Share a folder with a user, read-only or read-write (dot-folders are never shared).
+    The answer is the same whether the user exists: a name nobody has yet is shared with the
+    user who gets it."""
     with _client() as client:
         grant = client.share_folder(ref, user, "rw" if rw else "ro")
     console.print(f"{ref} is shared with {grant.username} "
