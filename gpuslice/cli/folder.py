@@ -21,9 +21,10 @@ from gpuslice.cli.output import (
     transfer_bar,
 )
 from gpuslice.client import ApiError, Client
+from gpuslice.common.storage_paths import entry_path, shown
 
 if TYPE_CHECKING:
-    from gpuslice.common.schemas.storage import FolderPublic, StorageUsage
+    from gpuslice.common.schemas.storage import FileEntry, FolderPublic, StorageUsage
 
 app = typer.Typer(help="Storage folders: create, list, upload, download, share, delete.",
                   no_args_is_help=True)
@@ -111,7 +112,9 @@ def delete(ref: Ref, yes: YesOpt = False) -> None:
 def share(ref: Ref, user: Annotated[str, typer.Argument(help="A username.")],
           rw: Annotated[bool, typer.Option("--rw", help="Read-write (default: read-only).")]
           = False) -> None:
-    """Share a folder with a user, read-only or read-write (dot-folders are never shared)."""
+    """Share a folder with a user, read-only or read-write (dot-folders are never shared).
+    The answer is the same whether the user exists: a name nobody has yet is shared with the
+    user who gets it."""
     with _client() as client:
         grant = client.share_folder(ref, user, "rw" if rw else "ro")
     console.print(f"{ref} is shared with {grant.username} "
@@ -138,7 +141,7 @@ def ls(ref: Ref, path: Annotated[str, typer.Argument(help="A directory in it.")]
         print_json(listing)
         return
     table(["name", "type", "size", "modified"],
-          [(PurePosixPath(e.path).name + ("/" if e.type == "dir" else ""), e.type,
+          [(_name(e) + ("/" if e.type == "dir" else ""), e.type,
             mem(e.size) if e.type == "file" else "", ago(e.modified_at))
            for e in listing.entries])
     if listing.truncated:
@@ -186,6 +189,7 @@ def download(
     """Download a file or a directory (streamed, with progress; a broken file download
     resumes where it stopped when run again)."""
     target = to or Path(PurePosixPath(path).name or ".")
+    said = shown(path)  # a name given as bytes that are not UTF-8 is printed readable
     with _client() as client:
         folder = client.find_folder(ref)
         try:
@@ -196,16 +200,16 @@ def download(
                 raise
             is_dir = False
         if is_dir:
-            with transfer_bar(f"{path or folder.name}/", 0) as moved:
+            with transfer_bar(f"{said or folder.name}/", 0) as moved:
                 count = client.download_dir(folder.id, path, target, moved)
-            console.print(f"{folder.name}:{path or '/'} → {target}/ ({count} files)",
-                          markup=False)
+            console.print(f"{folder.name}:{said or '/'} → {shown(str(target))}/ "
+                          f"({count} files)", markup=False)
             return
         entry = next(e for e in client.list_files(folder.id, _parent(path)).entries
-                     if e.path == path)
-        with transfer_bar(PurePosixPath(path).name, entry.size) as moved:
+                     if entry_path(e.path, e.raw_path) == path)
+        with transfer_bar(PurePosixPath(said).name, entry.size) as moved:
             size = client.download_file(folder.id, path, target, moved)
-    console.print(f"{folder.name}:{path} → {target} ({mem(size)})", markup=False)
+    console.print(f"{folder.name}:{said} → {shown(str(target))} ({mem(size)})", markup=False)
 
 
 @app.command("rm")
@@ -215,9 +219,9 @@ def rm(ref: Ref, path: Annotated[str, typer.Argument(help="A file or directory i
     """Delete a file, or a directory with everything in it (asks first)."""
     with _client() as client:
         folder = client.find_folder(ref)
-        confirm(f"Delete {folder.name}:{path}?", yes)
+        confirm(f"Delete {folder.name}:{shown(path)}?", yes)
         client.delete_file(folder.id, path)
-    console.print(f"deleted {folder.name}:{path}", markup=False)
+    console.print(f"deleted {folder.name}:{shown(path)}", markup=False)
 
 
 @app.command("mkdir")
@@ -228,6 +232,23 @@ def mkdir(ref: Ref, path: Annotated[str, typer.Argument(help="The directory to m
     with _client() as client:
         entry = client.make_dirs(ref, path)
     console.print(f"made {ref}:{entry.path}/", markup=False)
+
+
+def _name(entry: FileEntry) -> str:
+    """An entry's name as a shell takes it back: one that is not UTF-8 (a session wrote it)
+    in bash's $'…' form, e.g. $'bad\\xffname', which `rm`, `download`… accept as is."""
+    name = PurePosixPath(entry_path(entry.path, entry.raw_path)).name
+    if entry.raw_path is None:
+        return name
+    data = name.encode("utf-8", "surrogateescape")
+    return "$'" + "".join(_c_escape(b) for b in data) + "'"
+
+
+def _c_escape(byte: int) -> str:
+    char = chr(byte)
+    if byte >= 0x80 or not char.isprintable():
+        return f"\\x{byte:02x}"
+    return "\\" + char if char in "'\\" else char
 
 
 def _grants(folder: FolderPublic) -> str:

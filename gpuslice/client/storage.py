@@ -17,6 +17,7 @@ from gpuslice.client import fetch, schemas, transfer
 from gpuslice.client.errors import ApiError
 from gpuslice.client.transfer import Progress
 from gpuslice.common.limits import PAGE_DEFAULT
+from gpuslice.common.storage_paths import path_query
 
 if TYPE_CHECKING:
     from gpuslice.common.schemas.models import (
@@ -95,16 +96,16 @@ class StorageCalls:
     def list_files(self, ref: str, path: str = "") -> FolderListing:
         fid = self.find_folder(ref).id
         return self._call("GET", f"/folders/{fid}/files", schemas.storage.FolderListing,
-                          params={"path": path})
+                          params=path_query(path))
 
     def make_dirs(self, ref: str, path: str) -> FileEntry:
         fid = self.find_folder(ref).id
         return self._call("POST", f"/folders/{fid}/dirs", schemas.storage.FileEntry,
-                          params={"path": path})
+                          params=path_query(path))
 
     def delete_file(self, ref: str, path: str) -> None:
         fid = self.find_folder(ref).id
-        self._call("DELETE", f"/folders/{fid}/files", None, params={"path": path})
+        self._call("DELETE", f"/folders/{fid}/files", None, params=path_query(path))
 
     def upload_file(self, ref: str, local: Path, path: str,
                     progress: Progress | None = None) -> FileEntry:
@@ -125,7 +126,7 @@ class StorageCalls:
                 if err.code != "unreachable" or attempt == RETRIES:
                     raise
             state = self._call("GET", f"/folders/{fid}/uploads", schemas.storage.UploadState,
-                               params={"path": path})
+                               params=path_query(path))
             if progress:  # back to what the manager holds: part of what was read never arrived
                 progress(state.offset - offset - sent[0])
             offset, sent[0] = state.offset, 0
@@ -139,7 +140,7 @@ class StorageCalls:
         fid = self.find_folder(ref).id
         tree = tree or transfer.scan(local)
         return self._call("PUT", f"/folders/{fid}/archive", schemas.storage.ArchiveUploaded,
-                          params={"path": path}, content=transfer.tar_chunks(tree, progress),
+                          params=path_query(path), content=transfer.tar_chunks(tree, progress),
                           headers={"Content-Type": "application/x-tar"},
                           timeout=_LONG)
 
@@ -147,13 +148,14 @@ class StorageCalls:
                       progress: Progress | None = None) -> int:
         """Download one file to ``local`` (atomically), resuming a partial ``.part`` file."""
         fid = self.find_folder(ref).id
-        return self._download(f"{API}/folders/{fid}/content", {"path": path}, local, progress)
+        return self._download(f"{API}/folders/{fid}/content", path_query(path), local,
+                              progress)
 
     def download_dir(self, ref: str, path: str, local: Path,
                      progress: Progress | None = None) -> int:
         """Download a directory into ``local`` (tar stream, safely extracted); files count."""
         fid = self.find_folder(ref).id
-        with self._get(f"{API}/folders/{fid}/archive", {"path": path}) as answer:
+        with self._get(f"{API}/folders/{fid}/archive", path_query(path)) as answer:
             return transfer.extract(fetch.chunks(answer), local, progress)
 
     # ------------------------------------------------------------ models
@@ -237,7 +239,7 @@ class StorageCalls:
             source.seek(offset)
             answer = self._send(
                 "PUT", f"/folders/{fid}/content",
-                params={"path": path, "size": size, "offset": offset},
+                params={**path_query(path), "size": size, "offset": offset},
                 content=transfer.file_chunks(source, progress), timeout=_LONG,
                 headers={"Content-Length": str(size - offset)},
             )

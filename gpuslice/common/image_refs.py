@@ -28,6 +28,9 @@ _REFERENCE = re.compile(
     re.ASCII,
 )
 MAX_NAME = 255
+# The catalog keeps a reference whole (tag included) in a 255-character column, and Docker
+# refuses a name longer than 255: one limit for the whole reference, ``:latest`` included.
+MAX_REFERENCE = 255
 # Users' committed images live under u/<user>/…: a first component without a dot or colon is
 # Docker Hub's, whose namespaces have at least 4 characters, and a registry's references carry
 # its host, so no public or registry image can ever be named u/….
@@ -49,7 +52,11 @@ def normalize(reference: str) -> str:
     if match is None or len(match["name"]) > MAX_NAME or _bad_domain(match["name"]):
         raise InvalidReference(f"{reference!r} is not a valid image reference: use {ALLOWED}")
     if match["tag"] is None and match["digest"] is None:
-        return f"{ref}:latest"
+        ref = f"{ref}:latest"
+    if len(ref) > MAX_REFERENCE:
+        raise InvalidReference(
+            f"{reference[:40]!r}... is {len(ref)} characters long (with its tag); an image "
+            f"reference may have at most {MAX_REFERENCE}, ':latest' included when untagged")
     return ref
 
 

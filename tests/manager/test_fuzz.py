@@ -1,7 +1,9 @@
 """Fuzzing the API (issue 16): hypothesis draws requests for every operation of the OpenAPI
 document, from its own schemas, mixed with hostile values (lone surrogates, NUL and control
 characters, huge and negative integers, long strings, wrong types, real ids of other objects),
-and the manager must never answer a 5xx.
+and the manager must never answer a 5xx. The world holds what once made one (issue 35): a
+file name that is not UTF-8 in a folder, folder names to rename onto, names at Docker's
+255-character limit; streamed bodies come with byte counts that disagree with their length.
 
 Bounded: ``GPUSLICE_FUZZ_EXAMPLES`` examples (default 12), each calling every operation once;
 derandomized so CI is repeatable (``GPUSLICE_FUZZ_SEED`` picks another sequence).
@@ -30,10 +32,22 @@ SEED = int(os.environ.get("GPUSLICE_FUZZ_SEED", "16"))
 # edge tests cover its parameters. Logging out would end the fuzzing admin's own token.
 SKIP = {"GET /api/v1/sessions/events", "POST /api/v1/auth/logout"}
 FIXED_QUERY = {"GET /api/v1/agents/me/assignments": {"wait": "0"}}  # a long-poll: answer now
+# The sweep (every operation once on the world as it is, before the drawn requests): what
+# once made a 5xx, for certain rather than by chance. Bodies not named here are `{}`.
+SWEEP_QUERY = {
+    "PUT /api/v1/folders/{folder_id}/content": {"path": "f.bin", "size": "3"},  # body: 8 bytes
+    "GET /api/v1/folders/{folder_id}/content": {"raw_path": "bad%FFname"},
+}
+SWEEP_BODY: dict[str, Any] = {
+    "PATCH /api/v1/folders/{folder_id}": {"name": "fuzz-b"},  # a name taken: a 409
+    "POST /api/v1/images": {"name": "a" * 249},  # 256 characters with ":latest"
+    "PUT /api/v1/folders/{folder_id}/grants": {"user": "nobody-here"},
+}
 
 HOSTILE_TEXT = st.sampled_from([
     "\ud800", "a\udfffb", "\x00", "nul\x00led", "\x07\x08\x1b[31m", "\u202ertl", "\x85",
     "x" * 5000, "'; DROP TABLE users; --", "../../../etc/passwd", "%00%ff", "😀" * 10, " ",
+    "a" * 249, "a" * 255, "bad%FFname", "%2E%2E/x", "bad\ufffdname",
     "", "null", "0", "-1", "1e400", "NaN", "u/alice/secret:1", "gpuslice/base:0.1.0",
 ])
 HOSTILE_INT = st.sampled_from([2**63, -(2**63) - 1, 2**64, 10**30, -1, 0, 2**31, 2**63 - 1,
@@ -125,6 +139,11 @@ def request_for(method: str, path: str, op: dict[str, Any], components: dict[str
     body_schema = (((op.get("requestBody") or {}).get("content") or {})
                    .get("application/json") or {}).get("schema")
     body = any_value(body_schema, components, real) if body_schema else st.none()
+    if op.get("x-gpuslice-streamed-body"):
+        # Raw bytes whose length mostly disagrees with the size and offset announced.
+        body = st.binary(max_size=40)
+        query.update({name: st.one_of(st.integers(0, 48), query[name])
+                      for name in ("size", "offset") if name in query})
     return st.fixed_dictionaries({
         "path": st.fixed_dictionaries(path_values),
         "query": st.fixed_dictionaries({}, optional=query),
@@ -140,16 +159,33 @@ async def _send(client: Client, method: str, path: str, drawn: dict[str, Any],
               for k, v in drawn["query"].items()}
     params.update(FIXED_QUERY.get(key, {}))
     query = "&".join(f"{_quote(k)}={_quote(v)}" for k, v in params.items())
-    content = None
-    if drawn["body"] is not None or method in ("POST", "PUT", "PATCH"):
+    content, kind = None, "application/json"
+    if isinstance(drawn["body"], bytes):
+        content, kind = drawn["body"], "application/octet-stream"
+    elif drawn["body"] is not None or method in ("POST", "PUT", "PATCH"):
         content = json.dumps(drawn["body"]).encode()  # ASCII: lone surrogates as \\udxxx
     return await client.request(method, f"{path}?{query}" if query else path, content=content,
-                                headers={"content-type": "application/json"})
+                                headers={"content-type": kind})
 
 
 def _quote(value: str) -> str:
     """Percent-encoded UTF-8, lone surrogates included (as a hostile client would send)."""
     return quote(value.encode("utf-8", "surrogatepass"), safe="")
+
+
+async def _odd_folders(app: FastAPI, admin: Client) -> list[str]:
+    """Two folders of the fuzzing admin, the first holding a file whose name is not UTF-8
+    (as a session writes it): their ids, their names (to rename onto), that name's raw form."""
+    made = []
+    for name in ("fuzz-a", "fuzz-b"):
+        r = await admin.post("/api/v1/folders", json={"name": name})
+        assert r.status_code == 201, r.text
+        made.append(r.json())
+    root = app.state.settings.storage_root
+    top = os.fsencode(root / "users" / made[0]["owner_id"] / made[0]["id"])
+    with open(top + b"/bad\xffname", "wb") as out:
+        out.write(b"x")
+    return [made[0]["id"], made[1]["id"], "fuzz-a", "fuzz-b", "bad%FFname"]
 
 
 async def test_no_request_makes_the_manager_fail(
@@ -162,8 +198,9 @@ async def test_no_request_makes_the_manager_fail(
     users = {u["username"]: u["id"] for u in (await admin.get("/api/v1/users")).json()}
     policy = (await admin.post("/api/v1/policies", json={"name": "fuzz"})).json()
     token = (await alice.post("/api/v1/auth/tokens", json={"name": "t"})).json()
+    odd = await _odd_folders(app, admin)
     real = st.sampled_from([s["id"], users["alice"], policy["id"], token["id"], node.node_id,
-                            "python:3.11", "fuzzed", "alice"])
+                            "python:3.11", "fuzzed", "alice", *odd])
     doc = app.openapi()
     components = doc.get("components", {}).get("schemas", {})
     operations = [(m, p, op, request_for(m, p, op, components, real))
@@ -196,6 +233,15 @@ async def test_no_request_makes_the_manager_fail(
                 failures.append(f"{key} {drawn!r}: {r.status_code} {r.text[:300]}")
         assert not failures, "\n".join(failures)
 
+    world = {"session_id": s["id"], "folder_id": odd[0], "user": "alice",
+             "user_id": users["alice"], "policy_id": policy["id"], "token_id": token["id"],
+             "node_id": node.node_id, "name": "fuzz-b"}
+    for method, path, op, _strategy in operations:
+        key = f"{method} {path}"
+        r = await _send(caller(key), method, path, _sweep(key, op, world), key)
+        if r.status_code >= 500:
+            failures.append(f"{key} (the sweep): {r.status_code} {r.text[:300]}")
+    assert not failures, "\n".join(failures)
     await asyncio.to_thread(every_operation)
     assert (await admin.get("/api/v1/health")).status_code == 200
 
@@ -228,3 +274,13 @@ async def test_a_model_file_of_any_length_is_its_size_or_a_422(make_user: UserFa
         assert f"{announced} bytes were announced and {came} came" in r.json()["message"]
 
     await asyncio.to_thread(any_length)
+
+
+def _sweep(key: str, op: dict[str, Any], world: dict[str, str]) -> dict[str, Any]:
+    """One request of the sweep: the world's objects by parameter name, no optional query."""
+    path = {p["name"]: world.get(p["name"], str(uuid.uuid4()))
+            for p in op.get("parameters", []) if p["in"] == "path"}
+    body: Any = SWEEP_BODY.get(key, {})
+    if op.get("x-gpuslice-streamed-body"):
+        body = b"8 bytes!"  # more than any size the sweep announces
+    return {"path": path, "query": SWEEP_QUERY.get(key, {}), "body": body}

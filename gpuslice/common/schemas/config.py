@@ -66,6 +66,11 @@ class ConfigDocument(_Strict):
     users: list[UserConfig] = Field(default_factory=list, max_length=100_000)
     aliases: list[AliasConfig] = Field(default_factory=list, max_length=10_000)
     images: list[ImageConfig] = Field(default_factory=list, max_length=100_000)
+    left_out: list[str] = Field(
+        default_factory=list, max_length=100_000,
+        description="Export: entries left out because they break today's rules (stored before "
+        "a limit existed), each with the reason; fix or remove them. Ignored by import.",
+    )
 
 
 class SectionResult(BaseModel):

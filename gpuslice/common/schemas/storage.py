@@ -61,12 +61,14 @@ class FolderUpdate(BaseModel):
 class FolderGrantCreate(BaseModel):
     """Share a folder with a user, read-only or read-write."""
 
-    user: str = Field(min_length=1, max_length=64, description="A username or user id.")
+    user: str = Field(min_length=1, max_length=64,
+                      description="A username (admins: or a user id).")
     permission: Permission = Permission.RO
 
 
 class FolderGrantPublic(BaseModel):
-    user_id: str
+    user_id: str | None = Field(default=None, description="Shown to admins only: to a user it "
+                                "would tell which usernames exist.")
     username: str
     permission: Permission
     created_at: datetime
@@ -97,7 +99,10 @@ class FolderPublic(BaseModel):
 class FileEntry(BaseModel):
     """One entry of a folder: a file or a directory (symbolic links are never followed)."""
 
-    path: str = Field(description="Relative to the folder.")
+    path: str = Field(description="Relative to the folder; bytes that are not UTF-8 (a name a "
+                      "session wrote) are shown as U+FFFD: use `raw_path` to name such a one.")
+    raw_path: str | None = Field(default=None, description="Only for a path that is not UTF-8: "
+                                 "its bytes percent-encoded, accepted back as `raw_path`.")
     type: Literal["file", "dir", "link", "other"]
     size: int = Field(description="Bytes (files); 0 otherwise.")
     modified_at: datetime
@@ -106,6 +111,8 @@ class FileEntry(BaseModel):
 class FolderListing(BaseModel):
     folder_id: str
     path: str = Field(description="The directory listed, relative to the folder ('' = top).")
+    raw_path: str | None = Field(default=None, description="Its bytes percent-encoded, when "
+                                 "they are not UTF-8.")
     entries: list[FileEntry]
     truncated: bool = Field(default=False, description="More entries than the limit.")
 

@@ -485,6 +485,20 @@ class FolderGrantRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class FolderInviteRow(Base):
+    """A folder shared with a username nobody has (yet): it becomes a grant when a user of that
+    name exists. Kept so that sharing answers alike whether the user exists or not."""
+
+    __tablename__ = "folder_invites"
+
+    folder_id: Mapped[str] = mapped_column(
+        ForeignKey("folders.id", ondelete="CASCADE"), primary_key=True
+    )
+    username: Mapped[str] = mapped_column(String(64), primary_key=True, index=True)
+    permission: Mapped[Permission] = mapped_column(str_enum(Permission, 2))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class ModelRow(Base):
     """One save of a model: its files are under the owner's prefix, ``<owner>/<name>/<version>/``.
 

@@ -15,6 +15,7 @@ from gpuslice.manager.db.models import ResourcePolicyRow, UserRow
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.security import hash_password, new_password
 from gpuslice.manager.services.auth import end_tokens
+from gpuslice.manager.services.storage import grants
 
 log = logging.getLogger(__name__)
 CREDENTIALS_FILE = "admin-credentials"
@@ -29,6 +30,8 @@ async def create_user(db: AsyncSession, body: UserCreate) -> UserPublic:
     )
     db.add(row)
     try:
+        await db.flush()
+        await grants.claim_invites(db, row)  # folders shared with this name before
         await db.commit()
     except IntegrityError:
         await db.rollback()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request, Response, status
+from fastapi import APIRouter, Depends, Header, Query, Request, Response, status
 from fastapi.responses import StreamingResponse
 
 from gpuslice.common.schemas.storage import (
@@ -26,11 +26,25 @@ from gpuslice.manager.api.deps import (
     SettingsDep,
     StorageDep,
 )
-from gpuslice.manager.services.storage import files, folders, usage
+from gpuslice.manager.services.storage import files, folders, grants, usage
 
 router = APIRouter(prefix="/folders", tags=["folders"])
-PathQuery = Annotated[str, Query(max_length=4096, description="Relative to the folder.")]
-DirQuery = Annotated[str, Query(max_length=4096, description="A directory ('' = the top).")]
+TextPath = Annotated[str | None, Query(max_length=4096, description="Relative to the folder.")]
+RawPath = Annotated[str | None, Query(
+    max_length=3 * 4096, description="Instead of `path`, for a name that is not UTF-8: its "
+    "bytes percent-encoded, as listings give it (`raw_path`).")]
+
+
+def _file_path(path: TextPath = None, raw_path: RawPath = None) -> str:
+    return files.given_path(path, raw_path, default=None)
+
+
+def _dir_path(path: TextPath = None, raw_path: RawPath = None) -> str:
+    return files.given_path(path, raw_path, default="")
+
+
+PathQuery = Annotated[str, Depends(_file_path)]  # a file or directory: `path` or `raw_path`
+DirQuery = Annotated[str, Depends(_dir_path)]  # a directory, the top ('') when not given
 STREAMED = {"x-gpuslice-streamed-body": True}  # the body is streamed, never read whole
 
 
@@ -62,7 +76,7 @@ async def storage_usage(
 @router.get("/{folder_id}")
 async def get_folder(access: FolderAccess, db: DbDep) -> FolderPublic:
     """One folder: size, access, and (for its managers) who it is shared with."""
-    return await folders.describe(db, access.folder, access.level)
+    return await folders.describe(db, access.folder, access.level, admin=access.admin)
 
 
 @router.patch("/{folder_id}")
@@ -81,20 +95,21 @@ async def delete_folder(access: FolderAccess, db: DbDep, storage: StorageDep) ->
 async def share_folder(
     access: FolderAccess, body: FolderGrantCreate, db: DbDep
 ) -> FolderGrantPublic:
-    """Share a folder with a user, read-only or read-write (owners; admins for shared ones).
-    Dot-folders are never shared."""
-    return await folders.share(db, access, body)
+    """Share a folder with a user by username, read-only or read-write (owners; admins for
+    shared ones). The answer is the same whether such a user exists or not: a name nobody has
+    is held and shared once that user exists. Dot-folders are never shared."""
+    return await grants.share(db, access, body)
 
 
 @router.delete("/{folder_id}/grants/{user}", status_code=status.HTTP_204_NO_CONTENT)
 async def revoke_grant(access: FolderAccess, user: str, db: DbDep) -> None:
     """Stop sharing a folder with a user (sessions mounting it keep it until they end)."""
-    await folders.revoke(db, access, user)
+    await grants.revoke(db, access, user)
 
 
 @router.get("/{folder_id}/files")
 async def list_files(
-    access: FolderAccess, storage: StorageDep, settings: SettingsDep, path: DirQuery = ""
+    access: FolderAccess, storage: StorageDep, settings: SettingsDep, path: DirQuery
 ) -> FolderListing:
     """The entries of a directory of the folder (links are shown, never followed)."""
     return await files.listing(storage, access, path, settings.storage.max_listing)
@@ -155,7 +170,7 @@ async def upload_state(
 
 @router.get("/{folder_id}/archive", response_class=StreamingResponse)
 async def download_archive(
-    access: FolderAccess, storage: StorageDep, path: DirQuery = ""
+    access: FolderAccess, storage: StorageDep, path: DirQuery
 ) -> StreamingResponse:
     """A directory as a tar stream (files and directories; links and devices left out)."""
     chunks = files.download_archive(storage, access, path)
@@ -165,7 +180,7 @@ async def download_archive(
 @router.put("/{folder_id}/archive", openapi_extra=STREAMED)
 async def upload_archive(
     access: FolderAccess, request: Request, db: DbDep, storage: StorageDep,
-    settings: SettingsDep, path: DirQuery = "",
+    settings: SettingsDep, path: DirQuery,
 ) -> ArchiveUploaded:
     """Unpack a tar (or tar.gz) stream into a directory, all or nothing: every entry must be a
     file or directory with a relative path inside the folder."""

@@ -11,6 +11,8 @@ Invariants:
   ``password_hashes``; an imported user without one cannot log in until an admin sets a
   password (the answer's notes say who).
 - **An admin remains**: an import that would leave no active admin is refused.
+- **One odd row never fails an export**: a row today's rules refuse (stored before a limit
+  existed) is left out of its section and named in the document's ``left_out``.
 - Sections (`sections.SECTIONS`) are merged in order, each after those it refers to.
 """
 
@@ -30,9 +32,11 @@ from gpuslice.manager.services.config.sections import SECTIONS, Outcome
 
 async def export_config(db: AsyncSession, *, password_hashes: bool = False) -> ConfigDocument:
     """The whole configuration, as of now."""
-    values = {s.name: await s.export(db, password_hashes=password_hashes) for s in SECTIONS}
+    left_out: list[str] = []
+    values = {s.name: await s.export(db, password_hashes=password_hashes, left_out=left_out)
+              for s in SECTIONS}
     await db.commit()
-    return ConfigDocument(exported_at=datetime.now(UTC), **values)
+    return ConfigDocument(exported_at=datetime.now(UTC), left_out=left_out, **values)
 
 
 async def import_config(

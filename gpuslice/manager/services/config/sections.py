@@ -8,10 +8,12 @@ the sections it refers to.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -28,6 +30,10 @@ from gpuslice.manager.db.models import ImageAliasRow, ImageRow, ResourcePolicyRo
 from gpuslice.manager.errors import InvalidRequest
 from gpuslice.manager.services import policies
 from gpuslice.manager.services.images.catalog import reference_or_error
+from gpuslice.manager.services.storage import grants
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
 
 # A password no argon2 verification accepts: a user imported without a hash cannot log in.
 NO_PASSWORD = "!imported-without-password"
@@ -54,7 +60,8 @@ class Section(Protocol):
     @property
     def name(self) -> str: ...
 
-    async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]: ...
+    async def export(self, db: AsyncSession, *, password_hashes: bool,
+                     left_out: list[str]) -> list[Any]: ...
 
     async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None: ...
 
@@ -72,9 +79,11 @@ def _apply(row: Any, values: dict[str, Any]) -> bool:
 class Policies:
     name = "policies"
 
-    async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]:
+    async def export(self, db: AsyncSession, *, password_hashes: bool,
+                     left_out: list[str]) -> list[Any]:
         rows = await db.scalars(select(ResourcePolicyRow).order_by(ResourcePolicyRow.name))
-        return [PolicyConfig.model_validate(_limits(r) | {"name": r.name}) for r in rows]
+        return _entries(rows, lambda r: PolicyConfig.model_validate(_limits(r) | {"name": r.name}),
+                        lambda r: f"policies: {r.name!r}", left_out)
 
     async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
         _unique(doc.policies, "policies", lambda p: p.name)
@@ -92,20 +101,21 @@ class Policies:
 class Users:
     name = "users"
 
-    async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]:
+    async def export(self, db: AsyncSession, *, password_hashes: bool,
+                     left_out: list[str]) -> list[Any]:
         policies = await _pairs(db, ResourcePolicyRow.id, ResourcePolicyRow.name)
         rows = await db.scalars(select(UserRow).order_by(UserRow.username))
-        return [UserConfig(
+        return _entries(rows, lambda u: UserConfig(
             username=u.username, role=u.role, is_active=u.is_active,
             policy=policies.get(u.policy_id) if u.policy_id else None,
             password_hash=u.password_hash if password_hashes and u.password_hash.startswith(
                 "$argon2") else None,
-        ) for u in rows]
+        ), lambda u: f"users: {u.username!r}", left_out)
 
     async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
         _unique(doc.users, "users", lambda u: u.username)
         policies = await _pairs(db, ResourcePolicyRow.name, ResourcePolicyRow.id)
-        without_password = []
+        without_password, created = [], list[UserRow]()
         for index, item in enumerate(doc.users):
             if item.policy is not None and item.policy not in policies:
                 raise InvalidRequest(
@@ -122,7 +132,8 @@ class Users:
                 values.setdefault("password_hash", NO_PASSWORD)
                 if values["password_hash"] == NO_PASSWORD:
                     without_password.append(item.username)
-                db.add(UserRow(username=item.username, **values))
+                created.append(UserRow(username=item.username, **values))
+                db.add(created[-1])
             outcome.count(self.name, row is None, row is not None and _apply(row, values))
         if without_password:
             outcome.notes.append(
@@ -130,14 +141,17 @@ class Users:
                 f"until an admin sets one: {', '.join(without_password[:10])}"
                 + (", …" if len(without_password) > 10 else ""))
         await db.flush()
+        await grants.claim_invites(db, *created)  # folders shared with their names before
 
 
 class Aliases:
     name = "aliases"
 
-    async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]:
+    async def export(self, db: AsyncSession, *, password_hashes: bool,
+                     left_out: list[str]) -> list[Any]:
         rows = await db.scalars(select(ImageAliasRow).order_by(ImageAliasRow.name))
-        return [AliasConfig(name=r.name, reference=r.reference) for r in rows]
+        return _entries(rows, lambda r: AliasConfig(name=r.name, reference=r.reference),
+                        lambda r: f"aliases: {r.name!r}", left_out)
 
     async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
         _unique(doc.aliases, "aliases", lambda a: a.name)
@@ -154,12 +168,15 @@ class Aliases:
 class Images:
     name = "images"
 
-    async def export(self, db: AsyncSession, *, password_hashes: bool) -> list[Any]:
+    async def export(self, db: AsyncSession, *, password_hashes: bool,
+                     left_out: list[str]) -> list[Any]:
         owners = await _pairs(db, UserRow.id, UserRow.username)
         rows = await db.scalars(
             select(ImageRow).where(ImageRow.removed_at.is_(None)).order_by(ImageRow.name))
-        return [ImageConfig(name=r.name, allowed=r.allowed, public=r.public,
-                            owner=owners.get(r.owner_id) if r.owner_id else None) for r in rows]
+        return _entries(rows, lambda r: ImageConfig(
+            name=r.name, allowed=r.allowed, public=r.public,
+            owner=owners.get(r.owner_id) if r.owner_id else None,
+        ), lambda r: f"images: {r.name[:80]!r}", left_out)
 
     async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
         _unique(doc.images, "images", lambda i: i.name)
@@ -180,6 +197,23 @@ class Images:
 
 # In the order they are merged: a section after those it refers to (users name policies).
 SECTIONS: tuple[Section, ...] = (Policies(), Users(), Aliases(), Images())
+
+
+def _entries(rows: Iterable[R], build: Callable[[R], Any], label: Callable[[R], str],
+             left_out: list[str]) -> list[Any]:
+    """Each row as its document entry. A row that today's rules refuse (stored before a limit
+    existed, e.g. an image name over 255 characters) is left out and named in ``left_out``:
+    one odd row must not make the whole export fail, and the admin learns which to fix."""
+    entries = []
+    for row in rows:
+        try:
+            entries.append(build(row))
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            left_out.append(f"{label(row)}: {where}: {first['msg']}")
+            log.warning("config export left out %s: %s", label(row), first["msg"])
+    return entries
 
 
 def _limits(row: ResourcePolicyRow) -> dict[str, Any]:

@@ -8,11 +8,12 @@ listing leaves it out for everyone but its owner and admins.
 from __future__ import annotations
 
 from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.schemas.images import ImageAliasCreate, ImageAliasPublic
 from gpuslice.manager.db.models import ImageAliasRow, UserRow
-from gpuslice.manager.errors import NotFound
+from gpuslice.manager.errors import Conflict, NotFound
 from gpuslice.manager.services.images.catalog import invisible_references, reference_or_error
 
 
@@ -32,7 +33,13 @@ async def set_alias(db: AsyncSession, body: ImageAliasCreate) -> ImageAliasPubli
         row = ImageAliasRow(name=body.name, reference=reference)
         db.add(row)
     row.reference = reference
-    await db.commit()
+    try:
+        await db.commit()
+    except IntegrityError:  # another request created this alias at the same instant
+        await db.rollback()
+        raise Conflict(f"image alias {body.name!r} was created by another request just now; "
+                       "set it again to point it here", field="name",
+                       code="alias_busy") from None
     return _public(row)
 
 

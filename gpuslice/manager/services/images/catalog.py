@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sqlalchemy import Select, or_, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.image_refs import InvalidReference, is_user_image, normalize
@@ -136,13 +137,18 @@ async def allow_image(db: AsyncSession, body: ImageCreate) -> ImagePublic:
         row = ImageRow(name=name, labels={})
         db.add(row)
     row.allowed, row.public, row.removed_at = True, True, None
-    await db.commit()
+    try:
+        await db.commit()
+    except IntegrityError:  # the same image allowed (or reported) by another request just now
+        await db.rollback()
+        raise Conflict(f"image {name!r} was added by another request just now; see it with "
+                       "`gpuslice image list`", field="name", code="image_busy") from None
     return ImagePublic(name=name, sources=[ALLOWED], public=True)
 
 
 async def remove_image(db: AsyncSession, name: str, configured: Sequence[str]) -> None:
     """Take an image out of the catalog and ask the nodes that have it to delete it."""
-    if _reference(name, field="name", code="invalid_image") in configured_set(configured):
+    if _stored_name(name) in configured_set(configured):
         raise Conflict(
             f"image {name!r} is on the manager's settings allow list "
             "(sessions.allowed_images); remove it there", code="image_configured",
@@ -222,11 +228,27 @@ def _visible(query: Select[tuple[ImageRow]], viewer: UserRow) -> Select[tuple[Im
 
 
 async def _get(db: AsyncSession, name: str) -> ImageRow:
-    reference = _reference(name, field="name", code="invalid_image")
+    try:
+        reference = normalize(name)
+    except InvalidReference as err:
+        # A row stored before today's rules (a name over 255 characters) stays reachable by
+        # its exact name, so that an admin can still make it private or remove it.
+        row = await db.get(ImageRow, name.strip())
+        if row is None or row.removed_at is not None:
+            raise InvalidRequest(str(err), field="name", code="invalid_image") from None
+        return row
     row = await db.get(ImageRow, reference)
     if row is None or row.removed_at is not None:
         raise NotFound(f"no image {name!r} in the catalog", field="name", code="unknown_image")
     return row
+
+
+def _stored_name(value: str) -> str:
+    """The catalog's spelling, or the name as given when today's rules refuse it."""
+    try:
+        return normalize(value)
+    except InvalidReference:
+        return value.strip()
 
 
 def _reference(value: str, *, field: str, code: str) -> str:

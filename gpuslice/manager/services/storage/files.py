@@ -25,6 +25,7 @@ from gpuslice.common.schemas.storage import (
     FolderListing,
     UploadState,
 )
+from gpuslice.common.storage_paths import from_raw, raw_form, shown
 from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.services.storage import archive
@@ -47,17 +48,35 @@ class Download:
     start: int
 
 
+def given_path(path: str | None, raw_path: str | None, *, default: str | None) -> str:
+    """The path a request names: ``path`` (text), or ``raw_path`` (its bytes percent-encoded,
+    for names that are not UTF-8); ``default`` when neither is given (``None``: one must be).
+    The path rules apply afterwards, to the bytes, whichever form named it."""
+    if path is not None and raw_path is not None:
+        raise InvalidRequest("give the path as path or as raw_path, not both", field="path",
+                             code="path_not_allowed")
+    if raw_path is not None:
+        return from_raw(raw_path)
+    if path is not None:
+        return path
+    if default is None:
+        raise InvalidRequest("path: name a file or directory inside the folder (path, or "
+                             "raw_path for a name that is not UTF-8)", field="path",
+                             code="path_not_allowed")
+    return default
+
+
 async def listing(fs: StorageFS, access: Access, path: str, limit: int) -> FolderListing:
     path = rule_dir(path)
     entries, truncated = await _in_folder(fs, access, lambda top: fs.listing(top, path, limit))
-    return FolderListing(folder_id=access.folder.id, path=path,
+    return FolderListing(folder_id=access.folder.id, path=shown(path), raw_path=raw_form(path),
                          entries=[_public(e) for e in entries], truncated=truncated)
 
 
 async def upload_state(fs: StorageFS, access: Access, user: UserRow, path: str) -> UploadState:
     path = rule(path)
     name = fs.partial_name(access.folder.id, user.id, path)
-    return UploadState(path=path, offset=await asyncio.to_thread(fs.partial_size, name))
+    return UploadState(path=shown(path), offset=await asyncio.to_thread(fs.partial_size, name))
 
 
 async def upload_file(
@@ -79,7 +98,7 @@ async def upload_file(
     finally:
         os.close(part)
     if received < size:
-        return UploadState(path=path, offset=received)
+        return UploadState(path=shown(path), offset=received)
     replaced = await _in_folder(fs, access, lambda top: _size_of(fs, top, path))
     entry = await _in_folder(fs, access, lambda top: _place_partial(fs, top, path, name))
     await add_usage(db, access.folder.id, size - (replaced or 0), 0 if replaced is not None else 1)
@@ -125,7 +144,7 @@ async def upload_archive(
     finally:
         os.close(top)
     await add_usage(db, access.folder.id, done.bytes, done.files)
-    return ArchiveUploaded(path=path, files=done.files, dirs=done.dirs, bytes=done.bytes)
+    return ArchiveUploaded(path=shown(path), files=done.files, dirs=done.dirs, bytes=done.bytes)
 
 
 async def remove(fs: StorageFS, access: Access, path: str) -> None:
@@ -214,7 +233,8 @@ def _size_of(fs: StorageFS, top: int, path: str) -> int | None:
 
 
 def _public(entry: Entry) -> FileEntry:
-    return FileEntry(path=entry.path, type=entry.type,
+    # A name a session wrote may not be UTF-8: shown readable, addressable by its raw form.
+    return FileEntry(path=shown(entry.path), raw_path=raw_form(entry.path), type=entry.type,
                      size=entry.size, modified_at=entry.modified_at)
 
 

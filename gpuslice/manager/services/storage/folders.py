@@ -17,17 +17,11 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.schemas.sessions import FINAL
-from gpuslice.common.schemas.storage import (
-    FolderCreate,
-    FolderGrantCreate,
-    FolderGrantPublic,
-    FolderPublic,
-    FolderUpdate,
-    Permission,
-)
+from gpuslice.common.schemas.storage import FolderCreate, FolderPublic, FolderUpdate
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.models import FolderGrantRow, FolderRow, SessionRow, UserRow
 from gpuslice.manager.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from gpuslice.manager.services.storage import grants
 from gpuslice.manager.services.storage.fs import StorageFS
 
 log = logging.getLogger(__name__)
@@ -40,6 +34,7 @@ class Access:
 
     folder: FolderRow
     level: str  # owner | rw | ro
+    admin: bool = False  # the caller is an admin (who may learn which users exist)
 
     @property
     def writable(self) -> bool:
@@ -59,14 +54,18 @@ async def get_access(db: AsyncSession, user: UserRow, folder_id: str) -> Access:
     """The folder if ``user`` may use it; otherwise 404, as for a folder that does not exist."""
     row = await db.get(FolderRow, folder_id)
     level = None if row is None else await _level(db, user, row)
+    if row is not None and level is None and await grants.claim_invites(db, user):
+        level = await _level(db, user, row)  # shared with their name before they existed
     await db.commit()  # the gate of routes that stream: hold no transaction meanwhile
     if row is None or level is None:
         raise NotFound(f"no folder {folder_id}", field="folder_id")
-    return Access(row, level)
+    return Access(row, level, user.role == Role.ADMIN)
 
 
 async def list_folders(db: AsyncSession, user: UserRow) -> list[FolderPublic]:
     """One's own folders, those shared with one, and (admins) every shared folder."""
+    if await grants.claim_invites(db, user):
+        await db.commit()
     own = (await db.scalars(select(FolderRow).where(FolderRow.owner_id == user.id))).all()
     granted = (await db.execute(
         select(FolderRow, FolderGrantRow.permission)
@@ -80,7 +79,8 @@ async def list_folders(db: AsyncSession, user: UserRow) -> list[FolderPublic]:
         for row in await db.scalars(select(FolderRow).where(FolderRow.owner_id.is_(None))):
             levels[row.id] = (row, "owner")
     ordered = sorted(levels.values(), key=lambda item: (item[0].shared, item[0].name))
-    return [await describe(db, row, level) for row, level in ordered]
+    admin = user.role == Role.ADMIN
+    return [await describe(db, row, level, admin=admin) for row, level in ordered]
 
 
 async def create_folder(
@@ -106,23 +106,25 @@ async def create_folder(
         raise Conflict(f"the storage cannot hold a new folder: {exc.strerror}",
                        code="storage_error") from None
     await db.commit()
-    return await describe(db, row, "owner")
+    return await describe(db, row, "owner", admin=user.role == Role.ADMIN)
 
 
 async def rename_folder(db: AsyncSession, access: Access, body: FolderUpdate) -> FolderPublic:
     access.require_owner("rename it")
     row = access.folder
-    if body.name.startswith(".") and (row.shared or await _grants(db, row.id)):
+    if body.name.startswith(".") and (
+            row.shared or await grants.listing(db, row.id, admin=access.admin)):
         raise InvalidRequest("a shared folder cannot become a dot-folder (dot-folders are "
                              "never shared); revoke its grants first", field="name",
                              code="dot_folder")
+    shared = row.shared  # read now: after a rollback the row's attributes are expired
     row.name = body.name
     try:
         await db.commit()
-    except IntegrityError:
+    except IntegrityError:  # the name is taken, or was taken by a rename racing this one
         await db.rollback()
-        raise _exists(body.name, row.shared) from None
-    return await describe(db, row, "owner")
+        raise _exists(body.name, shared) from None
+    return await describe(db, row, "owner", admin=access.admin)
 
 
 async def delete_folder(db: AsyncSession, fs: StorageFS, access: Access) -> None:
@@ -151,38 +153,6 @@ async def mounted_by(db: AsyncSession, folder_id: str) -> list[str]:
                    if any(f.get("folder_id") == folder_id for f in folders or [])})
 
 
-async def share(db: AsyncSession, access: Access, body: FolderGrantCreate) -> FolderGrantPublic:
-    """Grant a user read-only or read-write use of the folder (again: change it)."""
-    access.require_owner("share it")
-    row = access.folder
-    if row.name.startswith("."):
-        raise InvalidRequest(f"{row.name} is a dot-folder: dot-folders are never shared",
-                             code="dot_folder")
-    user = await find_user(db, body.user)
-    if user.id == row.owner_id:
-        raise InvalidRequest(f"{user.username} owns {row.name} already", field="user")
-    grant = await db.get(FolderGrantRow, (row.id, user.id))
-    if grant is None:
-        grant = FolderGrantRow(folder_id=row.id, user_id=user.id, permission=body.permission)
-        db.add(grant)
-    else:
-        grant.permission = body.permission
-    await db.commit()
-    return FolderGrantPublic(user_id=user.id, username=user.username,
-                             permission=Permission(grant.permission), created_at=grant.created_at)
-
-
-async def revoke(db: AsyncSession, access: Access, user_ref: str) -> None:
-    """Take a grant back: running sessions keep their mount until they stop."""
-    access.require_owner("change who it is shared with")
-    user = await find_user(db, user_ref)
-    grant = await db.get(FolderGrantRow, (access.folder.id, user.id))
-    if grant is None:
-        raise NotFound(f"{access.folder.name} is not shared with {user.username}", field="user")
-    await db.delete(grant)
-    await db.commit()
-
-
 async def find_user_for(db: AsyncSession, viewer: UserRow, ref: str) -> UserRow:
     """Another user, for an admin; a user may only name themself."""
     if ref in (viewer.username, viewer.id):
@@ -199,29 +169,17 @@ async def find_user(db: AsyncSession, ref: str) -> UserRow:
     return user
 
 
-async def describe(db: AsyncSession, row: FolderRow, level: str) -> FolderPublic:
+async def describe(db: AsyncSession, row: FolderRow, level: str, *, admin: bool) -> FolderPublic:
     owner = SHARED
     if row.owner_id is not None:
         owner = await db.scalar(select(UserRow.username).where(UserRow.id == row.owner_id)) or "?"
-    grants = await _grants(db, row.id) if level == "owner" else None
+    shared_with = await grants.listing(db, row.id, admin=admin) if level == "owner" else None
     return FolderPublic(
         id=row.id, name=row.name, owner_id=row.owner_id, owner=owner, shared=row.shared,
         access=level,
         auto_mount=row.name.startswith("."), size=row.size, files=row.files,
-        measured_at=row.measured_at, created_at=row.created_at, grants=grants,
+        measured_at=row.measured_at, created_at=row.created_at, grants=shared_with,
     )
-
-
-async def _grants(db: AsyncSession, folder_id: str) -> list[FolderGrantPublic]:
-    rows = (await db.execute(
-        select(FolderGrantRow, UserRow.username)
-        .join(UserRow, UserRow.id == FolderGrantRow.user_id)
-        .where(FolderGrantRow.folder_id == folder_id)
-        .order_by(UserRow.username)
-    )).all()
-    return [FolderGrantPublic(user_id=g.user_id, username=name,
-                              permission=Permission(g.permission), created_at=g.created_at)
-            for g, name in rows]
 
 
 async def _level(db: AsyncSession, user: UserRow, row: FolderRow) -> str | None:

@@ -187,7 +187,8 @@ class StorageFS:
     # ------------------------------------------------------------ uploads
 
     def partial_name(self, folder_id: str, user_id: str, path: str) -> str:
-        return hashlib.sha256(f"{folder_id}\0{user_id}\0{path}".encode()).hexdigest() + ".part"
+        key = f"{folder_id}\0{user_id}\0{path}".encode("utf-8", "surrogateescape")
+        return hashlib.sha256(key).hexdigest() + ".part"  # a path may hold bytes not UTF-8
 
     def uploads_fd(self) -> int:
         return self._step(self._root_fd(), UPLOADS, create=True, mode=PRIVATE_MODE,

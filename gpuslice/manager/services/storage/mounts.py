@@ -20,6 +20,7 @@ from gpuslice.common.schemas.storage import Permission, parse_folder_request
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.models import FolderGrantRow, FolderRow, SessionRow, UserRow
 from gpuslice.manager.errors import InvalidRequest
+from gpuslice.manager.services.storage import grants
 
 
 async def resolve(
@@ -91,6 +92,7 @@ async def assignment_mounts(
 async def _usable(db: AsyncSession, user: UserRow) -> list[tuple[FolderRow, str]]:
     """Folders the user may mount: their own (admins: shared ones too), then those granted to
     them (by name order)."""
+    await grants.claim_invites(db, user)  # shared with their name before they existed
     mine = FolderRow.owner_id == user.id
     if user.role == Role.ADMIN:
         mine = mine | FolderRow.owner_id.is_(None)

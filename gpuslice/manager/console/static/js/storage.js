@@ -75,7 +75,9 @@ function folderPage(main, id, path, me) {
     share);
   let folder = null;
   const href = (p) => "#/folders/" + id + (p ? "/" + p.split("/").map(encodeURIComponent).join("/") : "");
-  const content = (p) => "/api/v1" + folderUrl(id, "/content" + query({ path: p }));
+  // A name a session wrote that is not UTF-8 is named by its raw form (bytes percent-encoded).
+  const named = (e) => (e.raw_path ? { raw_path: e.raw_path } : { path: e.path });
+  const content = (e) => "/api/v1" + folderUrl(id, "/content" + query(named(e)));
 
   async function refresh() {
     folder = await get(folderUrl(id, ""));
@@ -86,10 +88,10 @@ function folderPage(main, id, path, me) {
     const listing = await get(folderUrl(id, "/files" + query({ path })));
     clear(rows, listing.entries.map((e) => {
       const base = e.path.split("/").pop();
-      const open = e.type === "dir" ? h("a", { href: href(e.path) }, base + "/") : base;
+      const open = e.type === "dir" && !e.raw_path ? h("a", { href: href(e.path) }, base + "/") : base + (e.type === "dir" ? "/" : "");
       const down = e.type === "dir"
-        ? h("a", { href: "/api/v1" + folderUrl(id, "/archive" + query({ path: e.path })), download: base + ".tar" }, "Download (tar)")
-        : h("a", { href: content(e.path), download: base }, "Download");
+        ? h("a", { href: "/api/v1" + folderUrl(id, "/archive" + query(named(e))), download: base + ".tar" }, "Download (tar)")
+        : h("a", { href: content(e), download: base }, "Download");
       return h("tr", { dataset: { path: e.path } }, h("td", null, open), h("td", null, e.type === "file" ? bytes(e.size) : ""),
         h("td", null, age(e.modified_at) + " ago"), h("td", null, down));
     }), listing.truncated ? h("tr", null, h("td", { colspan: 4, class: "muted" }, "More entries than shown")) : null);
