@@ -67,7 +67,7 @@ async def test_a_backup_restores_every_row_of_every_table(
 ) -> None:
     source = settings.database_url
     file = tmp_path / "cluster.gsbackup"
-    header = await backup(source, file, settings={"nodes": {"node_timeout": 30}})
+    header = (await backup(source, file, settings={"nodes": {"node_timeout": 30}})).header
     assert stat.S_IMODE(file.stat().st_mode) == 0o600
     assert {t.name for t in header.tables} >= set(Base.metadata.tables)  # every model's table
     assert header.revision == migrate.head() and header.settings["nodes"]["node_timeout"] == 30
@@ -173,7 +173,7 @@ async def test_a_backup_of_the_previous_revision_comes_up_to_head(
     finally:
         await engine.dispose()
     file = tmp_path / "old.gsbackup"
-    header = await backup(database_url, file)
+    header = (await backup(database_url, file)).header
     assert header.revision == previous
     target = f"sqlite+aiosqlite:///{tmp_path / 'new.db'}"
     await restore(file, target)
