@@ -160,21 +160,19 @@ def _online_backup(source: Path, target: Path) -> None:
         finally:
             dst.close()
     except sqlite3.Error as exc:
-        raise BackupError(f"cannot copy {source}: {_damage(exc)}") from None
+        if "malformed" in str(exc) or "not a database" in str(exc):
+            raise _damaged(source, str(exc)) from None
+        raise BackupError(f"cannot copy {source}: {exc}") from None
     finally:
         src.close()
     if problems != ["ok"]:
-        raise BackupError(f"{source} is damaged ({'; '.join(problems)[:300]}): no backup "
-                          "was written; restore the last good backup, or salvage what is left "
-                          "with `sqlite3 DB .recover`")
+        raise _damaged(source, "; ".join(problems))
 
 
-def _damage(exc: sqlite3.Error) -> str:
-    text = str(exc)
-    if isinstance(exc, sqlite3.DatabaseError) and "malformed" in text:
-        return (f"{text}: the database is damaged; restore the last good backup, or salvage "
-                "what is left with `sqlite3 DB .recover`")
-    return text
+def _damaged(source: Path, detail: str) -> BackupError:
+    detail = " ".join(detail.replace("*** in database main ***", "").split())  # one line
+    return BackupError(f"{source} is damaged ({detail[:300]}): no backup was written; restore "
+                       "the last good backup, or salvage what is left with `sqlite3 DB .recover`")
 
 
 def _tables(connection: Any, revision: str) -> list[Table]:
