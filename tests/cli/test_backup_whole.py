@@ -179,3 +179,18 @@ def test_a_damaged_file_in_a_backup_is_refused_and_nothing_is_written(
     # nothing restored, nothing staged
     assert not (fresh / "gpuslice.db").exists() and not (fresh / "admin-credentials").exists()
     assert not [p for p in fresh.rglob("*") if p.name not in NOT_FILES]
+
+
+def test_a_model_store_on_s3_is_named_and_left_out(manager: Manager, tmp_path: Path) -> None:
+    file = tmp_path / "s3.gsbackup"
+    env = manager.env | {"GPUSLICE_MODEL_STORE__BACKEND": "s3",
+                         "GPUSLICE_MODEL_STORE__S3_BUCKET": "lab-models"}
+    done = subprocess.run([GPUSLICE, "admin", "backup", str(file), "--data-dir",
+                           str(tmp_path / "data")], env=env, capture_output=True, text=True,
+                          timeout=scaled(120), check=False)
+    assert done.returncode == 0, done.stderr
+    assert ("note: the model store is S3 bucket lab-models (prefix none): not in this backup "
+            "(back the bucket up with its own tools)") in done.stdout.splitlines()
+    [header] = [json.loads(gzip.decompress(file.read_bytes()).decode().splitlines()[0])]
+    models = next(a for a in header["areas"] if a["name"] == "models")
+    assert models["entries"] == 0 and models["external"].startswith("S3 bucket lab-models")

@@ -54,6 +54,11 @@ def test_a_busy_platform_comes_back_whole(platform: Platform, platforms: list[Pl
     done = platform.cli("admin", "backup", str(file), "--data-dir", str(platform.data_dir))
     assert done.returncode == 0, done.stderr
     assert "files: data" in done.stdout and "storage" in done.stdout and "models" in done.stdout
+    # into the live database of the running `up`: refused (its agent would stop every session)
+    live = platform.cli("admin", "restore", str(file), "--data-dir", str(platform.data_dir),
+                        "--force")
+    assert live.returncode == 1 and "is in use by a running manager" in live.stderr
+    assert platform.wait_status("holding", {"RUNNING"})["status"] == "RUNNING"
     platform.processes.pop().stop()  # its session containers stay, for the restored platform
 
     fresh = new_platform(tmp_path / "restored")
