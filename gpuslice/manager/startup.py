@@ -81,6 +81,7 @@ def _hold(url: str) -> list[int]:
         return [in_use.hold(database, exclusive=False)]
     except in_use.InUse as err:
         raise StartupError(str(err)) from None
-    except OSError as err:
-        raise StartupError(f"cannot open {database}{in_use.SUFFIX}: "
-                           f"{err.strerror or err}") from None
+    except OSError:
+        # a directory that cannot take the lock file cannot take the database's write-ahead
+        # log either: opening the database says what is wrong, in its own words (faults.py)
+        return []
