@@ -196,30 +196,25 @@ def _errors() -> Iterator[None]:
 
 @contextmanager
 def _progress(verb: str, quiet: bool) -> Iterator[tuple[Update | None, Update | None]]:
-    """Two progress callbacks: rows of the database, then bytes of the files."""
+    """Two progress callbacks, on one display: rows of the database, bytes of the files."""
     if quiet or not console.is_terminal:
         yield None, None
         return
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-    )
+    from rich.progress import BarColumn, Progress, TextColumn
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("rows"), console=console, transient=True) as bar, \
-            Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                     console=console, transient=True) as data:
-        rows, files = bar.add_task(verb, total=None), data.add_task(f"{verb} files", total=None)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[done]}"),
+                  console=console, transient=True) as bar:
+        rows = bar.add_task(verb, total=None, done="")
+        files = bar.add_task(f"{verb} files", total=None, done="", visible=False)
 
         def on_rows(table: str, done: int, total: int) -> None:
-            bar.update(rows, description=f"{verb} {table}", completed=done, total=total)
+            bar.update(rows, description=f"{verb} {table}", completed=done, total=total,
+                       done=f"{done}/{total} rows")
 
         def on_files(path: str, done: int, total: int) -> None:
-            data.update(files, description=f"{verb} {path[-40:]}", completed=done,
-                        total=max(total, done))
+            bar.update(files, description=f"{verb} {path[-40:]}", completed=done,
+                       total=max(total, done), visible=True,
+                       done=f"{_size(done)} of {_size(max(total, done))}")
 
         yield on_rows, on_files
 
