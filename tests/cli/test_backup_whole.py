@@ -172,6 +172,8 @@ def test_a_damaged_file_in_a_backup_is_refused_and_nothing_is_written(
     lines[at] = json.dumps(base64.b64encode(changed).decode()) + "\n"
     bad = tmp_path / "bad.gsbackup"
     bad.write_bytes(gzip.compress("".join(lines).encode()))
+    checked = _admin(manager, tmp_path / "data", "restore", str(bad), "--check")
+    assert checked.returncode == 1 and "does not match its SHA-256" in checked.stderr
     fresh = tmp_path / "fresh"
     done = _admin(manager, fresh, "restore", str(bad))
     assert done.returncode == 1
