@@ -12,6 +12,8 @@ import pytest
 from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpuslice.manager.backup import backup
+from gpuslice.manager.backup.record import record
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.conftest import IMAGE, AgentFactory, Client, UserFactory, client_for, create
 from tests.manager.fake_agent import FakeAgent
@@ -261,3 +263,15 @@ async def test_policies_carry_idle_rules_and_lifetimes(admin: Client) -> None:
     bad = await admin.post("/api/v1/policies", json={"name": "y", "idle": {
         "window": 60, "gpu_util": 1, "combine": "maybe"}})
     assert bad.status_code == 422 and bad.json()["field"] == "idle.combine"
+
+
+async def test_metrics_say_when_the_last_backup_succeeded_and_nothing_before(
+    app: FastAPI, admin: Client, settings: ManagerSettings, tmp_path: Path
+) -> None:
+    metric = "gpuslice_backup_last_success_timestamp_seconds"
+    assert metric not in scraped((await admin.get("/metrics")).text)  # unknown, not 0
+    taken = await backup(settings.database_url, tmp_path / "b.gsbackup")
+    assert await record(settings.database_url, taken.header, 1, True) is None
+    [(labels, when)] = scraped((await admin.get("/metrics")).text)[metric].items()
+    assert labels == frozenset()
+    assert abs(when - taken.header.created_at.timestamp()) < scaled(60)
