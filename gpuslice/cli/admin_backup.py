@@ -120,6 +120,10 @@ def restore(
         if area.external is not None:
             console.print(f"note: the backed-up model store was {area.external}: not in the "
                           "backup, restore the bucket with its own tools", markup=False)
+        elif targets is not None and area.name not in targets and area.entries:
+            console.print(f"note: the backup's local model store ({area.entries} entries) was "
+                          "checked but not restored: this platform's model store is on S3",
+                          markup=False)
     if settings_to is not None:
         _write_settings(header, settings_to)
 
