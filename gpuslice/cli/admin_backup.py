@@ -116,6 +116,13 @@ def restore(
     where = "" if targets is None else f" and {settings.data_dir}"
     console.print(f"restored {file} (revision {header.revision}, now at head) into "
                   f"{safe_url(url)}{where}: {_summary(header)}", markup=False)
+    _restore_notes(header, targets)
+    if settings_to is not None:
+        _write_settings(header, settings_to)
+
+
+def _restore_notes(header: Header, targets: dict[str, Path] | None) -> None:
+    """One line for each area a restore did not put in place."""
     for area in header.areas:
         if area.external is not None:
             console.print(f"note: the backed-up model store was {area.external}: not in the "
@@ -124,8 +131,6 @@ def restore(
             console.print(f"note: the backup's local model store ({area.entries} entries) was "
                           "checked but not restored: this platform's model store is on S3",
                           markup=False)
-    if settings_to is not None:
-        _write_settings(header, settings_to)
 
 
 def _settings(config: Path | None, database_url: str | None,
