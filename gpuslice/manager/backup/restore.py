@@ -10,8 +10,14 @@ older release comes up to date on the way in. Never half-done:
   over it only when complete; any error removes the temporary file and leaves the target as it
   was.
 
-A target that holds rows is refused unless ``force``; a PostgreSQL database other clients are
-connected to (a running manager) is refused always: stop the managers first.
+The file areas (`members.py`) are read after the rows, before the database is committed:
+extracted into staging directories with every hash checked, then renamed into place once the
+database is; any error removes the staging and leaves the targets as they were.
+
+A target that holds rows (or directories that hold files) is refused unless ``force``; a live
+database is refused always: on PostgreSQL other connected clients (a running manager), on
+SQLite a manager's hold on ``<database>.in-use`` (`db/in_use.py`), which the restore keeps
+exclusively until its files are in place.
 """
 
 from __future__ import annotations
@@ -76,15 +82,20 @@ async def restore(
             await asyncio.to_thread(_read_areas, reader, targets, staged, file_progress)
 
         backend = make_url(url).get_backend_name()
-        if backend == "sqlite":
-            await _into_sqlite(reader, sqlite_path(url), force, progress, files)
-        elif backend == "postgresql":
-            await _into_postgres(reader, url, force, progress, files)
-        else:
+        if backend not in ("sqlite", "postgresql"):
             raise BackupError(f"restores support SQLite and PostgreSQL, not {backend}")
-        for staging, target, merge in staged:
-            members.place(staging, target, merge)
-        staged.clear()
+        # SQLite: no manager may have the database open, nor open it until the files are placed
+        held = _hold(sqlite_path(url)) if backend == "sqlite" else None
+        try:
+            if backend == "sqlite":
+                await _into_sqlite(reader, sqlite_path(url), force, progress, files)
+            else:
+                await _into_postgres(reader, url, force, progress, files)
+            for staging, target, merge in staged:
+                members.place(staging, target, merge)
+            staged.clear()
+        finally:
+            in_use.release(held)
         return header
     finally:
         reader.close()
@@ -166,20 +177,14 @@ async def _into_postgres(reader: Reader, url: str, force: bool, progress: Progre
         await engine.dispose()
 
 
-async def _into_sqlite(
-    reader: Reader, target: Path, force: bool, progress: Progress | None, then: Then
-) -> None:
+def _hold(database: Path) -> int:
     try:
-        held = in_use.hold(target, exclusive=True)  # for the whole restore
+        return in_use.hold(database, exclusive=True)
     except in_use.InUse as err:
         raise BackupError(str(err)) from None
-    try:
-        await _build_sqlite(reader, target, force, progress, then)
-    finally:
-        in_use.release(held)
 
 
-async def _build_sqlite(
+async def _into_sqlite(
     reader: Reader, target: Path, force: bool, progress: Progress | None, then: Then
 ) -> None:
     if target.exists():
