@@ -138,7 +138,7 @@ async def manager_running(settings: ManagerSettings, host: str, port: int
         server.exit()
         with contextlib.suppress(Exception):
             await serving
-        await database.engine.dispose()  # when the lifespan never ran (a failed start)
+        await database.close()  # when the lifespan never ran (a failed start)
 
 
 async def _until_signal(main: Callable[[asyncio.Event], Coroutine[None, None, None]]) -> None:

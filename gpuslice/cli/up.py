@@ -15,6 +15,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import json
+import os
 import re
 import socket
 from collections.abc import Callable
@@ -73,6 +75,7 @@ def up(
     lock, previous = lock_data_dir(options.data_dir, LOCK_FILE, "gpuslice up",
                                    port=port, url=options.url)
     try:
+        _record_options(options)
         if previous.get("pid"):
             say(f"the last gpuslice up on {options.data_dir} (pid {previous['pid']}) did not "
                 "stop cleanly (killed?): picking up its sessions")
@@ -82,6 +85,16 @@ def up(
 
 
 LOCK_FILE = "up.lock"
+# The manager settings `up` takes from its command line, for the commands that read the data
+# directory without it (`gpuslice admin backup --data-dir`: the backup's settings).
+UP_OPTIONS_FILE = "up-options.json"
+
+
+def _record_options(options: UpOptions) -> None:
+    path = options.data_dir / UP_OPTIONS_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump({"nodes": {"fgpu_per_gpu": options.fgpu_per_gpu}}, out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -164,7 +164,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     finally:
         await app.state.model_store.close()
         app.state.login_throttle.checks.close()
-        await engine.dispose()
+        await database.close()
 
 
 def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:

@@ -9,12 +9,12 @@ when it was given no open database (tests, other ASGI servers).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from gpuslice.manager.db import migrate
+from gpuslice.manager.db import in_use, migrate
 from gpuslice.manager.db.engine import make_engine, make_sessionmaker
 from gpuslice.manager.db.faults import describe, safe_url
 from gpuslice.manager.events import Hub
@@ -33,6 +33,13 @@ class Database:
     engine: AsyncEngine
     sessionmaker: async_sessionmaker[AsyncSession]
     hub: Hub
+    # the shared hold on an SQLite database file (see db/in_use.py), dropped by `close`
+    in_use: list[int] = field(default_factory=list)
+
+    async def close(self) -> None:
+        await self.engine.dispose()
+        while self.in_use:
+            in_use.release(self.in_use.pop())
 
 
 async def open_database(settings: ManagerSettings) -> Database:
@@ -40,6 +47,7 @@ async def open_database(settings: ManagerSettings) -> Database:
     on a failure a person can fix, with the engine closed again."""
     url = settings.database_url
     hub = Hub()
+    held = _hold(url)
     engine = make_engine(
         url, pool_size=settings.database.pool_size, echo=settings.database.echo,
         busy_timeout=settings.database.busy_timeout,
@@ -54,12 +62,26 @@ async def open_database(settings: ManagerSettings) -> Database:
         sessionmaker = make_sessionmaker(engine, hub)
         await ensure_admin(sessionmaker, settings.auth.admin_username, settings.data_dir)
     except migrate.SchemaMismatch as err:
-        await engine.dispose()
+        await Database(engine, async_sessionmaker(), hub, held).close()
         raise StartupError(f"{err} ({safe_url(url)})") from None
     except Exception as err:
-        await engine.dispose()
+        await Database(engine, async_sessionmaker(), hub, held).close()
         sentence = describe(err, url)
         if sentence is None:
             raise
         raise StartupError(sentence) from None
-    return Database(engine, sessionmaker, hub)
+    return Database(engine, sessionmaker, hub, held)
+
+
+def _hold(url: str) -> list[int]:
+    database = in_use.database_file(url)
+    if database is None:
+        return []
+    try:
+        return [in_use.hold(database, exclusive=False)]
+    except in_use.InUse as err:
+        raise StartupError(str(err)) from None
+    except OSError:
+        # a directory that cannot take the lock file cannot take the database's write-ahead
+        # log either: opening the database says what is wrong, in its own words (faults.py)
+        return []

@@ -34,18 +34,20 @@ def test_backup_while_running_then_restore_elsewhere(manager: Manager, tmp_path:
     target = f"sqlite+aiosqlite:///{tmp_path / 'copy.db'}"
     toml = tmp_path / "restored.toml"
     done = _run(manager, tmp_path, "restore", str(file), "--database-url", target,
-                "--settings-to", str(toml))
+                "--database-only", "--settings-to", str(toml))
     assert done.returncode == 0, done.stderr
     assert "now at head" in done.stdout
     restored = load_settings(toml)  # a file `manager serve --config` takes as it is
     assert restored.data_dir == tmp_path / "data"
     assert restored.sessions.allowed_images == ["tests/idle:1"]
 
-    again = _run(manager, tmp_path, "restore", str(file), "--database-url", target)
+    again = _run(manager, tmp_path, "restore", str(file), "--database-url", target,
+                 "--database-only")
     assert again.returncode == 1
     assert again.stderr.startswith("error: ") and "is not empty" in again.stderr
     assert "--force" in again.stderr and "Traceback" not in again.stderr
-    forced = _run(manager, tmp_path, "restore", str(file), "--database-url", target, "--force")
+    forced = _run(manager, tmp_path, "restore", str(file), "--database-url", target,
+                  "--database-only", "--force")
     assert forced.returncode == 0, forced.stderr
 
 

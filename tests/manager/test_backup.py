@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,6 +23,7 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from gpuslice.manager.app import create_app
 from gpuslice.manager.backup import BackupError, backup, restore, verify
+from gpuslice.manager.backup.members import Area
 from gpuslice.manager.db import migrate
 from gpuslice.manager.db.base import Base
 from gpuslice.manager.db.engine import make_engine
@@ -67,7 +69,7 @@ async def test_a_backup_restores_every_row_of_every_table(
 ) -> None:
     source = settings.database_url
     file = tmp_path / "cluster.gsbackup"
-    header = await backup(source, file, settings={"nodes": {"node_timeout": 30}})
+    header = (await backup(source, file, settings={"nodes": {"node_timeout": 30}})).header
     assert stat.S_IMODE(file.stat().st_mode) == 0o600
     assert {t.name for t in header.tables} >= set(Base.metadata.tables)  # every model's table
     assert header.revision == migrate.head() and header.settings["nodes"]["node_timeout"] == 30
@@ -173,7 +175,7 @@ async def test_a_backup_of_the_previous_revision_comes_up_to_head(
     finally:
         await engine.dispose()
     file = tmp_path / "old.gsbackup"
-    header = await backup(database_url, file)
+    header = (await backup(database_url, file)).header
     assert header.revision == previous
     target = f"sqlite+aiosqlite:///{tmp_path / 'new.db'}"
     await restore(file, target)
@@ -257,3 +259,54 @@ def _insert_user_at_any_revision(connection: Connection) -> None:
         id="00000000-0000-0000-0000-000000000001", username="old-timer", password_hash="x",
         role="user", is_active=True, created_at=datetime.now(UTC),
     ))
+
+
+async def test_a_file_deleted_while_the_backup_runs_is_left_out_and_the_rest_restores(
+    migrated_database_url: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "storage"
+    (root / "a").mkdir(parents=True)
+    first, second = os.urandom(3 * 1024**2), os.urandom(100)
+    (root / "a" / "1.bin").write_bytes(first)
+    (root / "a" / "2.bin").write_bytes(second)
+    (root / "b.txt").write_text("deleted while the backup runs\n")
+    (root / "link").symlink_to("a/2.bin")
+    seen: list[str] = []
+
+    def on_bytes(path: str, done: int, total: int) -> None:
+        if not seen:  # the first chunk of a/1.bin is written: b.txt goes before it is read
+            (root / "b.txt").unlink()
+        seen.append(path)
+
+    file = tmp_path / "b.gsbackup"
+    taken = await backup(migrated_database_url, file, areas=[Area("storage", root)],
+                         file_progress=on_bytes)
+    assert taken.gone == 1 and taken.header.areas[0].entries == 5
+    assert verify(file).areas[0].bytes == len(first) + len(second) + 30
+    target = tmp_path / "restored"
+    await restore(file, f"sqlite+aiosqlite:///{tmp_path / 'r.db'}",
+                  targets={"storage": target})
+    assert sorted(str(p.relative_to(target)) for p in target.rglob("*")) == [
+        "a", "a/1.bin", "a/2.bin", "link"]
+    assert (target / "a" / "1.bin").read_bytes() == first
+    assert os.readlink(target / "link") == "a/2.bin"
+
+
+async def test_files_are_refused_where_files_are_unless_forced(
+    migrated_database_url: str, tmp_path: Path
+) -> None:
+    root = tmp_path / "storage"
+    root.mkdir()
+    (root / "x").write_text("backed up\n")
+    file = tmp_path / "b.gsbackup"
+    await backup(migrated_database_url, file, areas=[Area("storage", root)])
+    (root / "x").write_text("changed since\n")
+    with pytest.raises(BackupError, match=rf"would replace what is there \({root} is not empty"):
+        await restore(file, f"sqlite+aiosqlite:///{tmp_path / 'r.db'}",
+                      targets={"storage": root})
+    assert (root / "x").read_text() == "changed since\n"
+    await restore(file, f"sqlite+aiosqlite:///{tmp_path / 'r2.db'}", targets={"storage": root},
+                  force=True)
+    assert (root / "x").read_text() == "backed up\n"
+    assert [p.name for p in tmp_path.iterdir() if "restoring" in p.name or "replaced" in p.name
+            ] == []

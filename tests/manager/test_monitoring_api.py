@@ -15,6 +15,8 @@ from fastapi import FastAPI
 from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import update
 
+from gpuslice.manager.backup import backup
+from gpuslice.manager.backup.record import record
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import NodeRow
 from gpuslice.manager.services.nodes.liveness import sweep_lost
@@ -292,3 +294,15 @@ async def test_policies_carry_idle_rules_and_lifetimes(admin: Client) -> None:
     bad = await admin.post("/api/v1/policies", json={"name": "y", "idle": {
         "window": 60, "gpu_util": 1, "combine": "maybe"}})
     assert bad.status_code == 422 and bad.json()["field"] == "idle.combine"
+
+
+async def test_metrics_say_when_the_last_backup_succeeded_and_nothing_before(
+    app: FastAPI, admin: Client, settings: ManagerSettings, tmp_path: Path
+) -> None:
+    metric = "gpuslice_backup_last_success_timestamp_seconds"
+    assert metric not in scraped((await admin.get("/metrics")).text)  # unknown, not 0
+    taken = await backup(settings.database_url, tmp_path / "b.gsbackup")
+    assert await record(settings.database_url, taken.header, 1, True) is None
+    [(labels, when)] = scraped((await admin.get("/metrics")).text)[metric].items()
+    assert labels == frozenset()
+    assert abs(when - taken.header.created_at.timestamp()) < scaled(60)

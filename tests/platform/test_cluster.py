@@ -151,10 +151,12 @@ def _backup_while_busy(cluster: Cluster, tmp_path: Path, carol: dict[str, str]) 
     before = _everything(cluster, cluster.url, cluster.token())
 
     file = tmp_path / "busy.gsbackup"
-    done = cluster.cli("admin", "backup", str(file), "--database-url", cluster.database_url)
+    done = cluster.cli("admin", "backup", str(file), "--database-url", cluster.database_url,
+                       "--data-dir", str(cluster.tmp / "managers"))
     assert done.returncode == 0, done.stderr
     fresh = f"sqlite+aiosqlite:///{tmp_path / 'fresh' / 'gpuslice.db'}"
-    done = cluster.cli("admin", "restore", str(file), "--database-url", fresh)
+    done = cluster.cli("admin", "restore", str(file), "--database-url", fresh,
+                       "--data-dir", str(tmp_path / "fresh"))
     assert done.returncode == 0, done.stderr
 
     cluster.start_manager("m3", GPUSLICE_DATABASE__URL=fresh,

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import tempfile
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -26,6 +27,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from gpuslice.manager.backup import members
 from gpuslice.manager.backup.fileformat import (
     FORMAT,
     FORMAT_VERSION,
@@ -37,6 +39,7 @@ from gpuslice.manager.backup.fileformat import (
     encode,
     kind_of,
 )
+from gpuslice.manager.backup.members import Area, FileProgress
 from gpuslice.manager.db import migrate
 from gpuslice.manager.db.base import Base
 
@@ -45,27 +48,55 @@ BATCH = 1000
 VERSION_TABLE = "alembic_version"
 
 
+@dataclass(frozen=True, slots=True)
+class Taken:
+    """What a backup wrote: its header, and entries deleted while it ran (left out)."""
+
+    header: Header
+    gone: int
+
+
 async def backup(
     url: str, path: Path, *, settings: dict[str, Any] | None = None,
-    progress: Progress | None = None,
-) -> Header:
-    """Write a backup of the database at ``url`` to ``path`` (complete, or not there at all)."""
+    areas: Sequence[Area] = (), progress: Progress | None = None,
+    file_progress: FileProgress | None = None,
+) -> Taken:
+    """Write a backup of the database at ``url`` and of ``areas`` to ``path`` (complete, or
+    not there at all). The database is one snapshot; the files are read after it."""
     async with snapshot(url) as conn:
-        revision = await conn.run_sync(migrate.current_on)
-        if revision is None:
-            raise BackupError(f"{safe_url(url)} holds no gpuslice database (never migrated)")
-        tables = await conn.run_sync(_tables, revision)
-        header = Header(
-            format=FORMAT, format_version=FORMAT_VERSION, created_at=datetime.now(UTC),
-            gpuslice_version=_version(), revision=revision, source=conn.dialect.name,
-            tables=[await _describe(conn, t) for t in tables], settings=settings or {},
-        )
-        with Writer(path) as out:
-            out.header(header)
-            for table, info in zip(tables, header.tables, strict=True):
-                await _copy_rows(conn, table, info, out, header.total_rows, progress)
-            out.finish()
-    return header
+        try:
+            return await _write(conn, url, path, settings, areas, progress, file_progress)
+        except SQLAlchemyError as exc:
+            raise BackupError(f"cannot read {safe_url(url)}: {_reason(exc)}") from None
+
+
+async def _write(
+    conn: AsyncConnection, url: str, path: Path, settings: dict[str, Any] | None,
+    areas: Sequence[Area], progress: Progress | None, file_progress: FileProgress | None,
+) -> Taken:
+    revision = await conn.run_sync(migrate.current_on)
+    if revision is None:
+        raise BackupError(f"{safe_url(url)} holds no gpuslice database (never migrated)")
+    tables = await conn.run_sync(_tables, revision)
+    skip = frozenset({path.absolute(), Writer(path.absolute()).partial})
+    walked = [members.walk(replace(a, skip=a.skip | skip)) for a in areas]
+    header = Header(
+        format=FORMAT, format_version=FORMAT_VERSION, created_at=datetime.now(UTC),
+        gpuslice_version=_version(), revision=revision, source=conn.dialect.name,
+        tables=[await _describe(conn, t) for t in tables], settings=settings or {},
+        areas=[a.info() for a in walked],
+    )
+    total_bytes = sum(a.bytes for a in header.areas)
+    gone = 0
+    with Writer(path) as out:
+        out.header(header)
+        for table, info in zip(tables, header.tables, strict=True):
+            await _copy_rows(conn, table, info, out, header.total_rows, progress)
+        for area in walked:
+            gone += await asyncio.to_thread(members.write_area, area, out, file_progress,
+                                            total_bytes)
+        out.finish()
+    return Taken(header, gone)
 
 
 @asynccontextmanager
@@ -123,12 +154,25 @@ def _online_backup(source: Path, target: Path) -> None:
         dst = sqlite3.connect(target)
         try:
             src.backup(dst)
+            # The copy is page for page: a damaged page of the source is in it. Say so now,
+            # in one line, rather than fail on some row halfway through the file.
+            problems = [r[0] for r in dst.execute("PRAGMA quick_check(3)")]
         finally:
             dst.close()
     except sqlite3.Error as exc:
+        if "malformed" in str(exc) or "not a database" in str(exc):
+            raise _damaged(source, str(exc)) from None
         raise BackupError(f"cannot copy {source}: {exc}") from None
     finally:
         src.close()
+    if problems != ["ok"]:
+        raise _damaged(source, "; ".join(problems))
+
+
+def _damaged(source: Path, detail: str) -> BackupError:
+    detail = " ".join(detail.replace("*** in database main ***", "").split())  # one line
+    return BackupError(f"{source} is damaged ({detail[:300]}): no backup was written; restore "
+                       "the last good backup, or salvage what is left with `sqlite3 DB .recover`")
 
 
 def _tables(connection: Any, revision: str) -> list[Table]:

@@ -1,9 +1,11 @@
 """The backup file: gzip'd JSON Lines, portable between SQLite and PostgreSQL.
 
 Line 1 is the `Header` (format, the schema revision, every table with its columns' portable
-kinds and row count, the manager's settings); then each table's rows in header order, one JSON
-array per row in column order; last the `Trailer` (total rows). A file that is truncated, cut at
-a line, damaged or of another format is refused before anything is written to a database.
+kinds and row count, the file areas with their entry counts, the manager's settings); then each
+table's rows in header order, one JSON array per row in column order; then each area's entries
+(format 2, see `members.py`: an entry line, for a file its content as base64 chunk lines and a
+line with its SHA-256); last the `Trailer` (total rows, entries, bytes). A file that is truncated,
+cut at a line, damaged or of another format is refused before anything is written to a database.
 
 Values are stored by *kind*, the same on every engine: ``int``, ``float``, ``decimal`` (a string,
 exact), ``bool``, ``text``, ``datetime`` (ISO 8601 in UTC), ``date``, ``time``, ``bytes``
@@ -29,7 +31,8 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.types import TypeEngine
 
 FORMAT = "gpuslice-backup"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE = (1, 2)  # format 1: the database alone (no file areas)
 
 Kind = Literal["int", "float", "decimal", "bool", "text", "datetime", "date", "time", "bytes",
                "uuid", "json"]
@@ -50,6 +53,19 @@ class TableInfo(BaseModel):
     rows: int = Field(ge=0)
 
 
+class AreaInfo(BaseModel):
+    """A directory tree the platform keeps beside its database, and what the backup holds of it."""
+
+    name: Literal["data", "storage", "models"]
+    source: str = Field(description="Where it was on the backed-up machine.")
+    entries: int = Field(default=0, ge=0, description="Files, directories and links held.")
+    bytes: int = Field(default=0, ge=0, description="The files' size when the backup began.")
+    top: list[str] = Field(default_factory=list, description="Its top-level names.")
+    external: str | None = Field(
+        default=None, description="Set when the area lives elsewhere (an S3 model store): "
+        "named, not copied.")
+
+
 class Header(BaseModel):
     format: Literal["gpuslice-backup"]
     format_version: int
@@ -61,15 +77,22 @@ class Header(BaseModel):
     settings: dict[str, Any] = Field(
         default_factory=dict, description="The manager's settings, secrets masked."
     )
+    areas: list[AreaInfo] = Field(default_factory=list)
 
     @property
     def total_rows(self) -> int:
         return sum(t.rows for t in self.tables)
 
+    @property
+    def total_entries(self) -> int:
+        return sum(a.entries for a in self.areas)
+
 
 class Trailer(BaseModel):
     end: Literal["gpuslice-backup"]
     rows: int
+    entries: int = 0
+    bytes: int = 0
 
 
 def kind_of(column_type: TypeEngine[Any], where: str) -> Kind:
@@ -125,6 +148,8 @@ class Writer:
         self.partial = path.with_name(f".{path.name}.partial")
         self._out: IO[str] | None = None
         self.rows = 0
+        self.entries = 0
+        self.bytes = 0
 
     def __enter__(self) -> Writer:
         self.partial.unlink(missing_ok=True)
@@ -141,8 +166,21 @@ class Writer:
         self._line(json.dumps(values, ensure_ascii=False, separators=(",", ":")))
         self.rows += 1
 
+    def entry(self, entry: BaseModel) -> None:
+        """An entry of a file area (`members.Entry`); a file's chunks and end follow it."""
+        self._line(entry.model_dump_json(exclude_none=True))
+        self.entries += 1
+
+    def chunk(self, data: bytes) -> None:
+        self._line(json.dumps(base64.b64encode(data).decode()))
+        self.bytes += len(data)
+
+    def entry_end(self, end: BaseModel) -> None:
+        self._line(end.model_dump_json())
+
     def finish(self) -> None:
-        self._line(Trailer(end=FORMAT, rows=self.rows).model_dump_json())
+        self._line(Trailer(end=FORMAT, rows=self.rows, entries=self.entries,
+                           bytes=self.bytes).model_dump_json())
         assert self._out is not None
         self._out.close()
         self._raw.flush()
@@ -172,6 +210,7 @@ class Reader:
         except OSError as exc:
             raise BackupError(f"cannot read {path}: {exc.strerror or exc}") from None
         self._line_no = 0
+        self.bytes_read = 0  # of file content, for progress
         self.header = self._read_header()
 
     def close(self) -> None:
@@ -185,15 +224,25 @@ class Reader:
                 raise self._damaged(f"a row of table {table.name} does not have {width} values")
             yield values
 
+    def line(self, what: str) -> Any:
+        """The next line as JSON (an area's entry, chunk or end: see `members.py`)."""
+        return self._json(what)
+
     def finish(self) -> None:
         line = self._next("the end marker")
         try:
             trailer = Trailer.model_validate_json(line)
         except ValidationError:
-            raise self._damaged("more rows than the header announces") from None
+            raise self._damaged("more rows or entries than the header announces") from None
         if trailer.rows != self.header.total_rows:
             raise self._damaged(f"it ends after {trailer.rows} rows, not "
                                 f"{self.header.total_rows}")
+        if trailer.entries != self.header.total_entries:
+            raise self._damaged(f"it ends after {trailer.entries} file entries, not "
+                                f"{self.header.total_entries}")
+
+    def damaged(self, detail: str) -> BackupError:
+        return self._damaged(detail)
 
     def _read_header(self) -> Header:
         first = self._next("its header")
@@ -203,10 +252,11 @@ class Reader:
             raise BackupError(f"{self.path} is not a gpuslice backup") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise BackupError(f"{self.path} is not a gpuslice backup")
-        if data.get("format_version") != FORMAT_VERSION:
+        if data.get("format_version") not in READABLE:
             raise BackupError(
                 f"{self.path} is a backup of format {data.get('format_version')}; this gpuslice "
-                f"reads format {FORMAT_VERSION}: restore it with the version that wrote it"
+                f"reads formats {', '.join(map(str, READABLE))}: restore it with the version "
+                "that wrote it"
             )
         try:
             return Header.model_validate(data)

@@ -10,8 +10,14 @@ older release comes up to date on the way in. Never half-done:
   over it only when complete; any error removes the temporary file and leaves the target as it
   was.
 
-A target that holds rows is refused unless ``force``; a PostgreSQL database other clients are
-connected to (a running manager) is refused always: stop the managers first.
+The file areas (`members.py`) are read after the rows, before the database is committed:
+extracted into staging directories with every hash checked, then renamed into place once the
+database is; any error removes the staging and leaves the targets as they were.
+
+A target that holds rows (or directories that hold files) is refused unless ``force``; a live
+database is refused always: on PostgreSQL other connected clients (a running manager), on
+SQLite a manager's hold on ``<database>.in-use`` (`db/in_use.py`), which the restore keeps
+exclusively until its files are in place.
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -44,16 +50,24 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from gpuslice.manager.backup import members
 from gpuslice.manager.backup.dump import BATCH, VERSION_TABLE, Progress, safe_url, sqlite_path
 from gpuslice.manager.backup.fileformat import BackupError, Header, Reader, TableInfo, decoder
-from gpuslice.manager.db import migrate
+from gpuslice.manager.backup.members import FileProgress
+from gpuslice.manager.db import in_use, migrate
+
+Then = Callable[[], Awaitable[None]]  # runs after the rows, before the database is committed
 
 
 async def restore(
-    path: Path, url: str, *, force: bool = False, progress: Progress | None = None
+    path: Path, url: str, *, force: bool = False, targets: Mapping[str, Path] | None = None,
+    progress: Progress | None = None, file_progress: FileProgress | None = None,
 ) -> Header:
-    """Restore the backup at ``path`` into the database at ``url``; returns its header."""
+    """Restore the backup at ``path`` into the database at ``url`` and its file areas into
+    ``targets`` (area name → directory; ``None``: the database alone, the files only checked);
+    returns its header. Files are staged and checked first, put in place last."""
     reader = Reader(path)
+    staged: list[tuple[Path, Path, bool]] = []  # (staging, target, merge)
     try:
         header = reader.header
         if not migrate.known(header.revision):
@@ -62,20 +76,37 @@ async def restore(
                 f"does not know (it knows up to {migrate.head()}): restore it with the release "
                 f"that made it ({header.gpuslice_version}) or a newer one"
             )
+        _check_targets(header, targets, force)
+
+        async def files() -> None:
+            await asyncio.to_thread(_read_areas, reader, targets, staged, file_progress)
+
         backend = make_url(url).get_backend_name()
-        if backend == "sqlite":
-            await _into_sqlite(reader, sqlite_path(url), force, progress)
-        elif backend == "postgresql":
-            await _into_postgres(reader, url, force, progress)
-        else:
+        if backend not in ("sqlite", "postgresql"):
             raise BackupError(f"restores support SQLite and PostgreSQL, not {backend}")
+        # SQLite: no manager may have the database open, nor open it until the files are placed
+        held = _hold(sqlite_path(url)) if backend == "sqlite" else None
+        try:
+            if backend == "sqlite":
+                await _into_sqlite(reader, sqlite_path(url), force, progress, files)
+            else:
+                await _into_postgres(reader, url, force, progress, files)
+            for staging, target, merge in staged:
+                members.place(staging, target, merge)
+            staged.clear()
+        finally:
+            in_use.release(held)
         return header
     finally:
         reader.close()
+        for staging, _target, _merge in staged:  # not placed: an error came first
+            members.remove(staging)
 
 
-def verify(path: Path, progress: Progress | None = None) -> Header:
-    """Read the whole backup and decode every value, writing nothing."""
+def verify(path: Path, progress: Progress | None = None,
+           file_progress: FileProgress | None = None) -> Header:
+    """Read the whole backup, decode every value and check every file's hash, writing
+    nothing."""
     reader = Reader(path)
     try:
         done = 0
@@ -86,23 +117,59 @@ def verify(path: Path, progress: Progress | None = None) -> Header:
                 done += 1
             if progress is not None:
                 progress(info.name, done, reader.header.total_rows)
-        reader.finish()
+        _read_areas(reader, None, [], file_progress)
         return reader.header
     finally:
         reader.close()
 
 
+def _check_targets(header: Header, targets: Mapping[str, Path] | None, force: bool) -> None:
+    """Before anything is written: what the areas would replace needs ``force``."""
+    if targets is None:
+        return
+    found: list[str] = []
+    for area in header.areas:
+        target = targets.get(area.name)
+        if target is None or area.external is not None or not area.entries:
+            continue
+        if area.name == "data":  # merged with the database's directory: its own names only
+            found += [str(target / n) for n in members.conflicts(target, set(area.top))]
+        elif members.conflicts(target, None):
+            found.append(f"{target} is not empty")
+    if found and not force:
+        raise BackupError(f"the backup's files would replace what is there ({', '.join(found)})"
+                          ": restore into a fresh data directory, or add --force to replace it")
+
+
+def _read_areas(reader: Reader, targets: Mapping[str, Path] | None,
+                staged: list[tuple[Path, Path, bool]],
+                file_progress: FileProgress | None) -> None:
+    total = sum(a.bytes for a in reader.header.areas)
+    for area in reader.header.areas:
+        target = targets.get(area.name) if targets is not None else None
+        if target is None:
+            members.extract(reader, area, None, file_progress, total)
+            continue
+        merge = area.name == "data"
+        staging = (target / ".restoring-data") if merge else members.staging_for(target)
+        members.remove(staging)  # a previous restore's, interrupted
+        staged.append((staging, target, merge))
+        members.extract(reader, area, staging, file_progress, total)
+    reader.finish()
+
+
 # ------------------------------------------------------------ the two engines
 
 
-async def _into_postgres(reader: Reader, url: str, force: bool, progress: Progress | None) -> None:
+async def _into_postgres(reader: Reader, url: str, force: bool, progress: Progress | None,
+                         then: Then) -> None:
     engine = create_async_engine(url, poolclass=NullPool)
     try:
         async with engine.connect() as conn:
             await _refuse_other_clients(conn, url)
             async with conn.begin():
                 await conn.run_sync(_clear, url, force)
-                await _load(conn, reader, progress)
+                await _load(conn, reader, progress, then)
     except (OSError, SQLAlchemyError) as exc:
         raise BackupError(f"restore into {safe_url(url)} failed, nothing was changed: "
                           f"{_reason(exc)}") from None
@@ -110,8 +177,15 @@ async def _into_postgres(reader: Reader, url: str, force: bool, progress: Progre
         await engine.dispose()
 
 
+def _hold(database: Path) -> int:
+    try:
+        return in_use.hold(database, exclusive=True)
+    except in_use.InUse as err:
+        raise BackupError(str(err)) from None
+
+
 async def _into_sqlite(
-    reader: Reader, target: Path, force: bool, progress: Progress | None
+    reader: Reader, target: Path, force: bool, progress: Progress | None, then: Then
 ) -> None:
     if target.exists():
         rows = await _sqlite_rows(target)
@@ -125,7 +199,7 @@ async def _into_sqlite(
     event.listen(engine.sync_engine, "connect", _foreign_keys)
     try:
         async with engine.begin() as conn:
-            await _load(conn, reader, progress)
+            await _load(conn, reader, progress, then)
         await engine.dispose()
         _replace_sqlite(building, target)
     except (OSError, SQLAlchemyError) as exc:
@@ -139,7 +213,8 @@ async def _into_sqlite(
 # ------------------------------------------------------------ loading
 
 
-async def _load(conn: AsyncConnection, reader: Reader, progress: Progress | None) -> None:
+async def _load(conn: AsyncConnection, reader: Reader, progress: Progress | None,
+                then: Then) -> None:
     header = reader.header
     await conn.run_sync(migrate.upgrade_on, header.revision)
     tables = await conn.run_sync(_reflect, header)
@@ -162,7 +237,7 @@ async def _load(conn: AsyncConnection, reader: Reader, progress: Progress | None
             done += len(batch)
         if progress is not None:
             progress(info.name, done, header.total_rows)
-    reader.finish()
+    await then()  # the file areas and the end marker, read before anything is committed
     if conn.dialect.name == "postgresql":
         await conn.run_sync(_reset_sequences, tables.values())
     await conn.run_sync(migrate.upgrade_on, "head")

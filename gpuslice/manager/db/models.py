@@ -560,3 +560,17 @@ class LoginFailureRow(Base):
     key: Mapped[str] = mapped_column(String(160), primary_key=True)
     window_start: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
     failures: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class BackupRow(Base):
+    """A `gpuslice admin backup` that completed; the backup writes it (it reads the database
+    directly, not through a manager), /metrics reads the newest."""
+
+    __tablename__ = "backups"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    finished_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+    rows: Mapped[int] = mapped_column(BigInteger)
+    entries: Mapped[int] = mapped_column(BigInteger)
+    bytes: Mapped[int] = mapped_column(BigInteger)
+    database_only: Mapped[bool] = mapped_column(Boolean)

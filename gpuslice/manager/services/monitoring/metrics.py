@@ -33,6 +33,7 @@ from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import (
     AllocationRow,
+    BackupRow,
     DeviceRow,
     NodeRow,
     SessionRow,
@@ -77,6 +78,7 @@ class Snapshot:
     slices: Sequence[Any]  # session_id, device_uuid, gpu, mem
     statuses: Sequence[Any]  # (status, count)
     queue: Sequence[Any]  # (wait code, count, oldest created_at)
+    last_backup: datetime | None = None  # the newest `admin backup` that completed
 
 
 async def check_scraper(
@@ -139,8 +141,9 @@ async def snapshot(db: AsyncSession, now: datetime) -> Snapshot:
         select(SessionRow.wait_code, func.count(), func.min(SessionRow.created_at))
         .where(SessionRow.status == SessionStatus.PENDING).group_by(SessionRow.wait_code)
     )).all()
+    last_backup = await db.scalar(select(func.max(BackupRow.finished_at)))
     await db.commit()
-    return Snapshot(now, nodes, devices, sessions, slices, statuses, queue)
+    return Snapshot(now, nodes, devices, sessions, slices, statuses, queue, last_backup)
 
 
 def render(snap: Snapshot, own: ManagerMetrics) -> bytes:
@@ -247,6 +250,12 @@ def _control_plane(snap: Snapshot) -> Iterator[Metric]:
         length.add_metric([reason], count)
         oldest.add_metric([reason], max(0.0, (snap.now - created).total_seconds()))
     yield from (statuses, length, oldest)
+    if snap.last_backup is not None:  # never backed up: no sample (unknown), not 0
+        backup = _gauge("gpuslice_backup_last_success_timestamp_seconds",
+                        "Unix time the last `gpuslice admin backup` of this platform completed.",
+                        [])
+        backup.add_metric([], snap.last_backup.timestamp())
+        yield backup
     yield from _nodes(snap)
 
 
