@@ -26,6 +26,7 @@ from gpuslice.agent import capshim, model_calls, usage_calls
 from gpuslice.agent.accelerators import Accelerator, detect
 from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.heartbeats import Heartbeats
+from gpuslice.agent.identity import EngineNameLock
 from gpuslice.agent.isolation.firewall import FirewallError
 from gpuslice.agent.isolation.network import IsolationError, SessionNetwork, ipv6_available
 from gpuslice.agent.isolation.sandboxes import Sandboxes
@@ -114,8 +115,13 @@ class Agent:
             reregister=self._reregister,
         )
         usage_calls.register(self.endpoint, accelerator, self.runtime)
+        name_lock: EngineNameLock | None = None
         try:
             await self._wait_for_docker(stop)
+            # Before the network, the sandboxes or any container is touched: a second live
+            # agent of this name on this engine would share them (agent/identity.py).
+            name_lock = EngineNameLock(await self.runtime.engine_id(), self.settings.node_name)
+            name_lock.acquire()
             self.network = await self._isolate()
             self.sandboxes = await self._sandboxes()
             self.steps.use(SessionActions(
@@ -158,6 +164,8 @@ class Agent:
             await self.link.close()
             await self.runtime.close()
             accelerator.close()
+            if name_lock is not None:
+                name_lock.release()
 
     # ------------------------------------------------------------ start
 
@@ -214,7 +222,7 @@ class Agent:
             log.warning("taking the session network down: %s", err)
 
     async def _connect(self, stop: asyncio.Event) -> Credential:
-        register = registration(self.settings)
+        register = registration(self.settings, self.runtime.agent_id)
         backoff = Backoff(0.5, 10.0, jitter=0)
         while True:
             try:

@@ -20,11 +20,12 @@ def test_stats_count_memory_as_docker_stats_does() -> None:
         "pids_stats": {"current": 7},
     }
     stats = parse_stats("s1", raw)
+    assert stats is not None
     assert (stats.memory_used, stats.memory_limit, stats.pids) == (200 * MiB, 512 * MiB, 7)
     v1 = parse_stats(
         "s1", {**raw, "memory_stats": {"usage": 10, "stats": {"total_inactive_file": 4}}}
     )
-    assert v1.memory_used == 6
+    assert v1 is not None and v1.memory_used == 6
     earlier = ContainerStats("s1", stats.read_at - 2, 1_000_000_000, 0, 0, 0)
     assert stats.cpu_milli_since(earlier) == 1000  # 2 s of CPU time in 2 s of wall time
 
@@ -42,7 +43,8 @@ def test_die_event_carries_session_and_exit_code() -> None:
             "Type": "container",
             "Action": "die",
             "Actor": {"ID": "c1", "Attributes": {"gpuslice.session-id": "s1", "exitCode": "137"}},
-        }
+        },
+        "a" * 32,
     )
     assert event is not None
     assert (event.kind, event.session_id, event.container_id, event.exit_code) == (
@@ -51,7 +53,7 @@ def test_die_event_carries_session_and_exit_code() -> None:
         "c1",
         137,
     )
-    assert _to_event({"Action": "exec_start: sh", "Actor": {}}) is None
+    assert _to_event({"Action": "exec_start: sh", "Actor": {}}, "a" * 32) is None
 
 
 def test_state_from_inspect_reads_labels_and_exit_code() -> None:

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import aiodocker
 import aiohttp
 
+from gpuslice.agent.identity import agent_id as stored_agent_id
 from gpuslice.agent.runtime.engine import (
     CONNECTION_FAILED,
     container_logs,
@@ -49,6 +50,7 @@ from gpuslice.agent.runtime.models import (
 from gpuslice.agent.runtime.networks import NetworkOps
 from gpuslice.agent.runtime.sandbox_ops import SandboxOps, SandboxUnusable
 from gpuslice.agent.runtime.spec import (
+    LABEL_AGENT_ID,
     LABEL_NODE,
     LABEL_SESSION,
     ContainerSpec,
@@ -75,11 +77,14 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
         files_root: Path = DEFAULT_DATA_DIR,
         docker_url: str | None = None,
         request_timeout: float = 60.0,
+        agent_id: str | None = None,
     ) -> None:
         """``files_root``: a node directory (on dockerd's machine; the agent's ``data_dir``)
         for the files sessions see read-only, one subdirectory per session, removed with the
-        session's container."""
+        session's container. ``agent_id``: the agent's own id, labelling every container it
+        makes (default: the one kept in ``files_root``, ``agent/identity.py``)."""
         self.node_name = node_name
+        self._agent_id = agent_id
         self.files_root = files_root
         self._url = docker_url
         self._timeout = aiohttp.ClientTimeout(
@@ -100,6 +105,13 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
             docker, self._docker = self._docker, None
             await docker.close()
 
+    @property
+    def agent_id(self) -> str:
+        """The agent's own id: read (or made) in ``files_root`` on first use."""
+        if self._agent_id is None:
+            self._agent_id = stored_agent_id(self.files_root)
+        return self._agent_id
+
     # ------------------------------------------------------------------ engine
 
     async def ping(self) -> bool:
@@ -113,6 +125,11 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
         except DockerUnavailable as err:
             return explain(err, self._url)
         return None
+
+    async def engine_id(self) -> str:
+        """The Docker Engine's own id (``docker info``): the same for every client of it."""
+        info = await self._call(lambda d: d.system.info())
+        return str(info.get("ID") or self._url or "local")
 
     async def wait_ready(self, timeout: float) -> None:
         """Wait (with backoff) until the engine answers; DockerUnavailable after ``timeout``."""
@@ -191,12 +208,16 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
             if exc.status == 404:
                 return None
             raise
-        return self.with_sandbox_address(ContainerState.from_inspect(info))
+        state = ContainerState.from_inspect(info)
+        return self.with_sandbox_address(replace(state, owned=state.agent_id == self.agent_id))
 
     async def list_managed(self, busy: Collection[str] = ()) -> list[ContainerState]:
-        """Every session container of this node, running or not, from Docker's labels.
+        """Every session container of this node's name, running or not, from Docker's labels.
         ``busy``: sessions whose stopped containers the caller leaves alone (a step of theirs
-        runs): not inspected, so their exit code is unknown (``None``)."""
+        runs): not inspected, so their exit code is unknown (``None``). Those of another agent
+        id (another platform's, or made before agents had ids) are listed with ``owned``
+        false: the caller adopts them only for sessions its manager gives it, and never
+        removes one otherwise (``decide.py``)."""
         return await self._list({"label": [LABEL_SESSION, self._node_label]}, busy)
 
     async def stop(self, session_id: str, grace_s: int = 10) -> ContainerState | None:
@@ -314,10 +335,12 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
         if state is None or state.status != "running":
             return None
         raw = await self._call(lambda d: one_shot_stats(d, state.container_id))
-        return parse_stats(session_id, raw)
+        return parse_stats(session_id, raw) if raw is not None else None
 
     async def stats_all(self) -> dict[str, ContainerStats]:
-        """A reading of every running session container, taken concurrently."""
+        """A reading of every running session container, taken concurrently; a session whose
+        reading failed (its container stopped or went between the listing and the reading)
+        is left out: unknown, never idle."""
         running = [s for s in await self.list_managed() if s.status == "running"]
 
         async def read(state: ContainerState) -> ContainerStats | None:
@@ -325,7 +348,7 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
                 raw = await self._call(lambda d: one_shot_stats(d, state.container_id))
             except aiodocker.DockerError:
                 return None  # it stopped between the listing and the reading
-            return parse_stats(state.session_id, raw)
+            return parse_stats(state.session_id, raw) if raw is not None else None
 
         readings = await asyncio.gather(*(read(s) for s in running))
         return {r.session_id: r for r in readings if r is not None}
@@ -346,7 +369,7 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
                         connected = True
                         backoff.reset()
                         yield RuntimeEvent(kind="connected")
-                    elif (event := _to_event(raw)) is not None:
+                    elif (event := _to_event(raw, self.agent_id)) is not None:
                         yield event
                 detail = "event stream ended"
             except (aiodocker.DockerError, *_CONNECTION_ERRORS, OSError) as exc:
@@ -411,7 +434,8 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
                 raise
 
         states = await asyncio.gather(*(state(c) for c in listed))
-        return [self.with_sandbox_address(s) for s in states if s is not None]
+        return [self.with_sandbox_address(replace(s, owned=s.agent_id == self.agent_id))
+                for s in states if s is not None]
 
     async def _container(self, session_id: str) -> aiodocker.containers.DockerContainer:
         state = await self.find(session_id)
@@ -437,6 +461,7 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
 
     async def _create(self, spec: ContainerSpec) -> tuple[ContainerState, bool]:
         """The session's container, and whether this call created it (else it existed)."""
+        spec = replace(spec, agent_id=self.agent_id)
         image_env = await self.image_env(spec.image)
         shared_dir = await self._write_files(spec)
         config = spec.create_config(image_env, files_dir=str(self._files_dir(spec.session_id)),
@@ -478,13 +503,16 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
         return replace(state, status="running", exit_code=None, oom_killed=False, error="")
 
 
-def _to_event(raw: dict[str, Any]) -> RuntimeEvent | None:
+def _to_event(raw: dict[str, Any], agent_id: str) -> RuntimeEvent | None:
+    """A container event of this node (another agent id's, of one name, is none of ours)."""
     action = str(raw.get("Action") or raw.get("status") or "")
     kind = action.split(":", 1)[0]
     if kind not in _EVENTS:
         return None
     actor = raw.get("Actor") or {}
     attributes = actor.get("Attributes") or {}
+    if attributes.get(LABEL_AGENT_ID, agent_id) != agent_id:
+        return None
     code = attributes.get("exitCode")
     return RuntimeEvent(
         kind=kind,  # type: ignore[arg-type]  # checked against _EVENTS above
