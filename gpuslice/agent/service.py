@@ -56,6 +56,9 @@ from gpuslice.common.logs import bind
 from gpuslice.common.waits import wait_event
 
 log = logging.getLogger("gpuslice.agent")
+# How long a node's registration waits while the manager says another agent runs it (one that
+# stopped just now is live to the manager for three of its heartbeats, 15 s by default).
+NODE_IN_USE_WAIT_S = 60.0
 
 
 class Agent:
@@ -224,12 +227,24 @@ class Agent:
     async def _connect(self, stop: asyncio.Event) -> Credential:
         register = registration(self.settings, self.runtime.agent_id)
         backoff = Backoff(0.5, 10.0, jitter=0)
+        loop = asyncio.get_running_loop()
+        in_use_until, said = loop.time() + NODE_IN_USE_WAIT_S, False
         while True:
             try:
                 return await self.link.connect(register)
             except (NotRegistered, VersionMismatch):
                 raise
             except LinkError as err:
+                if (err.status == 409 and "node_in_use" in str(err) and not stop.is_set()
+                        and loop.time() < in_use_until):
+                    # The node's last agent may have stopped just now (a platform moved or
+                    # restored elsewhere): the manager takes it for live a few heartbeats more.
+                    if not said:
+                        self.say(f"agent: {err}; waiting up to {NODE_IN_USE_WAIT_S:.0f} s for "
+                                 "it to stop")
+                        said = True
+                    await backoff.sleep(stop)
+                    continue
                 if err.status in (400, 401, 403, 404, 409, 422):
                     raise
                 self.say(f"agent: manager not reachable yet ({err}); retrying")

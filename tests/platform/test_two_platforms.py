@@ -5,6 +5,7 @@ same name as a live one on that engine is refused in one sentence, touching noth
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -85,3 +86,37 @@ def test_the_default_node_name_is_kept_with_the_data_directory(
     plat.wait_next_heartbeat(count=2)
     shown = json.loads(plat.ok("session", "show", sid, "--json"))
     assert shown["status"] == "RUNNING" and shown["placement"]["node_name"] == name, shown
+
+
+def test_sessions_of_a_platform_restored_elsewhere_reach_their_endpoint_again(
+    base_image: str, tmp_path: Path, platforms: list[Platform]
+) -> None:
+    # Issue 35, finding 6: restored into a new data directory, the platform adopted the
+    # running containers with mounts into the old one (endpoint dead: gpuslice-smi failed).
+    for part in "xy":
+        (tmp_path / part).mkdir()
+    old, new = new_platform(tmp_path / "x"), new_platform(tmp_path / "y")
+    platforms.extend([old, new])
+    up = start_default_up(old)
+    sid = old.session("kept", base_image, "--gpu", "0.5", *SMALL)
+    backup = tmp_path / "platform.backup"
+    done = old.cli("admin", "backup", str(backup), "--quiet",
+                   env_extra={"GPUSLICE_DATA_DIR": str(old.data_dir)})
+    assert done.returncode == 0, done.stderr
+    up.stop()  # its session containers keep running
+
+    new.data_dir.mkdir(mode=0o700)
+    done = new.cli("admin", "restore", str(backup), "--quiet",
+                   env_extra={"GPUSLICE_DATA_DIR": str(new.data_dir)})
+    assert done.returncode == 0, done.stderr
+    shutil.copy(old.data_dir / "admin-credentials", new.data_dir / "admin-credentials")
+    start_default_up(new)
+    assert new.node == old.node  # the restored manager's node, not a new one
+    shown = new.wait_reason(sid, "restarted: its container was made by another agent",
+                            timeout=120)
+    assert shown["status"] == "RUNNING", shown
+    assert [h["status"] for h in shown["history"]][-2:] == ["RUNNING", "RUNNING"]
+    # Its in-session endpoint answers, served by the new data directory's agent.
+    asked = new.ok("session", "exec", sid, "--", "python3", "-c",
+                   "import gpuslice_endpoint as e; print(e.call('GET', '/v1/session')['node'])")
+    assert asked.strip() == new.node, asked
