@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import re
 import shutil
 import time
@@ -48,6 +47,7 @@ from gpuslice.agent.runtime.models import (
     SessionNotFound,
 )
 from gpuslice.agent.runtime.networks import NetworkOps
+from gpuslice.agent.runtime.node_files import make_host_dir, write_session_files
 from gpuslice.agent.runtime.sandbox_ops import SandboxOps, SandboxUnusable
 from gpuslice.agent.runtime.spec import (
     LABEL_AGENT_ID,
@@ -59,7 +59,6 @@ from gpuslice.agent.runtime.spec import (
 from gpuslice.agent.settings import DEFAULT_DATA_DIR
 from gpuslice.common.backoff import Backoff
 from gpuslice.common.docker_engine import docker_client, explain
-from gpuslice.session_tools import CONTAINER_ENDPOINT_DIR, CONTAINER_TOOLS_DIR, is_program
 
 T = TypeVar("T")
 _EVENTS = ("start", "die", "oom", "destroy")
@@ -455,7 +454,7 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
             digest.update(f"{path}\0{len(shared[path])}\0".encode())
             digest.update(shared[path])
         shared_dir = self.files_root / "shared" / digest.hexdigest()[:24]
-        await asyncio.to_thread(_write_session_files, self._files_dir(spec.session_id),
+        await asyncio.to_thread(write_session_files, self._files_dir(spec.session_id),
                                 spec.session_files(), shared_dir, shared)
         return shared_dir
 
@@ -467,7 +466,7 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
         config = spec.create_config(image_env, files_dir=str(self._files_dir(spec.session_id)),
                                     shared_dir=str(shared_dir))
         for host_dir in spec.host_dirs:
-            await asyncio.to_thread(_make_host_dir, host_dir.path, host_dir.uid, host_dir.gid)
+            await asyncio.to_thread(make_host_dir, host_dir.path, host_dir.uid, host_dir.gid)
         try:
             container = await self._call(
                 lambda d: d.containers.create(config=config, name=spec.name)
@@ -528,49 +527,3 @@ def _listed_exit_code(entry: dict[str, Any]) -> int | None:
     ago``), or ``None`` when it says none."""
     match = _EXITED.match(str(entry.get("Status") or ""))
     return int(match[1]) if match else None
-
-
-def _write_session_files(
-    root: Path, files: dict[str, bytes], shared_dir: Path, shared: dict[str, bytes]
-) -> None:
-    """A session's own files under ``root``, and the shared ones under ``shared_dir`` unless
-    they are there already (a directory named by their content is never changed: it is made
-    whole beside it, then renamed into place)."""
-    if not shared_dir.is_dir():
-        partial = shared_dir.with_name(f".{shared_dir.name}.{os.getpid()}.{time.monotonic_ns()}")
-        _write_files(partial, shared)
-        try:
-            os.rename(partial, shared_dir)
-        except OSError:  # another start made it first
-            shutil.rmtree(partial, ignore_errors=True)
-    _write_files(root, files)
-    # The in-session endpoint's socket appears here (the agent's endpoint server makes it);
-    # the directory is mounted whether or not the server runs, so it must exist first.
-    (root / CONTAINER_ENDPOINT_DIR.lstrip("/")).mkdir(mode=0o755, parents=True, exist_ok=True)
-
-
-def _write_files(root: Path, files: dict[str, bytes]) -> None:
-    """Write ``files`` under ``root`` at their container paths, each replaced atomically:
-    a session reading its allocation never sees half a file."""
-    for path, content in files.items():
-        target = root / path.lstrip("/")
-        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        if target.is_file() and target.read_bytes() == content:
-            continue
-        partial = target.with_name(f".{target.name}.partial")
-        partial.write_bytes(content)
-        partial.chmod(0o755 if _is_program(path) else 0o644)
-        os.replace(partial, target)
-    root.mkdir(mode=0o755, parents=True, exist_ok=True)
-    root.chmod(0o755)
-
-
-def _is_program(path: str) -> bool:
-    directory, _, name = path.rpartition("/")
-    return directory == CONTAINER_TOOLS_DIR and is_program(name)
-
-
-def _make_host_dir(path: str, uid: int, gid: int) -> None:
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chown(path, uid, gid)
-    os.chmod(path, 0o700)
