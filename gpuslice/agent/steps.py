@@ -103,8 +103,10 @@ class Steps:
             running = actual.get(session_id)
             if assignment.apps and assignment.desired == "running" and running and running.running:
                 self.streams.autostart(session_id, assignment.apps)
-        # Sockets for every container (adopted ones too, after a restart) and starting session.
-        await self.endpoint.sync(actual.keys() | self.busy.keys())
+        # Sockets for every container (adopted ones too, after a restart) and starting session;
+        # none for another agent's that this node's manager does not give it.
+        served = {sid for sid, c in actual.items() if c.owned or sid in wanted}
+        await self.endpoint.sync(served | self.busy.keys())
         for session_id in sorted(known):
             if session_id in self.busy:
                 continue

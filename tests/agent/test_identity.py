@@ -118,6 +118,7 @@ async def test_an_agent_never_removes_another_agents_container_of_its_name(
         seen = await second.runtime.find(sid)
         assert seen is not None and not seen.owned
     assert mine.statuses(sid) == []  # nothing said of a session that is not its own
+    assert not (tmp_path / "b" / "sessions" / sid).exists()  # nor an endpoint served for it
     after = await first.runtime.find(sid)
     assert after is not None and after.running and after.container_id == before.container_id
 
