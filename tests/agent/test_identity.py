@@ -22,6 +22,7 @@ from gpuslice.agent.accelerators.mock import MockAccelerator
 from gpuslice.agent.identity import NameTaken
 from gpuslice.agent.manager_link import ManagerLink
 from gpuslice.agent.runtime import DockerRuntime
+from gpuslice.agent.runtime.models import ContainerState
 from gpuslice.agent.service import Agent
 from gpuslice.agent.settings import AgentSettings, MockGpu
 from gpuslice.session_tools import CONTAINER_ENDPOINT_DIR
@@ -80,6 +81,20 @@ async def passes_done(agent: Agent, count: int = 2) -> None:
     await until(lambda: done[0] >= count and not agent.steps.busy)
 
 
+async def left_running(node: str, data_dir: Path, image: str) -> ContainerState:
+    """A session's container made by an agent of ``node`` in ``data_dir``, then that agent
+    stopped (its sessions' containers run on, as after a Ctrl-C)."""
+    manager, sid = StandInManager(), f"s{uuid.uuid4().hex[:10]}"
+    agent = _agent(node, data_dir, manager)
+    async with running(agent):
+        manager.sessions = [assignment(agent, image, sid)]
+        manager.change()
+        await until(lambda: "RUNNING" in manager.statuses(sid))
+        made = await agent.runtime.find(sid)
+    assert made is not None and made.owned
+    return made
+
+
 async def test_a_second_live_agent_of_one_name_on_one_engine_is_refused(
     node: str, tmp_path: Path
 ) -> None:
@@ -102,14 +117,8 @@ async def test_an_agent_never_removes_another_agents_container_of_its_name(
 ) -> None:
     # Two platforms whose nodes have one name (one stopped, its sessions left running): the
     # other's manager does not know that session, yet it is not this agent's to remove.
-    theirs, sid = StandInManager(), f"s{uuid.uuid4().hex[:10]}"
-    first = _agent(node, tmp_path / "a", theirs)
-    async with running(first):
-        theirs.sessions = [assignment(first, base_image, sid)]
-        theirs.change()
-        await until(lambda: "RUNNING" in theirs.statuses(sid))
-        before = await first.runtime.find(sid)
-    assert before is not None and before.owned
+    before = await left_running(node, tmp_path / "a", base_image)
+    sid = before.session_id
 
     mine = StandInManager()
     second = _agent(node, tmp_path / "b", mine)
@@ -119,7 +128,7 @@ async def test_an_agent_never_removes_another_agents_container_of_its_name(
         assert seen is not None and not seen.owned
     assert mine.statuses(sid) == []  # nothing said of a session that is not its own
     assert not (tmp_path / "b" / "sessions" / sid).exists()  # nor an endpoint served for it
-    after = await first.runtime.find(sid)
+    after = await second.runtime.find(sid)
     assert after is not None and after.running and after.container_id == before.container_id
 
 
@@ -128,14 +137,8 @@ async def test_an_adopted_container_with_another_agents_mounts_is_made_again(
 ) -> None:
     # A platform restored into a new data directory: its manager knows the session, which
     # runs in a container made by the old data directory's agent (endpoint socket there).
-    old, sid = StandInManager(), f"s{uuid.uuid4().hex[:10]}"
-    first = _agent(node, tmp_path / "old", old)
-    async with running(first):
-        old.sessions = [assignment(first, base_image, sid)]
-        old.change()
-        await until(lambda: "RUNNING" in old.statuses(sid))
-        made = await first.runtime.find(sid)
-    assert made is not None
+    made = await left_running(node, tmp_path / "old", base_image)
+    sid = made.session_id
 
     restored = StandInManager()
     second = _agent(node, tmp_path / "new", restored)

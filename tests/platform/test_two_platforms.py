@@ -30,13 +30,20 @@ def start_default_up(plat: Platform) -> Process:
     return up
 
 
+def places(tmp_path: Path, platforms: list[Platform], count: int) -> list[Platform]:
+    """``count`` platforms' places (data directory, port, CLI login), nothing started."""
+    made = []
+    for index in range(count):
+        (tmp_path / str(index)).mkdir()
+        made.append(new_platform(tmp_path / str(index)))
+    platforms.extend(made)
+    return made
+
+
 def test_two_ups_on_one_engine_keep_their_sessions(
     base_image: str, tmp_path: Path, platforms: list[Platform]
 ) -> None:
-    for part in "xyz":
-        (tmp_path / part).mkdir()
-    first, second = new_platform(tmp_path / "x"), new_platform(tmp_path / "y")
-    platforms.extend([first, second])
+    first, second, third = places(tmp_path, platforms, 3)
     start_default_up(first)
     mine = first.session("x-shell", base_image, *SMALL)
     start_default_up(second)
@@ -56,7 +63,6 @@ def test_two_ups_on_one_engine_keep_their_sessions(
 
     # An explicit node of the first's name, from a third data directory, while it runs:
     # refused in one sentence naming the first; nothing of the first is touched.
-    third = new_platform(tmp_path / "z")
     argv = [GPUSLICE, "up", "--data-dir", str(third.data_dir), "--port", str(third.port),
             "--mock-gpus", "1x8GiB", "--node-name", first.node]
     done = subprocess.run(argv, env=third.env, capture_output=True, text=True, timeout=300)
@@ -74,8 +80,7 @@ def test_two_ups_on_one_engine_keep_their_sessions(
 def test_the_default_node_name_is_kept_with_the_data_directory(
     base_image: str, tmp_path: Path, platforms: list[Platform]
 ) -> None:
-    plat = new_platform(tmp_path)
-    platforms.append(plat)
+    [plat] = places(tmp_path, platforms, 1)
     up = start_default_up(plat)
     name = plat.node
     sid = plat.session("kept", base_image, *SMALL)
@@ -93,10 +98,7 @@ def test_sessions_of_a_platform_restored_elsewhere_reach_their_endpoint_again(
 ) -> None:
     # Issue 35, finding 6: restored into a new data directory, the platform adopted the
     # running containers with mounts into the old one (endpoint dead: gpuslice-smi failed).
-    for part in "xy":
-        (tmp_path / part).mkdir()
-    old, new = new_platform(tmp_path / "x"), new_platform(tmp_path / "y")
-    platforms.extend([old, new])
+    old, new = places(tmp_path, platforms, 2)
     up = start_default_up(old)
     sid = old.session("kept", base_image, "--gpu", "0.5", *SMALL)
     backup = tmp_path / "platform.backup"
