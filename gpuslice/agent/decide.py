@@ -22,6 +22,9 @@ class Act(StrEnum):
     FINISH = "finish"  # the container stopped by itself: report how, then remove it
     STOP = "stop"  # the manager wants it stopped: stop, remove, report TERMINATED
     REMOVE = "remove"  # a container of a session the manager no longer lists
+    # an adopted container whose mounts are not this node's (another data directory's): made
+    # again, so its in-session endpoint, tools and folders work (a restart, said in history)
+    RECREATE = "recreate"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +38,17 @@ class Action:
 
 
 def decide(
-    assignment: Assignment | None, container: ContainerState | None, session_id: str
+    assignment: Assignment | None, container: ContainerState | None, session_id: str,
+    misplaced: str | None = None,
 ) -> Action | None:
-    """The one next step for a session, or None when desired and actual agree."""
+    """The one next step for a session, or None when desired and actual agree. ``misplaced``:
+    why the container's mounts are not this node's (``adoption.misplaced``), if they are not.
+
+    A container of another agent id (``owned`` false: another platform's on the same Docker
+    Engine, or made before agents had ids) is adopted for a session the manager gives this
+    node, and otherwise never removed: it may be a live session of someone else's."""
     if assignment is None:
-        if container is None:
+        if container is None or not container.owned:
             return None
         return Action(Act.REMOVE, session_id, container_id=container.container_id)
     if assignment.desired == "stopped":
@@ -56,6 +65,10 @@ def decide(
             reason="its container is gone from the node",
         )
     if container.running:
+        if misplaced:
+            return Action(Act.RECREATE, session_id, SessionStatus.RUNNING,
+                          reason=f"restarted: {misplaced}",
+                          container_id=container.container_id)
         if status is not SessionStatus.RUNNING:
             return Action(Act.REPORT, session_id, SessionStatus.RUNNING, reason="running")
         return None

@@ -78,7 +78,7 @@ class Heartbeats:
                 await self._beat()
                 return True
             except LinkError as err:
-                if err.status in (401, 403) or isinstance(err, VersionMismatch):
+                if err.status in (401, 403, 409) or isinstance(err, VersionMismatch):
                     raise
                 if str(err) != said:  # once per cause, not once per retry
                     self.say(f"agent: manager not reachable yet ({err}); retrying")

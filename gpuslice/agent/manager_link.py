@@ -92,15 +92,17 @@ class Credential:
         return bool({self.manager_url, *self.manager_urls} & set(urls))
 
 
-def registration(settings: AgentSettings) -> NodeRegister | None:
-    """What the node registers with: its join token, name and fGPU per GPU (milli-fGPU, as
-    the settings hold it); ``None`` without a join token (a stored credential must do)."""
+def registration(settings: AgentSettings, agent_id: str | None = None) -> NodeRegister | None:
+    """What the node registers with: its join token, name, fGPU per GPU (milli-fGPU, as
+    the settings hold it) and the agent's id (``agent/identity.py``); ``None`` without a join
+    token (a stored credential must do)."""
     if settings.join_token is None:
         return None
     return NodeRegister(
         join_token=settings.join_token.get_secret_value(),
         name=settings.node_name,
         device_capacity=settings.fgpu_per_gpu,
+        agent_id=agent_id,
     )
 
 

@@ -26,6 +26,7 @@ from gpuslice.agent import capshim, model_calls, usage_calls
 from gpuslice.agent.accelerators import Accelerator, detect
 from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.heartbeats import Heartbeats
+from gpuslice.agent.identity import EngineNameLock
 from gpuslice.agent.isolation.firewall import FirewallError
 from gpuslice.agent.isolation.network import IsolationError, SessionNetwork, ipv6_available
 from gpuslice.agent.isolation.sandboxes import Sandboxes
@@ -55,6 +56,9 @@ from gpuslice.common.logs import bind
 from gpuslice.common.waits import wait_event
 
 log = logging.getLogger("gpuslice.agent")
+# How long a node's registration waits while the manager says another agent runs it (one that
+# stopped just now is live to the manager for three of its heartbeats, 15 s by default).
+NODE_IN_USE_WAIT_S = 60.0
 
 
 class Agent:
@@ -114,8 +118,13 @@ class Agent:
             reregister=self._reregister,
         )
         usage_calls.register(self.endpoint, accelerator, self.runtime)
+        name_lock: EngineNameLock | None = None
         try:
             await self._wait_for_docker(stop)
+            # Before the network, the sandboxes or any container is touched: a second live
+            # agent of this name on this engine would share them (agent/identity.py).
+            name_lock = EngineNameLock(await self.runtime.engine_id(), self.settings.node_name)
+            name_lock.acquire()
             self.network = await self._isolate()
             self.sandboxes = await self._sandboxes()
             self.steps.use(SessionActions(
@@ -158,6 +167,8 @@ class Agent:
             await self.link.close()
             await self.runtime.close()
             accelerator.close()
+            if name_lock is not None:
+                name_lock.release()
 
     # ------------------------------------------------------------ start
 
@@ -214,14 +225,26 @@ class Agent:
             log.warning("taking the session network down: %s", err)
 
     async def _connect(self, stop: asyncio.Event) -> Credential:
-        register = registration(self.settings)
+        register = registration(self.settings, self.runtime.agent_id)
         backoff = Backoff(0.5, 10.0, jitter=0)
+        loop = asyncio.get_running_loop()
+        in_use_until, said = loop.time() + NODE_IN_USE_WAIT_S, False
         while True:
             try:
                 return await self.link.connect(register)
             except (NotRegistered, VersionMismatch):
                 raise
             except LinkError as err:
+                if (err.status == 409 and "node_in_use" in str(err) and not stop.is_set()
+                        and loop.time() < in_use_until):
+                    # The node's last agent may have stopped just now (a platform moved or
+                    # restored elsewhere): the manager takes it for live a few heartbeats more.
+                    if not said:
+                        self.say(f"agent: {err}; waiting up to {NODE_IN_USE_WAIT_S:.0f} s for "
+                                 "it to stop")
+                        said = True
+                    await backoff.sleep(stop)
+                    continue
                 if err.status in (400, 401, 403, 404, 409, 422):
                     raise
                 self.say(f"agent: manager not reachable yet ({err}); retrying")

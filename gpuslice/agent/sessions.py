@@ -100,6 +100,8 @@ class SessionActions:
                                  action.container_id)
             elif action.act is Act.REMOVE:
                 await self._remove(sid, action.container_id)
+            elif action.act is Act.RECREATE and assignment is not None:
+                await self._recreate(action, assignment)
         except (DockerUnavailable, LinkError) as err:
             log.warning("session %s: %s: %s (will retry)", sid, action.act.value, err)
             await asyncio.sleep(1.0)
@@ -119,9 +121,10 @@ class SessionActions:
         await self.link.report(session_id, report)
         self.reported[session_id] = report.status
 
-    async def start(self, assignment: Assignment) -> None:
+    async def start(self, assignment: Assignment, restart: str | None = None) -> None:
         """Create and start the session's container (pulling its image if told to): PREPARING,
-        then RUNNING, or ERROR with the reason."""
+        then RUNNING, or ERROR with the reason. ``restart``: the container of a RUNNING
+        session is made again, for this reason (told as a restart)."""
         sid = assignment.session_id
         preparing = None
         if assignment.status is SessionStatus.SCHEDULED:
@@ -165,7 +168,9 @@ class SessionActions:
         if failure:
             await self.report(sid, StateReport(status=SessionStatus.ERROR, reason=failure))
         elif running:
-            await self.report(sid, StateReport(status=SessionStatus.RUNNING, reason="running"))
+            await self.report(sid, StateReport(status=SessionStatus.RUNNING,
+                                               reason=restart or "running",
+                                               restarted=restart is not None))
 
     # ------------------------------------------------------------ helpers
 
@@ -282,6 +287,19 @@ class SessionActions:
             await self.report(sid, end.model_copy(update={"logs": logs}))
         elif logs is not None:
             await self.link.report(sid, end.model_copy(update={"logs": logs}))
+
+    async def _recreate(self, action: Action, assignment: Assignment) -> None:
+        """An adopted container with another agent's mounts (``adoption.py``): stopped,
+        removed and made again with this node's, then the restart and its reason told (a
+        line in the session's status history; its status stays RUNNING). A start that fails
+        ends the session ERROR with why, as any start."""
+        sid = action.session_id
+        self.say(f"agent: session {sid} {action.reason}; recreating its container")
+        # Stopped without its end told: the session goes on in the new container.
+        await self.runtime.stop_container(action.container_id or container_name(sid),
+                                          self.settings.stop_grace_s)
+        await self._remove_container(sid, action.container_id)
+        await self.start(assignment, restart=action.reason)
 
     async def _remove(self, sid: str, cid: str | None) -> None:
         self.say(

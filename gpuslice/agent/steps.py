@@ -18,6 +18,7 @@ import time
 from collections.abc import Collection, Coroutine
 from typing import Any
 
+from gpuslice.agent.adoption import misplaced
 from gpuslice.agent.decide import Act, Action, decide
 from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.isolation.sandboxes import Sandboxes
@@ -91,8 +92,8 @@ class Steps:
         for container in containers:
             if container.name == container_name(container.session_id):
                 actual[container.session_id] = container
-            else:  # a second container claiming a session: only the named one may exist
-                await self.runtime.remove_container(container.container_id)
+            elif container.owned:  # a second container claiming a session: only the named
+                await self.runtime.remove_container(container.container_id)  # one may exist
         known = wanted.keys() | actual.keys()
         self.sessions.forget(keep=known)
         if self.sandboxes is not None:
@@ -102,12 +103,17 @@ class Steps:
             running = actual.get(session_id)
             if assignment.apps and assignment.desired == "running" and running and running.running:
                 self.streams.autostart(session_id, assignment.apps)
-        # Sockets for every container (adopted ones too, after a restart) and starting session.
-        await self.endpoint.sync(actual.keys() | self.busy.keys())
+        # Sockets for every container (adopted ones too, after a restart) and starting session;
+        # none for another agent's that this node's manager does not give it.
+        served = {sid for sid, c in actual.items() if c.owned or sid in wanted}
+        await self.endpoint.sync(served | self.busy.keys())
         for session_id in sorted(known):
             if session_id in self.busy:
                 continue
-            action = decide(wanted.get(session_id), actual.get(session_id), session_id)
+            found = actual.get(session_id)
+            wrong = (misplaced(found, self.runtime.files_root, self.settings.storage_root)
+                     if found is not None and found.running else None)
+            action = decide(wanted.get(session_id), found, session_id, wrong)
             if action is None or self.sessions.already_reported(action) or self._ended(action):
                 continue
             self.step(session_id, self.sessions.do(action, wanted.get(session_id)))

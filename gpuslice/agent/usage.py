@@ -82,6 +82,7 @@ class UsageCollector:
             ],
             running=sorted(c.session_id for c in containers if c.running),
             usage=sessions,
+            agent_id=self.runtime.agent_id,
         )
 
     def sent(self) -> None:
@@ -101,7 +102,8 @@ class UsageCollector:
                          mem_used=0, utilization=0)
             for d in self.accelerator.devices()
         ]
-        return Heartbeat(cpu=cpu, mem=mem, devices=devices, engine_error=problem[:500])
+        return Heartbeat(cpu=cpu, mem=mem, devices=devices, engine_error=problem[:500],
+                         agent_id=self.runtime.agent_id)
 
     def _session_usage(
         self,

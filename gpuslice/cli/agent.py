@@ -31,6 +31,7 @@ def agent_serve(
 ) -> None:
     """A node agent from a TOML file plus GPUSLICE_AGENT_* variables."""
     from gpuslice.agent.capshim import ShimError
+    from gpuslice.agent.identity import NameTaken
     from gpuslice.agent.isolation.network import IsolationError
     from gpuslice.agent.manager_link import LinkError, NotRegistered, VersionMismatch
     from gpuslice.agent.service import Agent
@@ -47,7 +48,7 @@ def agent_serve(
     say = log_say("gpuslice.agent")
     try:
         run_until_signal(lambda stop: _run_agent(Agent(settings, say=say), stop))
-    except (NotRegistered, VersionMismatch, IsolationError, ShimError) as err:
+    except (NotRegistered, VersionMismatch, IsolationError, ShimError, NameTaken) as err:
         raise CliError(str(err)) from None
     except LinkError as err:  # the manager refused it outright (a bad join token, ...)
         raise CliError(f"the manager at {settings.manager_url} refused this node: {err}") from None

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
 
 DEFAULT_DATA_DIR = Path("~/.local/share/gpuslice")
 IMAGE_CHECK_S = 5.0  # how often the running platform looks for its standard session image
+_NODE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _MOCK_RE = re.compile(r"^(?P<count>\d+)x(?P<mem>[0-9.]+[A-Za-z]*)(?::(?P<model>.+))?$")
 
 
@@ -60,13 +61,16 @@ def up(
         help="Simulated GPUs when no NVIDIA GPU is found: COUNTxMEM[:MODEL], comma-separated.",
     )] = "1x8GiB",
     fgpu_per_gpu: Annotated[str, typer.Option(help="fGPU per physical GPU.")] = "1",
-    node_name: Annotated[str | None, typer.Option(help="This node's name.")] = None,
+    node_name: Annotated[str | None, typer.Option(
+        help="This node's name (default: the one kept in the data directory; the first time, "
+        "the host name and a part of the node's id, so two data directories never share one).",
+    )] = None,
 ) -> None:
     """Run everything on this machine: manager (SQLite) and a local agent, in one command."""
     options = UpOptions(
         data_dir=data_dir.expanduser().resolve(), host=host, port=port,
         mock_gpus=parse_mock_gpus(mock_gpus), fgpu_per_gpu=fgpu_per_gpu,
-        node_name=node_name or _default_node_name(),
+        node_name=node_name,
     )
     log_to_stderr(quiet=True)
     prepare_data_dir(options.data_dir, "--data-dir")
@@ -104,7 +108,7 @@ class UpOptions:
     port: int
     mock_gpus: list[dict[str, object]]
     fgpu_per_gpu: str
-    node_name: str
+    node_name: str | None  # None: this data directory's own (``local_node_name``)
 
     @property
     def url(self) -> str:
@@ -144,6 +148,7 @@ async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Ser
     """Log the CLI in, run the local agent, say that all is up once it joined; until stopped
     (or the agent or the manager stops: one line). The agent calls the manager in this
     process, not through its port (`manager_link.InProcess`)."""
+    from gpuslice.agent.identity import NameTaken
     from gpuslice.agent.isolation.network import IsolationError
     from gpuslice.agent.manager_link import InProcess, ManagerLink
     from gpuslice.agent.service import Agent
@@ -154,14 +159,15 @@ async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Ser
     url, credentials = options.url, options.data_dir / CREDENTIALS_FILE
     admin = await asyncio.to_thread(_admin_client, url, credentials)
     cli_note = await asyncio.to_thread(_log_in_cli, admin, url)
+    node_name = options.node_name or await asyncio.to_thread(
+        local_node_name, admin, options.data_dir)
     # Bound to this node's name and allowed to re-key it: `up` is its own node's admin, and
     # must join again when the agent's stored credential is gone (a new --port, say).
     join = await asyncio.to_thread(functools.partial(
-        admin.create_join_token, f"up:{options.node_name}", 1, node=options.node_name,
-        rekey=True,
+        admin.create_join_token, f"up:{node_name}", 1, node=node_name, rekey=True,
     ))
     agent_settings = AgentSettings(
-        node_name=options.node_name, manager_url=url, join_token=join.token,
+        node_name=node_name, manager_url=url, join_token=join.token,
         data_dir=options.data_dir / "agent", accelerator="auto",
         gpu=[MockGpu(**g) for g in options.mock_gpus],
         storage_root=settings.storage_root,  # one machine: the manager's storage root
@@ -181,7 +187,7 @@ async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Ser
                                      return_when=asyncio.FIRST_COMPLETED)
         if agent_task in done and agent_task.exception() is not None:
             failure = agent_task.exception()
-            if isinstance(failure, IsolationError):
+            if isinstance(failure, IsolationError | NameTaken):
                 raise CliError(str(failure))
             raise CliError(f"the local agent stopped: {failure}")
         if serving in done and not stop.is_set():
@@ -348,6 +354,29 @@ def _announce(say: Callable[[str], None], url: str, options: UpOptions, cli_note
     say("Ctrl-C stops it; running sessions keep running and are re-adopted at the next start.")
 
 
-def _default_node_name() -> str:
-    name = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:128].lstrip("-._")
-    return name or "local"
+NODE_NAME_FILE = "node-name"
+
+
+def local_node_name(admin: Client, data_dir: Path) -> str:
+    """This data directory's node name when `up` is given none, kept in ``node-name``.
+
+    The first time: the node this manager's `up` last joined as, when it has one (a data
+    directory from before the name was kept, or a restored backup: their sessions are that
+    node's), else a new one, the host name and a part of its agent's id (``agent/identity``).
+    Two `up` of their own data directories on one Docker Engine so never share a name (one
+    name is one session network, and one live agent per name and engine is allowed)."""
+    from gpuslice.agent.identity import agent_id
+
+    kept = data_dir / NODE_NAME_FILE
+    with contextlib.suppress(FileNotFoundError):
+        if _NODE_NAME.fullmatch(name := kept.read_text().strip()):
+            return name
+    joined = [t.node for t in admin.list_join_tokens()
+              if t.name.startswith("up:") and t.used_at is not None and t.node]
+    if joined:
+        name = joined[-1]
+    else:
+        host = re.sub(r"[^A-Za-z0-9._-]", "-", socket.gethostname())[:120].lstrip("-._")
+        name = f"{host or 'local'}-{agent_id(data_dir / 'agent')[:6]}"
+    kept.write_text(name + "\n")
+    return name

@@ -143,3 +143,68 @@ async def test_expired_join_tokens_are_refused(app: FastAPI, admin: Client, anon
     r = await _register(anon, token, "late")
     assert r.status_code == 401 and r.json()["code"] == "bad_join_token"
     assert (await admin.get("/api/v1/join-tokens")).json()[0]["status"] == "expired"
+
+
+async def test_a_second_live_agent_of_a_node_is_refused_until_the_first_is_silent(
+    app: FastAPI, admin: Client, anon: Client
+) -> None:
+    # Issue 35, finding 2: one name, two agents (a re-key token used while the node runs, or
+    # its data directory copied) would both run its sessions.
+    from sqlalchemy import update
+
+    from gpuslice.manager.db.models import NodeRow
+
+    first, second = "a" * 32, "b" * 32
+    r = await anon.post("/api/v1/agents/register", json={
+        "join_token": await _join_token(admin), "name": "twin", "agent_id": first})
+    assert r.status_code == 201, r.text
+    auth = {"Authorization": f"Bearer {r.json()['credential']}"}
+    beat = {"cpu": 1000, "mem": 2**30, "agent_id": first}
+    assert (await anon.post("/api/v1/agents/me/heartbeat", json=beat, headers=auth)).is_success
+
+    rekey = await _join_token(admin, node="twin", rekey=True)
+    r = await anon.post("/api/v1/agents/register", json={
+        "join_token": rekey, "name": "twin", "agent_id": second})
+    assert r.status_code == 409 and r.json()["code"] == "node_in_use", r.text
+    said = r.json()["message"]
+    assert said.startswith("node 'twin' is run by another live agent (its last heartbeat came ")
+    assert "stop that agent first, or give this one another node name" in said
+    # Its credential in another agent's hands is refused as well; the first goes on.
+    r = await anon.post("/api/v1/agents/me/heartbeat", json={**beat, "agent_id": second},
+                        headers=auth)
+    assert r.status_code == 409 and r.json()["code"] == "node_in_use", r.text
+    r = await anon.post("/api/v1/agents/me/heartbeat", json=beat, headers=auth)
+    assert r.status_code == 200 and r.json()["status"] == "ALIVE"
+
+    # Once the first is silent (stopped, its machine gone), another agent takes the node over.
+    async with app.state.sessionmaker() as db:
+        await db.execute(update(NodeRow).values(last_heartbeat_at=utcnow() - timedelta(minutes=1)))
+        await db.commit()
+    r = await anon.post("/api/v1/agents/register", json={
+        "join_token": rekey, "name": "twin", "agent_id": second})
+    assert r.status_code == 201, r.text
+    taken = {"Authorization": f"Bearer {r.json()['credential']}"}
+    r = await anon.post("/api/v1/agents/me/heartbeat", json={**beat, "agent_id": second},
+                        headers=taken)
+    assert r.status_code == 200, r.text
+
+
+async def test_a_session_its_node_restarted_says_so_in_its_history(
+    admin: Client, make_agent: AgentFactory
+) -> None:
+    # Issue 35, finding 6: a container adopted with another agent's mounts is made again; the
+    # session stays RUNNING, and its owner sees the restart and why.
+    agent = await make_agent()
+    [s] = await create(admin)
+    await wait_status(admin, s["id"], {"RUNNING"})
+    why = "restarted: its container was made by another agent (its in-session endpoint ...)"
+    r = await agent.report(s["id"], "RUNNING", reason=why, restarted=True)
+    assert r.status_code == 200, r.text
+    shown = (await admin.get(f"/api/v1/sessions/{s['id']}")).json()
+    assert (shown["status"], shown["status_reason"]) == ("RUNNING", why)
+    last = shown["history"][-1]
+    assert (last["from_status"], last["status"], last["reason"]) == ("RUNNING", "RUNNING", why)
+    # A plain RUNNING report (the usual one) adds nothing.
+    await agent.report(s["id"], "RUNNING", reason="running")
+    again = (await admin.get(f"/api/v1/sessions/{s['id']}")).json()
+    assert len(again["history"]) == len(shown["history"])

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import os
 import re
 import shutil
 import time
@@ -27,6 +26,7 @@ from typing import Any, TypeVar
 import aiodocker
 import aiohttp
 
+from gpuslice.agent.identity import agent_id as stored_agent_id
 from gpuslice.agent.runtime.engine import (
     CONNECTION_FAILED,
     container_logs,
@@ -47,8 +47,10 @@ from gpuslice.agent.runtime.models import (
     SessionNotFound,
 )
 from gpuslice.agent.runtime.networks import NetworkOps
+from gpuslice.agent.runtime.node_files import make_host_dir, write_session_files
 from gpuslice.agent.runtime.sandbox_ops import SandboxOps, SandboxUnusable
 from gpuslice.agent.runtime.spec import (
+    LABEL_AGENT_ID,
     LABEL_NODE,
     LABEL_SESSION,
     ContainerSpec,
@@ -57,7 +59,6 @@ from gpuslice.agent.runtime.spec import (
 from gpuslice.agent.settings import DEFAULT_DATA_DIR
 from gpuslice.common.backoff import Backoff
 from gpuslice.common.docker_engine import docker_client, explain
-from gpuslice.session_tools import CONTAINER_ENDPOINT_DIR, CONTAINER_TOOLS_DIR, is_program
 
 T = TypeVar("T")
 _EVENTS = ("start", "die", "oom", "destroy")
@@ -75,11 +76,14 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
         files_root: Path = DEFAULT_DATA_DIR,
         docker_url: str | None = None,
         request_timeout: float = 60.0,
+        agent_id: str | None = None,
     ) -> None:
         """``files_root``: a node directory (on dockerd's machine; the agent's ``data_dir``)
         for the files sessions see read-only, one subdirectory per session, removed with the
-        session's container."""
+        session's container. ``agent_id``: the agent's own id, labelling every container it
+        makes (default: the one kept in ``files_root``, ``agent/identity.py``)."""
         self.node_name = node_name
+        self._agent_id = agent_id
         self.files_root = files_root
         self._url = docker_url
         self._timeout = aiohttp.ClientTimeout(
@@ -100,6 +104,13 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
             docker, self._docker = self._docker, None
             await docker.close()
 
+    @property
+    def agent_id(self) -> str:
+        """The agent's own id: read (or made) in ``files_root`` on first use."""
+        if self._agent_id is None:
+            self._agent_id = stored_agent_id(self.files_root)
+        return self._agent_id
+
     # ------------------------------------------------------------------ engine
 
     async def ping(self) -> bool:
@@ -113,6 +124,11 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
         except DockerUnavailable as err:
             return explain(err, self._url)
         return None
+
+    async def engine_id(self) -> str:
+        """The Docker Engine's own id (``docker info``): the same for every client of it."""
+        info = await self._call(lambda d: d.system.info())
+        return str(info.get("ID") or self._url or "local")
 
     async def wait_ready(self, timeout: float) -> None:
         """Wait (with backoff) until the engine answers; DockerUnavailable after ``timeout``."""
@@ -191,12 +207,16 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
             if exc.status == 404:
                 return None
             raise
-        return self.with_sandbox_address(ContainerState.from_inspect(info))
+        state = ContainerState.from_inspect(info)
+        return self.with_sandbox_address(replace(state, owned=state.agent_id == self.agent_id))
 
     async def list_managed(self, busy: Collection[str] = ()) -> list[ContainerState]:
-        """Every session container of this node, running or not, from Docker's labels.
+        """Every session container of this node's name, running or not, from Docker's labels.
         ``busy``: sessions whose stopped containers the caller leaves alone (a step of theirs
-        runs): not inspected, so their exit code is unknown (``None``)."""
+        runs): not inspected, so their exit code is unknown (``None``). Those of another agent
+        id (another platform's, or made before agents had ids) are listed with ``owned``
+        false: the caller adopts them only for sessions its manager gives it, and never
+        removes one otherwise (``decide.py``)."""
         return await self._list({"label": [LABEL_SESSION, self._node_label]}, busy)
 
     async def stop(self, session_id: str, grace_s: int = 10) -> ContainerState | None:
@@ -314,10 +334,12 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
         if state is None or state.status != "running":
             return None
         raw = await self._call(lambda d: one_shot_stats(d, state.container_id))
-        return parse_stats(session_id, raw)
+        return parse_stats(session_id, raw) if raw is not None else None
 
     async def stats_all(self) -> dict[str, ContainerStats]:
-        """A reading of every running session container, taken concurrently."""
+        """A reading of every running session container, taken concurrently; a session whose
+        reading failed (its container stopped or went between the listing and the reading)
+        is left out: unknown, never idle."""
         running = [s for s in await self.list_managed() if s.status == "running"]
 
         async def read(state: ContainerState) -> ContainerStats | None:
@@ -325,7 +347,7 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
                 raw = await self._call(lambda d: one_shot_stats(d, state.container_id))
             except aiodocker.DockerError:
                 return None  # it stopped between the listing and the reading
-            return parse_stats(state.session_id, raw)
+            return parse_stats(state.session_id, raw) if raw is not None else None
 
         readings = await asyncio.gather(*(read(s) for s in running))
         return {r.session_id: r for r in readings if r is not None}
@@ -346,7 +368,7 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
                         connected = True
                         backoff.reset()
                         yield RuntimeEvent(kind="connected")
-                    elif (event := _to_event(raw)) is not None:
+                    elif (event := _to_event(raw, self.agent_id)) is not None:
                         yield event
                 detail = "event stream ended"
             except (aiodocker.DockerError, *_CONNECTION_ERRORS, OSError) as exc:
@@ -411,7 +433,8 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
                 raise
 
         states = await asyncio.gather(*(state(c) for c in listed))
-        return [self.with_sandbox_address(s) for s in states if s is not None]
+        return [self.with_sandbox_address(replace(s, owned=s.agent_id == self.agent_id))
+                for s in states if s is not None]
 
     async def _container(self, session_id: str) -> aiodocker.containers.DockerContainer:
         state = await self.find(session_id)
@@ -431,18 +454,19 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
             digest.update(f"{path}\0{len(shared[path])}\0".encode())
             digest.update(shared[path])
         shared_dir = self.files_root / "shared" / digest.hexdigest()[:24]
-        await asyncio.to_thread(_write_session_files, self._files_dir(spec.session_id),
+        await asyncio.to_thread(write_session_files, self._files_dir(spec.session_id),
                                 spec.session_files(), shared_dir, shared)
         return shared_dir
 
     async def _create(self, spec: ContainerSpec) -> tuple[ContainerState, bool]:
         """The session's container, and whether this call created it (else it existed)."""
+        spec = replace(spec, agent_id=self.agent_id)
         image_env = await self.image_env(spec.image)
         shared_dir = await self._write_files(spec)
         config = spec.create_config(image_env, files_dir=str(self._files_dir(spec.session_id)),
                                     shared_dir=str(shared_dir))
         for host_dir in spec.host_dirs:
-            await asyncio.to_thread(_make_host_dir, host_dir.path, host_dir.uid, host_dir.gid)
+            await asyncio.to_thread(make_host_dir, host_dir.path, host_dir.uid, host_dir.gid)
         try:
             container = await self._call(
                 lambda d: d.containers.create(config=config, name=spec.name)
@@ -478,13 +502,16 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
         return replace(state, status="running", exit_code=None, oom_killed=False, error="")
 
 
-def _to_event(raw: dict[str, Any]) -> RuntimeEvent | None:
+def _to_event(raw: dict[str, Any], agent_id: str) -> RuntimeEvent | None:
+    """A container event of this node (another agent id's, of one name, is none of ours)."""
     action = str(raw.get("Action") or raw.get("status") or "")
     kind = action.split(":", 1)[0]
     if kind not in _EVENTS:
         return None
     actor = raw.get("Actor") or {}
     attributes = actor.get("Attributes") or {}
+    if attributes.get(LABEL_AGENT_ID, agent_id) != agent_id:
+        return None
     code = attributes.get("exitCode")
     return RuntimeEvent(
         kind=kind,  # type: ignore[arg-type]  # checked against _EVENTS above
@@ -500,49 +527,3 @@ def _listed_exit_code(entry: dict[str, Any]) -> int | None:
     ago``), or ``None`` when it says none."""
     match = _EXITED.match(str(entry.get("Status") or ""))
     return int(match[1]) if match else None
-
-
-def _write_session_files(
-    root: Path, files: dict[str, bytes], shared_dir: Path, shared: dict[str, bytes]
-) -> None:
-    """A session's own files under ``root``, and the shared ones under ``shared_dir`` unless
-    they are there already (a directory named by their content is never changed: it is made
-    whole beside it, then renamed into place)."""
-    if not shared_dir.is_dir():
-        partial = shared_dir.with_name(f".{shared_dir.name}.{os.getpid()}.{time.monotonic_ns()}")
-        _write_files(partial, shared)
-        try:
-            os.rename(partial, shared_dir)
-        except OSError:  # another start made it first
-            shutil.rmtree(partial, ignore_errors=True)
-    _write_files(root, files)
-    # The in-session endpoint's socket appears here (the agent's endpoint server makes it);
-    # the directory is mounted whether or not the server runs, so it must exist first.
-    (root / CONTAINER_ENDPOINT_DIR.lstrip("/")).mkdir(mode=0o755, parents=True, exist_ok=True)
-
-
-def _write_files(root: Path, files: dict[str, bytes]) -> None:
-    """Write ``files`` under ``root`` at their container paths, each replaced atomically:
-    a session reading its allocation never sees half a file."""
-    for path, content in files.items():
-        target = root / path.lstrip("/")
-        target.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-        if target.is_file() and target.read_bytes() == content:
-            continue
-        partial = target.with_name(f".{target.name}.partial")
-        partial.write_bytes(content)
-        partial.chmod(0o755 if _is_program(path) else 0o644)
-        os.replace(partial, target)
-    root.mkdir(mode=0o755, parents=True, exist_ok=True)
-    root.chmod(0o755)
-
-
-def _is_program(path: str) -> bool:
-    directory, _, name = path.rpartition("/")
-    return directory == CONTAINER_TOOLS_DIR and is_program(name)
-
-
-def _make_host_dir(path: str, uid: int, gid: int) -> None:
-    os.makedirs(path, mode=0o700, exist_ok=True)
-    os.chown(path, uid, gid)
-    os.chmod(path, 0o700)

@@ -37,12 +37,14 @@ async def event_lines(
                 yield json.loads(line)
 
 
-async def one_shot_stats(docker: aiodocker.Docker, container_id: str) -> dict[str, Any]:
-    """One stats reading without the one-second wait for a second sample (API 1.41+)."""
+async def one_shot_stats(docker: aiodocker.Docker, container_id: str) -> dict[str, Any] | None:
+    """One stats reading without the one-second wait for a second sample (API 1.41+);
+    ``None`` when there is none: a container removed while dockerd read it answers an empty
+    body (``null``)."""
     result = await docker._query_json(
         f"containers/{container_id}/stats", params={"stream": "false", "one-shot": "true"}
     )
-    return dict(result)
+    return dict(result) if isinstance(result, dict) else None
 
 
 async def container_logs(docker: aiodocker.Docker, container_id: str, tail: int | str) -> str:
@@ -59,8 +61,14 @@ async def container_logs(docker: aiodocker.Docker, container_id: str, tail: int 
         return "".join(chunks)
 
 
-def parse_stats(session_id: str, raw: Mapping[str, Any]) -> ContainerStats:
-    """Docker stats → usage, memory as `docker stats` counts it (minus inactive page cache)."""
+def parse_stats(session_id: str, raw: Mapping[str, Any]) -> ContainerStats | None:
+    """Docker stats → usage, memory as `docker stats` counts it (minus inactive page cache).
+    ``None`` when the answer holds no reading (a container that stopped meanwhile is answered
+    with zeros read at year 1): a session whose figures could not be read is unknown, never
+    idle."""
+    read_at = _timestamp(str(raw.get("read", "")))
+    if read_at <= 0 or not raw.get("cpu_stats"):
+        return None
     memory = raw.get("memory_stats") or {}
     details = memory.get("stats") or {}
     inactive = details.get("total_inactive_file", details.get("inactive_file", 0))
@@ -68,7 +76,7 @@ def parse_stats(session_id: str, raw: Mapping[str, Any]) -> ContainerStats:
     cpu = ((raw.get("cpu_stats") or {}).get("cpu_usage") or {}).get("total_usage", 0)
     return ContainerStats(
         session_id=session_id,
-        read_at=_timestamp(str(raw.get("read", ""))),
+        read_at=read_at,
         cpu_ns=int(cpu),
         memory_used=used,
         memory_limit=int(memory.get("limit", 0)),

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gpuslice.agent.runtime.spec import (
+    LABEL_AGENT_ID,
     LABEL_ALLOCATION,
     LABEL_NODE,
     LABEL_OWNER,
@@ -65,6 +66,11 @@ class ContainerState:
     # The network sandbox whose network namespace it joined (agent/isolation/sandboxes.py),
     # or "" when Docker wired it into a network itself.
     sandbox: str = ""
+    # The id of the agent that made it (agent/identity.py); "" for one made before agents had
+    # ids. ``owned``: it is this agent's own (the runtime that listed it says so).
+    agent_id: str = ""
+    owned: bool = True
+    mounts: Mapping[str, str] = field(default_factory=dict)  # bind mounts: target -> source
 
     @property
     def ip_address(self) -> str | None:
@@ -108,6 +114,8 @@ class ContainerState:
             allocation=allocation,
             addresses=addresses_of(info),
             sandbox=joined(info),
+            agent_id=labels.get(LABEL_AGENT_ID, ""),
+            mounts=binds_of(info),
         )
 
     @classmethod
@@ -136,7 +144,7 @@ class ContainerState:
         return cls.from_inspect({
             "Id": entry["Id"], "Name": names[0], "State": state,
             "Config": {"Labels": labels}, "NetworkSettings": entry.get("NetworkSettings"),
-            "HostConfig": entry.get("HostConfig"),
+            "HostConfig": entry.get("HostConfig"), "Mounts": entry.get("Mounts"),
         })
 
 
@@ -145,6 +153,15 @@ def joined(info: Mapping[str, Any]) -> str:
     in an inspection and a listing alike), or ""."""
     mode = str((info.get("HostConfig") or {}).get("NetworkMode") or "")
     return mode.removeprefix("container:") if mode.startswith("container:") else ""
+
+
+def binds_of(info: Mapping[str, Any]) -> dict[str, str]:
+    """A container's bind mounts, target -> source on the node, from its inspection or
+    listing (one just created has none listed: its spec's mounts are what was asked)."""
+    mounts = info.get("Mounts") or []
+    return {str(m["Destination"]): str(m["Source"]) for m in mounts
+            if isinstance(m, dict) and m.get("Type") == "bind"
+            and m.get("Destination") and m.get("Source")}
 
 
 def addresses_of(info: Mapping[str, Any]) -> dict[str, str]:

@@ -31,6 +31,8 @@ LABEL_OWNER = "gpuslice.owner"
 LABEL_ALLOCATION = "gpuslice.allocation"
 LABEL_TYPE = "gpuslice.session-type"
 LABEL_NODE = "gpuslice.node"
+# The agent's own id (agent/identity.py): an agent removes no container of another id.
+LABEL_AGENT_ID = "gpuslice.agent-id"
 
 ALLOCATION_PATH = "/etc/gpuslice/allocation.json"
 CONTAINER_PREFIX = "gpuslice-"
@@ -151,6 +153,8 @@ class ContainerSpec:
     log_max_size: str = "50m"
     network: str | None = None  # Docker's default bridge when None
     sysctls: Mapping[str, str] = field(default_factory=dict)
+    # The agent's own id (agent/identity.py): the runtime sets it on every container it makes.
+    agent_id: str = ""
 
     @property
     def name(self) -> str:
@@ -163,13 +167,16 @@ class ContainerSpec:
         return int(uid), int(gid)
 
     def labels(self) -> dict[str, str]:
-        return {
+        labels = {
             LABEL_SESSION: self.session_id,
             LABEL_OWNER: self.owner,
             LABEL_TYPE: self.session_type,
             LABEL_NODE: self.node_name,
             LABEL_ALLOCATION: allocation_json(self.allocation),
         }
+        if self.agent_id:
+            labels[LABEL_AGENT_ID] = self.agent_id
+        return labels
 
     def create_config(
         self, image_env: Sequence[str] = (), files_dir: str | None = None,

@@ -46,6 +46,9 @@ class DeviceReport(BaseModel):
     utilization: int = Field(default=0, ge=0, le=100, description="Percent busy (measured).")
 
 
+AgentId = Annotated[str, Field(pattern=r"^[0-9a-f]{32}$")]
+
+
 class NodeRegister(BaseModel):
     """Register a node: with a join token, or (an existing node rotating its credential) with
     its current credential as the bearer token and no join token."""
@@ -57,6 +60,10 @@ class NodeRegister(BaseModel):
         default=None, ge=10, le=100_000, multiple_of=10,
         description="This node's fGPU per GPU in milli-fGPU (2 fGPU per GPU = 2000), "
         "overriding the manager's default.",
+    )
+    agent_id: AgentId | None = Field(
+        default=None, description="The registering agent's own id (kept in its data "
+        "directory): refused while another agent of this node is alive.",
     )
 
 
@@ -139,6 +146,10 @@ class Heartbeat(BaseModel):
         default=None, max_length=500,
         description="Why the node's Docker Engine does not answer (None: it does). The node "
         "stays ALIVE; images, running and usage are then unknown, not empty.",
+    )
+    agent_id: AgentId | None = Field(
+        default=None, description="The sending agent's own id: a heartbeat of another "
+        "agent than the node's live one is refused (409 `node_in_use`).",
     )
 
     @model_validator(mode="after")
@@ -384,6 +395,11 @@ class StateReport(BaseModel):
         description="TERMINATED: the process exit code.",
     )
     reason: str = Field(default="", max_length=2000)
+    restarted: bool = Field(
+        default=False,
+        description="RUNNING: the node made the session's container again (the reason says "
+        "why); a line in its status history, its status unchanged.",
+    )
     logs: str | None = Field(
         default=None, max_length=1024 * 1024,
         description="TERMINATED/ERROR: the session's last output, kept after its container "

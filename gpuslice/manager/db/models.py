@@ -194,6 +194,9 @@ class NodeRow(Base):
     # What the last heartbeat applied in full reported (capacity, devices, images); null when
     # something is left to apply (a device still allocated, capacity held by sessions).
     report_digest: Mapped[str | None] = mapped_column(String(64))
+    # The agent that runs the node (its id, kept in its data directory; null for an agent
+    # from before ids): a second live agent of the node is refused (services/nodes/agents.py).
+    agent_id: Mapped[str | None] = mapped_column(String(64))
 
     devices: Mapped[list[DeviceRow]] = relationship(
         lazy="raise", order_by="DeviceRow.index", passive_deletes=True

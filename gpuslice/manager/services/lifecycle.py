@@ -92,6 +92,26 @@ async def transition(
              extra={"session_id": row.id, "node_id": node_id})
 
 
+async def note(db: AsyncSession, row: SessionRow, reason: str) -> None:
+    """Something that happened to a session whose status stays (its node made its container
+    again: a restart): a line in its status history and its reason, only while it holds the
+    status it held when loaded (``StaleStatus`` otherwise)."""
+    current = SessionStatus(row.status)
+    now = utcnow()
+    result = await db.execute(
+        update(SessionRow)
+        .where(SessionRow.id == row.id, SessionRow.status == current)
+        .values(status_reason=reason, updated_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    if result.rowcount != 1:  # type: ignore[attr-defined]
+        raise StaleStatus(f"session {row.name} changed status meanwhile; try again")
+    await _append_history(db, [row], current, current, reason, now)
+    set_committed_value(row, "status_reason", reason)
+    log.info("session %s: %s: %s", row.name, current.value, reason,
+             extra={"session_id": row.id, "node_id": row.node_id})
+
+
 async def transition_many(
     db: AsyncSession, rows: Sequence[SessionRow], to: SessionStatus,
     changes: Sequence[dict[str, Any]],

@@ -33,6 +33,7 @@ from gpuslice.manager.errors import DomainError
 from gpuslice.manager.services import channel
 from gpuslice.manager.services.apps.links import LinkPool
 from gpuslice.manager.services.nodes import assignments, heartbeats, registration, reports
+from gpuslice.manager.services.nodes.instances import LIVE_HEARTBEATS
 
 router = APIRouter(prefix="/agents", tags=["agents"])
 
@@ -62,6 +63,7 @@ async def heartbeat(
         return await heartbeats.heartbeat(
             db, credential, body, max_gap_ms=round(state.settings.nodes.node_timeout * 1000),
             timed=state.metrics.heartbeat_store.observe,
+            live_s=state.settings.nodes.heartbeat_interval * LIVE_HEARTBEATS,
         )
 
 

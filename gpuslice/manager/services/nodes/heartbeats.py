@@ -20,6 +20,7 @@ from gpuslice.manager.events import wake_after_commit
 from gpuslice.manager.security import token_digest
 from gpuslice.manager.services.images import reports as image_reports
 from gpuslice.manager.services.monitoring import samples
+from gpuslice.manager.services.nodes.instances import check_agent
 from gpuslice.manager.services.nodes.registration import authenticate_node
 
 log = logging.getLogger(__name__)
@@ -27,13 +28,14 @@ log = logging.getLogger(__name__)
 
 async def heartbeat(
     db: AsyncSession, credential: str, body: Heartbeat, *, max_gap_ms: int = 30_000,
-    timed: Callable[[float], None] | None = None,
+    timed: Callable[[float], None] | None = None, live_s: float = 15.0,
 ) -> HeartbeatAck:
     """Record capacity, devices, images and usage of the node whose ``credential`` this is; a
     LOST node that reports in is ALIVE again.
 
     The samples go to monitoring's history (``max_gap_ms``: the longest a sample may stand
-    for; ``timed`` is told how long storing them took).
+    for; ``timed`` is told how long storing them took). A heartbeat of another agent than
+    the node's live one (a heartbeat within ``live_s``) is refused (``instances.py``).
 
     The usual heartbeat (an ALIVE node reporting what it reported last, readings aside) is one
     UPDATE found by the credential's digest: no row is read. Any other is applied in full.
@@ -52,6 +54,8 @@ async def heartbeat(
             return await _store_samples(db, node_id, body, version, max_gap_ms, timed)
     node = await authenticate_node(db, credential)
     bind(node_id=node.id)
+    check_agent(node, body.agent_id, live_s)
+    agent = {"agent_id": body.agent_id} if body.agent_id is not None else {}
     node_id = node.id  # read now: storing the samples may roll back (and expire ``node``)
     if node.engine_error != body.engine_error:
         _log_engine(node.name, body.engine_error)
@@ -59,7 +63,7 @@ async def heartbeat(
         await db.execute(
             update(NodeRow).where(NodeRow.id == node_id).values(
                 status=NodeStatus.ALIVE, last_heartbeat_at=utcnow(),
-                engine_error=body.engine_error,
+                engine_error=body.engine_error, **agent,
             )
         )
         return await _ack(db, node_id)
@@ -73,7 +77,7 @@ async def heartbeat(
             cpu=case((NodeRow.cpu_used > body.cpu, NodeRow.cpu_used), else_=body.cpu),
             mem=case((NodeRow.mem_used > body.mem, NodeRow.mem_used), else_=body.mem),
             images=sorted(set(body.images)), usage=_usage(body), status=NodeStatus.ALIVE,
-            last_heartbeat_at=utcnow(), engine_error=None, report_digest=None,
+            last_heartbeat_at=utcnow(), engine_error=None, report_digest=None, **agent,
         )
         .returning(NodeRow.assignment_version, NodeRow.cpu, NodeRow.mem)
     )).one()
@@ -95,7 +99,9 @@ async def heartbeat(
 def report_digest(body: Heartbeat) -> str:
     """What a heartbeat says beside its readings: capacity, devices, images (any change of
     them, and only that, changes the digest)."""
-    static = body.model_dump(mode="json", include={"cpu", "mem", "images", "image_details"})
+    # The agent's id too: another agent's heartbeat is applied in full (and checked) first.
+    static = body.model_dump(mode="json", include={"cpu", "mem", "images", "image_details",
+                                                   "agent_id"})
     static["devices"] = [d.model_dump(mode="json", exclude={"mem_used", "utilization"})
                          for d in body.devices]
     raw = json.dumps(static, sort_keys=True, separators=(",", ":")).encode()

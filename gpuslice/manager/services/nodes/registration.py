@@ -39,6 +39,7 @@ from gpuslice.manager.security import (
     token_digest,
 )
 from gpuslice.manager.services.lifecycle import transition
+from gpuslice.manager.services.nodes.instances import LIVE_HEARTBEATS, check_agent
 from gpuslice.manager.services.nodes.views import public_node
 from gpuslice.manager.settings import NodeSettings
 
@@ -85,6 +86,8 @@ async def register(
     """The node's new credential: for a new node with a join token; for an existing one with
     its current ``credential`` (rotation) or an admin's re-key token for its name."""
     node = await db.scalar(select(NodeRow).where(NodeRow.name == body.name))
+    if node is not None:  # rotation and re-key alike: not while another agent runs it
+        check_agent(node, body.agent_id, nodes.heartbeat_interval * LIVE_HEARTBEATS)
     if node is not None and credential and _holds(node, credential):
         return await _issue(db, node, body, nodes)
     if body.join_token is None:
@@ -241,6 +244,7 @@ async def _issue(
     node.credential_hash = token_digest(credential)
     node.pool = body.pool
     node.report_digest = None  # its first heartbeat is applied in full
+    node.agent_id = body.agent_id
     if node.revoked_at is not None:  # re-keyed after a revocation: it may join again
         node.revoked_at, node.status, node.last_heartbeat_at = None, NodeStatus.ALIVE, utcnow()
     await db.commit()

@@ -16,7 +16,7 @@ from gpuslice.common.schemas.agents import StateReport
 from gpuslice.common.schemas.sessions import FINAL, SessionResult, SessionStatus, SessionType
 from gpuslice.manager.db.models import SessionRow
 from gpuslice.manager.errors import InvalidRequest, NotFound, StaleStatus
-from gpuslice.manager.services.lifecycle import transition
+from gpuslice.manager.services.lifecycle import note, transition
 
 S = SessionStatus
 _REPORTABLE = (S.PREPARING, S.RUNNING, S.TERMINATED, S.ERROR)
@@ -73,6 +73,8 @@ async def _apply_report(db: AsyncSession, row: SessionRow, body: StateReport) ->
                              node_reported=True)
         elif current is S.PREPARING and body.status is S.PREPARING and body.reason:
             await _progress(db, row.id, body.reason)
+        elif current is S.RUNNING and body.status is S.RUNNING and body.restarted:
+            await note(db, row, body.reason or "restarted by its node")
         return
     logs: dict[str, Any] = {"final_logs": body.logs} if body.logs is not None else {}
     if body.status is S.TERMINATED:
