@@ -101,7 +101,7 @@ def test_save_var_keeps_a_scikit_learn_model_the_script_never_saved(
                          timeout=scaled(240))
     assert run.returncode == 0, run.stderr + run.stdout
     assert "fitted 2.0" in run.stdout
-    assert "run skl: SUCCESS (exit code 0)" in run.stderr and "model skl saved" in run.stderr
+    assert "run skl: SUCCESS (exit code 0)" in run.stderr and "model skl:1 saved" in run.stderr
     platform.ok("model", "download", "skl", "--to", str(tmp_path / "m"))
     assert sorted(p.name for p in (tmp_path / "m").iterdir()) == ["model.joblib"]
     # The saved object is the fitted model: loaded where scikit-learn is, it predicts.
