@@ -22,7 +22,6 @@ from tests.platform.test_console import (  # the module's fixtures and page help
     destroy_all,
     open_console,
     plat,
-    shot,
     until,
     users,
 )
