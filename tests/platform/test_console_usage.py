@@ -65,7 +65,7 @@ def test_session_page_charts_totals_logs_and_stop(
     alice.wait(quiet.id, {"RUNNING"}, timeout=scaled(60))
     page = open_console(plat, browser, "alice")
     # ages count on between refreshes (a RUNNING row is not redrawn: they stood still)
-    age = f"#session-rows tr[data-id='{quiet.id}'] td.age"
+    age = f"#session-rows tr[data-id='{quiet.id}'] td[title]"  # the Age column
     first = until(lambda: page.inner_text(age), 10, "the age cell")
     until(lambda: page.inner_text(age) != first, 5, f"the age to move on from {first}")
 
