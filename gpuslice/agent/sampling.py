@@ -206,7 +206,13 @@ def _pid_inside(pid: int, proc_root: Path) -> int | None:
 
 
 def _comm(pid: int, proc_root: Path) -> str | None:
-    try:
-        return (proc_root / str(pid) / "comm").read_text().strip() or None
-    except OSError:
-        return None
+    """The process's name as nvidia-smi shows it: the program it was started as (argv[0]),
+    else its kernel name."""
+    for name, read in (("cmdline", lambda b: b.split(b"\0", 1)[0]), ("comm", bytes.strip)):
+        try:
+            value = read((proc_root / str(pid) / name).read_bytes())
+        except OSError:
+            continue  # no such file here, or the process ended
+        if value:
+            return value.decode(errors="replace")
+    return None
