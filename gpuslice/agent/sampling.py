@@ -131,6 +131,7 @@ class GpuSampler:
         self.proc_root = proc_root
         self.devices: list[DeviceUsage] = []  # the latest reading of every device
         self.latest: dict[str, list[SessionGpuUsage]] = {}  # each session now
+        self.owners: dict[int, str] = {}  # each GPU process's session at the latest reading
         self._pending: deque[_Pending] = deque(maxlen=MAX_PENDING)
         self._seq = 0
         self._lock = threading.Lock()  # read() runs in a worker thread
@@ -142,9 +143,21 @@ class GpuSampler:
         sessions = session_figures(devices, owners, slice_devices(containers))
         with self._lock:
             self._seq += 1
-            self.devices, self.latest = devices, sessions
+            self.devices, self.latest, self.owners = devices, sessions, owners
             self._pending.append(_Pending(self._seq, sessions))
         return Reading(devices, owners, sessions)
+
+    def processes(self, session_id: str) -> list[dict[str, object]]:
+        """The session's own GPU processes at the latest reading, as the session sees them
+        (``nvidia-smi --query-compute-apps``): its pid (the container's, not the host's), its
+        name, the device and the memory it holds."""
+        with self._lock:
+            devices, owners = self.devices, self.owners
+        return [
+            {"pid": _pid_inside(p.pid, self.proc_root), "name": _comm(p.pid, self.proc_root),
+             "uuid": device.uuid, "used": p.used}
+            for device in devices for p in device.processes if owners.get(p.pid) == session_id
+        ]
 
     def take(self) -> tuple[dict[str, list[SessionGpuUsage]], int]:
         """Each session's figures over the readings not yet sent: utilization averaged over
@@ -178,3 +191,28 @@ def _mean(pending: list[_Pending], session_id: str, uuid: str) -> int | None:
         if g.uuid == uuid and g.utilization is not None
     ]
     return sum(values) // len(values) if values else None
+
+
+def _pid_inside(pid: int, proc_root: Path) -> int | None:
+    """A host pid as the process's own pid namespace numbers it (the last of ``NSpid``)."""
+    try:
+        status = (proc_root / str(pid) / "status").read_text()
+    except OSError:
+        return None  # the process ended since the reading
+    for line in status.splitlines():
+        if line.startswith("NSpid:"):
+            return int(line.split()[-1])
+    return None
+
+
+def _comm(pid: int, proc_root: Path) -> str | None:
+    """The process's name as nvidia-smi shows it: the program it was started as (argv[0]),
+    else its kernel name."""
+    for name, read in (("cmdline", lambda b: b.split(b"\0", 1)[0]), ("comm", bytes.strip)):
+        try:
+            value = read((proc_root / str(pid) / name).read_bytes())
+        except OSError:
+            continue  # no such file here, or the process ended
+        if value:
+            return value.decode(errors="replace")
+    return None

@@ -285,8 +285,9 @@ class Agent:
                     for s in (assignment.slices if assignment else [])]
         else:
             gpus = [g.model_dump() for g in now]
+        processes = self.sampler.processes(session_id) if self.sampler is not None else []
         return {"session_id": session_id, "cpu": measured.cpu, "mem": measured.mem,
-                "gpus": gpus}
+                "gpus": gpus, "processes": processes}
 
     def _spec_options(self, accelerator: Accelerator) -> SpecOptions:
         return SpecOptions(

@@ -18,38 +18,103 @@ import time
 from typing import Any
 
 import gpuslice_endpoint
+import gpuslice_smi_query
 
 MiB = 1024**2
 COLUMNS = (32, 23, 21, 5)  # name, slice, memory, utilisation
 WIDTH = sum(COLUMNS) + 3 * len(COLUMNS) + 1
 
 
-def main(prog: str) -> int:
+def main(prog: str, argv: list[str] | None = None) -> int:
+    args = _parser(prog).parse_args(argv)
+    if args.history is not None:
+        return _history(prog, args.history, args.step, args.json)
+    try:
+        header, units = (gpuslice_smi_query.parse_format(args.format) if args.format
+                         else (True, True))
+        if (args.query_gpu or args.query_compute_apps) and not args.format:
+            raise gpuslice_smi_query.QueryError(
+                '"--format" is required with a query: use --format=csv[,noheader][,nounits].')
+        return _loop(prog, args, header, units)
+    except gpuslice_smi_query.QueryError as exc:
+        print(exc, end="\n\n")  # nvidia-smi words it on stdout, then an empty line
+        return gpuslice_smi_query.EXIT_BAD_ARGUMENT
+    except KeyboardInterrupt:
+        return 0  # -l runs until stopped, as nvidia-smi's does
+
+
+def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog=prog, description="Show this session's GPU slice and what it uses of it."
-    )
+        prog=prog, description="Show this session's GPU slice and what it uses of it, "
+        "in nvidia-smi's formats (-L, -q, --query-gpu, --query-compute-apps).")
     parser.add_argument("-L", "--list-gpus", action="store_true", help="One line per GPU.")
+    parser.add_argument("-q", "--query", action="store_true", help="The detailed report.")
+    parser.add_argument("--query-gpu", metavar="FIELDS",
+                        help="Comma-separated fields, e.g. memory.used,memory.total.")
+    parser.add_argument("--query-compute-apps", metavar="FIELDS",
+                        help="This session's GPU processes, e.g. pid,used_memory.")
+    parser.add_argument("--format", metavar="csv[,noheader][,nounits]",
+                        help="Output format of a query (CSV only).")
+    parser.add_argument("-i", "--id", help="Only this GPU (index in the slice, or UUID).")
+    parser.add_argument("-l", "--loop", type=int, metavar="SEC",
+                        help="Print again every SEC seconds until interrupted.")
     parser.add_argument("--json", action="store_true", help="Print JSON for scripts.")
     parser.add_argument("--history", nargs="?", const="1h", metavar="SINCE",
                         help="This session's usage over time, e.g. 30m, 6h, 7d (default 1h).")
     parser.add_argument("--step", type=int, help="--history: seconds per line (multiple of 60).")
-    args = parser.parse_args()
-    if args.history is not None:
-        return _history(prog, args.history, args.step, args.json)
+    return parser
+
+
+def _loop(prog: str, args: argparse.Namespace, header: bool, units: bool) -> int:
+    """Print once, or every ``-l`` seconds (a query's header only the first time)."""
+    if args.loop is not None and args.loop < 1:
+        raise gpuslice_smi_query.QueryError(f'Invalid value "{args.loop}" for -l: '
+                                            "use a whole number of seconds, 1 or more.")
+    while True:
+        status = _once(prog, args, header, units)
+        if args.loop is None or status != 0:
+            return status
+        header = False
+        sys.stdout.flush()
+        time.sleep(args.loop)
+
+
+def _once(prog: str, args: argparse.Namespace, header: bool, units: bool) -> int:
     try:
         allocation = _allocation()
     except (OSError, ValueError) as exc:
         print(f"{prog}: cannot read this session's allocation ({exc})", file=sys.stderr)
         return 1
     usage, note = _usage()
-    if args.json:
-        json.dump({"allocation": allocation, "usage": usage, "note": note}, sys.stdout, indent=2)
-        print()
+    found = _selected(gpuslice_smi_query.gpus(allocation, usage), args.id)
+    if args.query_gpu:
+        lines = gpuslice_smi_query.query_gpus(found, args.query_gpu, header, units)
+    elif args.query_compute_apps:
+        lines = gpuslice_smi_query.query_apps(found, (usage or {}).get("processes", []),
+                                              args.query_compute_apps, header, units)
+    elif args.query:
+        lines = gpuslice_smi_query.report(found, allocation.get("accelerator") == "mock")
     elif args.list_gpus:
-        _print_list(allocation)
+        lines = gpuslice_smi_query.list_gpus(found)
+    elif args.json:
+        lines = [json.dumps({"allocation": allocation, "usage": usage, "note": note}, indent=2)]
     else:
         _print_table(prog, allocation, usage, note)
+        lines = []
+    for line in lines:
+        print(line)
     return 0
+
+
+def _selected(found: list[dict[str, Any]], wanted: str | None) -> list[dict[str, Any]]:
+    if wanted is None:
+        return found
+    chosen = [g for g in found if wanted in (str(g["index"]), g["uuid"])]
+    if not chosen:
+        raise gpuslice_smi_query.QueryError(
+            f'No GPU "{wanted}" in this session: use an index from 0 to {len(found) - 1} '
+            "or a UUID that nvidia-smi -L shows.")
+    return chosen
 
 
 def _allocation() -> dict[str, Any]:
@@ -66,13 +131,6 @@ def _usage() -> tuple[dict[str, Any] | None, str]:
         return gpuslice_endpoint.call("GET", "/v1/usage"), ""
     except gpuslice_endpoint.EndpointError as exc:
         return None, f"usage unknown: {exc}"
-
-
-def _print_list(allocation: dict[str, Any]) -> None:
-    for device in allocation.get("devices", []):
-        model = device.get("model") or "GPU"
-        print(f"GPU {device.get('index', 0)}: {model} (UUID: {device.get('uuid')}) "
-              f"[slice {device.get('fgpu')} fGPU, {_mib(device.get('memory_bytes'))}]")
 
 
 def _print_table(

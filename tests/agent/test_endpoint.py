@@ -164,6 +164,11 @@ async def test_a_session_reaches_its_endpoint_and_sees_its_slice(
         assert smi.exit_code == 0, smi.stderr
         assert "Simulated GPU" in smi.stdout and "Mock GPU (8 GiB)" in smi.stdout
         assert "/ 4096 MiB" in smi.stdout and "1.0 fGPU = 50%" in smi.stdout
+        query = await runtime.exec(spec.session_id, [
+            "nvidia-smi", "--query-gpu=memory.used,memory.total", "--format=csv"])
+        assert query.exit_code == 0, query.stdout + query.stderr  # issue 34: it exited 2
+        assert query.stdout.splitlines() == ["memory.used [MiB], memory.total [MiB]",
+                                             "[N/A], 4096 MiB"]  # Data measured no GPU
         listed = await runtime.exec(spec.session_id, ["gpuslice-smi", "-L"])
         assert listed.stdout.startswith("GPU 0: Mock GPU (UUID: GPU-mock-0)")
         other = await runtime.exec(spec.session_id, [

@@ -147,3 +147,20 @@ def test_the_watchdog_judges_simulated_processes_too(fake_proc: Path) -> None:
     [over] = check(mock.usage(), slices, proc_root=fake_proc)
     assert (over.session_id, over.used, over.limit, over.reason) == ("busy", 3 * GiB, 2 * GiB,
                                                                     REASON)
+
+
+def test_a_session_lists_its_own_gpu_processes_with_the_pids_it_sees(fake_proc: Path) -> None:
+    mock = MockAccelerator("n", [MockGpu(memory="8g")], proc_root=fake_proc)
+    uuid = mock.devices()[0].uuid
+    (fake_proc / "100" / "status").write_text("Name:\tpython3\nNSpid:\t100\t7\n")
+    (fake_proc / "100" / "cmdline").write_bytes(b"/usr/bin/python3\0train.py\0")
+    (fake_proc / "200" / "comm").write_text("java\n")  # no cmdline: a kernel name
+    mock.simulate(100, uuid, GiB, 50)
+    mock.simulate(200, uuid, 2 * GiB, 10)  # the other session's: never in busy's list
+    sampler = GpuSampler(mock, fake_proc)
+    sampler.read([container("busy", C1, {uuid: 4 * GiB}), container("idle", C2, {uuid: GiB})])
+    assert sampler.processes("busy") == [
+        {"pid": 7, "name": "/usr/bin/python3", "uuid": uuid, "used": GiB}  # its container's pid
+    ]
+    assert [(p["name"], p["used"]) for p in sampler.processes("idle")] == [("java", 2 * GiB)]
+    assert sampler.processes("gone") == []

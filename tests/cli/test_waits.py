@@ -135,7 +135,7 @@ async def test_create_wait_fails_when_a_session_is_cancelled(cli: Cli) -> None:
     assert done.code == 1
     assert "CANCELLED" in done.out  # the table, as without a failure
     assert done.err == (f"error: session gone ({session['id'][:12]}) ended CANCELLED: "
-                        "destroyed by admin\n")
+                        "stopped by admin\n")
 
 
 @pytest.mark.usefixtures("unscheduled")
@@ -181,7 +181,7 @@ async def test_logs_follow_fails_when_the_session_is_cancelled(cli: Cli) -> None
     done = await finish(following)
     assert done.code == 1
     assert done.err == (f"error: session never ({session['id'][:12]}) ended CANCELLED: "
-                        "destroyed by admin\n")
+                        "stopped by admin\n")
 
 
 async def test_logs_follow_timeout_exits_124(cli: Cli) -> None:
@@ -216,7 +216,7 @@ async def test_run_fails_when_it_is_cancelled(cli: Cli, tmp_path: Path) -> None:
     await cli.api.delete(f"/api/v1/sessions/{session['id']}")
     done = await finish(running)
     assert done.code == 1
-    assert (f"error: session t2 ({session['id'][:12]}) ended CANCELLED: destroyed by admin\n"
+    assert (f"error: session t2 ({session['id'][:12]}) ended CANCELLED: stopped by admin\n"
             in done.err)
 
 

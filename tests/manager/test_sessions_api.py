@@ -185,6 +185,17 @@ async def test_pages_walked_with_next_see_each_session_once(
     assert both.status_code == 422 and "not both" in both.text
 
 
+async def test_a_stop_says_who_stopped_it(admin: Client, make_user: UserFactory) -> None:
+    """Issue 34: an owner's own stop read "destroyed by admin"; it names who and in what role."""
+    alice = await make_user("alice")
+    [mine, other] = await create(alice, count=2)
+    await alice.delete(f"/api/v1/sessions/{mine['id']}")
+    await admin.delete(f"/api/v1/sessions/{other['id']}")
+    for session, reason in ((mine, "stopped by alice"), (other, "stopped by admin admin")):
+        body = (await alice.get(f"/api/v1/sessions/{session['id']}")).json()
+        assert (body["status"], body["history"][-1]["reason"]) == ("CANCELLED", reason)
+
+
 async def test_destroying_a_pending_session_cancels_it_at_once(admin: Client) -> None:
     [s] = await create(admin)
     r = await admin.delete(f"/api/v1/sessions/{s['id']}")
@@ -195,7 +206,7 @@ async def test_destroying_a_pending_session_cancels_it_at_once(admin: Client) ->
     assert [(h["from_status"], h["status"]) for h in body["history"]] == [
         (None, "PENDING"), ("PENDING", "CANCELLED")
     ]
-    assert body["history"][1]["reason"] == "destroyed by admin"
+    assert body["history"][1]["reason"] == "stopped by admin"
 
 
 async def test_pending_without_nodes_says_why(admin: Client) -> None:

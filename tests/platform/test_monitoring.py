@@ -5,6 +5,7 @@ stops a session over its slice; a real Prometheus scrapes the per-session series
 
 from __future__ import annotations
 
+import csv
 import json
 import time
 from collections.abc import Iterator
@@ -75,6 +76,12 @@ def test_each_session_shows_its_own_gpu_use_the_idle_one_is_reclaimed_the_greedy
 
     inside = plat.ok("session", "exec", "busy", "--", "gpuslice-smi")
     assert "1024 MiB / 2048 MiB" in inside and "80 %" in inside
+    apps = plat.ok("session", "exec", "busy", "--", "nvidia-smi", "--format=csv,noheader",
+                   "--query-compute-apps=pid,process_name,used_memory")
+    [(pid, name, used)] = list(csv.reader(apps.splitlines(), skipinitialspace=True))
+    assert (name, used) == ("python3", "1024 MiB"), apps  # issue 34: as scripts read it
+    started = plat.ok("session", "exec", "busy", "--", "cat", f"/proc/{pid}/cmdline")
+    assert "gpuslice-mock-gpu" in started  # the pid as the session sees it, not the host's
     history = plat.ok("session", "exec", "busy", "--", "gpuslice-smi", "--history", "10m")
     assert "usage since" in history and "80 %" in history
     other = plat.cli("session", "exec", "busy", "--", "python3", "-c",

@@ -116,7 +116,7 @@ def _started(status: SessionStatus) -> str:
 
 def _ended(row: SessionRow, body: StateReport) -> tuple[str | None, str]:
     if row.status == S.TERMINATING:
-        # It ends for the reason it was stopped for ("destroyed by alice", "idle for 30 min:
+        # It ends for the reason it was stopped for ("stopped by alice", "idle for 30 min:
         # ..."), which says more than the agent's "stopped".
         return None, row.status_reason or body.reason or "stopped"
     if row.type == SessionType.BATCH and body.exit_code is not None:

@@ -85,7 +85,6 @@ async def destroy_sessions(
     Ids the viewer may not see are ignored (and absent from the answer).
     """
     wanted = list(dict.fromkeys(ids))
-    reason = f"destroyed by {viewer.username}"
     mine: list[str] = []
     for _attempt in range(3):
         rows = (
@@ -94,7 +93,7 @@ async def destroy_sessions(
         mine = [row.id for row in rows]
         try:
             for row in rows:
-                await _destroy_one(db, row, reason)
+                await _destroy_one(db, row, stop_reason(viewer, row))
             await db.commit()
             break
         except StaleStatus:  # the scheduler or the agent moved one meanwhile; look again
@@ -105,6 +104,14 @@ async def destroy_sessions(
             # cannot be read)
             viewer = await db.get(UserRow, viewer_id) or viewer
     return await describe_many(db, [i for i in wanted if i in mine])
+
+
+def stop_reason(viewer: UserRow, row: SessionRow) -> str:
+    """Who stopped it, as its owner reads it later: "stopped by alice" for her own stop,
+    "stopped by admin bob" when an admin stopped someone else's session."""
+    if row.owner_id == viewer.id:
+        return f"stopped by {viewer.username}"
+    return f"stopped by admin {viewer.username}"
 
 
 async def _destroy_one(db: AsyncSession, row: SessionRow, reason: str) -> None:

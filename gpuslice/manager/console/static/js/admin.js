@@ -3,7 +3,7 @@
 // other users; the console only hides the link.
 import { api, del, get, post } from "./api.js";
 import { add, age, badge, bytes, clear, errorLine, fgpu, h, num, toast, when } from "./dom.js";
-import { bars } from "./charts.js";
+import { bars, precise } from "./charts.js";
 
 const TABS = { nodes: "Nodes and GPUs", users: "Users and policies", images: "Images", tokens: "Join tokens", usage: "Usage" };
 
@@ -184,11 +184,20 @@ async function usage(body) {
     const row = report.rows.find((r) => r.user === user && r.day === day);
     return row ? Number(row.totals[figure]) : 0;
   }) }));
-  clear(body, h("h2", null, "fGPU-hours per day"), bars(days, series("fgpu_hours"), "fGPU-hours per day and user"),
-    h("h2", null, "CPU core-hours per day"), bars(days, series("cpu_hours"), "CPU core-hours per day and user"),
+  clear(body, h("h2", null, "fGPU-hours per day"), usageBars(days, series("fgpu_hours"), "fGPU-hours per day and user", "usage-fgpu"),
+    h("h2", null, "CPU core-hours per day"), usageBars(days, series("cpu_hours"), "CPU core-hours per day and user", "usage-cpu"),
     h("div", { class: "table-wrap" }, h("table", { id: "usage" },
       h("thead", null, h("tr", null, ["Day", "User", "Sessions", "fGPU-h", "CPU-h", "Memory GiB-h", "GPU memory GiB-h"].map((x) => h("th", null, x)))),
       h("tbody", null, report.rows.map((r) => h("tr", null, h("td", null, r.day), h("td", null, r.user), h("td", null, r.sessions),
-        h("td", null, num(r.totals.fgpu_hours)), h("td", null, num(r.totals.cpu_hours)), h("td", null, num(r.totals.mem_gib_hours)),
-        h("td", null, num(r.totals.gpu_mem_gib_hours))))))));
+        h("td", null, precise(r.totals.fgpu_hours)), h("td", null, precise(r.totals.cpu_hours)), h("td", null, precise(r.totals.mem_gib_hours)),
+        h("td", null, precise(r.totals.gpu_mem_gib_hours))))))));
+}
+
+// A usage chart, or a line saying there is nothing to draw (empty axes read as a fault).
+function usageBars(days, series, label, id) {
+  const any = series.some((s) => s.values.some((v) => v > 0));
+  if (!any) return h("p", { class: "muted", id }, "Nothing used in these days.");
+  const chart = bars(days, series, label);
+  chart.id = id;
+  return chart;
 }

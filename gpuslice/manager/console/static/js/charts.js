@@ -1,4 +1,4 @@
-// Charts drawn as SVG by hand: a line and stacked-free bars are all the console needs, and a
+// Charts drawn as SVG by hand: a figure over time and stacked bars are all the console needs, and a
 // charting library would outweigh the rest of the console.
 const NS = "http://www.w3.org/2000/svg";
 
@@ -8,18 +8,67 @@ function svg(tag, attrs) {
   return el;
 }
 
-export function sparkline(values, label) {
-  const width = 600;
-  const height = 120;
-  const max = Math.max(...values, 1e-9);
-  const step = values.length > 1 ? width / (values.length - 1) : width;
-  const points = values.map((v, i) => (i * step).toFixed(1) + "," + (height - (v / max) * (height - 10) - 5).toFixed(1));
-  const chart = svg("svg", { class: "chart", viewBox: "0 0 " + width + " " + height, role: "img",
-    "aria-label": label, preserveAspectRatio: "none" });
-  chart.append(svg("polyline", { points: points.join(" "), fill: "none", stroke: "#2456c9", "stroke-width": 2 }));
-  const title = svg("title");
-  title.textContent = label + " (max " + Number(max.toFixed(2)) + ")";
-  chart.append(title);
+// Small amounts as people need them: a 4-minute session's 0.0042 fGPU-hours, not "0".
+// Two significant digits below 1, two decimals above.
+export function precise(value) {
+  const n = Number(value);
+  if (value === null || value === undefined || Number.isNaN(n)) return "–";
+  if (n === 0) return "0";
+  return String(Math.abs(n) < 1 ? Number(n.toPrecision(2)) : Number(n.toFixed(2)));
+}
+
+function text(x, y, content, attrs) {
+  const el = svg("text", { x, y, "font-size": 11, fill: "#5d6677", ...attrs });
+  el.textContent = content;
+  return el;
+}
+
+function clock(ms) {
+  return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+}
+
+// One figure over time with labelled axes: y from 0 to `max` (ticks at 0, half and max, in
+// `unit`), x the points' times (first and last). Each point is a dot with its value as a
+// tooltip, so a session's first minute shows too; an unmeasured point (null) leaves a gap.
+export function timeChart(points, { id, label, unit, max, format }) {
+  const W = 420, H = 170, left = 58, right = 10, top = 10, bottom = 34;
+  const measured = points.filter((p) => p.value !== null);
+  const ceiling = Math.max(max || 0, ...measured.map((p) => p.value), 1e-9);
+  const times = points.map((p) => Date.parse(p.at));
+  const t0 = Math.min(...times), span = Math.max(...times) - t0;
+  const x = (t) => left + (span > 0 ? (t - t0) / span : 0.5) * (W - left - right);
+  const y = (v) => top + (1 - v / ceiling) * (H - top - bottom);
+  const chart = svg("svg", { class: "chart time-chart", id, viewBox: "0 0 " + W + " " + H, role: "img",
+    "aria-label": label + " (" + unit + ") over time" });
+  const axis = { stroke: "#5d6677", "stroke-width": 1 };
+  chart.append(svg("line", { x1: left, y1: top, x2: left, y2: H - bottom, ...axis }),
+    svg("line", { x1: left, y1: H - bottom, x2: W - right, y2: H - bottom, ...axis }));
+  for (const share of [0, 0.5, 1]) {
+    chart.append(text(left - 4, y(ceiling * share) + 4, format(ceiling * share), { "text-anchor": "end", class: "tick-y" }));
+  }
+  chart.append(text(12, (H - bottom + top) / 2, label + " (" + unit + ")", { class: "axis-y",
+    "text-anchor": "middle", transform: "rotate(-90 12 " + (H - bottom + top) / 2 + ")" }));
+  if (points.length) {
+    chart.append(text(x(t0), H - bottom + 14, clock(t0), { "text-anchor": span > 0 ? "start" : "middle", class: "tick-x" }));
+    if (span > 0) chart.append(text(W - right, H - bottom + 14, clock(t0 + span), { "text-anchor": "end", class: "tick-x" }));
+  }
+  chart.append(text((left + W - right) / 2, H - 4, "time", { class: "axis-x", "text-anchor": "middle" }));
+  let run = [];
+  const line = () => {
+    if (run.length > 1) chart.append(svg("polyline", { points: run.join(" "), fill: "none", stroke: "#2456c9", "stroke-width": 2 }));
+    run = [];
+  };
+  points.forEach((p, i) => {
+    if (p.value === null) { line(); return; }
+    const at = x(times[i]).toFixed(1) + "," + y(p.value).toFixed(1);
+    run.push(at);
+    const dot = svg("circle", { cx: x(times[i]).toFixed(1), cy: y(p.value).toFixed(1), r: 3, fill: "#2456c9", class: "point" });
+    const tip = svg("title");
+    tip.textContent = clock(times[i]) + ": " + format(p.value) + " " + unit;
+    dot.append(tip);
+    chart.append(dot);
+  });
+  line();
   return chart;
 }
 
@@ -40,7 +89,7 @@ export function bars(days, series, label) {
       y -= tall;
       const rect = svg("rect", { x: i * slot + 4, y, width: Math.max(slot - 8, 2), height: tall, fill: colours[k % colours.length] });
       const tip = svg("title");
-      tip.textContent = s.name + " " + day + ": " + Number(value.toFixed(2));
+      tip.textContent = s.name + " " + day + ": " + precise(value);
       rect.append(tip);
       chart.append(rect);
     });

@@ -4,7 +4,7 @@
 import { get, post } from "./api.js";
 import { add, badge, bytes, clear, fgpu, h, num, toast, when } from "./dom.js";
 import { watch } from "./live.js";
-import { sparkline } from "./charts.js";
+import { usageCard } from "./usage.js";
 import { openTerminal } from "./terminal.js";
 import { configuration, waitText } from "./sessions.js";
 
@@ -19,7 +19,7 @@ export function detailPage(main, parts) {
   const usage = h("div", { class: "card", id: "session-usage" });
   const history = h("div", { class: "card", id: "session-history" });
   const follow = h("input", { type: "checkbox", id: "logs-follow", checked: true });
-  const logs = h("pre", { class: "logs", id: "session-logs", tabindex: 0 }, "");
+  const logs = h("pre", { class: "logs empty", id: "session-logs", tabindex: 0 }, "Loading the logs…");
   const logsCard = h("div", { class: "card" },
     h("div", { class: "bar" }, h("h2", null, "Logs"), h("label", null, follow, " Follow")), logs);
   add(main, h("p", null, h("a", { href: "#/sessions" }, "← Sessions")), head, summary, allocation, apps,
@@ -138,14 +138,12 @@ export function detailPage(main, parts) {
 
   let logTimer = null;
   async function pollLogs() {
-    if (follow.checked && session && session.status !== "PENDING") {
+    if (session && session.status === "PENDING") {
+      showLogs(logs, "", session);
+    } else if (follow.checked && session) {
       try {
         const answer = await get("/sessions/" + encodeURIComponent(id) + "/logs?tail=2000");
-        const atEnd = logs.scrollTop + logs.clientHeight >= logs.scrollHeight - 8;
-        if (logs.textContent !== answer.logs) {
-          logs.textContent = answer.logs || "(no output yet)";
-          if (atEnd) logs.scrollTop = logs.scrollHeight;
-        }
+        showLogs(logs, answer.logs, session);
       } catch (err) {
         logs.textContent = err.message;
       }
@@ -157,15 +155,8 @@ export function detailPage(main, parts) {
   async function pollUsage() {
     if (!session) return;
     try {
-      const stats = await get("/sessions/" + encodeURIComponent(id) + "/stats");
-      const now = stats.now;
-      const gpus = now && now.gpus ? now.gpus : [];
-      clear(usage, h("h2", null, "Usage"), h("div", { class: "grid" },
-        h("div", null, "CPU busy: ", now && now.cpu !== null ? num(now.cpu) + " cores" : "–"),
-        h("div", null, "Memory: ", now ? bytes(now.mem) : "–"),
-        gpus.map((g) => h("div", null, "GPU memory: ", bytes(g.mem_used), " · util ", g.utilization === null ? "–" : g.utilization + "%")),
-        h("div", null, "Totals: ", num(stats.totals.fgpu_hours) + " fGPU-h, " + num(stats.totals.cpu_hours) + " CPU-h")),
-      stats.points.length > 1 ? sparkline(stats.points.map((p) => p.cpu || 0), "CPU cores busy") : null);
+      const stats = await get("/sessions/" + encodeURIComponent(id) + "/stats?since=1h");
+      clear(usage, usageCard(stats, session));
     } catch (err) {
       clear(usage, h("h2", null, "Usage"), h("p", { class: "muted" }, err.message));
     }
@@ -182,4 +173,22 @@ export function detailPage(main, parts) {
       if (terminal) terminal.close();
     },
   };
+}
+
+// The logs box: the session's output, or a line saying why there is none yet (an empty box
+// read as a broken page). Kept at the bottom if the reader was there.
+function showLogs(box, text, session) {
+  const empty = !text;
+  const shown = empty ? placeholder(session) : text;
+  if (box.textContent === shown) return;
+  const atEnd = box.scrollTop + box.clientHeight >= box.scrollHeight - 8;
+  box.textContent = shown;
+  box.classList.toggle("empty", empty);
+  if (atEnd && !empty) box.scrollTop = box.scrollHeight;
+}
+
+function placeholder(session) {
+  if (session.status === "PENDING") return "No logs yet: the session has not started. Its output appears here once it runs.";
+  if (FINAL.has(session.status)) return "No logs: the session ended without printing anything.";
+  return "No logs yet: nothing printed so far. Output appears here as the session writes it.";
 }

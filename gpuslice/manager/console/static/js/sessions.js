@@ -77,7 +77,7 @@ export function sessionsPage(main, _parts, me) {
       h("td", null, s.type),
       h("td", null, s.placement ? s.placement.node_name : "–"),
       admin ? h("td", null, s.owner) : null,
-      h("td", { title: s.created_at }, age(s.created_at)),
+      h("td", { class: "age", title: s.created_at, dataset: { since: s.created_at } }, age(s.created_at)),
       h("td", null, ended ? null : h("button", { type: "button", class: "danger",
         "aria-label": "Destroy " + s.name, onclick: () => destroy([s.id]) }, "Destroy")));
   }
@@ -163,6 +163,19 @@ export function sessionsPage(main, _parts, me) {
     poll: () => [...rows.values()].some((e) => MOVING.has(e.tr.dataset.status)),
   });
   live.now();
-  return live;
+  const ticker = tickAges(body);
+  return { now: live.now, stop() { live.stop(); clearInterval(ticker); } };
+}
+
+// Ages keep counting between refreshes: a row is redrawn only when its session changes, so
+// without this a list left open showed the age it had when last redrawn.
+function tickAges(body) {
+  return setInterval(() => {
+    const now = Date.now();
+    for (const cell of body.querySelectorAll("td.age")) {
+      const text = age(cell.dataset.since, now);
+      if (cell.textContent !== text) cell.textContent = text;
+    }
+  }, 1000);
 }
 
