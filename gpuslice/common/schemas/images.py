@@ -50,6 +50,11 @@ class ImagePublic(BaseModel):
     nodes: list[str] = Field(default_factory=list, description="Alive nodes that have it.")
     aliases: list[str] = Field(default_factory=list)
     created_at: datetime | None = None
+    kind: str = Field(
+        default="other", description="`standard` (the default session image), `framework`, "
+        "`private` (a user's own), `other`, or `internal` / `test`: usable by name but not "
+        "offered in the launch dialog's list.",
+    )
 
 
 class ImageUpdated(ImagePublic):
