@@ -57,9 +57,10 @@ LABEL_KIND = "gpuslice.image.kind"
 KIND_STANDARD, KIND_FRAMEWORK, KIND_OTHER = "standard", "framework", "other"
 KIND_PRIVATE, KIND_INTERNAL, KIND_TEST = "private", "internal", "test"
 HIDDEN_KINDS = frozenset({KIND_INTERNAL, KIND_TEST})
-# Images built before the kind label: the root filesystem the standard image is built from, and
-# the test suite's own namespace.
-_INTERNAL_REPOS = ("gpuslice/rootfs",)
+# Images built before the kind label: the root filesystem the standard image is built from (in
+# gpuslice's namespace or a side build's, e.g. gpuslice-ml/rootfs), and the test suite's own
+# namespace.
+_INTERNAL_NAME = "rootfs"
 _TEST_NAMESPACE = "gpuslice-test/"
 
 _APP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
@@ -171,7 +172,8 @@ def image_kind(reference: str, meta: ImageMeta, *, public: bool = True) -> str:
     repository = reference.rsplit("@", 1)[0].rsplit(":", 1)[0]
     if meta.kind in HIDDEN_KINDS:
         return meta.kind
-    if repository in _INTERNAL_REPOS:
+    namespace, _, last = repository.rpartition("/")
+    if last == _INTERNAL_NAME and namespace.startswith("gpuslice"):
         return KIND_INTERNAL
     if reference.startswith(_TEST_NAMESPACE):
         return KIND_TEST

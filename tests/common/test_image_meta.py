@@ -75,6 +75,7 @@ def test_image_kinds_say_what_the_launch_dialog_offers() -> None:
     scipy = ImageMeta.from_labels({"gpuslice.image.title": "scikit-learn 1.5.2 (CPU)"})
     assert image_kind("gpuslice/base:0.1.0", plain) == "standard"
     assert image_kind("gpuslice/rootfs:bookworm", plain) == "internal"
+    assert image_kind("gpuslice-ml/rootfs:bookworm", plain) == "internal"
     assert image_kind("gpuslice-test/apps:3d77", plain) == "test"
     assert image_kind("lab/anything:1", ImageMeta.from_labels({LABEL_KIND: "Test"})) == "test"
     assert image_kind("gpuslice/scipy:1.5.2", scipy) == "framework"

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.image_refs import InvalidReference, is_user_image, normalize
-from gpuslice.common.images import ImageMeta, image_kind
+from gpuslice.common.images import LABEL_GPU, ImageMeta, image_kind
 from gpuslice.common.resources import (
     Resources,
     fgpu_decimal,
@@ -356,4 +356,5 @@ def _public(
         origin_session=row.origin_session_id or meta.origin_session, nodes=nodes,
         aliases=aliases.get(row.name, []), created_at=row.created_at,
         kind=image_kind(row.name, meta, public=row.public),
+        cpu_only=bool((row.labels or {}).get(LABEL_GPU)) and not meta.gpu,
     )
