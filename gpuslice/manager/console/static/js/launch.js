@@ -7,7 +7,7 @@
 // errors are shown next to the field they name; nothing is created unless LAUNCH succeeds.
 import { get, post } from "./api.js";
 import { bytes, clear, errorLine, fgpu, h, num, toast } from "./dom.js";
-import { environments, gpuWarning, repositoryOf, sliceText, versionLabel } from "./launch_catalog.js";
+import { environments, gpuWarning, memField, repositoryOf, sliceText, versionLabel } from "./launch_catalog.js";
 
 const RECENT = 5;
 const FIELDS = { image: "image", gpu: "gpu", gpu_mem: "gpu", cpu: "cpu", mem: "mem", count: "count",
@@ -127,7 +127,7 @@ export async function openLaunch(me) {
     const picked = presets.find((p) => p.name === preset.value);
     if (!picked) return;
     cpu.value = num(picked.cpu);
-    mem.value = bytes(picked.mem).replace(/ (.)iB$/, (_, u) => u.toLowerCase()).replace(/ B$/, "");
+    mem.value = memField(picked.mem);
     if (Number(picked.gpu)) gpu.value = gpuRange.value = num(picked.gpu);
     showMinimums();
   }

@@ -53,6 +53,14 @@ function newer(a, b) {
   return restA.length ? -1 : 1;
 }
 
+// A preset's memory as the Memory field takes it, exactly: 1g, 512m, or bytes.
+export function memField(size) {
+  const n = Number(size);
+  if (n % 2 ** 30 === 0) return n / 2 ** 30 + "g";
+  if (n % 2 ** 20 === 0) return n / 2 ** 20 + "m";
+  return String(n);
+}
+
 export function versionLabel(image) {
   const parts = [versionOf(image)];
   if (image.title) parts.push(image.title);
