@@ -1,6 +1,11 @@
 """Resource presets: admin-defined CPU/memory/GPU sets, readable by every user, one of them the
 default the launch dialog preselects.
 
+A new platform gets the default "small" (0.25 CPU, 1 GiB, the GPU left to the slider) with
+its first admin; an upgraded one from migration 0022. Small on purpose: the guide's scenario,
+sessions asked for by their GPU slice alone, is then limited by the GPU, not by the CPU or
+memory of a small node (a 2-core machine offers 1.5 cores to sessions).
+
 Invariant: at most one preset is the default (making one the default clears the others in the
 same transaction). A preset only fills in the dialog's fields: a session is checked and
 scheduled on what it asks for, exactly as one typed by hand.
@@ -16,6 +21,14 @@ from gpuslice.common.resources import fgpu_decimal
 from gpuslice.common.schemas.presets import PresetCreate, PresetPublic, PresetUpdate
 from gpuslice.manager.db.models import ResourcePresetRow
 from gpuslice.manager.errors import Conflict, NotFound
+
+# milli-cores, bytes, milli-fGPU
+DEFAULT = {"name": "small", "cpu": 250, "mem": 1024**3, "gpu": 0}
+
+
+def add_default(db: AsyncSession) -> None:
+    """Add the platform's default preset (a new platform's first start)."""
+    db.add(ResourcePresetRow(**DEFAULT, is_default=True))
 
 
 async def list_presets(db: AsyncSession) -> list[PresetPublic]:
