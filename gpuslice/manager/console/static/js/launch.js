@@ -7,7 +7,8 @@
 // errors are shown next to the field they name; nothing is created unless LAUNCH succeeds.
 import { get, post } from "./api.js";
 import { bytes, clear, errorLine, fgpu, h, num, toast } from "./dom.js";
-import { environments, gpuWarning, memField, repositoryOf, sliceText, versionLabel } from "./launch_catalog.js";
+import { environments, gpuWarning, memBytes, memField, repositoryOf, sliceText, versionLabel }
+  from "./launch_catalog.js";
 
 const RECENT = 5;
 const FIELDS = { image: "image", gpu: "gpu", gpu_mem: "gpu", cpu: "cpu", mem: "mem", count: "count",
@@ -145,7 +146,9 @@ export async function openLaunch(me) {
     const apps = image.apps.map((a) => a.name);
     minimums.textContent = (parts.length ? "Needs " + parts.join(", ") : "No minimums") +
       (apps.length ? " · apps: " + apps.join(", ") : "") + (image.cpu_only ? " · CPU only" : "");
+    // an image's minimums lift the preset's values, so that LAUNCH is not refused for them
     if (Number(cpu.value) < Number(image.min_cpu)) { cpu.value = num(image.min_cpu); preset.value = ""; }
+    if (memBytes(mem.value) < image.min_mem) { mem.value = memField(image.min_mem); preset.value = ""; }
   }
   function body() {
     const type = batch.checked ? "batch" : "interactive";

@@ -61,6 +61,12 @@ export function memField(size) {
   return String(n);
 }
 
+// The Memory field's bytes (1g, 512m, 2048), or NaN when it is not a size.
+export function memBytes(text) {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*$/i.exec(text || "");
+  return m ? Number(m[1]) * 1024 ** "bkmgt".indexOf((m[2] || "b").toLowerCase()) : NaN;
+}
+
 export function versionLabel(image) {
   const parts = [versionOf(image)];
   if (image.title) parts.push(image.title);
