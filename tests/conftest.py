@@ -58,7 +58,8 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
 # Test files that share one process under `--dist loadfile` (tools/test-passes.sh's docker
 # lane), so they never run side by side: JupyterLab, MLflow and a browser are the heaviest
 # starts of the suite, and two at once on a 2-core machine outlast their start timeouts.
-SAME_PROCESS = {"tests/platform/test_console.py": "tests/platform/test_apps.py"}
+SAME_PROCESS = {"tests/platform/test_console.py": "tests/platform/test_apps.py",
+                "tests/platform/test_console_guide.py": "tests/platform/test_apps.py"}
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:

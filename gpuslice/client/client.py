@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     )
     from gpuslice.common.schemas.monitoring import SessionStats, Top, UsageReport
     from gpuslice.common.schemas.nodes import JoinTokenCreated, JoinTokenPublic, NodePublic
+    from gpuslice.common.schemas.presets import PresetPublic
     from gpuslice.common.schemas.sessions import (
         SessionCreate,
         SessionExecResult,
@@ -401,6 +402,20 @@ class Client(StorageCalls):
 
     def list_policies(self) -> list[PolicyPublic]:
         return self._call("GET", "/policies", list[schemas.users.PolicyPublic])
+
+    def list_presets(self) -> list[PresetPublic]:
+        return self._call("GET", "/presets", list[schemas.presets.PresetPublic])
+
+    def create_preset(self, name: str, **values: Any) -> PresetPublic:
+        return self._call("POST", "/presets", schemas.presets.PresetPublic,
+                          json={"name": name, **values})
+
+    def update_preset(self, name: str, **values: Any) -> PresetPublic:
+        return self._call("PATCH", f"/presets/{name}", schemas.presets.PresetPublic,
+                          json=values)
+
+    def delete_preset(self, name: str) -> None:
+        self._call("DELETE", f"/presets/{name}", None)
 
     def set_user_policy(self, username: str, **limits: Any) -> PolicyPublic:
         """Give a user their own policy (``user-<name>``) with these limits, creating it once."""

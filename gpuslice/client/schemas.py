@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         models,
         monitoring,
         nodes,
+        presets,
         runs,
         sessions,
         storage,
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = ["agents", "apps", "common", "config", "health", "images", "models", "monitoring",
-           "nodes", "runs", "sessions", "storage", "users"]
+           "nodes", "presets", "runs", "sessions", "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

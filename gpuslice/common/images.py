@@ -18,6 +18,9 @@ image that still works):
   ``"start_timeout"`` (seconds before a start that does not answer is a failure, default 60).
   The name ``terminal`` is the platform's own (every session has a terminal).
 - ``gpuslice.image.owner`` / ``.origin-session``: set on images committed from a session
+- ``gpuslice.image.kind``: ``internal`` (a building block, e.g. the root filesystem) or ``test``
+  (built by the test suite): such images stay usable by name but are not offered in the launch
+  dialog's environment list (``image_kind``)
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuslice import __version__
+from gpuslice.common.image_refs import is_user_image
 from gpuslice.common.resources import ResourceError, parse_cpu, parse_fgpu, parse_mem
 
 BASE_REPO = "gpuslice/base"
@@ -46,6 +50,18 @@ LABEL_GPU = "gpuslice.image.gpu"
 LABEL_APPS = "gpuslice.image.apps"
 LABEL_OWNER = "gpuslice.image.owner"
 LABEL_ORIGIN_SESSION = "gpuslice.image.origin-session"
+LABEL_KIND = "gpuslice.image.kind"
+
+# What the catalog calls an image (``image_kind``); the launch dialog lists the standard image
+# first, offers frameworks, private and other images, and hides internal and test ones.
+KIND_STANDARD, KIND_FRAMEWORK, KIND_OTHER = "standard", "framework", "other"
+KIND_PRIVATE, KIND_INTERNAL, KIND_TEST = "private", "internal", "test"
+HIDDEN_KINDS = frozenset({KIND_INTERNAL, KIND_TEST})
+# Images built before the kind label: the root filesystem the standard image is built from (in
+# gpuslice's namespace or a side build's, e.g. gpuslice-ml/rootfs), and the test suite's own
+# namespace.
+_INTERNAL_NAME = "rootfs"
+_TEST_NAMESPACE = "gpuslice-test/"
 
 _APP_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 _PROTOCOLS = frozenset({"http", "tcp", "ws"})
@@ -95,6 +111,7 @@ class ImageMeta:
     apps: tuple[ImageApp, ...] = ()
     owner: str | None = None
     origin_session: str | None = None
+    kind: str = ""  # the kind label as given (``image_kind`` decides)
     problems: tuple[str, ...] = ()  # labels that were present but unusable (ignored)
 
     @classmethod
@@ -107,6 +124,7 @@ class ImageMeta:
             "gpu": labels.get(LABEL_GPU, "").strip().lower() in ("1", "true", "yes"),
             "owner": labels.get(LABEL_OWNER) or None,
             "origin_session": labels.get(LABEL_ORIGIN_SESSION) or None,
+            "kind": labels.get(LABEL_KIND, "").strip().lower()[:32],
         }
         for key, name, parse in (
             (LABEL_MIN_GPU, "min_gpu", parse_fgpu),
@@ -141,7 +159,29 @@ class ImageMeta:
             labels[LABEL_OWNER] = self.owner
         if self.origin_session:
             labels[LABEL_ORIGIN_SESSION] = self.origin_session
+        if self.kind:
+            labels[LABEL_KIND] = self.kind
         return labels
+
+
+def image_kind(reference: str, meta: ImageMeta, *, public: bool = True) -> str:
+    """What the catalog calls ``reference``: ``standard`` (the default session image's
+    repository), ``internal`` / ``test`` (by label, or by name for images from before the
+    label), ``private`` (a user's own), ``framework`` (it names a title or frameworks) or
+    ``other`` (a plain image)."""
+    repository = reference.rsplit("@", 1)[0].rsplit(":", 1)[0]
+    if meta.kind in HIDDEN_KINDS:
+        return meta.kind
+    namespace, _, last = repository.rpartition("/")
+    if last == _INTERNAL_NAME and namespace.startswith("gpuslice"):
+        return KIND_INTERNAL
+    if reference.startswith(_TEST_NAMESPACE):
+        return KIND_TEST
+    if repository == BASE_REPO:
+        return KIND_STANDARD
+    if not public or meta.owner or is_user_image(reference):
+        return KIND_PRIVATE
+    return KIND_FRAMEWORK if meta.title or meta.frameworks else KIND_OTHER
 
 
 def _frameworks(raw: str | None, problems: list[str]) -> dict[str, str]:

@@ -64,3 +64,22 @@ def test_unusable_app_declarations_are_named_and_dropped():
     twice = ImageMeta.from_labels({LABEL_APPS: json.dumps(
         [{"name": "x", "protocol": "http", "port": 1}] * 2)})
     assert len(twice.apps) == 1 and "declared twice" in twice.problems[0]
+
+
+def test_image_kinds_say_what_the_launch_dialog_offers() -> None:
+    """Issue 34, finding 4: the dialog hides internal and test images and puts the standard
+    one first; each kind comes from the labels, or the name for images from before them."""
+    from gpuslice.common.images import HIDDEN_KINDS, LABEL_KIND, ImageMeta, image_kind
+
+    plain = ImageMeta()
+    scipy = ImageMeta.from_labels({"gpuslice.image.title": "scikit-learn 1.5.2 (CPU)"})
+    assert image_kind("gpuslice/base:0.1.0", plain) == "standard"
+    assert image_kind("gpuslice/rootfs:bookworm", plain) == "internal"
+    assert image_kind("gpuslice-ml/rootfs:bookworm", plain) == "internal"
+    assert image_kind("gpuslice-test/apps:3d77", plain) == "test"
+    assert image_kind("lab/anything:1", ImageMeta.from_labels({LABEL_KIND: "Test"})) == "test"
+    assert image_kind("gpuslice/scipy:1.5.2", scipy) == "framework"
+    assert image_kind("u/alice/env:1", plain) == "private"
+    assert image_kind("python:3.11", plain) == "other"
+    assert HIDDEN_KINDS == {"internal", "test"}
+    assert ImageMeta.from_labels(ImageMeta(kind="internal").to_labels()).kind == "internal"

@@ -81,6 +81,10 @@ ACCESS: dict[str, Access] = {
     "POST /api/v1/policies": ADMIN,
     "PUT /api/v1/policies/{policy_id}": ADMIN,
     "DELETE /api/v1/policies/{policy_id}": ADMIN,
+    "GET /api/v1/presets": USER,  # the launch dialog offers them to everyone
+    "POST /api/v1/presets": ADMIN,
+    "PATCH /api/v1/presets/{name}": ADMIN,
+    "DELETE /api/v1/presets/{name}": ADMIN,
     "GET /api/v1/config": ADMIN,
     "POST /api/v1/config/import": ADMIN,
     "POST /api/v1/sessions": USER,
@@ -177,6 +181,8 @@ BODIES: dict[str, Any] = {
     "POST /api/v1/agents/me/sessions/{session_id}/models/presign": {"name": "alice-model"},
     "POST /api/v1/runs": NEW_RUN,
     "POST /api/v1/runs/check": NEW_RUN,
+    "POST /api/v1/presets": {"name": "new-preset", "cpu": 1, "mem": "1g"},
+    "PATCH /api/v1/presets/{name}": {"cpu": 0.5},
     "POST /api/v1/agents/me/sessions/{session_id}/run/saving": {"script_s": 1.5},
 }
 QUERIES: dict[str, dict[str, str]] = {
@@ -241,6 +247,8 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
         assert (await gone.post("/api/v1/auth/logout")).status_code == 204
     policy = (await admin.post("/api/v1/policies", json={"name": "spare"})).json()
     join = (await admin.post("/api/v1/join-tokens", json={"name": "j"})).json()
+    r = await admin.post("/api/v1/presets", json={"name": "doomed", "cpu": 1, "mem": "1g"})
+    assert r.status_code == 201, r.text
     users = {u["username"]: u["id"] for u in (await admin.get("/api/v1/users")).json()}
     clients = {
         "anonymous": client_for(app),  # `anon` keeps the login cookies of the logins above
@@ -254,6 +262,8 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
         "DELETE /api/v1/sessions/{session_id}:session_id": doomed["id"],
         "DELETE /api/v1/join-tokens/{token_id}:token_id": join["id"],
         "DELETE /api/v1/images/aliases/{name}:name": "al",
+        "PATCH /api/v1/presets/{name}:name": "small",
+        "DELETE /api/v1/presets/{name}:name": "doomed",
         "PATCH /api/v1/images/{name}:name": image, "DELETE /api/v1/images/{name}:name": image,
         "POST /api/v1/sessions/{session_id}/apps/{name}/start:name": "terminal",
     }

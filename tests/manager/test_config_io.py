@@ -123,3 +123,25 @@ async def test_dry_run_counts_and_changes_nothing(admin: Client, make_user: User
     assert "cannot log in until an admin sets one: zed" in body["notes"][0]
     assert "zed" not in {u["username"] for u in (await _export(admin))["users"]}
     assert (await _export(admin))["aliases"][0]["reference"] == "python:3.11"
+
+
+async def test_presets_travel_with_the_configuration(admin: Client) -> None:
+    """Issue 34: the launch dialog's presets are configuration; the document's default replaces
+    the manager's, and two defaults are refused."""
+    exported = await _export(admin)
+    assert exported["presets"] == [
+        {"name": "small", "cpu": 0.25, "mem": 1024**3, "gpu": 0, "default": True}]
+    doc = {"presets": [{"name": "gpu-half", "cpu": "1", "mem": "4g", "gpu": "0.5",
+                        "default": True}]}
+    r = await admin.post("/api/v1/config/import", json=doc)
+    assert r.status_code == 200, r.text
+    assert r.json()["sections"]["presets"] == {"created": 1, "updated": 0, "unchanged": 0}
+    listed = (await admin.get("/api/v1/presets")).json()
+    assert [(p["name"], p["gpu"], p["default"]) for p in listed] == [
+        ("gpu-half", 0.5, True), ("small", 0, False)]
+    again = await admin.post("/api/v1/config/import", json=doc)
+    assert again.json()["sections"]["presets"] == {"created": 0, "updated": 0, "unchanged": 1}
+    two = {"presets": [{**doc["presets"][0]}, {"name": "b", "cpu": 1, "mem": "1g",
+                                                "default": True}]}
+    r = await admin.post("/api/v1/config/import", json=two)
+    assert r.status_code == 422 and r.json()["field"] == "presets", r.text

@@ -200,7 +200,7 @@ async def test_no_request_makes_the_manager_fail(
     token = (await alice.post("/api/v1/auth/tokens", json={"name": "t"})).json()
     odd = await _odd_folders(app, admin)
     real = st.sampled_from([s["id"], users["alice"], policy["id"], token["id"], node.node_id,
-                            "python:3.11", "fuzzed", "alice", *odd])
+                            "python:3.11", "fuzzed", "alice", "small", *odd])
     doc = app.openapi()
     components = doc.get("components", {}).get("schemas", {})
     operations = [(m, p, op, request_for(m, p, op, components, real))

@@ -68,3 +68,31 @@ async def test_saves_made_before_versions_become_versions_oldest_first(
         assert got == {"m-old": 1, "m-new": 2, "m-up": None}
     finally:
         await engine.dispose()
+
+
+async def test_a_platform_in_use_gets_the_default_preset_and_a_new_one_none(
+    database_url: str,
+) -> None:
+    """0022 (issue 34): an upgraded platform (it has users) gets the default preset "small"; a
+    database only migrated stays empty (its first start adds it with the first admin), so a
+    backup is restored into it with exactly its own rows."""
+    engine = make_engine(database_url)
+    users = sa.table("users", *(sa.column(c) for c in (
+        "id", "username", "password_hash", "role", "is_active", "created_at")))
+    presets = sa.table("resource_presets", sa.column("name"), sa.column("cpu"),
+                       sa.column("is_default"))
+    try:
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            assert (await conn.execute(sa.select(presets.c.name))).all() == []
+        await migrate.downgrade(engine, "0021")
+        async with engine.begin() as conn:
+            await conn.execute(sa.insert(users).values(
+                id="u1", username="alice", password_hash="x", role="user", is_active=True,
+                created_at=utcnow()))
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            got = (await conn.execute(sa.select(presets))).all()
+        assert [tuple(r) for r in got] == [("small", 250, True)]
+    finally:
+        await engine.dispose()

@@ -1,9 +1,9 @@
 """The platform's configuration as one JSON document: `gpuslice admin config export/import`.
 
 What an admin set up, by name (never by database id, so it moves between clusters): resource
-policies, users (password hashes only when asked), image aliases, and the image catalog's
-curation (allow list, visibility, owner). Sessions, nodes and history are not configuration:
-backups (`gpuslice admin backup`) hold those.
+policies, users (password hashes only when asked), image aliases, the image catalog's
+curation (allow list, visibility, owner) and the launch dialog's resource presets. Sessions,
+nodes and history are not configuration: backups (`gpuslice admin backup`) hold those.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpuslice.common.schemas.images import ALIAS_PATTERN
+from gpuslice.common.schemas.presets import PresetCreate
 from gpuslice.common.schemas.users import USERNAME_PATTERN, PolicyCreate, Role
 
 FORMAT = "gpuslice-config"
@@ -56,6 +57,12 @@ class ImageConfig(_Strict):
                               description="The username owning a private image.")
 
 
+class PresetConfig(PresetCreate):
+    """A resource preset by name, in user units (cores, bytes, fGPU)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class ConfigDocument(_Strict):
     """Everything `config import` applies; every list is optional, entries merge by name."""
 
@@ -66,6 +73,7 @@ class ConfigDocument(_Strict):
     users: list[UserConfig] = Field(default_factory=list, max_length=100_000)
     aliases: list[AliasConfig] = Field(default_factory=list, max_length=10_000)
     images: list[ImageConfig] = Field(default_factory=list, max_length=100_000)
+    presets: list[PresetConfig] = Field(default_factory=list, max_length=10_000)
     left_out: list[str] = Field(
         default_factory=list, max_length=100_000,
         description="Export: entries left out because they break today's rules (stored before "

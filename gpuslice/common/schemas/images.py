@@ -41,6 +41,11 @@ class ImagePublic(BaseModel):
     size: int | None = Field(default=None, description="Bytes, as its node reports it.")
     apps: list[ImageAppPublic] = Field(default_factory=list)
     gpu: bool = Field(default=False, description="Whether the image can use a GPU.")
+    cpu_only: bool = Field(
+        default=False, description="The image says it cannot use a GPU (its gpu label is "
+        "false): a GPU slice on it would be allocated and unused. An image that says nothing "
+        "is not CPU-only.",
+    )
     min_gpu: Number = Field(default=Decimal(0), description="Least fGPU a session may ask for.")
     min_cpu: Number = Field(default=Decimal(0), description="Least CPU cores.")
     min_mem: int = Field(default=0, description="Least memory in bytes.")
@@ -50,6 +55,11 @@ class ImagePublic(BaseModel):
     nodes: list[str] = Field(default_factory=list, description="Alive nodes that have it.")
     aliases: list[str] = Field(default_factory=list)
     created_at: datetime | None = None
+    kind: str = Field(
+        default="other", description="`standard` (the default session image), `framework`, "
+        "`private` (a user's own), `other`, or `internal` / `test`: usable by name but not "
+        "offered in the launch dialog's list.",
+    )
 
 
 class ImageUpdated(ImagePublic):

@@ -240,6 +240,15 @@ class SessionPublic(BaseModel):
     )
 
 
+class GpuModelShape(BaseModel):
+    """One GPU model of the alive nodes: what a slice of it is worth."""
+
+    model: str
+    mem: int = Field(description="Bytes of one GPU.")
+    sms: int = Field(description="Streaming multiprocessors of one GPU (0: unknown).")
+    fgpu_per_gpu: Number = Field(description="fGPU one GPU of this model holds on its nodes.")
+
+
 class SessionPreview(BaseModel):
     """What creating a request would do now: how many of its sessions the scheduler would start
     at once and how many would queue (and why), with the cluster's shape for a GPU picker.
@@ -255,6 +264,10 @@ class SessionPreview(BaseModel):
     )
     max_gpu: Number = Field(description="The most fGPU one session could get on one node.")
     largest_free: Number = Field(description="The largest free slice on one GPU now.")
+    gpu_models: list[GpuModelShape] = Field(
+        default_factory=list, description="The alive nodes' GPU models, so a client can say "
+        "what a slice is in memory and SMs (f fGPU = f / fgpu_per_gpu of one GPU).",
+    )
 
 
 class SessionExec(BaseModel):

@@ -577,3 +577,18 @@ class BackupRow(Base):
     entries: Mapped[int] = mapped_column(BigInteger)
     bytes: Mapped[int] = mapped_column(BigInteger)
     database_only: Mapped[bool] = mapped_column(Boolean)
+
+
+class ResourcePresetRow(Base):
+    """A named CPU/memory/GPU set the launch dialog offers; one row is the default the dialog
+    preselects (services/presets.py keeps at most one)."""
+
+    __tablename__ = "resource_presets"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    cpu: Mapped[int] = mapped_column(BigInteger)  # milli-cores
+    mem: Mapped[int] = mapped_column(BigInteger)  # bytes
+    gpu: Mapped[int] = mapped_column(BigInteger, default=0)  # milli-fGPU
+    is_default: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

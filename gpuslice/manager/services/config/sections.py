@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.resources import fgpu_decimal
@@ -23,10 +23,17 @@ from gpuslice.common.schemas.config import (
     ConfigDocument,
     ImageConfig,
     PolicyConfig,
+    PresetConfig,
     SectionResult,
     UserConfig,
 )
-from gpuslice.manager.db.models import ImageAliasRow, ImageRow, ResourcePolicyRow, UserRow
+from gpuslice.manager.db.models import (
+    ImageAliasRow,
+    ImageRow,
+    ResourcePolicyRow,
+    ResourcePresetRow,
+    UserRow,
+)
 from gpuslice.manager.errors import InvalidRequest
 from gpuslice.manager.services import policies
 from gpuslice.manager.services.images.catalog import reference_or_error
@@ -195,8 +202,39 @@ class Images:
         await db.flush()
 
 
+class Presets:
+    name = "presets"
+
+    async def export(self, db: AsyncSession, *, password_hashes: bool,
+                     left_out: list[str]) -> list[Any]:
+        rows = await db.scalars(select(ResourcePresetRow).order_by(ResourcePresetRow.name))
+        return _entries(rows, lambda r: PresetConfig(
+            name=r.name, cpu=str(fgpu_decimal(r.cpu)), mem=r.mem, gpu=str(fgpu_decimal(r.gpu)),
+            default=r.is_default,
+        ), lambda r: f"presets: {r.name!r}", left_out)
+
+    async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
+        _unique(doc.presets, "presets", lambda p: p.name)
+        defaults = [p.name for p in doc.presets if p.default]
+        if len(defaults) > 1:
+            raise InvalidRequest(f"presets: {len(defaults)} defaults ({', '.join(defaults)}); "
+                                 "at most one preset is the default", field="presets")
+        if defaults:  # the document's default replaces this manager's
+            await db.execute(update(ResourcePresetRow).where(
+                ResourcePresetRow.name != defaults[0]).values(is_default=False))
+        for item in doc.presets:
+            values = {"cpu": item.cpu, "mem": item.mem, "gpu": item.gpu,
+                      "is_default": item.default}
+            row = await db.scalar(
+                select(ResourcePresetRow).where(ResourcePresetRow.name == item.name))
+            if row is None:
+                db.add(ResourcePresetRow(name=item.name, **values))
+            outcome.count(self.name, row is None, row is not None and _apply(row, values))
+        await db.flush()
+
+
 # In the order they are merged: a section after those it refers to (users name policies).
-SECTIONS: tuple[Section, ...] = (Policies(), Users(), Aliases(), Images())
+SECTIONS: tuple[Section, ...] = (Policies(), Users(), Aliases(), Images(), Presets())
 
 
 def _entries(rows: Iterable[R], build: Callable[[R], Any], label: Callable[[R], str],

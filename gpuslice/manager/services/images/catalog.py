@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.image_refs import InvalidReference, is_user_image, normalize
-from gpuslice.common.images import ImageMeta
+from gpuslice.common.images import LABEL_GPU, ImageMeta, image_kind
 from gpuslice.common.resources import (
     Resources,
     fgpu_decimal,
@@ -71,7 +71,8 @@ async def list_images(
     }
     stored = set(await db.scalars(select(ImageRow.name).where(ImageRow.name.in_(settings_list))))
     for name in settings_list - stored:
-        answer[name] = ImagePublic(name=name, sources=[ALLOWED], aliases=aliases.get(name, []))
+        answer[name] = ImagePublic(name=name, sources=[ALLOWED], aliases=aliases.get(name, []),
+                                   kind=image_kind(name, ImageMeta()))
     return [answer[name] for name in sorted(answer)]
 
 
@@ -143,7 +144,8 @@ async def allow_image(db: AsyncSession, body: ImageCreate) -> ImagePublic:
         await db.rollback()
         raise Conflict(f"image {name!r} was added by another request just now; see it with "
                        "`gpuslice image list`", field="name", code="image_busy") from None
-    return ImagePublic(name=name, sources=[ALLOWED], public=True)
+    return ImagePublic(name=name, sources=[ALLOWED], public=True,
+                       kind=image_kind(name, ImageMeta()))
 
 
 async def remove_image(db: AsyncSession, name: str, configured: Sequence[str]) -> None:
@@ -353,4 +355,6 @@ def _public(
         min_mem=meta.min_mem, public=row.public, owner=owner or meta.owner,
         origin_session=row.origin_session_id or meta.origin_session, nodes=nodes,
         aliases=aliases.get(row.name, []), created_at=row.created_at,
+        kind=image_kind(row.name, meta, public=row.public),
+        cpu_only=bool((row.labels or {}).get(LABEL_GPU)) and not meta.gpu,
     )

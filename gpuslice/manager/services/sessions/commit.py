@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.image_refs import is_user_image, tag_of, user_namespace
-from gpuslice.common.images import LABEL_ORIGIN_SESSION, LABEL_OWNER
+from gpuslice.common.images import KIND_PRIVATE, LABEL_ORIGIN_SESSION, LABEL_OWNER
 from gpuslice.common.schemas.agents import CommitAnswer, CommitAsk
 from gpuslice.common.schemas.images import ImagePublic, SessionCommit, SessionCommitResult
 from gpuslice.common.schemas.sessions import SessionStatus
@@ -74,7 +74,8 @@ async def commit_session(
     image = next((i for i in listed if i.name == reference), None)
     if image is None:  # its node was lost meanwhile: the image exists, just nowhere usable now
         image = ImagePublic(name=reference, sources=[], image_id=done.image_id, size=done.size,
-                            public=False, owner=owner.username, origin_session=row.id)
+                            public=False, owner=owner.username, origin_session=row.id,
+                            kind=KIND_PRIVATE)
     return SessionCommitResult(session_id=row.id, image=image, note=NOTE)
 
 

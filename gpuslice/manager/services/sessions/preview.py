@@ -14,7 +14,7 @@ from decimal import Decimal
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.resources import fgpu_decimal
-from gpuslice.common.schemas.sessions import SessionCreate, SessionPreview
+from gpuslice.common.schemas.sessions import GpuModelShape, SessionCreate, SessionPreview
 from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.scheduler import Node, schedule
 from gpuslice.manager.services.scheduling.passes import (
@@ -58,9 +58,18 @@ async def preview(
                                  default=0)),
         largest_free=fgpu_decimal(max(
             (n.device_capacity - d.used for n in snap.nodes for d in n.devices), default=0)),
+        gpu_models=_models(snap.nodes),
     )
 
 
 def _ratios(nodes: list[Node], default: int) -> list[Decimal]:
     found = sorted({n.device_capacity for n in nodes if n.devices}) or [default]
     return [fgpu_decimal(c) for c in found]
+
+
+def _models(nodes: list[Node]) -> list[GpuModelShape]:
+    """Each distinct (model, memory, SMs, fGPU per GPU) once: what a slice of it is worth.
+    Hardware only, never who uses it, so every user may see it."""
+    found = {(d.model, d.mem, d.sms, n.device_capacity) for n in nodes for d in n.devices}
+    return [GpuModelShape(model=m, mem=mem, sms=sms, fgpu_per_gpu=fgpu_decimal(cap))
+            for m, mem, sms, cap in sorted(found)]

@@ -1,10 +1,14 @@
-// The launch dialog: environment then version (the image catalog, with each image's
-// minimums), a GPU slider in the cluster's fGPU step that says what fits now and what will
+// The launch dialog: environment then version (the image catalog by title, internal and test
+// images not offered, the standard image first) or any image name typed, a resource preset
+// (the admins'; the default preselected), a GPU slider that says what the slice is in memory
+// and SMs of the cluster's GPU model (and warns on a CPU-only image), a GPU slider in the cluster's fGPU step that says what fits now and what will
 // queue (POST /sessions/preview; the slider is never disabled: queueing is allowed), CPU,
 // memory, how many, type and command, folders, and recent launches to relaunch. The API's
 // errors are shown next to the field they name; nothing is created unless LAUNCH succeeds.
 import { get, post } from "./api.js";
 import { bytes, clear, errorLine, fgpu, h, num, toast } from "./dom.js";
+import { environments, gpuWarning, memBytes, memField, repositoryOf, sliceText, versionLabel }
+  from "./launch_catalog.js";
 
 const RECENT = 5;
 const FIELDS = { image: "image", gpu: "gpu", gpu_mem: "gpu", cpu: "cpu", mem: "mem", count: "count",
@@ -17,13 +21,10 @@ function fieldOf(apiField) {
   return FIELDS[last] || "form";
 }
 
-function environmentOf(image) {
-  return image.name.replace(/[:@].*$/, "");
-}
-
-function versionOf(image) {
-  const tag = image.name.includes(":") ? image.name.split(":").pop() : "latest";
-  return tag;
+function presetOptions(presets) {
+  return [...presets.map((p) => h("option", { value: p.name },
+    p.name + " — " + num(p.cpu) + " CPU, " + bytes(p.mem) + (Number(p.gpu) ? ", " + fgpu(p.gpu) : ""))),
+  h("option", { value: "" }, "custom")];
 }
 
 function recentKey(me) {
@@ -31,22 +32,24 @@ function recentKey(me) {
 }
 
 export async function openLaunch(me) {
-  const [images, folders] = await Promise.all([get("/images"), get("/folders").catch(() => [])]);
-  const byEnv = new Map();
-  for (const image of images) {
-    const env = environmentOf(image);
-    if (!byEnv.has(env)) byEnv.set(env, []);
-    byEnv.get(env).push(image);
-  }
-  for (const list of byEnv.values()) list.sort((a, b) => versionOf(b).localeCompare(versionOf(a), undefined, { numeric: true }));
+  const [images, folders, presets] = await Promise.all([get("/images"),
+    get("/folders").catch(() => []), get("/presets").catch(() => [])]);
+  const envs = environments(images);
+  const byEnv = new Map(envs.map((e) => [e.key, e.images]));
+  let gpuModels = [];
   const errors = {};
   for (const key of ["image", "gpu", "cpu", "mem", "count", "name", "command", "folders", "form"]) {
     errors[key] = errorLine("err-" + key);
   }
   const env = h("select", { id: "launch-env", "aria-describedby": "err-image" },
-    [...byEnv.keys()].sort().map((name) => h("option", { value: name }, name)));
+    envs.map((e) => h("option", { value: e.key }, e.label)));
   const version = h("select", { id: "launch-version", "aria-describedby": "err-image" });
+  const typed = h("input", { type: "text", id: "launch-image", size: 32, "aria-describedby": "err-image",
+    placeholder: "e.g. u/" + me.username + "/my-env:1", autocomplete: "off", spellcheck: "false" });
   const minimums = h("div", { class: "hint", id: "launch-minimums" });
+  const preset = h("select", { id: "launch-preset" }, presetOptions(presets));
+  const slice = h("div", { class: "hint", id: "launch-slice" });
+  const warning = h("div", { class: "warn", id: "launch-warning", role: "status" });
   const gpuRange = h("input", { type: "range", id: "launch-gpu-range", min: 0, max: 2, step: 0.01, value: 0,
     "aria-label": "GPU (fGPU) slider" });
   const gpu = h("input", { type: "number", id: "launch-gpu", min: 0, step: 0.01, value: 0, "aria-describedby": "err-gpu launch-fit" });
@@ -57,6 +60,7 @@ export async function openLaunch(me) {
   const count = h("input", { type: "number", id: "launch-count", min: 1, max: 100, step: 1, value: 1, "aria-describedby": "err-count" });
   const cpu = h("input", { type: "number", id: "launch-cpu", min: 0, step: 0.25, value: 1, "aria-describedby": "err-cpu" });
   const mem = h("input", { type: "text", id: "launch-mem", value: "1g", size: 8, "aria-describedby": "err-mem" });
+  const first = presets.find((p) => p.default) || presets[0];
   const name = h("input", { type: "text", id: "launch-name", placeholder: "optional", "aria-describedby": "err-name" });
   const interactive = h("input", { type: "radio", name: "type", id: "launch-type-interactive", value: "interactive", checked: true });
   const batch = h("input", { type: "radio", name: "type", id: "launch-type-batch", value: "batch" });
@@ -79,9 +83,14 @@ export async function openLaunch(me) {
     h("div", { class: "row" },
       h("div", { class: "field" }, h("label", { for: "launch-env" }, "Environment"), env),
       h("div", { class: "field" }, h("label", { for: "launch-version" }, "Version"), version)),
-    minimums, errors.image,
+    minimums,
+    h("div", { class: "field" }, h("label", { for: "launch-image" }, "…or an image name"), typed,
+      h("div", { class: "hint" }, "any image you may use (your commits are u/" + me.username + "/…); it replaces the choice above"),
+      errors.image),
+    h("div", { class: "field" }, h("label", { for: "launch-preset" }, "Resource preset"), preset,
+      h("div", { class: "hint" }, "CPU and memory below; change them for a custom size")),
     h("div", { class: "field" }, h("label", { for: "launch-gpu" }, "GPU (fGPU)"),
-      gpuRange, " ", gpu, shape, fit, errors.gpu),
+      gpuRange, " ", gpu, slice, warning, shape, fit, errors.gpu),
     h("div", { class: "field" }, h("label", { for: "launch-count" }, "Sessions"), countRange, " ", count, errors.count),
     h("div", { class: "row" },
       h("div", { class: "field" }, h("label", { for: "launch-cpu" }, "CPU (cores)"), cpu, errors.cpu),
@@ -101,29 +110,50 @@ export async function openLaunch(me) {
   document.body.append(dialog);
   dialog.addEventListener("close", () => dialog.remove());
 
+  function imageName() {
+    return typed.value.trim() || version.value;
+  }
   function chosen() {
-    return (byEnv.get(env.value) || []).find((i) => i.name === version.value);
+    return images.find((i) => i.name === imageName() || (i.aliases || []).includes(imageName()));
   }
   function fillVersions() {
-    clear(version, (byEnv.get(env.value) || []).map((i) => h("option", { value: i.name }, versionOf(i) + (i.title ? " — " + i.title : ""))));
+    clear(version, (byEnv.get(env.value) || []).map((i) => h("option", { value: i.name }, versionLabel(i))));
+    showMinimums();
+  }
+  function showSlice() {
+    slice.textContent = sliceText(gpu.value, gpuModels);
+    warning.textContent = gpuWarning(gpu.value, chosen());
+  }
+  function applyPreset() {
+    const picked = presets.find((p) => p.name === preset.value);
+    if (!picked) return;
+    cpu.value = num(picked.cpu);
+    mem.value = memField(picked.mem);
+    if (Number(picked.gpu)) gpu.value = gpuRange.value = num(picked.gpu);
     showMinimums();
   }
   function showMinimums() {
+    showSlice();
     const image = chosen();
-    if (!image) return;
+    if (!image) {
+      minimums.textContent = typed.value.trim() ? "The manager checks the typed name when you launch" : "";
+      return;
+    }
     const parts = [];
     if (Number(image.min_gpu)) parts.push("≥ " + fgpu(image.min_gpu));
     if (Number(image.min_cpu)) parts.push("≥ " + num(image.min_cpu) + " CPU");
     if (image.min_mem) parts.push("≥ " + bytes(image.min_mem) + " memory");
     const apps = image.apps.map((a) => a.name);
     minimums.textContent = (parts.length ? "Needs " + parts.join(", ") : "No minimums") +
-      (apps.length ? " · apps: " + apps.join(", ") : "") + (image.gpu ? "" : " · CPU image");
-    if (Number(cpu.value) < Number(image.min_cpu)) cpu.value = num(image.min_cpu);
+      (apps.length ? " · apps: " + apps.join(", ") : "") + (image.cpu_only ? " · CPU only" : "");
+    // an image's minimums lift the preset's values, so that LAUNCH is not refused for them
+    if (Number(cpu.value) < Number(image.min_cpu)) { cpu.value = num(image.min_cpu); preset.value = ""; }
+    if (memBytes(mem.value) < image.min_mem) { mem.value = memField(image.min_mem); preset.value = ""; }
   }
   function body() {
     const type = batch.checked ? "batch" : "interactive";
     const chosenFolders = folderBoxes.filter((f) => f.use.checked).map((f) => f.use.value + (f.ro.checked ? ":ro" : ""));
-    const out = { image: version.value, count: Number(count.value || 0), type,
+    const out = { image: imageName(), count: Number(count.value || 0), type,
       resources: { gpu: gpu.value === "" ? 0 : gpu.value, cpu: cpu.value === "" ? 0 : cpu.value, mem: mem.value.trim() },
       folders: chosenFolders };
     if (name.value.trim()) out.name = name.value.trim();
@@ -152,6 +182,8 @@ export async function openLaunch(me) {
       gpu.step = String(answer.fgpu_step);
       shape.textContent = "1 GPU = " + answer.fgpu_per_gpu.map(num).join(" or ") + " fGPU · step " +
         num(answer.fgpu_step) + " · largest free slice now " + fgpu(answer.largest_free);
+      gpuModels = answer.gpu_models || [];
+      showSlice();
       clear(fit, h("span", { class: "now" }, "Fits now: " + answer.fits_now), " · ",
         h("span", { class: "queue" }, "Will queue: " + answer.will_queue),
         answer.reason ? h("span", { class: "reason" }, "#" + answer.queue_position + ": " + answer.reason) : null);
@@ -167,7 +199,12 @@ export async function openLaunch(me) {
   }
   link(gpuRange, gpu);
   link(countRange, count);
-  for (const el of [cpu, mem, name, command]) el.addEventListener("input", schedulePreview);
+  for (const el of [gpuRange, gpu]) el.addEventListener("input", showSlice);
+  for (const el of [name, command]) el.addEventListener("input", schedulePreview);
+  // a size typed by hand is no longer the preset's
+  for (const el of [cpu, mem]) el.addEventListener("input", () => { preset.value = ""; schedulePreview(); });
+  preset.addEventListener("change", () => { applyPreset(); schedulePreview(); });
+  typed.addEventListener("input", () => { showMinimums(); schedulePreview(); });
   for (const f of folderBoxes) { f.use.addEventListener("change", schedulePreview); f.ro.addEventListener("change", schedulePreview); }
   env.addEventListener("change", () => { fillVersions(); schedulePreview(); });
   version.addEventListener("change", () => { showMinimums(); schedulePreview(); });
@@ -176,8 +213,10 @@ export async function openLaunch(me) {
   }
 
   function restore(saved) {
-    const image = images.find((i) => i.name === saved.image);
-    if (image) { env.value = environmentOf(image); fillVersions(); version.value = image.name; showMinimums(); }
+    const image = images.find((i) => i.name === saved.image && byEnv.has(repositoryOf(i)));
+    typed.value = image ? "" : saved.image;
+    if (image) { env.value = repositoryOf(image); fillVersions(); version.value = image.name; }
+    preset.value = "";
     gpu.value = gpuRange.value = saved.resources.gpu;
     count.value = countRange.value = saved.count;
     cpu.value = saved.resources.cpu;
@@ -187,6 +226,7 @@ export async function openLaunch(me) {
     interactive.checked = !batch.checked;
     commandField.hidden = !batch.checked;
     command.value = saved.command_line || "";
+    showMinimums();
     for (const f of folderBoxes) {
       const hit = (saved.folders || []).find((x) => x.replace(/:ro$/, "") === f.use.value);
       f.use.checked = Boolean(hit);
@@ -222,6 +262,7 @@ export async function openLaunch(me) {
     }
   });
 
+  if (first) { preset.value = first.name; applyPreset(); }
   fillVersions();
   dialog.showModal();
   env.focus();
