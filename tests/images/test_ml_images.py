@@ -56,5 +56,5 @@ async def test_each_framework_image_prints_its_version_and_trains_on_its_slice(
     assert printed.split("+")[0] == framework  # 2.5.1+cu124 is torch 2.5.1
     assert name.split()[0] == module and name.split()[1] == printed
     # The session's slice as the node made it: 1 fGPU of 2 per GPU, 2 CPUs.
-    assert slice_line.startswith("slice: 1 fGPU, 2 CPU, device ")
+    assert slice_line.startswith("slice: 1.0 fGPU, 2.0 CPU, device ")
     assert float(accuracy.removeprefix("test accuracy ")) > 0.9
