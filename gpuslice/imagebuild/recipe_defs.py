@@ -239,8 +239,9 @@ RECIPES: dict[str, Recipe] = {
         ),
         Recipe(
             name="mlflow",
-            description="MLflow and TensorBoard on the scipy image (scikit-learn 1.5.2); apps "
-            "mlflow (port 5000) and tensorboard (port 6006); --version is MLflow's",
+            description="MLflow and TensorBoard on the notebook image (JupyterLab, matplotlib, "
+            "scikit-learn 1.5.2); apps jupyter (port 8888), mlflow (port 5000) and tensorboard "
+            "(port 6006); --version is MLflow's",
             title="MLflow {version} with scikit-learn (CPU)",
             versions=(
                 RecipeVersion(
@@ -256,7 +257,9 @@ RECIPES: dict[str, Recipe] = {
             default="3.5.1",
             apps=(MLFLOW, TENSORBOARD),
             ci=True,
-            base_recipe=("scipy", "1.5.2"),
+            # FROM notebook: MLflow needs matplotlib, which the notebook image has, so CI's
+            # make images downloads it once, not twice.
+            base_recipe=("notebook", "4.2.5"),
             extra_files=("train_diabetes.py",),
         ),
     )

@@ -102,7 +102,7 @@ def test_recipe_apps_start_with_their_base_path_and_token() -> None:
     assert jupyter.base_path and (jupyter.name, jupyter.port) == ("jupyter", 8888)
 
     mlflow = plan("mlflow", None, RecipeOptions())
-    assert mlflow.base_image == "gpuslice/scipy:1.5.2"  # scikit-learn and friends from there
+    assert mlflow.base_image == "gpuslice/notebook:4.2.5"  # scikit-learn, matplotlib, Jupyter
     assert set(mlflow.context) >= {"train_diabetes.py"}
     apps = {a.name: a for a in ImageMeta.from_labels(mlflow.labels).apps}
     assert set(apps) == {"mlflow", "tensorboard"}
