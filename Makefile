@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice
 
-.PHONY: up test test-loaded test-sqlite test-pg test-pg-manager test-pg-cluster lint bench host host-test images venv web
+.PHONY: up test test-loaded test-sqlite test-pg test-pg-manager test-pg-cluster lint bench host host-test images images-ml venv web
 
 venv: $(VENV)/.installed
 
@@ -24,6 +24,11 @@ host-test:
 
 images: venv
 	bash scripts/build-images.sh
+
+# The framework images (PyTorch and TensorFlow, two versions each, FROM the notebook image):
+# not in CI (GBs each). GPUSLICE_TORCH_INDEX=<PyTorch's CPU wheel index> builds CPU PyTorch.
+images-ml: images
+	bash scripts/build-images-ml.sh
 
 # The browser terminal's xterm.js, from npm at the versions web/terminal/package-lock.json pins.
 web:

@@ -297,6 +297,7 @@ class Agent:
             devices={d.uuid: DeviceInfo(d.model, d.memory) for d in accelerator.devices()},
             user=self.settings.session_user,
             pids_limit=self.settings.pids_limit,
+            allow_sudo=self.settings.allow_sudo,
             network=self.network.name if self.network is not None else None,
             ipv6_off=ipv6_available(),
         )

@@ -199,6 +199,13 @@ class AgentSettings(FileSettings):
         pattern=r"^[1-9][0-9]*:[1-9][0-9]*$",
         description="uid:gid sessions run as; never root.",
     )
+    allow_sudo: bool = Field(
+        default=False,
+        description="Let sessions on this node use sudo (e.g. apt-get install): their "
+        "containers then run without no-new-privileges and with the capabilities sudo and apt "
+        "need, so a session's user can become root inside its container. Gives up that part "
+        "of the isolation; off by default, when the images' sudo says in one line that it is off.",
+    )
     storage_root: Path | None = Field(
         default=None,
         description="Where the storage folders are on this node: the manager's storage root, "

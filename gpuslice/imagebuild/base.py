@@ -51,6 +51,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 HOST_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+#: recipes/base/: the Dockerfile, the sudo shim and the user-site fix (see the Dockerfile).
+BASE_RECIPE_FILES = ("Dockerfile", "sudo", "gpuslice_usersite.py", "gpuslice-usersite.pth")
 
 
 def default_extra_ca_bundle() -> Path | None:
@@ -272,8 +274,8 @@ def _registry_rootfs_digest(options: BaseImageOptions, ca: bytes) -> str:
 
 
 def _base_context(extra_ca_bundle: Path | None) -> dict[str, bytes]:
-    recipe = resources.files("gpuslice.imagebuild").joinpath("recipes/base/Dockerfile")
-    files = {"Dockerfile": recipe.read_bytes()}
+    recipe = resources.files("gpuslice.imagebuild").joinpath("recipes/base")
+    files = {name: recipe.joinpath(name).read_bytes() for name in BASE_RECIPE_FILES}
     for name in (*HOOK_FILES, PTH_FILE):
         files[f"hook/{name}"] = (HOOK_DIR / name).read_bytes()
     files["extra-ca.crt"] = _read_ca(extra_ca_bundle)

@@ -19,6 +19,12 @@ GIB = 1024**3
 PYTHON = "3.11"
 TENSORBOARD_VERSION = "2.20.0"  # the Debian bookworm base's Python; wheels must exist for it
 RECIPE_LABEL = "gpuslice.image"  # which recipe built an image ("base", "scipy", ...)
+MATPLOTLIB_VERSION = "3.9.2"
+# What the notebook image holds besides JupyterLab: the scipy 1.5.2 image's set (it builds FROM
+# it) and matplotlib. The framework images build FROM the notebook image and keep it.
+NOTEBOOK_STACK = {"numpy": "2.1.3", "scipy": "1.14.1", "pandas": "2.2.3",
+                  "scikit-learn": "1.5.2", "matplotlib": MATPLOTLIB_VERSION}
+FRAMEWORK_STACK = {"jupyterlab": "4.2.5", **NOTEBOOK_STACK}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +39,7 @@ class RecipeVersion:
     min_cpu: int = 500  # milli-cores
     min_mem: int = GIB
     needs_base_image: str = ""  # non-empty: buildable only FROM a user-given base, and why
+    title: str = ""  # display name; default: the recipe's title with the version filled in
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,17 +105,23 @@ def _torch(torch: str, vision: str, variant: str) -> RecipeVersion:
         version=f"{torch}-{variant}",
         build_args={"TORCH_VERSION": torch, "TORCHVISION_VERSION": vision,
                     "TENSORBOARD_VERSION": TENSORBOARD_VERSION},
-        frameworks={"python": PYTHON, "torch": torch, "torchvision": vision},
+        frameworks={"python": PYTHON, "torch": torch, "torchvision": vision,
+                    "tensorboard": TENSORBOARD_VERSION, **FRAMEWORK_STACK},
         gpu=cuda, min_gpu=500 if cuda else 0, min_cpu=1000, min_mem=4 * GIB if cuda else 2 * GIB,
+        title=f"PyTorch {torch} ({'CUDA' if cuda else 'CPU'})",
     )
 
 
-def _tf(version: str, package: str, *, python: str = PYTHON, needs: str = "") -> RecipeVersion:
+def _tf(version: str, package: str, *, numpy: str = "", tensorboard: str = "",
+        python: str = PYTHON, needs: str = "") -> RecipeVersion:
+    stack = {**FRAMEWORK_STACK, "numpy": numpy, "tensorboard": tensorboard} if numpy else {}
     return RecipeVersion(
         version=version,
-        build_args={"TF_VERSION": version, "TF_PACKAGE": package},
-        frameworks={"python": python, "tensorflow": version},
+        build_args={"TF_VERSION": version, "TF_PACKAGE": package, "NUMPY_VERSION": numpy,
+                    "TENSORBOARD_VERSION": tensorboard},
+        frameworks={"python": python, "tensorflow": version, **stack},
         gpu=True, min_cpu=1000, min_mem=4 * GIB, needs_base_image=needs,
+        title=f"TensorFlow {version}" + (" (CUDA)" if "cuda" in package else ""),
     )
 
 
@@ -184,6 +197,8 @@ RECIPES: dict[str, Recipe] = {
             ),
             default="2.5.1-cuda",
             apps=(TENSORBOARD,),
+            base_recipe=("notebook", "4.2.5"),
+            extra_files=("train_digits.py",),
         ),
         Recipe(
             name="tensorflow",
@@ -191,33 +206,42 @@ RECIPES: dict[str, Recipe] = {
             "Python 3.7 base image you give",
             title="TensorFlow {version}",
             versions=(
-                _tf("2.17.1", "tensorflow[and-cuda]"),
-                _tf("2.15.1", "tensorflow[and-cuda]"),
+                # Both want NumPy 1.x (the notebook image has 2.x): pinned, so the label is true.
+                _tf("2.17.1", "tensorflow[and-cuda]", numpy="1.26.4", tensorboard="2.17.1"),
+                _tf("2.15.1", "tensorflow[and-cuda]", numpy="1.26.4", tensorboard="2.15.2"),
                 _tf("1.15.5", "tensorflow", python="3.7", needs=TF1_REASON),
             ),
             default="2.17.1",
             unavailable=dict.fromkeys(("1.15", "1.15.0", "1.15.4"), TF1_REASON),
             apps=(TENSORBOARD,),
+            base_recipe=("notebook", "4.2.5"),
+            extra_files=("train_digits.py",),
         ),
         Recipe(
             name="notebook",
-            description="JupyterLab with the IPython kernel (app jupyter, port 8888)",
+            description="JupyterLab with the IPython kernel (app jupyter, port 8888), "
+            "matplotlib, and the scipy image's NumPy, SciPy, pandas and scikit-learn 1.5.2",
             title="JupyterLab {version}",
             versions=(
                 RecipeVersion(
                     version="4.2.5",
-                    build_args={"JUPYTERLAB_VERSION": "4.2.5", "IPYKERNEL_VERSION": "6.29.5"},
-                    frameworks={"python": PYTHON, "jupyterlab": "4.2.5", "ipykernel": "6.29.5"},
+                    build_args={"JUPYTERLAB_VERSION": "4.2.5", "IPYKERNEL_VERSION": "6.29.5",
+                                "MATPLOTLIB_VERSION": MATPLOTLIB_VERSION},
+                    frameworks={"python": PYTHON, "jupyterlab": "4.2.5", "ipykernel": "6.29.5",
+                                **NOTEBOOK_STACK},
                 ),
             ),
             default="4.2.5",
             apps=(JUPYTER,),
             ci=True,
+            base_recipe=("scipy", "1.5.2"),
+            extra_files=("train_digits.py",),
         ),
         Recipe(
             name="mlflow",
-            description="MLflow and TensorBoard on the scipy image (scikit-learn 1.5.2); apps "
-            "mlflow (port 5000) and tensorboard (port 6006); --version is MLflow's",
+            description="MLflow and TensorBoard on the notebook image (JupyterLab, matplotlib, "
+            "scikit-learn 1.5.2); apps jupyter (port 8888), mlflow (port 5000) and tensorboard "
+            "(port 6006); --version is MLflow's",
             title="MLflow {version} with scikit-learn (CPU)",
             versions=(
                 RecipeVersion(
@@ -233,11 +257,23 @@ RECIPES: dict[str, Recipe] = {
             default="3.5.1",
             apps=(MLFLOW, TENSORBOARD),
             ci=True,
-            base_recipe=("scipy", "1.5.2"),
+            # FROM notebook: MLflow needs matplotlib, which the notebook image has, so CI's
+            # make images downloads it once, not twice.
+            base_recipe=("notebook", "4.2.5"),
             extra_files=("train_diabetes.py",),
         ),
     )
 }
+
+
+#: What `make images-ml` builds (scripts/build-images-ml.sh), one at a time: two versions of
+#: each framework, FROM the notebook image. PyTorch's -cuda become -cpu when a CPU wheel index
+#: is given (GPUSLICE_TORCH_INDEX). The guide's TensorFlow 1.15 and PyTorch 1.7 have no wheels
+#: for the base's Python 3.11 (see TF1_REASON; torch 1.7's newest wheels are for Python 3.8).
+ML_IMAGES: tuple[tuple[str, str], ...] = (
+    ("pytorch", "2.5.1-cuda"), ("pytorch", "2.4.1-cuda"),
+    ("tensorflow", "2.17.1"), ("tensorflow", "2.15.1"),
+)
 
 
 def get_recipe(name: str) -> Recipe:
@@ -271,7 +307,7 @@ def plan(name: str, version: str | None, options: RecipeOptions) -> BuildPlan:
             build_args["TORCH_INDEX_URL"] = options.torch_index_url
     base_image = options.base_image or base_of(recipe)
     meta = ImageMeta(
-        title=recipe.title.format(version=item.version),
+        title=item.title or recipe.title.format(version=item.version),
         frameworks=item.frameworks,
         min_gpu=item.min_gpu, min_cpu=item.min_cpu, min_mem=item.min_mem,
         gpu=item.gpu, apps=recipe.apps,

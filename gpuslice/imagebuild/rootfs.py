@@ -23,8 +23,13 @@ import aiodocker
 
 Progress = Callable[[str], None]
 
-#: Packages on top of debootstrap's minbase: Python with pip and venv, CA roots. No compilers.
-ROOTFS_PACKAGES = ("python3", "python3-pip", "python3-venv", "ca-certificates")
+#: Packages on top of debootstrap's minbase: Python with pip and venv, CA roots, the download
+#: tools users' guides take for granted (wget, curl) and sudo (usable only where the node's
+#: admin allows it: agent setting ``allow_sudo``; else the base image's shim says it is off).
+#: No compilers.
+ROOTFS_PACKAGES = (
+    "python3", "python3-pip", "python3-venv", "ca-certificates", "wget", "curl", "sudo",
+)
 _CHUNK = 1024 * 1024
 _PER_PACKAGE = (
     "I: Retrieving",

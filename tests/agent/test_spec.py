@@ -65,6 +65,18 @@ def test_limits_user_and_security_options() -> None:
     assert config["Cmd"] == ["sleep", "infinity"]
 
 
+def test_sudo_only_where_the_node_allows_it_and_then_still_unprivileged() -> None:
+    default = build_container_spec(session(), NVIDIA).create_config()["HostConfig"]
+    assert "CapAdd" not in default and default["SecurityOpt"] == ["no-new-privileges"]
+    config = build_container_spec(session(), replace(NVIDIA, allow_sudo=True)).create_config()
+    host = config["HostConfig"]
+    assert host["SecurityOpt"] == []  # setuid sudo works
+    assert host["CapDrop"] == ["ALL"]
+    assert host["CapAdd"] == ["AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID",
+                              "KILL", "SETGID", "SETUID"]
+    assert host["Privileged"] is False and config["User"] == "1000:1000"
+
+
 def test_labels_carry_session_owner_and_allocation() -> None:
     spec = build_container_spec(session(), NVIDIA)
     labels = spec.create_config()["Labels"]

@@ -75,6 +75,9 @@ def test_build_context_holds_recipe_hook_and_ca(tmp_path: Path) -> None:
     context = _base_context(ca)
     assert set(context) == {
         "Dockerfile",
+        "sudo",
+        "gpuslice_usersite.py",
+        "gpuslice-usersite.pth",
         "hook/gpuslice_hook.py",
         "hook/sitecustomize.py",
         "hook/gpuslice-hook.pth",

@@ -18,7 +18,7 @@ from gpuslice.cli.main import app
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE, ImageMeta
 from gpuslice.imagebuild import ImageBuildError
 from gpuslice.imagebuild.build import _with_base_apps, recipe_digest
-from gpuslice.imagebuild.recipe_defs import RECIPES, RecipeOptions, plan
+from gpuslice.imagebuild.recipe_defs import ML_IMAGES, RECIPES, RecipeOptions, plan
 
 GIB = 1024**3
 TORCH_INDEX = "https://wheels.example.internal/cpu"
@@ -75,8 +75,9 @@ def test_tensorflow_1_15_says_why_not_and_what_is_possible() -> None:
     assert legacy.build_args["BASE_IMAGE"] == "registry.local/python:3.7"
     assert legacy.build_args["TF_PACKAGE"] == "tensorflow"
     assert plan("tensorflow", None, RecipeOptions()).build_args == {
-        "BASE_IMAGE": DEFAULT_SESSION_IMAGE, "TF_VERSION": "2.17.1",
-        "TF_PACKAGE": "tensorflow[and-cuda]",
+        "BASE_IMAGE": "gpuslice/notebook:4.2.5", "TF_VERSION": "2.17.1",
+        "TF_PACKAGE": "tensorflow[and-cuda]", "NUMPY_VERSION": "1.26.4",
+        "TENSORBOARD_VERSION": "2.17.1",
     }
 
 
@@ -101,7 +102,7 @@ def test_recipe_apps_start_with_their_base_path_and_token() -> None:
     assert jupyter.base_path and (jupyter.name, jupyter.port) == ("jupyter", 8888)
 
     mlflow = plan("mlflow", None, RecipeOptions())
-    assert mlflow.base_image == "gpuslice/scipy:1.5.2"  # scikit-learn and friends from there
+    assert mlflow.base_image == "gpuslice/notebook:4.2.5"  # scikit-learn, matplotlib, Jupyter
     assert set(mlflow.context) >= {"train_diabetes.py"}
     apps = {a.name: a for a in ImageMeta.from_labels(mlflow.labels).apps}
     assert set(apps) == {"mlflow", "tensorboard"}
@@ -124,6 +125,35 @@ def test_an_image_built_from_another_keeps_its_apps() -> None:
         "jupyter", "tensorboard"]
     assert ImageMeta.from_labels(merged.labels).gpu is True  # the rest is the recipe's own
     assert _with_base_apps(torch, {}) == torch
+
+
+def test_notebook_image_holds_the_scientific_stack_from_the_scipy_image() -> None:
+    notebook = plan("notebook", None, RecipeOptions())
+    assert notebook.base_image == "gpuslice/scipy:1.5.2"  # CI builds it anyway: no slower
+    assert "train_digits.py" in notebook.context
+    frameworks = ImageMeta.from_labels(notebook.labels).frameworks
+    assert {k: frameworks[k] for k in ("numpy", "pandas", "matplotlib", "scikit-learn")} == {
+        "numpy": "2.1.3", "pandas": "2.2.3", "matplotlib": "3.9.2", "scikit-learn": "1.5.2"}
+
+
+def test_framework_images_build_from_the_notebook_image_and_say_their_version() -> None:
+    assert [r for r, _ in ML_IMAGES] == ["pytorch", "pytorch", "tensorflow", "tensorflow"]
+    assert len({v for _, v in ML_IMAGES}) == 4  # two versions of each
+    titles = []
+    for recipe, version in ML_IMAGES:
+        build = plan(recipe, version, RecipeOptions())
+        assert build.base_image == "gpuslice/notebook:4.2.5"  # JupyterLab, NumPy, ...
+        assert "train_digits.py" in build.context
+        meta = ImageMeta.from_labels(build.labels)
+        framework = version.split("-")[0]
+        assert meta.frameworks["torch" if recipe == "pytorch" else "tensorflow"] == framework
+        assert {"jupyterlab", "tensorboard", "numpy", "pandas", "matplotlib",
+                "scikit-learn"} <= set(meta.frameworks)
+        titles.append(meta.title)
+    assert titles == ["PyTorch 2.5.1 (CUDA)", "PyTorch 2.4.1 (CUDA)",
+                      "TensorFlow 2.17.1 (CUDA)", "TensorFlow 2.15.1 (CUDA)"]
+    cpu = plan("pytorch", "2.4.1-cpu", RecipeOptions(torch_index_url=TORCH_INDEX))
+    assert ImageMeta.from_labels(cpu.labels).title == "PyTorch 2.4.1 (CPU)"
 
 
 def test_extra_ca_goes_into_the_context_and_the_digest(tmp_path: Path) -> None:

@@ -44,6 +44,11 @@ _SESSION_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Sessions have no IPv6: the fence (agent/isolation) is written for IPv4.
 NO_IPV6 = {"net.ipv6.conf.all.disable_ipv6": "1", "net.ipv6.conf.default.disable_ipv6": "1"}
 _DOCKER_SOCKETS = ("docker.sock", "containerd.sock", "podman.sock")
+# With the node's allow_sudo: what sudo (setuid, audit), apt and dpkg (owners, modes, dropping
+# to _apt) need as root in the container, and no more (Docker's default set less network,
+# device and capability-changing ones).
+SUDO_CAPABILITIES = ("AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL",
+                     "SETGID", "SETUID")
 
 
 class SpecError(ValueError):
@@ -112,6 +117,7 @@ class SpecOptions:
     user: str = "1000:1000"
     pids_limit: int = 4096
     log_max_size: str = "50m"
+    allow_sudo: bool = False  # the node admin's choice: sessions may become root (sudo)
     # The node's devices by UUID: model and total memory, stated in allocation.json.
     devices: Mapping[str, DeviceInfo] = field(default_factory=dict)
     # The node's session network (agent/isolation), and whether to switch IPv6 off in it.
@@ -155,6 +161,7 @@ class ContainerSpec:
     sysctls: Mapping[str, str] = field(default_factory=dict)
     # The agent's own id (agent/identity.py): the runtime sets it on every container it makes.
     agent_id: str = ""
+    allow_sudo: bool = False  # SpecOptions.allow_sudo: setuid works, a few capabilities kept
 
     @property
     def name(self) -> str:
@@ -208,7 +215,7 @@ class ContainerSpec:
             "PidsLimit": self.pids_limit,
             "Privileged": False,
             "CapDrop": ["ALL"],
-            "SecurityOpt": ["no-new-privileges"],
+            **_privilege_options(self.allow_sudo),
             "Init": True,  # tini as PID 1: signals reach the session, zombies are reaped
             "RestartPolicy": {"Name": "no"},  # the agent alone (re)starts sessions
             "LogConfig": {
@@ -322,6 +329,7 @@ def build_container_spec(session: SessionSpec, options: SpecOptions) -> Containe
         log_max_size=options.log_max_size,
         network=options.network,
         sysctls=NO_IPV6 if options.network and options.ipv6_off else {},
+        allow_sudo=options.allow_sudo,
     )
 
 
@@ -337,6 +345,15 @@ def with_enforcement(spec: ContainerSpec, layer: str, **details: Any) -> Contain
 def decimal_text(value: Decimal) -> str:
     """``Decimal("0.250")`` → ``"0.25"``; never exponent notation."""
     return format(value.normalize(), "f")
+
+
+def _privilege_options(allow_sudo: bool) -> dict[str, Any]:
+    """No way to gain privileges (the default); with ``allow_sudo``, setuid programs work and
+    root in the container holds :data:`SUDO_CAPABILITIES` only (still not privileged, no
+    devices, Docker's seccomp profile): root over the container's files, not over the host."""
+    if allow_sudo:
+        return {"CapAdd": list(SUDO_CAPABILITIES), "SecurityOpt": []}
+    return {"SecurityOpt": ["no-new-privileges"]}
 
 
 def _validate(session: SessionSpec) -> None:
