@@ -11,7 +11,9 @@ from httpx import AsyncClient as Client
 
 from tests.manager.conftest import UserFactory
 
-API_SPEAK = re.compile(r"`|/api/v1|resources\.|should have|Input should|Field required|Value error")
+API_SPEAK = re.compile(
+    r"`|/api/v1|resources\.|should have|Input should|Field required|Value error"
+)
 
 
 def words(answer: dict[str, object]) -> str:

@@ -10,8 +10,8 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from gpuslice.common.schemas.errors import ErrorBody
 from gpuslice.common import wording
+from gpuslice.common.schemas.errors import ErrorBody
 from gpuslice.common.text import scrub
 from gpuslice.manager import errors
 from gpuslice.manager.db.faults import classify
