@@ -22,6 +22,9 @@ LABELS = {
     "expires_in_hours": "Expires in (hours)", "gpu_model": "GPU model", "user": "User",
 }
 
+# A pattern's rule in words, where a schema's pattern is a common one.
+_PATTERNS = {r"^[^\s]+$": "write it without spaces"}
+
 
 def label(loc: Sequence[str | int]) -> str:
     """The field's name as a form shows it; a list's item is named by its place (1st = 1)."""
@@ -82,7 +85,8 @@ def _builtin(kind: str, ctx: Mapping[str, Any], fallback: str) -> str:
         "bool_parsing": "write true or false",
         "bool_type": "write true or false",
         "string_type": "write it as text",
-        "string_pattern_mismatch": "has characters that are not allowed here",
+        "string_pattern_mismatch": _PATTERNS.get(str(ctx.get("pattern")),
+                                                 "has characters that are not allowed here"),
         "literal_error": f"choose {ctx.get('expected')}",
         "enum": f"choose {ctx.get('expected')}",
         "list_type": "give a list",

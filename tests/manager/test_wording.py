@@ -9,6 +9,8 @@ import re
 import pytest
 from httpx import AsyncClient as Client
 
+from gpuslice.manager.errors import InvalidRequest
+from gpuslice.manager.services.sessions.commit import commit_reference
 from tests.manager.conftest import UserFactory
 
 API_SPEAK = re.compile(
@@ -61,3 +63,22 @@ async def test_an_unknown_image_says_where_to_look_not_an_api_path(admin: Client
     assert (r.status_code, answer["code"], answer["field"]) == (404, "unknown_image", "image")
     assert "the launch dialog and \"gpuslice image list\" show the ones you can use" in words(
         answer)
+
+
+async def test_a_bad_image_name_is_told_in_words(admin: Client) -> None:
+    spaced = (await admin.post("/api/v1/images", json={"name": "my env"})).json()
+    assert words(spaced) == "Name: write it without spaces"
+    r = await admin.post("/api/v1/images", json={"name": "BadName!"})
+    answer = r.json()
+    assert (r.status_code, answer["field"]) == (422, "name")
+    assert words(answer).startswith("'BadName!' is not an image name: write lower-case "
+                                    "letters and digits"), answer
+    assert "[registry" not in answer["message"]
+
+
+def test_a_bad_commit_name_is_told_of_what_was_typed() -> None:
+    with pytest.raises(InvalidRequest) as refused:
+        commit_reference("Bad Name!", "work", "alice")
+    assert refused.value.message.startswith(
+        "image name 'Bad Name!': write lower-case letters and digits joined by . _ or -")
+    assert "u/alice" not in refused.value.message

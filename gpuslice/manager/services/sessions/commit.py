@@ -110,7 +110,12 @@ def commit_reference(name: str, session_name: str, owner: str) -> str:
     if slash and ("." in first or ":" in first or first == "localhost"):
         raise _bad_name(name, f"a commit is named within {namespace}/, without a registry host")
     reference = f"{namespace}/{given}" if tag_of(given) else f"{namespace}/{given}:{session_name}"
-    return catalog.reference_or_error(reference, "name")
+    try:
+        return catalog.reference_or_error(reference, "name")
+    except InvalidRequest:  # said of what the user typed, not of the name it became
+        raise _bad_name(name, "write lower-case letters and digits joined by . _ or - (e.g. "
+                              "my-env), then optionally : and a tag of up to 128 letters, "
+                              "digits, _ . or - (e.g. my-env:v2)") from None
 
 
 async def _title(db: AsyncSession, session: SessionRow, owner: str) -> str:
@@ -125,7 +130,7 @@ async def _title(db: AsyncSession, session: SessionRow, owner: str) -> str:
 
 
 def _bad_name(name: str, why: str) -> InvalidRequest:
-    return InvalidRequest(f"{name!r}: {why}", field="name", code="invalid_image")
+    return InvalidRequest(f"image name {name!r}: {why}", field="name", code="invalid_image")
 
 
 async def _check_name(db: AsyncSession, reference: str, configured: list[str]) -> None:
