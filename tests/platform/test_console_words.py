@@ -214,7 +214,7 @@ def test_wide_tables_scroll_in_their_box_with_a_cue_on_a_phone(
         phone.screenshot(path=str(ARTIFACTS / f"console-words-phone-{name}.png"))
         if state[0] == "scrolls":
             wrap.evaluate("w => { w.scrollLeft = w.scrollWidth; }")
-            assert until(lambda w=wrap: _cue(phone, w), 10)[1] == "← scroll"
+            until(lambda w=wrap: _cue(phone, w) == ("scrolls", "← scroll"), 10, "at its end")
 
 
 def _cue(page: Any, wrap: Any) -> tuple[str, str] | None:
