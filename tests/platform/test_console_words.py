@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import re
+import subprocess
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -31,6 +33,7 @@ from tests.platform.test_console import (
     rows,
     until,
 )
+from tests.waits import wait_for
 
 pytestmark = pytest.mark.docker
 
@@ -40,8 +43,25 @@ PHONE = {"width": 390, "height": 844}
 
 
 @pytest.fixture(scope="module")
-def plat(base_image: str, apps_image: str,
+def commit_name() -> Iterator[str]:
+    """A name of its own for the run (the node keeps images between runs), its images
+    removed once the platform has stopped (a warm network sandbox may run the newest)."""
+    name = f"myenv-{uuid.uuid4().hex[:6]}"
+    yield name
+
+    def removed() -> bool:
+        listed = subprocess.run(["docker", "images", "-q", f"u/alice/{name}"],
+                                capture_output=True, text=True, check=False).stdout.split()
+        return not listed or subprocess.run(["docker", "rmi", *set(listed)],
+                                            capture_output=True, check=False).returncode == 0
+
+    wait_for(removed, 60, f"u/alice/{name} removed", interval=1)
+
+
+@pytest.fixture(scope="module")
+def plat(base_image: str, apps_image: str, commit_name: str,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    # commit_name first: its images are removed after this platform's containers
     yield from run_up(tmp_path_factory.mktemp("console-words"))
 
 
@@ -94,6 +114,7 @@ def remove_in_container(session_id: str, path: str) -> None:
 
 def test_commit_from_the_session_page_makes_a_launchable_image_of_hers(
     plat: Platform, browser: Any, alice: Client, apps_image: str,  # noqa: F811
+    commit_name: str,
 ) -> None:
     page = open_console(plat, browser, "alice")
     launch(page, apps_image, cpu="0.25", mem="256m", name="work")
@@ -108,26 +129,27 @@ def test_commit_from_the_session_page_makes_a_launchable_image_of_hers(
     page.click("#commit-submit")
     refused = until(lambda: page.inner_text("#commit-error"), 30, "the name's error")
     assert words(refused).startswith("image name 'My Env:work': write lower-case letters")
-    page.fill("#commit-name", "myenv")
+    page.fill("#commit-name", commit_name)
     page.fill("#commit-tag", "v1")
     page.click("#commit-submit")
+    reference = f"u/alice/{commit_name}:v1"
     assert page.query_selector("#commit-progress progress") or page.query_selector(
-        "#commit-image"), "no progress shown"
-    until(lambda: page.inner_text("#commit-image") == "u/alice/myenv:v1", 180, "the commit")
+        "#commit-image"), page.inner_text("#commit-error") or "no progress shown"
+    until(lambda: page.inner_text("#commit-image") == reference, 180, "the commit")
     title = "alice's custom image (from gpuslice proxy test apps)"
     assert title in page.inner_text("#commit-progress")
     shot(page, "commit-done")
     page.click("#commit-cancel")  # "Close"
 
     # in the catalog under her title, with only the app whose program it still has
-    [image] = [i for i in alice.list_images() if i.name == "u/alice/myenv:v1"]
+    [image] = [i for i in alice.list_images() if i.name == reference]
     assert (image.title, [a.name for a in image.apps]) == (title, ["broken"])
     page.goto(plat.url + "/#/sessions")
     page.click("#launch")
-    page.select_option("#launch-env", "u/alice/myenv")
+    page.select_option("#launch-env", f"u/alice/{commit_name}")
     assert title in page.inner_text("#launch-version")
     page.click("#launch-cancel")
-    launch(page, "u/alice/myenv:v1", cpu="0.25", mem="256m", name="again")
+    launch(page, reference, cpu="0.25", mem="256m", name="again")
     again = running_row(page, "again")
     page.click(f'#session-rows tr[data-id="{again["id"]}"] a')
     page.wait_for_selector("#open-terminal")
