@@ -24,6 +24,7 @@ from typing import Any
 import aiodocker
 import aiohttp
 
+from gpuslice.agent import commit_apps
 from gpuslice.agent.manager_link import LinkError, ManagerLink
 from gpuslice.agent.runtime.docker import DockerRuntime
 from gpuslice.agent.runtime.models import ContainerRuntimeError
@@ -166,7 +167,8 @@ async def serve_commit(
 ) -> CommitAnswer:
     """Commit the session's container as a clean image (see ``runtime/image_ops.py``)."""
     sid = _session(session_id)
-    info = await ctx.runtime.commit(sid, ask.reference, ask.labels)
+    labels = {**ask.labels, **await commit_apps.apps_label(ctx.runtime, sid)}
+    info = await ctx.runtime.commit(sid, ask.reference, labels)
     ctx.say(f"agent: session {sid} committed as {info.tag}")
     ctx.images_changed()  # the catalog learns the image's presence at once
     return CommitAnswer(image_id=info.image_id, size=info.size, labels=info.labels)

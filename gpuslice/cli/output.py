@@ -14,6 +14,7 @@ import typer
 from rich.console import Console
 
 from gpuslice.client import ApiError
+from gpuslice.common import wording
 from gpuslice.common.resources import MiB, ResourceError, format_mem, parse_mem
 
 # Piped output (scripts, tests) gets wide lines rather than Rich's 80-column default.
@@ -75,12 +76,10 @@ def invalid_option(err: Any, options: Mapping[str, str]) -> CliError:
     path = [str(p) for p in first.get("loc", ())]
     option = next((options[".".join(path[:n])] for n in range(len(path), 0, -1)
                    if ".".join(path[:n]) in options), ".".join(path) or "the request")
-    message = str(first.get("msg", "invalid")).removeprefix("Value error, ")
-    if path and message.startswith(f"{path[-1]}: "):  # the schema's own "mem: ..." prefix
-        message = message[len(path[-1]) + 2:]
-    elif first.get("type") != "value_error" and "input" in first:
-        # pydantic's bounds and choices ("Input should be ...") do not say what was given
-        message = f"{message[:1].lower()}{message[1:]}, got {first['input']!r}"
+    message, names_itself = wording.reason(first)
+    if not names_itself and first.get("type") != "value_error" and "input" in first:
+        # a bound or a choice ("must be 1 or more") does not say what was given
+        message = f"{message}, got {first['input']!r}"
     return CliError(f"{option}: {message}", 2)
 
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 
 ALLOWED = (
-    "[registry[:port]/]name[:tag][@digest], lower-case name components of letters, digits and "
-    "separators (. _ __ -), a tag of up to 128 letters, digits, _ . - (e.g. python:3.11, "
-    "registry.example.com:5000/team/torch:2.3)"
+    "lower-case letters and digits, joined by . _ or - and with / between parts, then "
+    "optionally : and a tag of up to 128 letters, digits, _ . or - (e.g. python:3.11, "
+    "team/torch:2.3 or registry.example.com:5000/team/torch:2.3)"
 )
 _COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _DOMAIN_PART = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
@@ -50,7 +50,7 @@ def normalize(reference: str) -> str:
     ref = reference.strip()
     match = _REFERENCE.match(ref)
     if match is None or len(match["name"]) > MAX_NAME or _bad_domain(match["name"]):
-        raise InvalidReference(f"{reference!r} is not a valid image reference: use {ALLOWED}")
+        raise InvalidReference(f"{reference!r} is not an image name: write {ALLOWED}")
     if match["tag"] is None and match["digest"] is None:
         ref = f"{ref}:latest"
     if len(ref) > MAX_REFERENCE:

@@ -71,6 +71,7 @@ APP_PLACEHOLDERS = frozenset({"port", "base_path", "token"})
 TERMINAL_APP = "terminal"
 _FORMAT = string.Formatter()
 DEFAULT_START_TIMEOUT = 60
+TITLE_MAX = 200  # characters of a title shown; the rest of a longer label is cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,7 +121,7 @@ class ImageMeta:
         labels = labels or {}
         problems: list[str] = []
         values: dict[str, Any] = {
-            "title": labels.get(LABEL_TITLE, "")[:200],
+            "title": labels.get(LABEL_TITLE, "")[:TITLE_MAX],
             "gpu": labels.get(LABEL_GPU, "").strip().lower() in ("1", "true", "yes"),
             "owner": labels.get(LABEL_OWNER) or None,
             "origin_session": labels.get(LABEL_ORIGIN_SESSION) or None,

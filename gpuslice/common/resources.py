@@ -102,7 +102,8 @@ def parse_mem(value: object, *, field: str = "mem", minimum: int = 1, bare: int 
         match = _MEM_RE.match(value)
         if not match:
             raise ResourceError(
-                field, f"{field}: {value!r} is not a memory size; expected {allowed}"
+                field, f"{field}: {value!r} is not a size; write e.g. 512m, 2g or 1.5g "
+                f"(a plain number counts {bare_unit})"
             )
         number = Decimal(match["num"])
         unit = match["unit"].lower()

@@ -24,6 +24,7 @@ from gpuslice.agent.manager_link import Credential, ManagerLink
 from gpuslice.agent.requests import KINDS, OUTPUT_CAP, RequestContext, RequestRunner
 from gpuslice.agent.runtime import ContainerSpec, DockerRuntime, ExecResult, SessionNotFound
 from gpuslice.agent.runtime.models import ImageInfo
+from gpuslice.common.images import LABEL_TITLE, ImageMeta
 from gpuslice.common.schemas.agents import (
     AgentRequest,
     Answer,
@@ -32,6 +33,7 @@ from gpuslice.common.schemas.agents import (
     ExecAsk,
     LogsAsk,
 )
+from tests.platform import app_image
 from tests.waits import scaled
 
 MANAGER = "http://manager.test"
@@ -78,6 +80,9 @@ class StandInRuntime:
 
     async def commit(self, session_id: str, reference: str, labels: dict[str, str]) -> object:
         return await self._answer("commit", reference)
+
+    async def session_image_labels(self, session_id: str) -> dict[str, str]:
+        return {}  # an image without apps: nothing to check before a commit
 
 
 @pytest.fixture
@@ -305,6 +310,34 @@ async def test_commit_of_a_real_session_answers_the_new_image(
         assert told.images_changed == 1
     finally:
         assert await runtime.remove_image(reference)
+
+
+@pytest.mark.docker
+async def test_a_commit_keeps_only_the_apps_whose_programs_remain(
+    runtime: DockerRuntime, make_spec: Callable[..., ContainerSpec], link: ManagerLink,
+    manager: FakeManager, base_image: str,
+) -> None:
+    # Issue 34, finding 3: echo_app.py removed in the session: its apps (echo, and slow, whose
+    # `sh -c` line runs it) are not offered by the committed image; broken's program (sh) is
+    apps_image = f"gpuslice-test/apps-{uuid.uuid4().hex[:8]}:1"
+    await asyncio.to_thread(app_image.build, apps_image, base_image)
+    reference = f"gpuslice-test/commit-{uuid.uuid4().hex[:8]}:1"
+    try:
+        spec = make_spec(image=apps_image)
+        await runtime.ensure_running(spec)
+        gone = await runtime.exec(spec.session_id, ["rm", app_image.IN_IMAGE], user="root")
+        assert gone.exit_code == 0, gone.stderr
+        answer = await answer_of(runner_for(runtime, link), manager, request(
+            CommitAsk(reference=reference, labels={LABEL_TITLE: "alice's custom image"}),
+            spec.session_id))
+        assert answer.error == "", answer.error
+        meta = ImageMeta.from_labels(answer.labels)
+        assert [a.name for a in meta.apps] == ["broken"]
+        assert meta.title == "alice's custom image"
+        await runtime.remove(spec.session_id)
+    finally:
+        await runtime.remove_image(reference)
+        await asyncio.to_thread(app_image.remove, apps_image)
 
 
 def test_answers_travel_as_their_kind() -> None:

@@ -103,7 +103,7 @@ def test_invalid_values_are_refused(field: str, value: object) -> None:
 
 
 def test_mock_gpu_memory_must_be_a_size() -> None:
-    with pytest.raises(ValidationError, match="not a memory size"):
+    with pytest.raises(ValidationError, match="not a size; write e.g. 512m"):
         AgentSettings(gpu=[{"model": "X", "memory": "lots"}])
 
 

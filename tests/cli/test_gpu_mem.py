@@ -35,5 +35,5 @@ def test_the_help_says_mib_and_a_bad_size_names_the_option() -> None:
     done = CliRunner().invoke(app, ["session", "create", "--gpu-mem", "lots"],
                               env={"GPUSLICE_URL": "http://127.0.0.1:9"})
     assert (done.exit_code, done.stderr) == (2, (
-        "error: --gpu-mem: 'lots' is not a memory size; expected a size such as 512m, 2g, "
-        "2GiB, 1.5G or a number of MiB\n"))
+        "error: --gpu-mem: 'lots' is not a size; write e.g. 512m, 2g or 1.5g "
+        "(a plain number counts MiB)\n"))

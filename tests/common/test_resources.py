@@ -60,8 +60,8 @@ def test_parse_mem_units_are_binary(value, size):
 
 @pytest.mark.parametrize(
     ("value", "fragment"),
-    [("5q", "not a memory size"), ("-1g", "not a memory size"), ("0", "positive"),
-     ("1e3g", "not a memory size"), ("999999t", "maximum"), ("g", "not a memory size"),
+    [("5q", "not a size; write"), ("-1g", "not a size; write"), ("0", "positive"),
+     ("1e3g", "not a size; write"), ("999999t", "maximum"), ("g", "not a size; write"),
      (True, "expected"), ([1], "expected")],
 )
 def test_parse_mem_rejects_garbage_and_absurd_sizes(value, fragment):

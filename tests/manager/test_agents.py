@@ -33,6 +33,26 @@ async def test_register_needs_a_valid_join_token(anon: Client, admin: Client) ->
     assert r.status_code == 401
 
 
+async def test_only_an_active_join_token_is_revoked(anon: Client, admin: Client) -> None:
+    # Issue 34, finding 10: a used token admits nobody; "revoking" it claimed to shut out the
+    # node that joined with it, which it does not. The listing says each token's state.
+    used = (await admin.post("/api/v1/join-tokens", json={"name": "used"})).json()
+    active = (await admin.post("/api/v1/join-tokens", json={"name": "spare"})).json()
+    r = await anon.post("/api/v1/agents/register",
+                        json={"join_token": used["token"], "name": "n1"})
+    assert r.status_code == 201, r.text
+    listed = {t["name"]: t["status"] for t in (await admin.get("/api/v1/join-tokens")).json()}
+    assert listed == {"used": "used", "spare": "active"}
+    refused = await admin.delete(f"/api/v1/join-tokens/{used['id']}")
+    assert (refused.status_code, refused.json()["code"]) == (409, "token_used")
+    assert refused.json()["message"] == (
+        "join token used was used already; it admits no other node, so there is nothing to "
+        "revoke (to shut out the node that joined with it, revoke that node)")
+    assert (await admin.delete(f"/api/v1/join-tokens/{active['id']}")).status_code == 204
+    listed = {t["name"]: t["status"] for t in (await admin.get("/api/v1/join-tokens")).json()}
+    assert listed == {"used": "used"}
+
+
 async def test_users_tokens_are_not_node_credentials(admin: Client) -> None:
     r = await admin.post("/api/v1/agents/me/heartbeat", json={"cpu": 1, "mem": 1})
     assert r.status_code == 401

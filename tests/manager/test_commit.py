@@ -38,9 +38,13 @@ async def test_commit_makes_a_private_image_of_the_owner(
     assert not image["public"] and image["owner"] == "alice"
     assert image["origin_session"] == s["id"] and image["nodes"] == ["node-1"]
     [request] = agent.committed
+    # Issue 34, finding 3: titled as hers, naming its parent (the fake node's python:3.11
+    # has no title label: its name), not the parent's own title
     assert request["ask"]["labels"] == {
-        "gpuslice.image.owner": "alice", "gpuslice.image.origin-session": s["id"]
+        "gpuslice.image.owner": "alice", "gpuslice.image.origin-session": s["id"],
+        "gpuslice.image.title": "alice's custom image (from python:3.11)",
     }
+    assert image["title"] == "alice's custom image (from python:3.11)"
     assert "u/alice/env:work" in await _names(alice)
     assert "u/alice/env:work" in await _names(admin)
     assert "u/alice/env:work" not in await _names(bob)
@@ -97,3 +101,17 @@ async def test_agent_failure_is_a_409_with_its_message(
     assert r.status_code == 409 and r.json()["code"] == "commit_failed"
     assert r.json()["message"] == "no space left on device"
     assert "u/admin/team/env:1" not in await _names(admin)
+
+
+async def test_a_commit_of_a_commit_names_the_first_parent(
+    make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    await make_agent()
+    alice = await make_user("alice")
+    s = await _running(alice, name="work")
+    assert (await _commit(alice, s["id"], "env")).status_code == 200
+    again = await _running(alice, name="again", image="u/alice/env:work")
+    r = await _commit(alice, again["id"], "env2")
+    assert r.status_code == 200, r.text
+    # not "alice's custom image (from alice's custom image (from python:3.11))"
+    assert r.json()["image"]["title"] == "alice's custom image (from python:3.11)"

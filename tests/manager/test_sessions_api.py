@@ -15,7 +15,7 @@ from tests.manager.fake_agent import gpu
     [
         ({"resources": {"gpu": "abc"}}, "resources.gpu", "not a number"),
         ({"resources": {"gpu": 0.333}}, "resources.gpu", "decimal places"),
-        ({"resources": {"mem": "lots"}}, "resources.mem", "not a memory size"),
+        ({"resources": {"mem": "lots"}}, "resources.mem", "Memory: 'lots' is not a size"),
         ({"resources": {"cpu": 0}}, "resources.cpu", "more than zero"),
         ({"count": 101}, "count", "100"),
         ({"count": 0}, "count", "1"),
@@ -42,7 +42,7 @@ async def test_memory_below_what_docker_starts_a_container_with_is_refused(
     # Docker refuses a container with less than 6 MiB: refused here, not on the node later
     answer = await create(admin, expect=422, resources={"mem": "1k"})
     assert answer == {"code": "validation_error", "field": "resources.mem",
-                      "message": "mem: '1k' is below the minimum 6 MiB"}
+                      "message": "Memory: '1k' is below the minimum 6 MiB"}
     run = await admin.post("/api/v1/runs/check", json={
         "name": "tiny", "script": "t.py", "image": "python:3.11", "resources": {"mem": 4096}})
     assert (run.status_code, run.json()["field"]) == (422, "resources.mem"), run.text
@@ -180,7 +180,7 @@ async def test_pages_walked_with_next_see_each_session_once(
     for bad in ("not-a-cursor", "eA", "MjAyNnx4"):  # junk, "x", "2026|x"
         r = await admin.get("/api/v1/sessions", params={"after": bad})
         assert r.status_code == 422, bad
-        assert "`after` is not a position this listing gave" in r.text
+        assert '"after" is not a position this listing gave' in r.json()["message"]
     both = await admin.get("/api/v1/sessions", params={"after": first["next"], "offset": 1})
     assert both.status_code == 422 and "not both" in both.text
 

@@ -44,6 +44,13 @@ class ImageOps:
             raise
         return True
 
+    async def session_image_labels(self, session_id: str) -> dict[str, str]:
+        """The labels of the image the session's container was made from."""
+        container = await self._container(session_id)
+        info = await self._call(lambda _d: container.show())
+        origin = await self._call(lambda d: d.images.inspect(info["Image"]))
+        return dict((origin.get("Config") or {}).get("Labels") or {})
+
     async def commit(
         self, session_id: str, reference: str, labels: dict[str, str]
     ) -> ImageInfo:

@@ -78,7 +78,7 @@ class ResourcesIn(BaseModel):
     @model_validator(mode="after")
     def _one_way_to_ask(self) -> ResourcesIn:
         if self.gpu_mem is not None and self.gpu:
-            raise ValueError("ask for gpu (fGPU) or gpu_mem (GPU memory), not both")
+            raise ValueError("ask for a GPU share (fGPU) or GPU memory, not both")
         return self
 
     def to_resources(self) -> Resources:

@@ -7,6 +7,7 @@ The agent wire protocol (what an agent sends with a join token, its heartbeats) 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationInfo, field_validator
 
@@ -47,7 +48,10 @@ class JoinTokenPublic(BaseModel):
     created_at: datetime
     expires_at: datetime | None
     used_at: datetime | None = Field(default=None, description="When a node registered with it.")
-    status: str = Field(default="active", description="active, used, expired or revoked.")
+    status: Literal["active", "used", "expired", "revoked"] = Field(
+        default="active", description="active (it may still admit a node: the one state that "
+        "can be revoked), used, expired or revoked.",
+    )
 
 
 class JoinTokenCreated(JoinTokenPublic):

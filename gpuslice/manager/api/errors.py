@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from gpuslice.common import wording
 from gpuslice.common.schemas.errors import ErrorBody
 from gpuslice.common.text import scrub
 from gpuslice.manager import errors
@@ -86,8 +87,10 @@ def _answer(
 ) -> JSONResponse:
     if status == 401:
         headers = {"WWW-Authenticate": "Bearer", **(headers or {})}
-    # A message may quote the input it refuses: what no answer can carry is replaced.
-    body = ErrorBody(code=code, message=scrub(message), field=scrub(field)).model_dump()
+    # A message may quote the input it refuses: what no answer can carry is replaced. It is
+    # shown as plain text (the console, the CLI): a command is quoted, not in Markdown's ticks.
+    text = scrub(message).replace("`", '"')
+    body = ErrorBody(code=code, message=text, field=scrub(field)).model_dump()
     return JSONResponse(body, status_code=status, headers=headers)
 
 
@@ -98,11 +101,8 @@ async def _domain(_request: Request, exc: errors.DomainError) -> JSONResponse:
 async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
     first = exc.errors()[0] if exc.errors() else {}
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
-    field = ".".join(loc) or None
-    message = str(first.get("msg", "invalid request")).removeprefix("Value error, ")
-    if field and not message.startswith(loc[-1]):
-        message = f"{field}: {message}"
-    return _answer(422, "validation_error", message, field)
+    # The message in words (the console and the CLI show it as it is); the path in `field`.
+    return _answer(422, "validation_error", wording.sentence(first), ".".join(loc) or None)
 
 
 async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -48,5 +48,6 @@ async def list_join_tokens(db: DbDep, _admin: AdminUser) -> list[JoinTokenPublic
 
 @router.delete("/join-tokens/{token_id}", status_code=status.HTTP_204_NO_CONTENT)
 async def revoke_join_token(token_id: str, db: DbDep, _admin: AdminUser) -> None:
-    """Revoke a join token; nodes registered with it keep their credentials (admins only)."""
+    """Revoke an active join token; nodes registered with it keep their credentials (admins
+    only). 409 `token_used` or `token_expired`: it admits no node any more."""
     await registration.revoke_join_token(db, token_id)

@@ -102,7 +102,7 @@ async def resolve(
         via = f" (alias of {reference!r})" if alias is not None and row is not None else ""
         raise NotFound(
             f"unknown image {wanted!r}{via}: no node has it and it is not on the allow list "
-            "(GET /api/v1/images lists the known ones)",
+            "(the launch dialog and `gpuslice image list` show the ones you can use)",
             field="image", code="unknown_image",
         )
     meta = ImageMeta.from_labels(row.labels if row is not None else None)

@@ -70,13 +70,30 @@ async def list_join_tokens(db: AsyncSession) -> list[JoinTokenPublic]:
 
 
 async def revoke_join_token(db: AsyncSession, token_id: str) -> None:
+    """Revoke a token that could still admit a node. A used or expired one admits nobody:
+    revoking it would claim to shut out what it no longer can (a node that joined with it is
+    shut out by revoking the node)."""
+    row = await db.get(JoinTokenRow, token_id)
+    if row is None or row.revoked_at is not None:
+        raise NotFound(f"no active join token {token_id}")
+    state = _join_public(row)
+    if state.status == "used":
+        raise Conflict(
+            f"join token {row.name} was used already; it admits no other node, so there is "
+            "nothing to revoke (to shut out the node that joined with it, revoke that node)",
+            code="token_used",
+        )
+    if state.status == "expired":
+        raise Conflict(f"join token {row.name} has expired; it admits no node any more",
+                       code="token_expired")
     result = await db.execute(
-        update(JoinTokenRow)
-        .where(JoinTokenRow.id == token_id, JoinTokenRow.revoked_at.is_(None))
+        update(JoinTokenRow)  # guarded: a node registering meanwhile keeps its token "used"
+        .where(JoinTokenRow.id == token_id, JoinTokenRow.revoked_at.is_(None),
+               JoinTokenRow.used_at.is_(None))
         .values(revoked_at=utcnow())
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
-        raise NotFound(f"no active join token {token_id}")
+        raise Conflict(f"join token {row.name} was used just now", code="token_used")
     await db.commit()
 
 

@@ -11,15 +11,29 @@ The new image is named in the owner's namespace, ``u/<owner>/<name>``, so it nev
 with a public, allowed or registry image (nobody else's sessions can be made to run it by
 name); it is private to the owner (admins see all) until an admin publishes it, and counts
 against the owner's policy ``max_private_images``.
+
+It is titled as its owner's, naming what it was made from ("alice's custom image (from
+scikit-learn 1.5)"), so the launch dialog never lists it under its parent's title; of the
+parent's apps it keeps only those whose programs the container still has (the agent looks
+before it commits: ``agent/commit_apps.py``).
 """
 
 from __future__ import annotations
+
+import re
 
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.image_refs import is_user_image, tag_of, user_namespace
-from gpuslice.common.images import KIND_PRIVATE, LABEL_ORIGIN_SESSION, LABEL_OWNER
+from gpuslice.common.images import (
+    KIND_PRIVATE,
+    LABEL_ORIGIN_SESSION,
+    LABEL_OWNER,
+    LABEL_TITLE,
+    TITLE_MAX,
+    ImageMeta,
+)
 from gpuslice.common.schemas.agents import CommitAnswer, CommitAsk
 from gpuslice.common.schemas.images import ImagePublic, SessionCommit, SessionCommitResult
 from gpuslice.common.schemas.sessions import SessionStatus
@@ -30,6 +44,7 @@ from gpuslice.manager.services.images import catalog, reports
 from gpuslice.manager.services.sessions import agent
 from gpuslice.manager.settings import ManagerSettings
 
+_COMMITTED = re.compile(r"^.+'s custom image \(from (?P<parent>.+)\)$")
 NOTE = (
     "files in storage folders are not part of the image: only the container's own filesystem "
     "(e.g. packages installed in the home directory) is"
@@ -56,11 +71,13 @@ async def commit_session(
         reference = commit_reference(body.name, row.name, owner.username)
         await _check_name(db, reference, settings.sessions.allowed_images)
         await _check_limit(db, owner)
+        title = await _title(db, row, owner.username)
         await db.commit()
     wait = settings.sessions.commit_timeout
-    ask = CommitAsk(
-        reference=reference, labels={LABEL_OWNER: owner.username, LABEL_ORIGIN_SESSION: row.id}
-    )
+    # The agent keeps, of the parent's apps, those whose programs the container still has.
+    ask = CommitAsk(reference=reference, labels={
+        LABEL_OWNER: owner.username, LABEL_ORIGIN_SESSION: row.id, LABEL_TITLE: title,
+    })
     done = await agent.ask(
         channel, row, ask, CommitAnswer, timeout=wait,
         late=f"finish the commit within {wait:g} s; the image appears in "
@@ -95,11 +112,27 @@ def commit_reference(name: str, session_name: str, owner: str) -> str:
     if slash and ("." in first or ":" in first or first == "localhost"):
         raise _bad_name(name, f"a commit is named within {namespace}/, without a registry host")
     reference = f"{namespace}/{given}" if tag_of(given) else f"{namespace}/{given}:{session_name}"
-    return catalog.reference_or_error(reference, "name")
+    try:
+        return catalog.reference_or_error(reference, "name")
+    except InvalidRequest:  # said of what the user typed, not of the name it became
+        raise _bad_name(name, "write lower-case letters and digits joined by . _ or - (e.g. "
+                              "my-env), then optionally : and a tag of up to 128 letters, "
+                              "digits, _ . or - (e.g. my-env:v2)") from None
+
+
+async def _title(db: AsyncSession, session: SessionRow, owner: str) -> str:
+    """The new image's title: its owner's, naming what it was made from. Keeping the
+    parent's title would list two images under one name in the launch dialog."""
+    parent = await db.get(ImageRow, session.image)
+    base = ImageMeta.from_labels(parent.labels if parent is not None else None).title
+    base = base or session.image
+    if (earlier := _COMMITTED.match(base)) is not None:  # a commit of a commit: the first parent
+        base = earlier["parent"]
+    return f"{owner}'s custom image (from {base})"[:TITLE_MAX]
 
 
 def _bad_name(name: str, why: str) -> InvalidRequest:
-    return InvalidRequest(f"{name!r}: {why}", field="name", code="invalid_image")
+    return InvalidRequest(f"image name {name!r}: {why}", field="name", code="invalid_image")
 
 
 async def _check_name(db: AsyncSession, reference: str, configured: list[str]) -> None:

@@ -107,7 +107,7 @@ async function users(body) {
         h("td", null, p.idle ? "idle " + p.idle.window + " s" + (p.idle.gpu_util !== null ? ", GPU < " + p.idle.gpu_util + "%" : "") +
           (p.idle.cpu_util !== null ? ", CPU < " + p.idle.cpu_util + "%" : "") : "never"),
         h("td", null, limit(p.max_lifetime, (s) => s + " s"))))))),
-    h("p", { class: "muted" }, "Quotas are set with `gpuslice admin policy` (or PUT /api/v1/policies)."));
+    h("p", { class: "muted" }, "Quotas are set with ", h("code", null, "gpuslice admin policy"), " on the command line."));
 }
 
 async function images(body) {
@@ -142,7 +142,7 @@ async function images(body) {
     h("h2", null, "Aliases"),
     h("ul", null, aliases.map((a) => h("li", null, a.name + " → " + a.reference + " ",
       h("button", { type: "button", onclick: () => act(() => del("/images/aliases/" + encodeURIComponent(a.name))) }, "Delete")))),
-    h("p", { class: "muted" }, "Builds: `gpuslice image build <recipe>` on a node (scripts/build-images.sh builds the standard ones)."));
+    h("p", { class: "muted" }, "Builds: ", h("code", null, "gpuslice image build <recipe>"), " on a node (", h("code", null, "scripts/build-images.sh"), " builds the standard ones)."));
 }
 
 async function tokens(body) {
@@ -170,7 +170,9 @@ async function tokens(body) {
       h("thead", null, h("tr", null, ["Name", "Node", "Status", "Created", "Expires", ""].map((x) => h("th", null, x)))),
       h("tbody", null, list.map((t) => h("tr", null, h("td", null, t.name), h("td", null, t.node || "any"), h("td", null, t.status),
         h("td", null, when(t.created_at)), h("td", null, when(t.expires_at)),
-        h("td", null, h("button", { type: "button", class: "danger", onclick: async () => { await del("/join-tokens/" + t.id); await tokens(body); } }, "Revoke"))))))));
+        // Only an active token can still admit a node: a used or expired one has nothing to revoke.
+        h("td", null, t.status === "active" ? h("button", { type: "button", class: "danger", "aria-label": "Revoke " + t.name,
+          onclick: async () => { await del("/join-tokens/" + t.id); await tokens(body); } }, "Revoke") : null)))))));
 }
 
 async function usage(body) {

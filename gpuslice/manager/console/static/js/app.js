@@ -2,7 +2,7 @@
 // (#/sessions, #/sessions/<id>, #/folders, #/models, #/admin). A page is a function of
 // (main element, route parts) returning { stop() } to end its streams and timers.
 import { post, whoami } from "./api.js";
-import { clear, h } from "./dom.js";
+import { clear, h, scrollCues } from "./dom.js";
 import { sessionsPage } from "./sessions.js";
 
 const lazy = {
@@ -48,6 +48,7 @@ async function start() {
     }
   });
   window.addEventListener("hashchange", route);
+  scrollCues(document.getElementById("main"));
   await route();
 }
 

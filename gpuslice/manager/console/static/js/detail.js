@@ -2,7 +2,7 @@
 // its history, its apps (the terminal in the page; web apps in a new tab), live usage and its
 // logs (following).
 import { get, post } from "./api.js";
-import { add, badge, bytes, clear, fgpu, h, num, toast, when } from "./dom.js";
+import { add, badge, bytes, clear, errorLine, fgpu, h, num, toast, when } from "./dom.js";
 import { watch } from "./live.js";
 import { usageCard } from "./usage.js";
 import { openTerminal } from "./terminal.js";
@@ -37,6 +37,7 @@ export function detailPage(main, parts) {
     }
     document.title = session.name + ": gpuslice";
     clear(head, h("h1", null, session.name + " "), badge(session.status), h("span", { class: "spacer" }),
+      session.status === "RUNNING" ? h("button", { type: "button", id: "commit-open", onclick: () => commitDialog(session) }, "Commit") : null,
       FINAL.has(session.status) || session.status === "TERMINATING" ? null :
         h("button", { type: "button", class: "danger", id: "destroy-one", onclick: destroy }, "Destroy"));
     showSummary();
@@ -191,4 +192,49 @@ function placeholder(session) {
   if (session.status === "PENDING") return "No logs yet: the session has not started. Its output appears here once it runs.";
   if (FINAL.has(session.status)) return "No logs: the session ended without printing anything.";
   return "No logs yet: nothing printed so far. Output appears here as the session writes it.";
+}
+
+// Commit: the running session saved as a private image of its owner's (a name and a tag),
+// to launch from the dialog. The API answers once the image exists (seconds to a minute),
+// so the dialog shows that it is working until then, and the refusal in words if any.
+function commitDialog(session) {
+  const name = h("input", { type: "text", id: "commit-name", value: "custom", required: true, autocomplete: "off",
+    "aria-describedby": "commit-error" });
+  const tag = h("input", { type: "text", id: "commit-tag", value: session.name, autocomplete: "off",
+    "aria-describedby": "commit-error" });
+  const progress = h("div", { id: "commit-progress", "aria-live": "polite" });
+  const problem = errorLine("commit-error");
+  const submit = h("button", { type: "submit", class: "primary", id: "commit-submit" }, "Commit");
+  const close = h("button", { type: "button", id: "commit-cancel", onclick: () => dialog.close() }, "Cancel");
+  const form = h("form", { onsubmit: go },
+    h("h2", { id: "commit-title" }, "Commit " + session.name + " as an image"),
+    h("p", { class: "hint" }, "Saves what you changed in the session (e.g. packages you installed) as a private image you can " +
+      "launch. Files in storage folders are not part of it."),
+    h("div", { class: "row" },
+      h("div", { class: "field" }, h("label", { for: "commit-name" }, "Image name"), name),
+      h("div", { class: "field" }, h("label", { for: "commit-tag" }, "Tag"), tag)),
+    progress, problem, h("div", { class: "actions" }, close, submit));
+  const dialog = h("dialog", { id: "commit-dialog", "aria-labelledby": "commit-title" }, form);
+  document.body.append(dialog);
+  dialog.addEventListener("close", () => dialog.remove());
+  dialog.showModal();
+
+  async function go(event) {
+    event.preventDefault();
+    problem.textContent = "";
+    submit.disabled = true;
+    clear(progress, h("progress", { "aria-label": "Committing" }), " Committing… this takes from seconds to a minute.");
+    const wanted = name.value.trim() + (tag.value.trim() ? ":" + tag.value.trim() : "");
+    try {
+      const made = await post("/sessions/" + encodeURIComponent(session.id) + "/commit", { name: wanted });
+      clear(progress, h("p", null, "Saved as ", h("strong", { id: "commit-image" }, made.image.name),
+        made.image.title ? " (" + made.image.title + ")" : "", ". Launch it from Launch sessions."));
+      submit.hidden = true;
+      close.textContent = "Close";
+    } catch (err) {
+      clear(progress);
+      problem.textContent = err.message;
+      submit.disabled = false;
+    }
+  }
 }

@@ -84,3 +84,21 @@ export function uid(prefix) {
   counter += 1;
   return prefix + "-" + counter;
 }
+
+// Wide tables scroll sideways inside their box (.table-wrap). Where one is wider than its box
+// (a phone), it is marked "scrolls" (a "scroll →" hint and a fade at the edge, in the style
+// sheet) until it is scrolled to its end. Watched for the whole page, so no page has to ask.
+export function scrollCues(root) {
+  const mark = (wrap) => {
+    const more = wrap.scrollWidth - wrap.clientWidth > 1;
+    wrap.classList.toggle("scrolls", more);
+    wrap.classList.toggle("at-end", more && wrap.scrollLeft + wrap.clientWidth >= wrap.scrollWidth - 1);
+  };
+  const all = () => root.querySelectorAll(".table-wrap").forEach(mark);
+  new MutationObserver(all).observe(root, { childList: true, subtree: true });
+  window.addEventListener("resize", all);
+  root.addEventListener("scroll", (event) => {
+    if (event.target.classList && event.target.classList.contains("table-wrap")) mark(event.target);
+  }, true);
+  all();
+}

@@ -205,7 +205,7 @@ export function modelsPage(main) {
   async function refresh() {
     const models = await get("/models");
     if (!models.length) {
-      clear(rows, h("tr", null, h("td", { colspan: 7, class: "muted" }, "No models yet: `gpuslice run train.py` or gpuslice-save in a session saves one.")));
+      clear(rows, h("tr", null, h("td", { colspan: 7, class: "muted" }, "No models yet: ", h("code", null, "gpuslice run train.py"), " or ", h("code", null, "gpuslice-save"), " in a session saves one.")));
       return;
     }
     clear(rows, models.map((m) => {

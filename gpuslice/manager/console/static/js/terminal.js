@@ -8,7 +8,7 @@ function script(src) {
     el.src = src;
     el.onload = resolve;
     el.onerror = () => reject(new Error("the browser terminal is not built on this manager " +
-      "(tools/build-web.sh); `gpuslice session shell` reaches the same shell"));
+      "(tools/build-web.sh); \"gpuslice session shell\" reaches the same shell"));
     document.head.append(el);
   });
 }
