@@ -59,7 +59,8 @@ COMMANDS = {
     ),
     "token": Lazy("gpuslice.cli.token:app", "Your API tokens."),
     "service": Lazy(
-        "gpuslice.cli.service:app", "Run the manager or an agent as a systemd service."
+        "gpuslice.cli.service:app",
+        "Run the manager, an agent or the whole platform (up) as a systemd service.",
     ),
     "manager": Lazy("gpuslice.cli.manager:app", "Run the manager alone (multi-node installs)."),
     "agent": Lazy("gpuslice.cli.agent:app", "Run a node agent alone (multi-node installs)."),

@@ -23,7 +23,7 @@ from gpuslice.cli.output import (
 )
 from gpuslice.client import Client
 
-app = typer.Typer(help="Your models: list, show, download, upload, delete, URLs. A model is "
+app = typer.Typer(help="Your models: list, show, download, upload, delete, URLs.\n\nA model is "
                   "named NAME (its latest version) or NAME:VERSION, e.g. resnet:1.",
                   no_args_is_help=True)
 Name = Annotated[str, typer.Argument(

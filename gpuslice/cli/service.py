@@ -23,8 +23,10 @@ if TYPE_CHECKING:
     from gpuslice.ops.systemd import Part, UnitSpec
 
 T = TypeVar("T")
-app = typer.Typer(help="Run the manager, an agent or `up` as a systemd service.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Run the manager, an agent or the whole platform (up) as a systemd service.",
+    no_args_is_help=True,
+)
 _LOCAL_HOSTS = {None, "", "localhost", "127.0.0.1", "::1"}
 
 
