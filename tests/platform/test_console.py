@@ -104,8 +104,12 @@ def rows(page: Any) -> list[dict[str, str]]:
 def launch(page: Any, image: str, **fields: str) -> None:
     page.click("#launch")
     page.wait_for_selector("#launch-dialog")
-    page.select_option("#launch-env", image.split(":")[0])
-    page.select_option("#launch-version", image)
+    repository = image.rsplit(":", 1)[0]
+    if page.locator(f'#launch-env option[value="{repository}"]').count():
+        page.select_option("#launch-env", repository)
+        page.select_option("#launch-version", image)
+    else:  # not offered (a test image): typed, as a user names any image they may use
+        page.fill("#launch-image", image)
     for key, value in fields.items():
         if key == "type":
             page.check(f"#launch-type-{value}")
