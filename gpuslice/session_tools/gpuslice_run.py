@@ -88,8 +88,9 @@ def _save(args: argparse.Namespace, ran: float) -> int:
     except (gpuslice_save.SaveError, gpuslice_endpoint.EndpointError, _GaveUp) as err:
         return _say(f"the script succeeded in {took}, but saving {args.save_dir}/ failed: "
                     f"{err}", SAVE_FAILED)
+    model = f"{saved.name}:{saved.version}" if saved.version else saved.name
     return _say(f"the script succeeded in {took}; saved {args.save_dir}/ as model "
-                f"{saved.name} ({saved.files} file(s))", 0)
+                f"{model} ({saved.files} file(s))", 0)
 
 
 def _patiently(action: Callable[[], T], save_dir: str, patience: float) -> T:

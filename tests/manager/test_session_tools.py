@@ -133,7 +133,7 @@ async def test_gpuslice_run_saves_on_success_only(in_session: tuple[Client, str,
 
     code, _, stderr = await tool(socket, tmp_path, *run, "0")
     assert code == 0, stderr
-    assert "saved output/ as model job-1 (1 file(s))" in stderr
+    assert "saved output/ as model job-1:1 (1 file(s))" in stderr
     r = await alice.get("/api/v1/models/job-1/files", params={"path": "model.txt"})
     assert r.content == b"trained\n"
 
@@ -166,6 +166,6 @@ async def test_gpuslice_run_waits_for_the_platform_to_save(
     _, rest = await asyncio.wait_for(runner.communicate(), scaled(60))
     err = "".join(said) + rest.decode()
     assert runner.returncode == 0, err
-    assert "saved output/ as model kept-1 (1 file(s))" in err, err
+    assert "saved output/ as model kept-1:1 (1 file(s))" in err, err
     r = await alice.get("/api/v1/models/kept-1/files", params={"path": "model.txt"})
     assert r.content == b"kept"

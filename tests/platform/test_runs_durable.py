@@ -75,7 +75,7 @@ def test_a_run_that_ends_while_the_platform_is_down_is_saved_once_it_is_back(
     assert 0 < run["duration_s"] < finished - asked + 1, (run, finished - asked)
     logs = platform.ok("run", "logs", "durable")
     assert "gpuslice-run: waiting for the manager to save output/" in logs
-    assert "saved output/ as model durable (1 file(s))" in logs
+    assert "saved output/ as model durable:1 (1 file(s))" in logs
 
 
 SKLEARN_TRAIN = """\
