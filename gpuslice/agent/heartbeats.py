@@ -41,13 +41,16 @@ class Heartbeats:
     say: Callable[[str], None]
     reregister: Callable[[], Awaitable[None]]
     _manager_away: str | None = field(default=None, init=False)  # said it is away: why
+    # The last complete report the manager took: what goes again while Docker is too busy to
+    # report, from the very first beat of the loop (right after ``first``) on.
+    _last: Heartbeat | None = field(default=None, init=False)
 
     async def loop(self, stop: asyncio.Event) -> None:
         """Heartbeat every interval. Liveness never waits on a busy Docker Engine (listing
         containers blocks for seconds while others are being created): past a short budget
         the last complete report goes again and the fresh one follows when it is ready, so a
         node starting many sessions is not taken for lost."""
-        body: Heartbeat | None = None
+        body: Heartbeat | None = self._last
         collecting: asyncio.Task[Heartbeat] | None = None
         try:
             while not stop.is_set():
@@ -63,6 +66,7 @@ class Heartbeats:
                 await self._send(body)
                 if done:  # its samples reached the manager (a report sent again has no new)
                     self.collector.sent()
+                    self._last = body
                 await wait_event(self.now, interval_ms / 1000)
                 self.now.clear()
         finally:
@@ -88,8 +92,10 @@ class Heartbeats:
 
     async def _beat(self) -> None:
         """One heartbeat, collected and sent now."""
-        await self._send(await self._collect())
+        body = await self._collect()
+        await self._send(body)
         self.collector.sent()
+        self._last = body
 
     async def _collect(self) -> Heartbeat:
         """What the node has and runs now."""
