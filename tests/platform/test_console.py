@@ -215,7 +215,17 @@ def test_two_versions_in_the_terminal_and_jupyter_in_a_new_tab(
     with page.context.expect_page() as opened:
         page.click("#open-jupyter")
     lab = opened.value
-    lab.wait_for_selector(".jp-LauncherCard", timeout=180_000)
+    try:
+        lab.wait_for_selector(".jp-LauncherCard", timeout=scaled(90) * 1000)
+    except Exception as err:  # playwright is imported only where it is installed
+        if type(err).__name__ != "TimeoutError":
+            raise
+        # Seen once in CI on a loaded machine: the tab never drew the launcher, while the same
+        # test passes alone in seconds. Keep what the tab showed, then do what its user would
+        # (reload once): a JupyterLab that does not work fails the second wait as well.
+        shot(lab, "jupyter-first-load")
+        lab.reload()
+        lab.wait_for_selector(".jp-LauncherCard", timeout=scaled(90) * 1000)
     shot(lab, "jupyter")
     lab.close()
     destroy_all(users["alice"])
