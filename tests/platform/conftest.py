@@ -16,7 +16,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -374,3 +374,23 @@ def apps_image(base_image: str) -> Iterator[str]:
         yield tag
     finally:
         app_image.remove(tag)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None],
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test shows the last lines of its platforms' processes (`gpuslice up`, the
+    manager, the agent): what the platform said while the test waited is often the why."""
+    report = yield
+    if report.passed or call.when == "teardown":
+        return report
+    funcargs = getattr(item, "funcargs", {})
+    shown = [v for v in funcargs.values() if isinstance(v, Platform)]
+    shown += [p for v in funcargs.values() if isinstance(v, list) for p in v
+              if isinstance(p, Platform)]
+    for plat in shown:
+        for number, process in enumerate(plat.processes):
+            tail = "\n".join(process.lines[-60:])
+            report.sections.append((f"{plat.node} process {number} ({process.argv[1:3]})", tail))
+    return report

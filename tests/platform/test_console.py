@@ -72,7 +72,12 @@ def open_console(plat: Platform, browser: Any, username: str, password: str = PA
     page.fill("#u", username)
     page.fill("#p", password)
     page.click("button")
-    page.wait_for_selector("#sessions")
+    try:  # the login's password hash runs at the lowest CPU priority: a loaded machine waits
+        page.wait_for_selector("#sessions", timeout=scaled(60) * 1000)
+    except Exception:
+        shot(page, f"open-console-{username}-failed")
+        raise AssertionError(f"{username}'s console never showed the sessions at {page.url}: "
+                             f"{page.inner_text('body')[:500]!r}") from None
     return page
 
 

@@ -89,8 +89,13 @@ def words(text: str) -> str:
 
 
 def running_row(page: Any, name: str) -> dict[str, str]:
-    return until(lambda: next((r for r in rows(page) if r["name"] == name
-                               and r["status"] == "RUNNING"), None), 120, f"{name} RUNNING")
+    try:
+        return until(lambda: next((r for r in rows(page) if r["name"] == name
+                                   and r["status"] == "RUNNING"), None), 120, f"{name} RUNNING")
+    except AssertionError:
+        shot(page, f"{name}-not-running")
+        raise AssertionError(f"{name} not RUNNING; the list shows {rows(page)}, the page "
+                             f"{page.inner_text('body')[:500]!r}") from None
 
 
 def remove_in_container(session_id: str, path: str) -> None:
