@@ -1,0 +1,126 @@
+"""Port forwarding over a link: one TCP connection to a port of a session's container.
+
+The agent connects from the node to the container's own address (as for apps: nothing is
+published), answers :class:`TcpOpened`, then passes bytes both ways: binary frames are the
+connection's bytes, :class:`End` a half-close (the side that sent it writes no more, the other
+may still answer, as TCP allows). The link ends when both sides ended, when either side
+closes or resets, or when the session's container goes (:meth:`Tunnels.forget`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import aiohttp
+from pydantic import TypeAdapter, ValidationError
+
+from gpuslice.agent.streams.apps import Addresses
+from gpuslice.agent.streams.socket import LinkSocket
+from gpuslice.common.schemas.streams import End, Failed, OpenTcp, TcpOpened
+
+log = logging.getLogger(__name__)
+CHUNK = 1024 * 1024  # most bytes per frame: few, large frames keep a bulk copy fast
+CONNECT_TIMEOUT = 10.0
+END = End().model_dump_json()
+ENDS: TypeAdapter[End] = TypeAdapter(End)
+
+
+class Tunnels:
+    """The port-forwarding connections of this node's sessions, to end with their session."""
+
+    def __init__(self, addresses: Addresses) -> None:
+        self.addresses = addresses
+        self._open: dict[asyncio.Event, str] = {}  # a connection's stop signal -> its session
+
+    async def serve(self, ws: LinkSocket, session_id: str, ask: OpenTcp) -> None:
+        """Connect to the port and relay until the connection is over; :class:`Failed` (409
+        no container, 502 ``port_closed``) when it cannot connect."""
+        address = await self.addresses.of(session_id, fresh=True)
+        if address is None:
+            await _fail(ws, 409, "not_running", "the session's container is not running")
+            return
+        try:
+            async with asyncio.timeout(CONNECT_TIMEOUT):
+                reader, writer = await asyncio.open_connection(address, ask.port, limit=CHUNK)
+        except (OSError, TimeoutError) as exc:
+            await _fail(ws, 502, "port_closed",
+                        f"nothing accepts connections on port {ask.port} in the session "
+                        f"({exc.strerror or 'no answer'}); start a server listening on "
+                        f"0.0.0.0:{ask.port} there first")
+            return
+        stop = asyncio.Event()
+        self._open[stop] = session_id
+        try:
+            await ws.send_str(TcpOpened(port=ask.port).model_dump_json())
+            await _relay(ws, reader, writer, stop)
+        finally:
+            del self._open[stop]
+            writer.transport.abort()
+
+    def forget(self, keep: set[str]) -> None:
+        """End the connections of sessions not in ``keep`` (their containers are gone)."""
+        for stop, session_id in list(self._open.items()):
+            if session_id not in keep:
+                stop.set()
+
+    def close(self) -> None:
+        self.forget(set())
+
+
+async def _relay(ws: LinkSocket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 stop: asyncio.Event) -> None:
+    """Both directions until both ended (each half-closes the other's way) or one broke."""
+    up = asyncio.create_task(_to_port(ws, writer))
+    down = asyncio.create_task(_from_port(reader, ws))
+    stopped = asyncio.create_task(stop.wait())
+    pending = {up, down}
+    try:
+        while pending:
+            done, _ = await asyncio.wait(pending | {stopped},
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if stopped in done:
+                return
+            for task in done & pending:
+                pending.discard(task)
+                if task.exception() is not None or task.result() is False:
+                    return  # a reset or a closed link: the whole connection is over
+    finally:
+        for task in (up, down, stopped):
+            task.cancel()
+        await asyncio.gather(up, down, stopped, return_exceptions=True)
+
+
+async def _to_port(ws: LinkSocket, writer: asyncio.StreamWriter) -> bool:
+    """The manager's bytes to the port; ``True`` at its half-close, ``False`` if the link
+    closed."""
+    while True:
+        message = await ws.receive()
+        if message.type is aiohttp.WSMsgType.BINARY:
+            writer.write(message.data)
+            await writer.drain()
+        elif message.type is aiohttp.WSMsgType.TEXT:
+            try:
+                ENDS.validate_json(message.data)
+            except ValidationError:
+                log.info("port forwarding: a control message that is not an end; closed")
+                return False
+            if writer.can_write_eof():
+                writer.write_eof()
+            return True
+        else:
+            return False
+
+
+async def _from_port(reader: asyncio.StreamReader, ws: LinkSocket) -> bool:
+    """The port's bytes to the manager, then :class:`End` at its half-close."""
+    while data := await reader.read(CHUNK):
+        await ws.send_bytes(data)
+    await ws.send_str(END)
+    return True
+
+
+async def _fail(ws: LinkSocket, status: int, code: str, message: str) -> None:
+    with contextlib.suppress(Exception):
+        await ws.send_str(Failed(status=status, code=code, message=message).model_dump_json())

@@ -1,0 +1,194 @@
+"""Port forwarding as people use it: `gpuslice session port-forward` against `gpuslice up`, a
+real session running a TCP echo server, bytes through the manager and the agent's link."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import socket
+import subprocess
+import threading
+import uuid
+
+import pytest
+import websockets.sync.client as ws_client
+from websockets.exceptions import InvalidStatus
+
+from gpuslice.client import Client
+from tests.platform.conftest import GPUSLICE, Platform, Process
+from tests.ports import free_port
+from tests.waits import scaled, wait_for
+
+pytestmark = pytest.mark.docker
+
+MiB = 1024 * 1024
+ECHO_PORT = 5000
+# A threaded echo server: each connection gets its bytes back, and a half-close once it
+# half-closed; started detached so that the exec that starts it returns.
+ECHO = """
+import socket, threading
+server = socket.create_server(("0.0.0.0", PORT), reuse_port=True)
+def serve(conn):
+    while data := conn.recv(1 << 20):
+        conn.sendall(data)
+    conn.shutdown(socket.SHUT_WR)
+    conn.close()
+while True:
+    conn, _ = server.accept()
+    threading.Thread(target=serve, args=(conn,), daemon=True).start()
+"""
+LAUNCH = """
+import socket, subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", sys.argv[1]], start_new_session=True,
+                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+for _ in range(100):
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[2])), 1).close()
+        break
+    except OSError:
+        time.sleep(0.1)
+"""
+
+
+def start_echo(client: Client, sid: str, port: int = ECHO_PORT) -> None:
+    code = ECHO.replace("PORT", str(port))
+    done = client.exec(sid, ["python3", "-c", LAUNCH, code, str(port)])
+    assert done.exit_code == 0, done.stderr
+
+
+def forward(plat: Platform, *args: str) -> tuple[Process, int]:
+    """`gpuslice session port-forward ARGS` running, and the local port it listens on."""
+    process = Process([GPUSLICE, "session", "port-forward", *args], plat.env)
+    plat.processes.append(process)  # stopped with the platform if the test fails
+    process.wait_for("Forwarding from", timeout=60)
+    line = next(line for line in process.lines if "Forwarding from" in line)
+    found = re.search(r"127\.0\.0\.1:(\d+) -> ", line)
+    assert found, line
+    return process, int(found.group(1))
+
+
+def connect(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=scaled(120))
+
+
+def test_an_echo_and_100_mib_pass_byte_for_byte_and_forwarding_ends_with_the_session(
+    shared_platform: Platform, base_image: str,
+) -> None:
+    plat = shared_platform
+    sid = plat.session("fwd", base_image, "--cpu", "0.5", "--mem", "256m")
+    start_echo(plat.client(), sid)
+    local = free_port()
+    process, port = forward(plat, "fwd", f"{local}:{ECHO_PORT}")
+    assert port == local
+
+    with connect(port) as conn:
+        conn.sendall(b"hello through the platform\n")
+        assert receive_exactly(conn, 27) == b"hello through the platform\n"
+
+    sent, received = transfer(port, 100 * MiB)
+    assert received == sent  # sha256 of the 100 MiB each way
+
+    # stdin/stdout as the one connection (what OpenSSH's ProxyCommand runs)
+    piped = subprocess.run([GPUSLICE, "session", "port-forward", "fwd", "--stdio",
+                            str(ECHO_PORT)], input=b"over stdio\n", capture_output=True,
+                           env=plat.env, timeout=scaled(60))
+    assert piped.returncode == 0, piped.stderr
+    assert piped.stdout == b"over stdio\n"
+
+    held = connect(port)
+    held.sendall(b"x")
+    assert receive_exactly(held, 1) == b"x"
+    plat.ok("session", "destroy", "fwd")
+    process.wait_for("port forwarding stopped", timeout=60)
+    assert process.popen.wait(scaled(30)) == 1
+    assert re.search(r"session fwd is (TERMINATING|TERMINATED)", process.output), \
+        process.output
+    held.settimeout(scaled(30))
+    try:
+        assert held.recv(10) == b""  # the open connection ended too
+    except ConnectionResetError:
+        pass
+    held.close()
+    with pytest.raises(ConnectionRefusedError):  # and nothing listens any more
+        connect(port).close()
+
+
+def test_port_forwarding_is_refused_to_others_and_for_what_does_not_run(
+    shared_platform: Platform, base_image: str,
+) -> None:
+    plat = shared_platform
+    sid = plat.session("fwd-mine", base_image, "--cpu", "0.5", "--mem", "256m")
+    url = "ws" + plat.url.removeprefix("http") + f"/api/v1/sessions/{sid}/ports/{ECHO_PORT}"
+    assert upgrade_status(url, {}) == 401
+
+    name = f"carol-{uuid.uuid4().hex[:6]}"
+    plat.ok("admin", "user", "create", name, "--password", "carol-password")
+    carol, _ = plat.login(name, "carol-password")
+    assert upgrade_status(url, {"Authorization": f"Bearer {carol}"}) == 404
+    as_carol = plat.env | {"GPUSLICE_TOKEN": carol, "GPUSLICE_URL": plat.url}
+    refused = subprocess.run([GPUSLICE, "session", "port-forward", sid, "5000"], text=True,
+                             capture_output=True, env=as_carol, timeout=scaled(60))
+    assert refused.returncode == 1
+    assert "no session" in refused.stderr.lower() and "Traceback" not in refused.stderr
+
+    owner = {"Authorization": f"Bearer {plat.client().token}"}
+    assert upgrade_status(url.replace(f"/{ECHO_PORT}", "/70000"), owner) == 422
+    # nothing listens on the port yet: a connection is refused with the reason, in one line
+    process, port = forward(plat, "fwd-mine", f"0:{ECHO_PORT}")
+    with connect(port) as conn:
+        assert conn.recv(10) == b""
+    process.wait_for(f"a connection to port {ECHO_PORT} failed: nothing accepts connections")
+    process.stop()
+
+    plat.ok("session", "destroy", "fwd-mine")
+    plat.wait_status(sid, {"TERMINATED"})
+    assert upgrade_status(url, owner) == 409
+    ended = plat.cli("session", "port-forward", sid, "5000")
+    assert ended.returncode == 1
+    assert "TERMINATED: its ports are reached once it runs" in ended.stderr
+    bad = plat.cli("session", "port-forward", sid, "http")
+    assert bad.returncode == 2 and "give PORT or LOCAL:REMOTE" in bad.stderr
+
+
+def upgrade_status(url: str, headers: dict[str, str]) -> int:
+    try:
+        with ws_client.connect(url, additional_headers=headers, open_timeout=scaled(60)):
+            return 101
+    except InvalidStatus as refused:
+        return refused.response.status_code
+
+
+def receive_exactly(conn: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        assert chunk, f"the connection ended after {len(data)} of {size} bytes"
+        data += chunk
+    return data
+
+
+def transfer(port: int, size: int) -> tuple[str, str]:
+    """Send ``size`` random bytes to the echo server while reading its answer: the sha256 of
+    what went and of what came back."""
+    sent = hashlib.sha256()
+    with connect(port) as conn:
+        def send() -> None:
+            left = size
+            while left:
+                block = os.urandom(min(MiB, left))
+                sent.update(block)
+                conn.sendall(block)
+                left -= len(block)
+            conn.shutdown(socket.SHUT_WR)
+
+        sender = threading.Thread(target=send, daemon=True)
+        sender.start()
+        received, count = hashlib.sha256(), 0
+        while chunk := conn.recv(MiB):
+            received.update(chunk)
+            count += len(chunk)
+        sender.join(scaled(60))
+    assert count == size, f"{count} bytes came back of {size}"
+    wait_for(lambda: not sender.is_alive(), 10, "the sender to finish")
+    return sent.hexdigest(), received.hexdigest()
