@@ -4,6 +4,7 @@ real session running a TCP echo server, bytes through the manager and the agent'
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import socket
@@ -38,23 +39,87 @@ while True:
     conn, _ = server.accept()
     threading.Thread(target=serve, args=(conn,), daemon=True).start()
 """
+# Starts ARGV... detached and returns once PORT answers.
 LAUNCH = """
 import socket, subprocess, sys, time
-subprocess.Popen([sys.executable, "-c", sys.argv[1]], start_new_session=True,
+subprocess.Popen(sys.argv[2:], start_new_session=True,
                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 for _ in range(100):
     try:
-        socket.create_connection(("127.0.0.1", int(sys.argv[2])), 1).close()
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), 1).close()
         break
     except OSError:
         time.sleep(0.1)
 """
+# Stops the processes whose command line holds ARGV[1].
+STOP = """
+import os, sys
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    command = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\\0", b" ")
+    if int(pid) != os.getpid() and sys.argv[1].encode() in command:
+        os.kill(int(pid), 15)
+"""
+
+
+def start(client: Client, sid: str, port: int, *argv: str) -> None:
+    """Run ``argv`` in the session, detached, until it answers on ``port``."""
+    done = client.exec(sid, ["python3", "-c", LAUNCH, str(port), *argv])
+    assert done.exit_code == 0, done.stderr
 
 
 def start_echo(client: Client, sid: str, port: int = ECHO_PORT) -> None:
-    code = ECHO.replace("PORT", str(port))
-    done = client.exec(sid, ["python3", "-c", LAUNCH, code, str(port)])
-    assert done.exit_code == 0, done.stderr
+    start(client, sid, port, "python3", "-c", ECHO.replace("PORT", str(port)))
+
+
+def apps(plat: Platform, session: str) -> dict[str, dict[str, object]]:
+    listed = json.loads(plat.ok("app", "list", session, "--json"))
+    return {str(a["name"]): a for a in listed}
+
+
+def wait_app(plat: Platform, session: str, name: str) -> dict[str, dict[str, object]]:
+    """The session's apps once ``name`` is among them."""
+    def listed() -> dict[str, dict[str, object]] | None:
+        found = apps(plat, session)
+        return found if name in found else None
+
+    return wait_for(listed, 30, f"app {name} of {session}", interval=0.5)
+
+
+def test_a_server_started_in_the_session_is_an_app_until_it_stops(
+    shared_platform: Platform, base_image: str,
+) -> None:
+    plat, client = shared_platform, shared_platform.client()
+    sid = plat.session("served", base_image, "--cpu", "0.5", "--mem", "256m")
+    start(client, sid, 8000, "python3", "-m", "http.server", "8000")
+    start(client, sid, 8001, "python3", "-m", "http.server", "8001", "--bind", "127.0.0.1")
+
+    listed = wait_app(plat, "served", "8000")
+    app = listed["8000"]
+    assert app["port"] == 8000 and app["state"] == "ready" and app["discovered"] is True
+    assert app["process"] == "python3" and "http.server 8000" in str(app["command"])
+    assert str(app["url"]).endswith(f"/s/{sid}/8000/")
+    assert "8001" not in listed  # on the session's loopback alone: its own business
+    assert list(listed)[0] == "terminal"
+    table = plat.ok("app", "list", "served")
+    assert re.search(r"8000\W+ready\W+8000\W+python3", table), table
+
+    assert client.exec(sid, ["python3", "-c", STOP, "http.server 8000"]).exit_code == 0
+    wait_for(lambda: "8000" not in apps(plat, "served"), 30, "port 8000 to leave the apps",
+             interval=0.5)
+
+
+def test_a_declared_app_keeps_its_place_and_its_port_is_not_listed_twice(
+    shared_platform: Platform, apps_image: str,
+) -> None:
+    plat, client = shared_platform, shared_platform.client()
+    sid = plat.session("declared", apps_image, "--cpu", "0.5", "--mem", "256m")
+    client.start_app(sid, "echo")
+    start(client, sid, 7000, "python3", "-m", "http.server", "7000")
+    listed = wait_app(plat, "declared", "7000")
+    echo = listed["echo"]
+    assert echo["discovered"] is False and echo["process"] == "python3"
+    assert [a["port"] for a in listed.values()].count(echo["port"]) == 1
+    assert list(listed) == ["terminal", "echo", "slow", "broken", "7000"]
 
 
 def forward(plat: Platform, *args: str) -> tuple[Process, int]:

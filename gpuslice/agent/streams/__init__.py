@@ -5,7 +5,8 @@ The manager never dials a node. For each ``stream`` request the agent dials the 
 link what its first message names: an app's HTTP exchange or WebSocket at the session
 container's own address (``http``, ``websocket``), a terminal, a TTY exec in the container
 (``terminals``), or a TCP connection to one of its ports (``tcp``: port forwarding).
-Apps are started on first use (``apps``); ``apps`` requests ask for their states. A link
+Apps are started on first use (``apps``); ``apps`` requests ask for their states and the
+ports served in the session (``ports``: any server a user starts is an app). A link
 serves only the session its request named.
 """
 
@@ -21,6 +22,7 @@ from gpuslice.agent.runtime import DockerRuntime
 from gpuslice.agent.streams.apps import Addresses, AppSupervisor
 from gpuslice.agent.streams.http import Upstream
 from gpuslice.agent.streams.link import serve_link
+from gpuslice.agent.streams.ports import SessionPorts
 from gpuslice.agent.streams.socket import LinkSocket
 from gpuslice.agent.streams.tcp import Tunnels
 from gpuslice.agent.streams.terminals import Terminals
@@ -39,6 +41,7 @@ class StreamService:
         self.apps = AppSupervisor(runtime, self.addresses)
         self.terminals = Terminals(runtime)
         self.tunnels = Tunnels(self.addresses)
+        self.ports = SessionPorts(runtime)
         self._client: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._autostarted: set[tuple[str, str]] = set()
@@ -66,14 +69,16 @@ class StreamService:
                 await link.close()
 
     async def states(self, session_id: str, ask: AppsAsk) -> AppsAnswer:
-        """The apps' states, after starting ``ask.start`` (waiting for it) when asked."""
+        """The apps' states, after starting ``ask.start`` (waiting for it) when asked; with
+        ``ask.ports``, the ports served in the session too."""
         statuses = []
         for launch in ask.apps:
             if launch.name == ask.start:
                 statuses.append(await self.apps.ensure(session_id, launch))
             else:
                 statuses.append(await self.apps.status(session_id, launch))
-        return AppsAnswer(apps=statuses)
+        ports = await self.ports.of(session_id) if ask.ports else []
+        return AppsAnswer(apps=statuses, ports=ports)
 
     def autostart(self, session_id: str, launches: list[AppLaunch]) -> None:
         """Start the apps a session asked for at its creation (once per agent process)."""
