@@ -25,11 +25,12 @@ pytestmark = pytest.mark.docker
 
 MiB = 1024 * 1024
 ECHO_PORT = 5000
+LOOPBACK_PORT = 5002
 # A threaded echo server: each connection gets its bytes back, and a half-close once it
 # half-closed; started detached so that the exec that starts it returns.
 ECHO = """
 import socket, threading
-server = socket.create_server(("0.0.0.0", PORT), reuse_port=True)
+server = socket.create_server((HOST, PORT), reuse_port=True)
 def serve(conn):
     while data := conn.recv(1 << 20):
         conn.sendall(data)
@@ -67,8 +68,9 @@ def start(client: Client, sid: str, port: int, *argv: str) -> None:
     assert done.exit_code == 0, done.stderr
 
 
-def start_echo(client: Client, sid: str, port: int = ECHO_PORT) -> None:
-    start(client, sid, port, "python3", "-c", ECHO.replace("PORT", str(port)))
+def start_echo(client: Client, sid: str, port: int = ECHO_PORT, host: str = "0.0.0.0") -> None:
+    code = ECHO.replace("PORT", str(port)).replace("HOST", repr(host))
+    start(client, sid, port, "python3", "-c", code)
 
 
 def apps(plat: Platform, session: str) -> dict[str, dict[str, object]]:
@@ -154,9 +156,11 @@ def test_an_echo_and_100_mib_pass_byte_for_byte_and_forwarding_ends_with_the_ses
     sent, received = transfer(port, 100 * MiB)
     assert received == sent  # sha256 of the 100 MiB each way
 
-    # stdin/stdout as the one connection (what OpenSSH's ProxyCommand runs)
+    # stdin/stdout as the one connection (what OpenSSH's ProxyCommand runs), to a server on
+    # the session's loopback alone (as `mlflow ui` and many debuggers listen by default)
+    start_echo(plat.client(), sid, LOOPBACK_PORT, "127.0.0.1")
     piped = subprocess.run([GPUSLICE, "session", "port-forward", "fwd", "--stdio",
-                            str(ECHO_PORT)], input=b"over stdio\n", capture_output=True,
+                            str(LOOPBACK_PORT)], input=b"over stdio\n", capture_output=True,
                            env=plat.env, timeout=scaled(60))
     assert piped.returncode == 0, piped.stderr
     assert piped.stdout == b"over stdio\n"

@@ -40,8 +40,8 @@ class StreamService:
         self.addresses = Addresses(runtime)
         self.apps = AppSupervisor(runtime, self.addresses)
         self.terminals = Terminals(runtime)
-        self.tunnels = Tunnels(self.addresses)
         self.ports = SessionPorts(runtime)
+        self.tunnels = Tunnels(self.addresses, self.ports)
         self._client: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._autostarted: set[tuple[str, str]] = set()

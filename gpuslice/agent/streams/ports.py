@@ -37,17 +37,28 @@ class SessionPorts:
 
     async def of(self, session_id: str) -> list[ListeningPort]:
         """The ports served in the session now; none when its container does not run."""
+        pid = await self.pid_of(session_id)
+        if pid is None:
+            return []
+        return await asyncio.to_thread(served_ports, pid, self.proc, self.cgroups)
+
+    async def pid_of(self, session_id: str) -> int | None:
+        """The host pid of the session's container's first process, while it runs."""
         state = await self.runtime.find(session_id)
         if state is None or not state.running:
-            return []
+            return None
         pid = self._pids.get(state.container_id)
         if pid is None:
             inspected = await self.runtime.inspect(state.container_id)
             if inspected is None or not inspected.pid:
-                return []
-            self._pids = {state.container_id: inspected.pid}  # only running ones are asked
+                return None
             pid = inspected.pid
-        return await asyncio.to_thread(served_ports, pid, self.proc, self.cgroups)
+            self._pids = {k: v for k, v in self._pids.items() if self._alive(v)}
+            self._pids[state.container_id] = pid
+        return pid
+
+    def _alive(self, pid: int) -> bool:
+        return (self.proc / str(pid)).exists()
 
 
 def served_ports(pid: int, proc: Path = Path("/proc"),

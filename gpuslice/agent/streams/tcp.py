@@ -1,7 +1,10 @@
 """Port forwarding over a link: one TCP connection to a port of a session's container.
 
-The agent connects from the node to the container's own address (as for apps: nothing is
-published), answers :class:`TcpOpened`, then passes bytes both ways: binary frames are the
+The agent connects from the node, nothing is published: to the port on the session's own
+loopback first, with a socket made in its network namespace (``netns.py``: what listens on
+``127.0.0.1`` only is reached too, as with ``kubectl port-forward``), else, when that is
+refused or the agent may not enter the namespace, at the container's own address. It answers
+:class:`TcpOpened`, then passes bytes both ways: binary frames are the
 connection's bytes, :class:`End` a half-close (the side that sent it writes no more, the other
 may still answer, as TCP allows). The link ends when both sides ended, when either side
 closes or resets, or when the session's container goes (:meth:`Tunnels.forget`).
@@ -17,6 +20,8 @@ import aiohttp
 from pydantic import TypeAdapter, ValidationError
 
 from gpuslice.agent.streams.apps import Addresses
+from gpuslice.agent.streams.netns import socket_in
+from gpuslice.agent.streams.ports import SessionPorts
 from gpuslice.agent.streams.socket import LinkSocket
 from gpuslice.common.schemas.streams import End, Failed, OpenTcp, TcpOpened
 
@@ -30,8 +35,9 @@ ENDS: TypeAdapter[End] = TypeAdapter(End)
 class Tunnels:
     """The port-forwarding connections of this node's sessions, to end with their session."""
 
-    def __init__(self, addresses: Addresses) -> None:
+    def __init__(self, addresses: Addresses, ports: SessionPorts) -> None:
         self.addresses = addresses
+        self.ports = ports
         self._open: dict[asyncio.Event, str] = {}  # a connection's stop signal -> its session
 
     async def serve(self, ws: LinkSocket, session_id: str, ask: OpenTcp) -> None:
@@ -43,12 +49,12 @@ class Tunnels:
             return
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
-                reader, writer = await asyncio.open_connection(address, ask.port, limit=CHUNK)
+                reader, writer = await self._connect(session_id, address, ask.port)
         except (OSError, TimeoutError) as exc:
             await _fail(ws, 502, "port_closed",
                         f"nothing accepts connections on port {ask.port} in the session "
-                        f"({exc.strerror or 'no answer'}); start a server listening on "
-                        f"0.0.0.0:{ask.port} there first")
+                        f"({exc.strerror or 'no answer'}); start a server on that port "
+                        "there first")
             return
         stop = asyncio.Event()
         self._open[stop] = session_id
@@ -58,6 +64,26 @@ class Tunnels:
         finally:
             del self._open[stop]
             writer.transport.abort()
+
+    async def _connect(self, session_id: str, address: str,
+                       port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        pid = await self.ports.pid_of(session_id)
+        if pid is not None:
+            try:
+                sock = await asyncio.to_thread(socket_in, pid)
+            except OSError as exc:  # not root, or the container just went
+                log.debug("port forwarding: not in the session's namespace: %s", exc)
+            else:
+                try:
+                    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+                except OSError:  # listens on the container's address alone, or not at all
+                    sock.close()
+                except BaseException:
+                    sock.close()
+                    raise
+                else:
+                    return await asyncio.open_connection(sock=sock, limit=CHUNK)
+        return await asyncio.open_connection(address, port, limit=CHUNK)
 
     def forget(self, keep: set[str]) -> None:
         """End the connections of sessions not in ``keep`` (their containers are gone)."""
