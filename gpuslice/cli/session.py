@@ -33,7 +33,8 @@ if TYPE_CHECKING:
     from gpuslice.client.terminal import Terminal
     from gpuslice.common.schemas.sessions import ReclaimPublic, SessionCreate, SessionPublic
 
-app = typer.Typer(help="Compute sessions: create, list, show, stats, logs, destroy, exec, shell.",
+app = typer.Typer(help="Compute sessions: create, list, show, stats, logs, destroy, exec, shell, "
+                  "port-forward.",
                   no_args_is_help=True)
 
 
