@@ -124,15 +124,17 @@ def test_a_declared_app_keeps_its_place_and_its_port_is_not_listed_twice(
     assert list(listed) == ["terminal", "echo", "slow", "broken", "7000"]
 
 
-def forward(plat: Platform, *args: str) -> tuple[Process, int]:
-    """`gpuslice session port-forward ARGS` running, and the local port it listens on."""
+def forward(plat: Platform, *args: str, count: int = 1) -> tuple[Process, list[int]]:
+    """`gpuslice session port-forward ARGS` running, and the local ports it listens on (of
+    ``count`` forwards), in the order given."""
     process = Process([GPUSLICE, "session", "port-forward", *args], plat.env)
     plat.processes.append(process)  # stopped with the platform if the test fails
-    process.wait_for("Forwarding from", timeout=60)
-    line = next(line for line in process.lines if "Forwarding from" in line)
-    found = re.search(r"127\.0\.0\.1:(\d+) -> ", line)
-    assert found, line
-    return process, int(found.group(1))
+    wait_for(lambda: sum("Forwarding from" in line for line in process.lines) >= count
+             or process.popen.poll() is not None, 60, "the forwards")
+    ports = [int(found.group(1)) for line in process.lines
+             if (found := re.search(r"127\.0\.0\.1:(\d+) -> ", line))]
+    assert len(ports) == count, process.output
+    return process, ports
 
 
 def connect(port: int) -> socket.socket:
@@ -145,9 +147,16 @@ def test_an_echo_and_100_mib_pass_byte_for_byte_and_forwarding_ends_with_the_ses
     plat = shared_platform
     sid = plat.session("fwd", base_image, "--cpu", "0.5", "--mem", "256m")
     start_echo(plat.client(), sid)
+    # and one on the session's loopback alone (as `mlflow ui` and many debuggers listen)
+    start_echo(plat.client(), sid, LOOPBACK_PORT, "127.0.0.1")
     local = free_port()
-    process, port = forward(plat, "fwd", f"{local}:{ECHO_PORT}")
+    process, [port, loopback] = forward(plat, "fwd", f"{local}:{ECHO_PORT}",
+                                        f"0:{LOOPBACK_PORT}", "--address", "127.0.0.1",
+                                        count=2)
     assert port == local
+    with connect(loopback) as conn:
+        conn.sendall(b"on loopback\n")
+        assert receive_exactly(conn, 12) == b"on loopback\n"
 
     with connect(port) as conn:
         conn.sendall(b"hello through the platform\n")
@@ -156,9 +165,7 @@ def test_an_echo_and_100_mib_pass_byte_for_byte_and_forwarding_ends_with_the_ses
     sent, received = transfer(port, 100 * MiB)
     assert received == sent  # sha256 of the 100 MiB each way
 
-    # stdin/stdout as the one connection (what OpenSSH's ProxyCommand runs), to a server on
-    # the session's loopback alone (as `mlflow ui` and many debuggers listen by default)
-    start_echo(plat.client(), sid, LOOPBACK_PORT, "127.0.0.1")
+    # stdin/stdout as the one connection (what OpenSSH's ProxyCommand runs)
     piped = subprocess.run([GPUSLICE, "session", "port-forward", "fwd", "--stdio",
                             str(LOOPBACK_PORT)], input=b"over stdio\n", capture_output=True,
                            env=plat.env, timeout=scaled(60))
@@ -204,7 +211,7 @@ def test_port_forwarding_is_refused_to_others_and_for_what_does_not_run(
     owner = {"Authorization": f"Bearer {plat.client().token}"}
     assert upgrade_status(url.replace(f"/{ECHO_PORT}", "/70000"), owner) == 422
     # nothing listens on the port yet: a connection is refused with the reason, in one line
-    process, port = forward(plat, "fwd-mine", f"0:{ECHO_PORT}")
+    process, [port] = forward(plat, "fwd-mine", f"0:{ECHO_PORT}")
     with connect(port) as conn:
         assert conn.recv(10) == b""
     process.wait_for(f"a connection to port {ECHO_PORT} failed: nothing accepts connections")
