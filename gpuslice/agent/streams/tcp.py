@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 
 import aiohttp
 from pydantic import TypeAdapter, ValidationError
@@ -49,7 +50,7 @@ class Tunnels:
             return
         try:
             async with asyncio.timeout(CONNECT_TIMEOUT):
-                reader, writer = await self._connect(session_id, address, ask.port)
+                sock = await self._connect(session_id, address, ask.port)
         except (OSError, TimeoutError) as exc:
             await _fail(ws, 502, "port_closed",
                         f"nothing accepts connections on port {ask.port} in the session "
@@ -60,30 +61,31 @@ class Tunnels:
         self._open[stop] = session_id
         try:
             await ws.send_str(TcpOpened(port=ask.port).model_dump_json())
-            await _relay(ws, reader, writer, stop)
+            await _relay(ws, sock, stop)
         finally:
             del self._open[stop]
-            writer.transport.abort()
+            sock.close()
 
-    async def _connect(self, session_id: str, address: str,
-                       port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _connect(self, session_id: str, address: str, port: int) -> socket.socket:
+        """A connected non-blocking socket: the port on the session's loopback, else at its
+        address."""
+        loop = asyncio.get_running_loop()
         pid = await self.ports.pid_of(session_id)
         if pid is not None:
             try:
-                sock = await asyncio.to_thread(socket_in, pid)
+                inside = await asyncio.to_thread(socket_in, pid)
             except OSError as exc:  # not root, or the container just went
                 log.debug("port forwarding: not in the session's namespace: %s", exc)
             else:
                 try:
-                    await asyncio.get_running_loop().sock_connect(sock, ("127.0.0.1", port))
+                    await _connected(loop, inside, ("127.0.0.1", port))
+                    return inside
                 except OSError:  # listens on the container's address alone, or not at all
-                    sock.close()
-                except BaseException:
-                    sock.close()
-                    raise
-                else:
-                    return await asyncio.open_connection(sock=sock, limit=CHUNK)
-        return await asyncio.open_connection(address, port, limit=CHUNK)
+                    pass
+        outside = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        outside.setblocking(False)
+        await _connected(loop, outside, (address, port))
+        return outside
 
     def forget(self, keep: set[str]) -> None:
         """End the connections of sessions not in ``keep`` (their containers are gone)."""
@@ -95,11 +97,21 @@ class Tunnels:
         self.forget(set())
 
 
-async def _relay(ws: LinkSocket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 stop: asyncio.Event) -> None:
-    """Both directions until both ended (each half-closes the other's way) or one broke."""
-    up = asyncio.create_task(_to_port(ws, writer))
-    down = asyncio.create_task(_from_port(reader, ws))
+async def _connected(loop: asyncio.AbstractEventLoop, sock: socket.socket,
+                     where: tuple[str, int]) -> None:
+    try:
+        await loop.sock_connect(sock, where)
+    except BaseException:
+        sock.close()
+        raise
+
+
+async def _relay(ws: LinkSocket, sock: socket.socket, stop: asyncio.Event) -> None:
+    """Both directions until both ended (each half-closes the other's way) or one broke.
+    The socket is read and written directly, not through a stream: each read takes all that
+    arrived (up to ``CHUNK``), so a bulk copy goes in few, large frames."""
+    up = asyncio.create_task(_to_port(ws, sock))
+    down = asyncio.create_task(_from_port(sock, ws))
     stopped = asyncio.create_task(stop.wait())
     pending = {up, down}
     try:
@@ -118,30 +130,31 @@ async def _relay(ws: LinkSocket, reader: asyncio.StreamReader, writer: asyncio.S
         await asyncio.gather(up, down, stopped, return_exceptions=True)
 
 
-async def _to_port(ws: LinkSocket, writer: asyncio.StreamWriter) -> bool:
+async def _to_port(ws: LinkSocket, sock: socket.socket) -> bool:
     """The manager's bytes to the port; ``True`` at its half-close, ``False`` if the link
     closed."""
+    loop = asyncio.get_running_loop()
     while True:
         message = await ws.receive()
         if message.type is aiohttp.WSMsgType.BINARY:
-            writer.write(message.data)
-            await writer.drain()
+            await loop.sock_sendall(sock, message.data)
         elif message.type is aiohttp.WSMsgType.TEXT:
             try:
                 ENDS.validate_json(message.data)
             except ValidationError:
                 log.info("port forwarding: a control message that is not an end; closed")
                 return False
-            if writer.can_write_eof():
-                writer.write_eof()
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_WR)
             return True
         else:
             return False
 
 
-async def _from_port(reader: asyncio.StreamReader, ws: LinkSocket) -> bool:
+async def _from_port(sock: socket.socket, ws: LinkSocket) -> bool:
     """The port's bytes to the manager, then :class:`End` at its half-close."""
-    while data := await reader.read(CHUNK):
+    loop = asyncio.get_running_loop()
+    while data := await loop.sock_recv(sock, CHUNK):
         await ws.send_bytes(data)
     await ws.send_str(END)
     return True
