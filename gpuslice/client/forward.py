@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import socket
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from gpuslice.client.errors import ApiError
 from gpuslice.client.tunnel import CHUNK, Tunnel, splice
@@ -50,23 +52,25 @@ async def serve(open_tunnel: OpenTunnel, forwards: list[Forward], addresses: lis
     """Listen on each address and local port, and tunnel every connection to its remote port,
     until ``ended`` gives a reason (the session stopped running): that reason."""
     connections: set[asyncio.Task[None]] = set()
-    servers: list[asyncio.Server] = []
+    listeners: list[socket.socket] = []
     try:
         for forward in forwards:
             for address in addresses:
-                server = await _listen(open_tunnel, forward, address, say, connections)
-                servers.append(server)
-                host, port = server.sockets[0].getsockname()[:2]
+                listener = _listen(address, forward.local)
+                listeners.append(listener)
+                host, port = listener.getsockname()[:2]
                 say(f"Forwarding from {_where(host, port)} -> {forward.remote}")
+                _spawn(connections, _accept(open_tunnel, listener, forward.remote, say,
+                                            connections))
         while (reason := await ended()) is None:
             await asyncio.sleep(poll)
         return reason
     finally:
-        for server in servers:
-            server.close()
         for task in connections:
             task.cancel()
         await asyncio.gather(*connections, return_exceptions=True)
+        for listener in listeners:
+            listener.close()
 
 
 async def stdio(open_tunnel: OpenTunnel, port: int) -> None:
@@ -87,49 +91,58 @@ async def stdio(open_tunnel: OpenTunnel, port: int) -> None:
     await splice(tunnel, stdin.read, write, write_eof)
 
 
-async def _listen(open_tunnel: OpenTunnel, forward: Forward, address: str,
-                  say: Callable[[str], None],
-                  connections: set[asyncio.Task[None]]) -> asyncio.Server:
-    async def accepted(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        connections.add(task)
-        try:
-            await _connection(open_tunnel, forward.remote, reader, writer, say)
-        finally:
-            connections.discard(task)
-            writer.transport.abort()
-
+def _listen(address: str, port: int) -> socket.socket:
+    """A listening socket (read and written directly, not through asyncio's streams: each
+    read takes all that arrived, up to ``CHUNK``, so a bulk copy goes in few, large frames)."""
     try:
-        return await asyncio.start_server(accepted, address, forward.local, limit=CHUNK)
+        family = socket.getaddrinfo(address, port, type=socket.SOCK_STREAM)[0][0]
+        listener = socket.create_server((address, port), family=family)
     except OSError as exc:
-        raise ApiError(f"cannot listen on {_where(address, forward.local)}: {exc.strerror}",
-                       code="listen_failed") from None
+        raise ApiError(f"cannot listen on {_where(address, port)}: "
+                       f"{exc.strerror or exc}", code="listen_failed") from None
+    listener.setblocking(False)
+    return listener
 
 
-async def _connection(open_tunnel: OpenTunnel, remote: int, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter, say: Callable[[str], None]) -> None:
-    try:
-        tunnel = await open_tunnel(remote)
-    except ApiError as err:
-        say(f"a connection to port {remote} failed: {err.message}")
-        return
+async def _accept(open_tunnel: OpenTunnel, listener: socket.socket, remote: int,
+                  say: Callable[[str], None], connections: set[asyncio.Task[None]]) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        conn, _ = await loop.sock_accept(listener)
+        conn.setblocking(False)
+        _spawn(connections, _connection(open_tunnel, remote, conn, say))
 
-    async def write(data: bytes) -> None:
-        writer.write(data)
-        await writer.drain()
 
-    def write_eof() -> None:
-        if writer.can_write_eof() and not writer.is_closing():
-            writer.write_eof()
-
-    async def read() -> bytes:
+async def _connection(open_tunnel: OpenTunnel, remote: int, conn: socket.socket,
+                      say: Callable[[str], None]) -> None:
+    loop = asyncio.get_running_loop()
+    with conn:
         try:
-            return await reader.read(CHUNK)
-        except ConnectionError:
-            return b""
+            tunnel = await open_tunnel(remote)
+        except ApiError as err:
+            say(f"a connection to port {remote} failed: {err.message}")
+            return
 
-    await splice(tunnel, read, write, write_eof)
+        async def read() -> bytes:
+            try:
+                return await loop.sock_recv(conn, CHUNK)
+            except ConnectionError:
+                return b""
+
+        async def write(data: bytes) -> None:
+            await loop.sock_sendall(conn, data)
+
+        def write_eof() -> None:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_WR)
+
+        await splice(tunnel, read, write, write_eof)
+
+
+def _spawn(tasks: set[asyncio.Task[None]], work: Coroutine[Any, Any, None]) -> None:
+    task = asyncio.get_running_loop().create_task(work)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
 
 
 def _where(host: str, port: int) -> str:
