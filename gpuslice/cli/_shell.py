@@ -1,7 +1,8 @@
 """`gpuslice session shell`'s side of a terminal: this terminal in raw mode, relayed both ways.
 
 Raw mode sends every key as it is (Ctrl-C too: the shell's TTY turns it into SIGINT there);
-window size changes follow (SIGWINCH). A dropped connection is reattached to the same shell
+window size changes follow (SIGWINCH). Keys typed while it connects are kept for the shell.
+A dropped connection is reattached to the same shell
 (the manager keeps it a minute); the shell's exit code becomes this command's.
 """
 
@@ -88,7 +89,9 @@ def _raw(fd: int) -> Iterator[None]:
 
     saved = termios.tcgetattr(fd)
     try:
-        tty.setraw(fd)
+        # TCSADRAIN, not setraw's default TCSAFLUSH: keys typed while the shell was connecting
+        # wait in the terminal's input and must reach the shell (as with ssh), not be dropped.
+        tty.setraw(fd, termios.TCSADRAIN)
         yield
     finally:
         termios.tcsetattr(fd, termios.TCSADRAIN, saved)

@@ -19,14 +19,17 @@ app = typer.Typer(help="A session's apps: list them, open one in a browser.",
 @friendly
 def app_list(ref: Annotated[str, typer.Argument(help="Session id or name.")],
              as_json: JsonOpt = False) -> None:
-    """The session's apps: name, state (stopped, starting, ready, failed) and URL."""
+    """The session's apps: name, state (stopped, starting, ready, failed), port, the process
+    serving it and URL. Any port a process in the session serves is an app, named by its
+    number (`python -m http.server 8000` makes app 8000)."""
     with Client.from_config() as client:
         listed = client.list_apps(ref)
     if as_json:
         print_json(listed.apps)
         return
-    table(["name", "state", "url", "note"], [
-        (a.name, a.state.value, a.url, a.message) for a in listed.apps
+    table(["name", "state", "port", "process", "url", "note"], [
+        (a.name, a.state.value, "" if a.port is None else str(a.port), a.process, a.url,
+         "" if a.discovered else a.message) for a in listed.apps
     ])
 
 

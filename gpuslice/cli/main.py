@@ -30,7 +30,7 @@ COMMANDS = {
     "version": Lazy("gpuslice.cli.version:version", "Print the version."),
     "session": Lazy(
         "gpuslice.cli.session:app",
-        "Compute sessions: create, list, show, stats, logs, destroy, exec, shell.",
+        "Compute sessions: create, list, show, stats, logs, destroy, exec, shell, port-forward.",
     ),
     "app": Lazy("gpuslice.cli.app:app", "A session's apps: list them, open one in a browser."),
     "run": Lazy(

@@ -1,4 +1,5 @@
-"""`gpuslice session ...`: create, list, show, stats, logs, destroy, exec, shell, commit."""
+"""`gpuslice session ...`: create, list, show, stats, logs, destroy, exec, shell, port-forward,
+commit."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ if TYPE_CHECKING:
     from gpuslice.client.terminal import Terminal
     from gpuslice.common.schemas.sessions import ReclaimPublic, SessionCreate, SessionPublic
 
-app = typer.Typer(help="Compute sessions: create, list, show, stats, logs, destroy, exec, shell.",
+app = typer.Typer(help="Compute sessions: create, list, show, stats, logs, destroy, exec, shell, "
+                  "port-forward.",
                   no_args_is_help=True)
 
 
@@ -313,6 +315,29 @@ def shell(
             return client.terminal(sid, rows=rows, cols=cols, terminal=again or terminal)
 
         code = _shell.run(open_terminal)
+    raise typer.Exit(code)
+
+
+@app.command("port-forward")
+@friendly
+def port_forward(
+    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    ports: Annotated[list[str], typer.Argument(
+        help="PORT (the same port here) or LOCAL:REMOTE (LOCAL 0: any free port).")],
+    address: Annotated[list[str] | None, typer.Option(
+        "--address", help="Listen on this local address (repeatable).")] = None,
+    as_stdio: Annotated[bool, typer.Option(
+        "--stdio", help="Relay stdin/stdout to the one PORT instead of listening (an "
+        "OpenSSH ProxyCommand).")] = False,
+) -> None:
+    """Forward local ports to a running session's ports, for any TCP protocol, through the
+    manager (nodes behind NAT too). Runs until the session ends (exit code 1, saying so) or
+    Ctrl-C; with --stdio until the connection ends."""
+    from gpuslice.cli import _forward
+
+    forwards = _forward.forwards_of(ports)
+    with _client() as client:
+        code = _forward.run(client, ref, forwards, address or ["127.0.0.1"], as_stdio)
     raise typer.Exit(code)
 
 

@@ -177,6 +177,13 @@ def test_proxy(base_image: str) -> None:
 
 
 @pytest.mark.docker
+def test_port_forward(base_image: str) -> None:
+    fields = run_bench("port_forward", "--image", base_image)
+    check(fields, "download_mib_s download_mib_s_direct upload_mib_s upload_mib_s_direct "
+                  "throughput_ratio", intact=1)
+
+
+@pytest.mark.docker
 @pytest.mark.pg
 def test_recovery(base_image: str) -> None:
     """The cluster of tests/platform/cluster.py: PostgreSQL, two managers behind HAProxy."""

@@ -68,6 +68,30 @@ async def test_apps_are_listed_with_their_states_and_urls(
     assert launches["db"]["command"] == []
 
 
+def serving(request: dict[str, Any]) -> dict[str, Any]:
+    """Apps answer: all ready, and a server on 8000 and the declared echo's port served."""
+    assert request["ask"]["ports"] is True
+    return {"apps": [{"name": a["name"], "state": "ready"} for a in request["ask"]["apps"]],
+            "ports": [{"port": 8765, "process": "python3", "command": "python3 echo.py"},
+                      {"port": 8000, "process": "streamlit", "command": "streamlit run a.py"}]}
+
+
+async def test_ports_served_in_the_session_are_apps_after_the_declared_ones(
+    admin: httpx.AsyncClient, make_agent: AgentFactory
+) -> None:
+    await make_agent(images=[IMAGE], image_details=DETAILS, apps_answer=serving)
+    sid = await running(admin)
+    r = await admin.get(f"/api/v1/sessions/{sid}/apps")
+    assert r.status_code == 200, r.text
+    listed = {a["name"]: a for a in r.json()["apps"]}
+    assert list(listed) == ["terminal", "echo", "notebook", "db", "8000"]
+    assert listed["echo"]["process"] == "python3" and not listed["echo"]["discovered"]
+    served = listed["8000"]
+    assert served["discovered"] and served["port"] == 8000 and served["state"] == "ready"
+    assert served["process"] == "streamlit" and served["command"] == "streamlit run a.py"
+    assert served["url"] == f"http://manager/s/{sid}/8000/"
+
+
 async def test_starting_an_app_waits_for_it_or_says_why_it_failed(
     admin: httpx.AsyncClient, make_agent: AgentFactory
 ) -> None:

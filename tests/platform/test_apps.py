@@ -208,6 +208,25 @@ def test_session_shell_is_interactive_and_returns_the_exit_status(plat: Platform
         os.close(main)
 
 
+def test_keys_typed_while_the_shell_connects_reach_the_shell(plat: Platform,
+                                                              base_image: str) -> None:
+    plat.session("typeahead", base_image, "--cpu", "0.5", "--mem", "256m")
+    main, child = pty.openpty()
+    shell = subprocess.Popen([GPUSLICE, "session", "shell", "typeahead"], stdin=child,
+                             stdout=child, stderr=child, env=plat.env, start_new_session=True)
+    os.close(child)
+    try:
+        # typed at once, as a person does after pressing Enter: long before the shell is there
+        os.write(main, b"echo typed-$((40+2))-ahead\n")
+        expect(main, b"typed-42-ahead")  # the shell's output, not the echo of the keys
+        os.write(main, b"exit 5\n")
+        assert shell.wait(scaled(30)) == 5
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+        os.close(main)
+
+
 def expect(fd: int, wanted: bytes, timeout: float = 30.0) -> bytes:
     seen = b""
     deadline = time.monotonic() + scaled(timeout)

@@ -236,6 +236,32 @@ def test_two_versions_in_the_terminal_and_jupyter_in_a_new_tab(
     destroy_all(users["alice"])
 
 
+SERVE = ("import subprocess, sys; subprocess.Popen([sys.executable, '-m', 'http.server', "
+         "'8000'], start_new_session=True, stdout=subprocess.DEVNULL, "
+         "stderr=subprocess.DEVNULL)")
+STOP = ("import os; [os.kill(int(p), 15) for p in os.listdir('/proc') if p.isdigit() and "
+        "b'http.server' in open(f'/proc/{p}/cmdline', 'rb').read() and int(p) != os.getpid()]")
+
+
+def test_a_server_started_in_the_session_shows_in_the_launcher_until_it_stops(
+    plat: Platform, browser: Any, users: dict[str, Client]
+) -> None:
+    alice = users["alice"]
+    [session] = alice.create_sessions(image=BASE, cpu="0.5", mem="256m", name="served")
+    alice.wait(session.id, {"RUNNING"}, timeout=scaled(120))
+    page = open_console(plat, browser, "alice")
+    page.goto(f"{plat.url}/#/sessions/{session.id}")
+    page.wait_for_selector("#open-terminal", timeout=60_000)
+    assert alice.exec(session.id, ["python3", "-c", SERVE]).exit_code == 0
+    link = page.wait_for_selector("#open-8000", timeout=scaled(30) * 1000)
+    assert link.get_attribute("href").endswith(f"/s/{session.id}/8000/")
+    until(lambda: "port 8000 · python3" in page.inner_text("#app-buttons"), 10, "its process")
+    shot(page, "served-port")
+    assert alice.exec(session.id, ["python3", "-c", STOP]).exit_code == 0
+    page.wait_for_selector("#open-8000", state="detached", timeout=scaled(30) * 1000)
+    destroy_all(alice)
+
+
 def test_users_see_only_their_own_and_an_admin_sees_all(
     plat: Platform, browser: Any, users: dict[str, Client]
 ) -> None:

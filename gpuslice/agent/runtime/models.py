@@ -71,6 +71,7 @@ class ContainerState:
     agent_id: str = ""
     owned: bool = True
     mounts: Mapping[str, str] = field(default_factory=dict)  # bind mounts: target -> source
+    pid: int = 0  # its first process's, on the host (from an inspection only; 0 unknown)
 
     @property
     def ip_address(self) -> str | None:
@@ -116,6 +117,7 @@ class ContainerState:
             sandbox=joined(info),
             agent_id=labels.get(LABEL_AGENT_ID, ""),
             mounts=binds_of(info),
+            pid=int(state.get("Pid") or 0),
         )
 
     @classmethod

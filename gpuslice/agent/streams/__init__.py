@@ -3,9 +3,11 @@
 The manager never dials a node. For each ``stream`` request the agent dials the manager back
 (a WebSocket to ``/api/v1/agents/me/streams/{request id}``, as the node) and serves on that
 link what its first message names: an app's HTTP exchange or WebSocket at the session
-container's own address (``http``, ``websocket``), or a terminal, a TTY exec in the container
-(``terminals``). Apps are started on first use (``apps``). ``apps`` requests ask for their
-states. A link serves only the session its request named.
+container's own address (``http``, ``websocket``), a terminal, a TTY exec in the container
+(``terminals``), or a TCP connection to one of its ports (``tcp``: port forwarding).
+Apps are started on first use (``apps``); ``apps`` requests ask for their states and the
+ports served in the session (``ports``: any server a user starts is an app). A link
+serves only the session its request named.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ from gpuslice.agent.runtime import DockerRuntime
 from gpuslice.agent.streams.apps import Addresses, AppSupervisor
 from gpuslice.agent.streams.http import Upstream
 from gpuslice.agent.streams.link import serve_link
+from gpuslice.agent.streams.ports import SessionPorts
 from gpuslice.agent.streams.socket import LinkSocket
+from gpuslice.agent.streams.tcp import Tunnels
 from gpuslice.agent.streams.terminals import Terminals
 from gpuslice.common.schemas.agents import AppLaunch, AppsAnswer, AppsAsk, StreamAsk
 
@@ -36,6 +40,8 @@ class StreamService:
         self.addresses = Addresses(runtime)
         self.apps = AppSupervisor(runtime, self.addresses)
         self.terminals = Terminals(runtime)
+        self.ports = SessionPorts(runtime)
+        self.tunnels = Tunnels(self.addresses, self.ports)
         self._client: aiohttp.ClientSession | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._autostarted: set[tuple[str, str]] = set()
@@ -57,20 +63,22 @@ class StreamService:
             link = LinkSocket(ws)
             try:
                 upstream = Upstream(self.addresses, self.apps, client)
-                await serve_link(link, session_id, upstream, self.terminals,
+                await serve_link(link, session_id, upstream, self.terminals, self.tunnels,
                                  idle=ask.idle_ms / 1000, ping=ask.ping_ms / 1000)
             finally:
                 await link.close()
 
     async def states(self, session_id: str, ask: AppsAsk) -> AppsAnswer:
-        """The apps' states, after starting ``ask.start`` (waiting for it) when asked."""
+        """The apps' states, after starting ``ask.start`` (waiting for it) when asked; with
+        ``ask.ports``, the ports served in the session too."""
         statuses = []
         for launch in ask.apps:
             if launch.name == ask.start:
                 statuses.append(await self.apps.ensure(session_id, launch))
             else:
                 statuses.append(await self.apps.status(session_id, launch))
-        return AppsAnswer(apps=statuses)
+        ports = await self.ports.of(session_id) if ask.ports else []
+        return AppsAnswer(apps=statuses, ports=ports)
 
     def autostart(self, session_id: str, launches: list[AppLaunch]) -> None:
         """Start the apps a session asked for at its creation (once per agent process)."""
@@ -86,6 +94,7 @@ class StreamService:
         """Sessions whose containers are gone: their terminals, apps and addresses go too."""
         self.apps.forget(keep)
         self.terminals.forget(keep)
+        self.tunnels.forget(keep)
         self.addresses.keep(keep)
         self._autostarted = {k for k in self._autostarted if k[0] in keep}
 
@@ -106,6 +115,7 @@ class StreamService:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.terminals.close()
+        self.tunnels.close()
         await self.apps.close()
         if self._client is not None:
             await self._client.close()

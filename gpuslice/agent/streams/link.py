@@ -16,12 +16,14 @@ from pydantic import TypeAdapter, ValidationError
 from gpuslice.agent.runtime.models import ContainerRuntimeError
 from gpuslice.agent.streams.http import LinkClosed, Upstream, serve_http
 from gpuslice.agent.streams.socket import LinkSocket
+from gpuslice.agent.streams.tcp import Tunnels
 from gpuslice.agent.streams.terminals import TerminalError, Terminals
 from gpuslice.agent.streams.websocket import serve_websocket
 from gpuslice.common.schemas.streams import (
     Failed,
     LinkOpen,
     OpenHttp,
+    OpenTcp,
     OpenTerminal,
     OpenWebSocket,
     Resize,
@@ -30,12 +32,12 @@ from gpuslice.common.schemas.streams import (
 )
 
 log = logging.getLogger(__name__)
-OPENS: TypeAdapter[OpenHttp | OpenWebSocket | OpenTerminal] = TypeAdapter(LinkOpen)
+OPENS: TypeAdapter[OpenHttp | OpenWebSocket | OpenTerminal | OpenTcp] = TypeAdapter(LinkOpen)
 RESIZE = TypeAdapter(Resize)
 
 
 async def serve_link(ws: LinkSocket, session_id: str, upstream: Upstream, terminals: Terminals,
-                     idle: float, ping: float) -> None:
+                     tunnels: Tunnels, idle: float, ping: float) -> None:
     """Serve streams on ``ws`` for ``session_id`` until the manager closes it, it idles for
     ``idle`` seconds, or a stream that ends the link ends."""
     while True:
@@ -56,6 +58,8 @@ async def serve_link(ws: LinkSocket, session_id: str, upstream: Upstream, termin
                     continue
             elif isinstance(opened, OpenWebSocket):
                 await serve_websocket(ws, session_id, opened, upstream, ping)
+            elif isinstance(opened, OpenTcp):
+                await tunnels.serve(ws, session_id, opened)
             else:
                 await serve_terminal(ws, session_id, opened, terminals)
         except (LinkClosed, ConnectionError, aiohttp.ClientError) as exc:

@@ -297,6 +297,7 @@ class AppsAsk(BaseModel):
     kind: Literal["apps"] = "apps"
     apps: list[AppLaunch] = Field(max_length=32)
     start: str | None = Field(default=None, pattern=_APP_NAME)
+    ports: bool = Field(default=False, description="Also the TCP ports served in the session.")
 
 
 Ask = Annotated[
@@ -355,9 +356,19 @@ class AppStatus(BaseModel):
     message: str = Field(default="", max_length=2000, description="Why it is in this state.")
 
 
+class ListeningPort(BaseModel):
+    """A TCP port a process in the session listens on for others than itself (on all its
+    addresses, or its network address: not its loopback alone)."""
+
+    port: int = Field(ge=1, le=65535)
+    process: str = Field(default="", max_length=64, description="Its name; \"\" if unknown.")
+    command: str = Field(default="", max_length=512, description="Its command line.")
+
+
 class AppsAnswer(BaseModel):
     kind: Literal["apps"] = "apps"
     apps: list[AppStatus] = Field(default_factory=list, max_length=32)
+    ports: list[ListeningPort] = Field(default_factory=list, max_length=1024)
     error: str = Field(default="", max_length=2000, description="Why nothing could be done.")
 
 

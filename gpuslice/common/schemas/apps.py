@@ -17,6 +17,11 @@ class AppPublic(BaseModel):
     exit_code: int | None = Field(default=None, description="`failed`: the app's exit code.")
     logs: str = Field(default="", description="`failed`: the app's last lines of output.")
     message: str = Field(default="", description="Why it is in this state.")
+    process: str = Field(default="", description="The process listening on its port, if any.")
+    command: str = Field(default="", description="That process's command line.")
+    discovered: bool = Field(
+        default=False, description="A port a process in the session serves that no app of "
+        "its image declares (its name is the port's number).")
 
 
 class AppList(BaseModel):

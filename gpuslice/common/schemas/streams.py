@@ -10,7 +10,12 @@ and the link ends with the stream.
     OpenHttp, [body frames, End]           HttpHead, body frames, End
     OpenWebSocket, messages                WebSocketOpened, messages
     OpenTerminal, input frames, Resize     TerminalAttached, output frames, TerminalExit
+    OpenTcp, bytes, [End]                  TcpOpened, bytes, [End]
                                            Failed (in place of the first answer)
+
+A TCP stream (port forwarding) carries a connection to a port of the session's container: binary
+frames are its bytes, :class:`End` is one side's half-close; the link ends once both sides
+ended, or either closes it.
 
 An HTTP link goes back to the manager's pool after a complete exchange; the others close
 with their stream. The same messages (``op``) speak terminal to browsers and the CLI.
@@ -81,6 +86,14 @@ class OpenTerminal(BaseModel):
     keep_ms: int = Field(default=60_000, ge=0, le=86_400_000)
 
 
+class OpenTcp(BaseModel):
+    """A TCP connection to ``port`` at the session container's address (port forwarding):
+    the agent answers :class:`TcpOpened` once connected, then bytes pass both ways."""
+
+    op: Literal["tcp"] = "tcp"
+    port: int = Field(ge=1, le=65535)
+
+
 class Resize(BaseModel):
     op: Literal["resize"] = "resize"
     rows: int = Field(ge=1, le=1000)
@@ -110,6 +123,11 @@ class TerminalAttached(BaseModel):
     resumed: bool = Field(description="The same shell as before, its recent output replayed.")
 
 
+class TcpOpened(BaseModel):
+    op: Literal["tcp-opened"] = "tcp-opened"
+    port: int = Field(ge=1, le=65535)
+
+
 class TerminalExit(BaseModel):
     op: Literal["exit"] = "exit"
     code: int = Field(ge=-(2**31), le=2**31 - 1)
@@ -126,9 +144,10 @@ class Failed(BaseModel):
     app: AppStatus | None = None
 
 
-LinkOpen = Annotated[OpenHttp | OpenWebSocket | OpenTerminal, Field(discriminator="op")]
+LinkOpen = Annotated[OpenHttp | OpenWebSocket | OpenTerminal | OpenTcp,
+                    Field(discriminator="op")]
 AgentReply = Annotated[
-    HttpHead | End | WebSocketOpened | TerminalAttached | TerminalExit | Failed,
+    HttpHead | End | WebSocketOpened | TerminalAttached | TerminalExit | TcpOpened | Failed,
     Field(discriminator="op"),
 ]
 ManagerControl = Annotated[End | Resize, Field(discriminator="op")]

@@ -55,7 +55,7 @@ async def open_app_socket(ws: WebSocket, route: AppRoute,
                  if p.strip()]
     ask = OpenWebSocket(app=route.launch, target=headers.target(ws, route),
                         headers=headers.upstream(ws, route, body=False), subprotocols=protocols)
-    link, reply = await _open(pool, route, ask.model_dump_json())
+    link, reply = await open_link(pool, route, ask.model_dump_json())
     if not isinstance(reply, WebSocketOpened):
         raise StreamRefused(reply)
     return link, reply.subprotocol
@@ -65,7 +65,7 @@ async def open_terminal(pool: LinkPool, route: AppRoute, terminal: str | None, r
                         cols: int, keep: float) -> tuple[Link, TerminalAttached]:
     """A link on which the agent attached a terminal (the one asked for, if it is kept)."""
     ask = OpenTerminal(terminal=terminal, rows=rows, cols=cols, keep_ms=round(keep * 1000))
-    link, reply = await _open(pool, route, ask.model_dump_json())
+    link, reply = await open_link(pool, route, ask.model_dump_json())
     if not isinstance(reply, TerminalAttached):
         raise StreamRefused(reply)
     return link, reply
@@ -90,7 +90,9 @@ async def relay(ws: WebSocket, link: Link, pool: LinkPool, meter: ActivityMeter,
         pool.discard(link)
 
 
-async def _open(pool: LinkPool, route: AppRoute, ask: str) -> tuple[Link, object]:
+async def open_link(pool: LinkPool, route: AppRoute, ask: str) -> tuple[Link, object]:
+    """A new link to the session's agent with ``ask`` sent on it, and the agent's first
+    answer (a :class:`Failed` one has closed the link)."""
     link = await pool.acquire(route.node_id, route.session_id, f"session {route.session_name}",
                               reuse=False)
     try:

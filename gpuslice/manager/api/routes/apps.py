@@ -1,4 +1,4 @@
-"""A session's apps: list them, start one, and the terminal's WebSocket."""
+"""A session's apps: list them, start one; the terminal's WebSocket, and port forwarding's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Request, WebSocket
 from gpuslice.common.schemas.apps import AppList, AppPublic
 from gpuslice.common.schemas.streams import TERMINAL_ID
 from gpuslice.manager.api.deps import ChannelDep, CurrentUser, DbDep, SettingsDep
-from gpuslice.manager.proxy import serve
+from gpuslice.manager.proxy import serve, tunnels
 from gpuslice.manager.services.apps import states
 
 router = APIRouter(prefix="/sessions", tags=["apps"])
@@ -47,3 +47,12 @@ async def terminal(
     `{"op": "resize", "rows", "cols"}` from the client and `attached` (the terminal's id: pass
     it as `terminal` to reconnect to the same shell) and `exit` (its code) from the server."""
     await serve.serve_terminal(websocket, session_id, terminal, rows, cols)
+
+
+@router.websocket("/{session_id}/ports/{port}")
+async def port_forward(websocket: WebSocket, session_id: str, port: str) -> None:
+    """One TCP connection to `port` (1 to 65535) of a RUNNING session (who may open its
+    terminal may): binary messages are its bytes both ways, a text `{"op": "end"}` says that
+    side writes no more. Refused before the upgrade: 401, 404 (not yours), 409 `not_running`,
+    422 `bad_port`, 502 `port_closed` (nothing listens there)."""
+    await tunnels.serve_port(websocket, session_id, port)

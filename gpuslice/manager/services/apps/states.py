@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpuslice.common.schemas.agents import AppLaunch, AppsAnswer, AppsAsk, AppState, AppStatus
+from gpuslice.common.schemas.agents import (
+    AppLaunch,
+    AppsAnswer,
+    AppsAsk,
+    AppState,
+    AppStatus,
+    ListeningPort,
+)
 from gpuslice.common.schemas.apps import AppList, AppPublic
 from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.errors import AgentTimeout, Conflict
@@ -19,20 +26,24 @@ LOG_LINES = 20  # of a failed app's output, in the error that says it failed
 
 async def list_apps(channel: Channel, db: AsyncSession, viewer: UserRow, session_id: str,
                     settings: ManagerSettings, base_url: str) -> AppList:
-    """Every app of a RUNNING session the viewer may open, with its state and URL."""
+    """Every app of a RUNNING session the viewer may open, with its state and URL: the
+    terminal, its image's apps, then each other port a process in it serves (named by its
+    number), as the agent finds them now."""
     row = await access.openable(db, viewer, session_id, settings.apps)
     meta = await catalog.image_meta(db, row.image)
     secret = await catalog.secret_of(db, row)
     apps = catalog.apps_of(meta)
     launches = [catalog.launch(row.id, secret, a.image_app) for a in apps if a.image_app]
     assert row.node_id is not None  # openable() checked it runs on a node
-    answer = AppsAnswer()
-    if launches:
-        answer = await _ask(channel, row.node_id, row.id, f"session {row.name}",
-                            AppsAsk(apps=launches), settings.sessions.log_timeout)
+    answer = await _ask(channel, row.node_id, row.id, f"session {row.name}",
+                        AppsAsk(apps=launches, ports=True), settings.sessions.log_timeout)
     states = {s.name: s for s in answer.apps}
-    return AppList(session_id=row.id, apps=[
-        _public(row.id, app, states.get(app.name), base_url) for app in apps
+    served = {p.port: p for p in answer.ports}
+    listed = [_public(row.id, app, states.get(app.name), base_url,
+                      served.pop(app.port, None) if app.port is not None else None)
+              for app in apps]
+    return AppList(session_id=row.id, apps=listed + [
+        _discovered(row.id, port, base_url) for port in served.values()
     ])
 
 
@@ -74,8 +85,8 @@ async def _ask(channel: Channel, node_id: str, session_id: str, about: str, ask:
     return answer
 
 
-def _public(session_id: str, app: SessionApp, status: AppStatus | None,
-            base_url: str) -> AppPublic:
+def _public(session_id: str, app: SessionApp, status: AppStatus | None, base_url: str,
+            served: ListeningPort | None = None) -> AppPublic:
     state = AppState.READY if app.image_app is None else (
         status.state if status is not None else AppState.STOPPED)
     return AppPublic(
@@ -84,4 +95,16 @@ def _public(session_id: str, app: SessionApp, status: AppStatus | None,
         exit_code=status.exit_code if status else None,
         logs=status.logs if status and status.state is AppState.FAILED else "",
         message=status.message if status else "",
+        process=served.process if served else "", command=served.command if served else "",
+    )
+
+
+def _discovered(session_id: str, served: ListeningPort, base_url: str) -> AppPublic:
+    """A port no app declares: an app named by its number, reached at its own path."""
+    name = str(served.port)
+    return AppPublic(
+        name=name, protocol="tcp", port=served.port, state=AppState.READY,
+        url=f"{base_url.rstrip('/')}{catalog.base_path(session_id, name)}/",
+        process=served.process, command=served.command, discovered=True,
+        message=f"served by {served.process or 'a process'} in the session",
     )

@@ -93,7 +93,7 @@ export function detailPage(main, parts) {
       clear(apps, h("h2", null, "Apps"), h("p", { class: "error" }, err.message));
       return;
     }
-    const key = JSON.stringify(list.apps.map((a) => [a.name, a.state, a.message]));
+    const key = JSON.stringify(list.apps.map((a) => [a.name, a.state, a.message, a.process]));
     if (key === appsShown) return;
     appsShown = key;
     const box = terminal ? terminal.box : null;
@@ -105,7 +105,9 @@ export function detailPage(main, parts) {
   }
 
   function appButton(app) {
-    const state = h("span", { class: "muted" }, " " + app.state);
+    // A port a process serves (no app declares it) says which process; a declared app its state.
+    const note = app.discovered ? "port " + app.port + (app.process ? " · " + app.process : "") : app.state;
+    const state = h("span", { class: "muted", title: app.command || null }, " " + note);
     if (app.name === "terminal") {
       return h("span", null, h("button", { type: "button", id: "open-terminal", onclick: showTerminal }, "Terminal"), state);
     }
