@@ -59,9 +59,12 @@ async def serve_http(request: Request, session_id: str, app: str, rest: str) -> 
 async def serve_app_socket(ws: WebSocket, session_id: str, app: str) -> None:
     """A WebSocket for ``/s/<session>/<app>/…`` on the manager's origin: apps' WebSockets are
     on their own origins now."""
-    parts = _Parts(ws)
+    if app == TERMINAL:
+        await deny(ws, NotFound(f"the terminal's WebSocket is /api/v1/sessions/{session_id}"
+                                "/terminal", code="unknown_app"))
+        return
     url = origins.origin("https" if ws.url.scheme == "wss" else "http", ws.url.port,
-                         session_id, app, parts.settings.apps)
+                         session_id, app, _Parts(ws).settings.apps)
     await deny(ws, NotFound(f"apps are served at their own origin: {url}/", code="app_moved"))
 
 
