@@ -143,8 +143,10 @@ MLFLOW = ImageApp(
     command=(
         "sh", "-c",
         'store="$MLFLOW_TRACKING_URI"; [ -n "$store" ] || store="sqlite:///$HOME/mlflow.db"; '
+        # Served at its own origin's root, the base path is "/": MLflow wants no prefix then.
+        'prefix="{base_path}"; prefix="${{prefix%/}}"; '
         "exec mlflow server --host 0.0.0.0 --port {port} --workers 1 "
-        '--static-prefix {base_path} --allowed-hosts "localhost:{port}" '
+        '${{prefix:+--static-prefix "$prefix"}} --allowed-hosts "localhost:{port}" '
         '--backend-store-uri "$store" --artifacts-destination "$HOME/mlartifacts"',
     ),
     base_path=True, start_timeout=120,

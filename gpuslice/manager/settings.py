@@ -230,6 +230,30 @@ class AppsSettings(BaseModel):
         description="Seconds the proxy reuses who may reach an app for a login (0: look up "
         "every request); a logout or a stopped session takes effect within this time.",
     )
+    domain: str = Field(
+        default="apps.localhost", min_length=1, max_length=200,
+        pattern=r"^([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$",
+        description="Each app of each session is served at its own origin, "
+        "<app>--<session id>.<domain>. The default needs no DNS on one machine (browsers and "
+        "curl resolve *.localhost to this machine); a cluster names a wildcard domain whose "
+        "names all lead to the manager (and a wildcard certificate for HTTPS).",
+    )
+    origin_port: int | None = Field(
+        default=None, ge=1, le=65535,
+        description="The port in apps' URLs; default: the port the manager was reached at "
+        "(a load balancer in front may use another).",
+    )
+    console_url: str | None = Field(
+        default=None, pattern=r"^https?://[^/\s]+/?$",
+        description="The manager's URL as browsers reach it, where an app's origin sends a "
+        "browser that is not logged in there yet; default: http(s)://localhost on the apps' "
+        "port.",
+    )
+    enter_timeout: float = Field(
+        default=60.0, ge=5, le=600,
+        description="Seconds the single-use code that hands a login to an app's origin is "
+        "valid.",
+    )
 
 
 class RegistrySettings(BaseModel):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from importlib import resources
 from pathlib import Path
 
@@ -106,9 +107,13 @@ def test_recipe_apps_start_with_their_base_path_and_token() -> None:
     assert set(mlflow.context) >= {"train_diabetes.py"}
     apps = {a.name: a for a in ImageMeta.from_labels(mlflow.labels).apps}
     assert set(apps) == {"mlflow", "tensorboard"}
-    [script] = apps["mlflow"].argv(port=5000, base_path="/s/abc/mlflow", token="t")[2:]
-    assert "--static-prefix /s/abc/mlflow" in script
-    assert '--allowed-hosts "localhost:5000"' in script
+    for base_path, option in (("/", ""), ("/s/abc/mlflow", "--static-prefix /s/abc/mlflow ")):
+        # at its origin's root ("/") MLflow takes no --static-prefix (it refuses "/")
+        [script] = apps["mlflow"].argv(port=5000, base_path=base_path, token="t")[2:]
+        assert '--allowed-hosts "localhost:5000"' in script
+        shown = subprocess.run(["sh", "-c", script.replace("exec mlflow", "exec echo")],
+                               capture_output=True, text=True, env={"HOME": "/h"}).stdout
+        assert f"--workers 1 {option}--allowed-hosts localhost:5000" in shown, shown
     [script] = apps["tensorboard"].argv(port=6006, base_path="/s/abc/tensorboard", token="t")[2:]
     assert "--path_prefix /s/abc/tensorboard" in script and "--port 6006" in script
     for framework in ("pytorch", "tensorflow"):

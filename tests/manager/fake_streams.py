@@ -61,6 +61,7 @@ async def _http(ws: ClientConnection, opened: dict[str, Any]) -> None:
     if target.endswith("/cookie"):
         head += [["Set-Cookie", "app_session=abc; Path=/; Domain=localhost"],
                  ["Set-Cookie", "gpuslice_login=stolen; Path=/"],
+                 ["Set-Cookie", "gpuslice_app=stolen; Path=/"],
                  ["Strict-Transport-Security", "max-age=31536000"],
                  ["Clear-Site-Data", '"cookies"'], ["Service-Worker-Allowed", "/"],
                  ["Location", f"http://localhost:{opened['app']['port']}/small"]]

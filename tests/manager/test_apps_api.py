@@ -58,13 +58,13 @@ async def test_apps_are_listed_with_their_states_and_urls(
     listed = {a["name"]: a for a in r.json()["apps"]}
     assert list(listed) == ["terminal", "echo", "notebook", "db"]
     assert listed["terminal"]["protocol"] == "tty" and listed["terminal"]["state"] == "ready"
-    assert listed["echo"]["url"] == f"http://manager/s/{sid}/echo/"
+    assert listed["echo"]["url"] == f"http://echo--{sid}.apps.localhost/"  # its own origin
     assert listed["notebook"]["state"] == "ready"  # the fake agent's answer
     [asked] = [r for a in agent.seen for r in a["requests"] if r["ask"]["kind"] == "apps"]
     launches = {a["name"]: a for a in asked["ask"]["apps"]}
     assert launches["notebook"]["start_timeout_ms"] == 90_000
     token = launches["notebook"]["command"][2].removeprefix("--token=")
-    assert len(token) == 48 and launches["notebook"]["command"][1] == f"--base=/s/{sid}/notebook"
+    assert len(token) == 48 and launches["notebook"]["command"][1] == "--base=/"
     assert launches["db"]["command"] == []
 
 
@@ -143,7 +143,7 @@ async def test_apps_asked_for_at_creation_come_with_the_assignment(
     sid = await running(admin, apps=["notebook"])
     [launch] = agent.assignments[sid]["apps"]
     assert launch["name"] == "notebook" and launch["port"] == 8888
-    assert launch["command"][1] == f"--base=/s/{sid}/notebook"
+    assert launch["command"][1] == "--base=/"
     bad = await create(admin, expect=422, image=IMAGE, apps=["db"])
     assert bad["field"] == "apps"
     assert bad["message"] == f"apps: image {IMAGE} has no app 'db' to start; it can start: " \

@@ -99,42 +99,57 @@ def sent(opened: dict[str, Any]) -> dict[str, str]:
 
 async def upgrade(url: str, headers: dict[str, str]) -> int:
     try:
-        async with connect(url, additional_headers=headers, max_size=None):
+        # *.localhost is this machine to browsers and curl, not to Python's resolver
+        async with connect(url, additional_headers=headers, max_size=None, host="127.0.0.1"):
             return 101
     except InvalidStatus as refused:
         return refused.response.status_code
 
 
+def at(url: str, sid: str, app: str) -> str:
+    """The ``Host`` of an app's origin on the test server."""
+    return f"{app}--{sid}.apps.localhost:{url.rsplit(':', 1)[1]}"
+
+
+def on(url: str, sid: str, app: str, **headers: str) -> dict[str, str]:
+    """Headers for a request to the app's origin (sent to 127.0.0.1, named by ``Host``)."""
+    return {"Host": at(url, sid, app), **headers}
+
+
 # ------------------------------------------------------------------ HTTP
 
 
-async def test_http_reaches_the_app_without_our_credentials(
+async def test_http_reaches_the_app_at_its_origin_without_our_credentials(
     app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent
 ) -> None:
     sid = await running(admin)
     token = await token_of(admin)
+    bearer = f"Bearer {token}"
     async with httpx.AsyncClient(base_url=url) as web:
-        r = await web.get(f"/s/{sid}/echo/headers?x=1", headers={
-            "Authorization": f"Bearer {token}", "Cookie": "theirs=1; gpuslice_login=abc"})
+        r = await web.get("/headers?x=1", headers=on(url, sid, "echo", Authorization=bearer,
+                          Cookie="theirs=1; gpuslice_login=abc; gpuslice_app=def"))
         assert r.status_code == 200, r.text
         got = r.json()
         headers = sent(agent.opened[-1])
-        assert (got["method"], got["target"]) == ("GET", "/headers?x=1")  # prefix stripped
+        assert (got["method"], got["target"]) == ("GET", "/headers?x=1")  # at its root
         assert "Authorization" not in headers and headers["Cookie"] == "theirs=1"
-        assert headers["Host"] == "localhost:8765"
-        assert headers["X-Forwarded-Prefix"] == f"/s/{sid}/echo"
+        assert headers["Host"] == "localhost:8765" and "X-Forwarded-Prefix" not in headers
+        assert headers["X-Forwarded-Host"] == at(url, sid, "echo")
         assert agent.opened[-1]["app"]["command"] == ["echo-app", "8765"]
 
-        r = await web.get(f"/s/{sid}/notebook/api?x=1", headers={
-            "Authorization": f"Bearer {token}"})
-        assert r.json()["target"] == f"/s/{sid}/notebook/api?x=1"  # the app knows its prefix
+        r = await web.get("/api?x=1", headers=on(url, sid, "notebook", Authorization=bearer))
+        assert r.json()["target"] == "/api?x=1"
         [app_token] = [v for k, v in agent.opened[-1]["headers"] if k == "Authorization"]
         assert app_token.startswith("token ") and len(app_token) == len("token ") + 48
-        assert agent.opened[-1]["app"]["command"] == [
-            "nb", f"--base=/s/{sid}/notebook", f"--token={app_token.split()[1]}", "--port=8888"]
+        assert agent.opened[-1]["app"]["command"] == [  # its base path: its origin's root
+            "nb", "--base=/", f"--token={app_token.split()[1]}", "--port=8888"]
+        # a port number is an app too: whatever listens on it, started by nobody
+        r = await web.get("/", headers=on(url, sid, "8123", Authorization=bearer))
+        assert r.status_code == 200 and agent.opened[-1]["app"] == {
+            "name": "port-8123", "port": 8123, "command": [], "start_timeout_ms": 60000}
         # three requests, one link: it went back to the pool each time
-        assert (await web.get(f"/s/{sid}/echo/", headers={
-            "Authorization": f"Bearer {token}"})).status_code == 200
+        assert (await web.get("/", headers=on(url, sid, "echo", Authorization=bearer))
+                ).status_code == 200
     assert len(agent.links) == 1
     assert (await admin.get(f"/api/v1/sessions/{sid}")).status_code == 200
     async with app.state.sessionmaker() as db:  # people's app traffic is use of the session
@@ -146,23 +161,21 @@ async def test_http_reaches_the_app_without_our_credentials(
             raise AssertionError("no activity recorded")
 
 
-async def test_cookies_and_redirects_of_an_app_stay_under_its_path(
+async def test_cookies_of_an_app_stay_on_its_origin(
     url: str, admin: httpx.AsyncClient, agent: FakeAgent
 ) -> None:
     sid = await running(admin)
-    auth = {"Authorization": f"Bearer {await token_of(admin)}"}
+    auth = on(url, sid, "echo", Authorization=f"Bearer {await token_of(admin)}")
     async with httpx.AsyncClient(base_url=url, headers=auth) as web:
-        r = await web.get(f"/s/{sid}/echo/cookie")
-        assert r.headers.get_list("set-cookie") == [f"app_session=abc; Path=/s/{sid}/echo/"]
-        assert r.headers["location"] == f"/s/{sid}/echo/small"
-        for origin_wide in ("strict-transport-security", "clear-site-data",
-                            "service-worker-allowed"):
-            assert origin_wide not in r.headers
-        big = await web.get(f"/s/{sid}/echo/big")
+        r = await web.get("/cookie")
+        # host-only (no Domain): never sent to another app or the manager; ours are dropped
+        assert r.headers.get_list("set-cookie") == ["app_session=abc; Path=/"]
+        assert r.headers["location"] == "/small"
+        big = await web.get("/big")
         assert len(big.content) == 5 * 1024 * 1024
-        posted = await web.post(f"/s/{sid}/echo/upload", content=b"y" * (3 * 1024 * 1024))
+        posted = await web.post("/upload", content=b"y" * (3 * 1024 * 1024))
         assert posted.json()["body"] == 3 * 1024 * 1024
-        failed = await web.get(f"/s/{sid}/echo/fail")
+        failed = await web.get("/fail")
         assert failed.status_code == 502 and failed.json()["code"] == "app_failed"
         assert "(exit code 3)" in failed.json()["message"]
         assert "oops: no config" in failed.json()["message"]
@@ -177,14 +190,17 @@ async def test_websockets_relay_big_messages_and_terminals_their_bytes(
     sid = await running(admin)
     auth = {"Authorization": f"Bearer {await token_of(admin)}"}
     ws_base = "ws" + url.removeprefix("http")
-    async with connect(f"{ws_base}/s/{sid}/notebook/api/kernels/k/channels",
-                       additional_headers=auth, max_size=None) as ws:
+    async with connect(f"ws://{at(url, sid, 'notebook')}/api/kernels/k/channels",
+                       additional_headers=auth, max_size=None, host="127.0.0.1") as ws:
         await ws.send("hello")
         assert await ws.recv() == "hello"
         big = b"z" * (5 * 1024 * 1024)  # one 5 MiB message: no 1 MiB cap on the way
         await ws.send(big)
         assert await ws.recv() == big
     assert agent.opened[-1]["op"] == "websocket"
+    assert agent.opened[-1]["target"] == "/api/kernels/k/channels"
+    # the old path names where the app is now
+    assert await upgrade(f"{ws_base}/s/{sid}/notebook/api/kernels/k/channels", auth) == 404
 
     async with connect(f"{ws_base}/api/v1/sessions/{sid}/terminal?rows=30&cols=90",
                        additional_headers=auth) as term:
@@ -214,41 +230,119 @@ async def test_refusals_are_http_answers_never_an_upgrade(
 ) -> None:
     sid = await running(admin)
     ws_base = "ws" + url.removeprefix("http")
-    paths = [f"{ws_base}/s/{sid}/echo/ws", f"{ws_base}/api/v1/sessions/{sid}/terminal"]
+    echo = at(url, sid, "echo")
+    paths = [f"ws://{echo}/ws", f"{ws_base}/api/v1/sessions/{sid}/terminal"]
     login_answer = await admin.post("/api/v1/auth/login", json={
         "username": "admin", "password": _admin_password(app)})
     cookie = login_answer.cookies["gpuslice_login"]
+    app_cookie = await enter(url, sid, "echo", cookie)
     bob = await make_user("bob")
-    async with httpx.AsyncClient(base_url=url) as web:
-        assert (await web.get(f"/s/{sid}/echo/x")).status_code == 401
-        other = {"Authorization": f"Bearer {await token_of(bob)}"}
-        assert (await web.get(f"/s/{sid}/echo/x", headers=other)).status_code == 404
-        foreign = {"Cookie": f"gpuslice_login={cookie}", "Origin": "http://evil.example"}
-        assert (await web.post(f"/s/{sid}/echo/x", headers=foreign)).status_code == 403
-        assert (await web.get(f"/s/{sid}/echo/x", headers=foreign)).status_code == 200
-        same = {"Cookie": f"gpuslice_login={cookie}", "Origin": url}
-        assert (await web.post(f"/s/{sid}/echo/x", headers=same)).status_code == 200
-        unknown = await web.get(f"/s/{sid}/nope/", headers=same)
+    other = {"Authorization": f"Bearer {await token_of(bob)}"}
+    async with httpx.AsyncClient(base_url=url, headers={"Host": echo}) as web:
+        assert (await web.get("/x")).status_code == 401
+        # the manager's login cookie is no key to an app's origin
+        assert (await web.get("/x", headers={"Cookie": f"gpuslice_login={cookie}"})
+                ).status_code == 401
+        assert (await web.get("/x", headers=other)).status_code == 404
+        foreign = {"Cookie": f"gpuslice_app={app_cookie}", "Origin": "http://evil.example"}
+        assert (await web.post("/x", headers=foreign)).status_code == 403
+        assert (await web.get("/x", headers=foreign)).status_code == 200
+        same = {"Cookie": f"gpuslice_app={app_cookie}", "Origin": f"http://{echo}"}
+        assert (await web.post("/x", headers=same)).status_code == 200
+        # another app's origin, and the manager's API, do not take it
+        assert (await web.get("/x", headers={**same, "Host": at(url, sid, "notebook")})
+                ).status_code == 401
+        assert (await web.get("/api/v1/sessions", headers={**same, "Host": "127.0.0.1"})
+                ).status_code == 401
+        unknown = await web.get(f"/s/{sid}/nope/", headers={
+            "Host": "127.0.0.1", "Cookie": f"gpuslice_login={cookie}"})
         assert unknown.status_code == 404 and "its apps: terminal, echo, notebook" in unknown.text
-    for path in paths:
+    terminal_same = {"Cookie": f"gpuslice_login={cookie}", "Origin": url}
+    for path, same in ((paths[0], {"Cookie": f"gpuslice_app={app_cookie}",
+                                   "Origin": f"http://{echo}"}), (paths[1], terminal_same)):
         assert await upgrade(path, {}) == 401
         assert await upgrade(path, other) == 404
-        assert await upgrade(path, foreign) == 403
-        assert await upgrade(path, {"Cookie": f"gpuslice_login={cookie}"}) == 403  # no Origin
-    assert await upgrade(paths[1], same) == 101
+        assert await upgrade(path, {**same, "Origin": "http://evil.example"}) == 403
+        assert await upgrade(path, {"Cookie": same["Cookie"]}) == 403  # no Origin
+        assert await upgrade(path, same) == 101
 
     # bob's session: the admin sees it, but opens its apps only with apps.admin_access
     bobs = await running(bob)
     admin_auth = {"Authorization": f"Bearer {await token_of(admin)}"}
     async with httpx.AsyncClient(base_url=url, headers=admin_auth) as web:
-        refused = await web.get(f"/s/{bobs}/echo/x")
+        refused = await web.get("/x", headers={"Host": at(url, bobs, "echo")})
         assert refused.status_code == 403 and refused.json()["code"] == "not_owner"
         assert await upgrade(f"{ws_base}/api/v1/sessions/{bobs}/terminal", admin_auth) == 403
         app.state.settings.apps.admin_access = True
         try:
-            assert (await web.get(f"/s/{bobs}/echo/x")).status_code == 200
+            assert (await web.get("/x", headers={"Host": at(url, bobs, "echo")})
+                    ).status_code == 200
         finally:
             app.state.settings.apps.admin_access = False
+
+
+async def enter(url: str, sid: str, name: str, login_cookie: str) -> str:
+    """What a browser does: the manager's origin hands the login over by a code, the app's
+    origin trades it for its own cookie (returned)."""
+    async with httpx.AsyncClient(base_url=url) as web:
+        r = await web.get(f"/s/{sid}/{name}/tree?a=1", headers={
+            "Cookie": f"gpuslice_login={login_cookie}", "Accept": "text/html"})
+        assert r.status_code == 303, r.text
+        location = httpx.URL(r.headers["location"])
+        assert f"{location.host}:{location.port}" == at(url, sid, name)
+        assert location.path == "/_gpuslice/enter" and location.params["next"] == "/tree?a=1"
+        entered = await web.get(f"/_gpuslice/enter?{location.query.decode()}",
+                                headers={"Host": at(url, sid, name)})
+        assert entered.status_code == 303 and entered.headers["location"] == "/tree?a=1"
+        set_cookie = entered.headers["set-cookie"]
+        assert "httponly" in set_cookie.lower() and "samesite=lax" in set_cookie.lower()
+        assert "domain" not in set_cookie.lower()  # host-only
+        again = await web.get(f"/_gpuslice/enter?{location.query.decode()}",
+                              headers={"Host": at(url, sid, name)})
+        assert again.status_code == 422 and again.json()["code"] == "enter_code_invalid"
+        return str(entered.cookies["gpuslice_app"])
+
+
+async def test_a_browser_enters_an_app_origin_by_a_single_use_code(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    sid = await running(admin)
+    login_answer = await admin.post("/api/v1/auth/login", json={
+        "username": "admin", "password": _admin_password(app)})
+    cookie = login_answer.cookies["gpuslice_login"]
+    app_cookie = await enter(url, sid, "echo", cookie)
+    echo = at(url, sid, "echo")
+    async with httpx.AsyncClient(base_url=url) as web:
+        page = await web.get("/headers", headers={"Host": echo,
+                                                  "Cookie": f"gpuslice_app={app_cookie}"})
+        assert page.status_code == 200 and page.json()["target"] == "/headers"
+        # not logged in on this origin: back to the manager's, which hands the login over
+        bounced = await web.get("/lab?x=1", headers={"Host": echo, "Accept": "text/html"})
+        assert bounced.status_code == 303
+        assert bounced.headers["location"] == f"http://localhost:{url.rsplit(':', 1)[1]}" \
+            f"/s/{sid}/echo/lab?x=1"
+        # a code for one app does not open another
+        r = await web.get(f"/s/{sid}/echo/", headers={
+            "Cookie": f"gpuslice_login={cookie}", "Accept": "text/html"})
+        query = httpx.URL(r.headers["location"]).query.decode()
+        wrong = await web.get(f"/_gpuslice/enter?{query}",
+                              headers={"Host": at(url, sid, "notebook")})
+        assert wrong.status_code == 422
+        # a program's old path is a redirect to the origin, where it sends its token itself
+        moved = await web.get(f"/s/{sid}/echo/a?b=1", headers=admin.headers)
+        assert moved.status_code == 307 and moved.headers["location"] == f"http://{echo}/a?b=1"
+        # a logout ends the app's login too
+        await web.post("/api/v1/auth/logout", headers={
+            "Cookie": f"gpuslice_login={cookie}", "Origin": url})
+        app.state.gate._known.clear()  # the proxy's few seconds of memory (apps.auth_cache)
+        gone = await web.get("/headers", headers={"Host": echo,
+                                                  "Cookie": f"gpuslice_app={app_cookie}"})
+        assert gone.status_code == 401
+    # the listing names each app's origin
+    listed = (await admin.get(f"/api/v1/sessions/{sid}/apps")).json()["apps"]
+    urls = {a["name"]: a["url"] for a in listed}
+    assert urls["echo"] == f"http://echo--{sid}.apps.localhost/"  # the ASGI client's port: 80
+    assert urls["terminal"] == f"http://manager/s/{sid}/terminal/"
 
 
 def _admin_password(app: FastAPI) -> str:
@@ -262,6 +356,8 @@ async def test_a_session_not_running_has_no_apps_yet(
     [queued] = await create(admin, image=IMAGE, resources={"cpu": 1})  # no node: PENDING
     async with httpx.AsyncClient(base_url=url, headers=admin.headers) as web:
         r = await web.get(f"/s/{queued['id']}/terminal/")
+        assert r.status_code == 409 and r.json()["code"] == "not_running"
+        r = await web.get("/", headers={"Host": at(url, queued["id"], "echo")})
         assert r.status_code == 409 and r.json()["code"] == "not_running"
 
 
@@ -277,7 +373,7 @@ async def test_only_the_addressed_node_dials_back_and_only_once(
     try:
         auth = {"Authorization": f"Bearer {await token_of(admin)}"}
         async with httpx.AsyncClient(base_url=url, headers=auth, timeout=30) as web:
-            asking = asyncio.create_task(web.get(f"/s/{sid}/echo/small"))
+            asking = asyncio.create_task(web.get("/small", headers=on(url, sid, "echo")))
             # delivered before it expires (apps.dial_back_timeout)
             async with asyncio.timeout(scaled(5)):
                 while not quiet.links:
@@ -308,7 +404,7 @@ async def test_an_agent_that_does_not_dial_back_is_a_timeout(
     try:
         sid = await running(admin)
         async with httpx.AsyncClient(base_url=url, headers=admin.headers, timeout=30) as web:
-            r = await web.get(f"/s/{sid}/echo/small")
+            r = await web.get("/small", headers=on(url, sid, "echo"))
         assert r.status_code == 504 and r.json()["code"] == "agent_timeout"
         [request] = silent.links
         link = f"{'ws' + url.removeprefix('http')}/api/v1/agents/me/streams/{request['id']}"

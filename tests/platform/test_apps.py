@@ -25,7 +25,7 @@ from websockets.exceptions import InvalidStatus
 
 from gpuslice.client import Client
 from gpuslice.client.terminal import Terminal
-from tests.platform import app_image
+from tests.platform import app_image, origins
 from tests.platform.conftest import GPUSLICE, Platform, run_up
 from tests.waits import scaled
 
@@ -116,16 +116,17 @@ def test_jupyter_runs_code_through_the_proxy_with_a_browser_login(plat: Platform
     needs_image(NOTEBOOK)
     sid = plat.session("nb", NOTEBOOK, "--cpu", "0.5", "--mem", "1g")
     url = plat.ok("app", "open", "nb", "jupyter", "--no-browser").strip()
-    assert url == f"{plat.url}/s/{sid}/jupyter/"
+    assert url == origins.url(plat, sid, "jupyter")  # its own origin
     _, cookie = plat.login("admin", plat.admin_password())
-    browser = {"Cookie": f"gpuslice_login={cookie}", "Origin": plat.url}
-    lab = get(url + "lab", headers=browser)
+    browser = {"Cookie": f"gpuslice_app={origins.enter(plat, sid, 'jupyter', cookie)}",
+               "Origin": url.rstrip("/")}
+    lab = origins.request(plat, "GET", sid, "jupyter", "/lab", headers=browser)
     assert lab.status_code == 200 and "JupyterLab" in lab.text
-    kernel = post(url + "api/kernels", json={"name": "python3"}, headers=browser)
+    kernel = origins.request(plat, "POST", sid, "jupyter", "/api/kernels",
+                             json={"name": "python3"}, headers=browser)
     assert kernel.status_code == 201, kernel.text
-    channels = ws_url(plat, f"/s/{sid}/jupyter/api/kernels/{kernel.json()['id']}/channels")
-    with ws_client.connect(channels, additional_headers=browser, max_size=None,
-                           open_timeout=60) as ws:
+    channels = f"/api/kernels/{kernel.json()['id']}/channels"
+    with origins.websocket(plat, sid, "jupyter", channels, browser) as ws:
         assert execute(ws, "1+1") == "2"
         big = execute(ws, "'x' * (5 * 1024 * 1024)")  # one 5 MiB output message
         assert len(big) == 5 * 1024 * 1024 + 2  # the repr's quotes
@@ -259,23 +260,24 @@ def test_mlflow_lists_a_run_logged_in_the_session_and_tensorboard_lists_runs(
                                 "0.1", "0.5"], timeout=600)  # exec's largest
     assert trained.exit_code == 0, trained.stderr
     run_id = trained.stdout.split("run ")[-1].split()[0]
-    url = client.start_app(sid, "mlflow").url
+    assert client.start_app(sid, "mlflow").url == origins.url(plat, sid, "mlflow")
     auth = {"Authorization": f"Bearer {client.token}"}
-    experiments = post(url + "ajax-api/2.0/mlflow/experiments/search",
-                             json={"max_results": 10}, headers=auth)
+    experiments = origins.request(plat, "POST", sid, "mlflow",
+                                  "/ajax-api/2.0/mlflow/experiments/search",
+                                  json={"max_results": 10}, headers=auth)
     assert experiments.status_code == 200, experiments.text
     [diabetes] = [e for e in experiments.json()["experiments"] if e["name"] == "diabetes"]
-    runs = post(url + "ajax-api/2.0/mlflow/runs/search",
-                      json={"experiment_ids": [diabetes["experiment_id"]]}, headers=auth)
+    runs = origins.request(plat, "POST", sid, "mlflow", "/ajax-api/2.0/mlflow/runs/search",
+                           json={"experiment_ids": [diabetes["experiment_id"]]}, headers=auth)
     assert runs.status_code == 200, runs.text
     [run] = [r for r in runs.json()["runs"] if r["info"]["run_id"] == run_id]
     assert {m["key"] for m in run["data"]["metrics"]} >= {"rmse", "mae", "r2"}
-    ui = get(url, headers=auth)
-    assert ui.status_code == 200 and "MLflow" in ui.text
+    ui = origins.request(plat, "GET", sid, "mlflow", "/", headers=auth)
+    assert ui.status_code == 200 and "MLflow" in ui.text  # at its origin's root
 
     assert client.exec(sid, ["python3", "-c", TENSORBOARD_RUN]).exit_code == 0
-    board = client.start_app(sid, "tensorboard").url
-    listed = get(board + "data/runs", headers=auth)
+    assert client.start_app(sid, "tensorboard").url == origins.url(plat, sid, "tensorboard")
+    listed = origins.request(plat, "GET", sid, "tensorboard", "/data/runs", headers=auth)
     assert listed.status_code == 200 and listed.json() == ["first-run"], listed.text
 
 
@@ -286,45 +288,67 @@ def test_only_the_owner_reaches_an_app_over_http_and_websocket(
     plat: Platform, apps_image: str
 ) -> None:
     sid = plat.session("mine", apps_image, "--cpu", "0.1", "--mem", "128m")
-    app_url, app_ws = f"{plat.url}/s/{sid}/echo/small", ws_url(plat, f"/s/{sid}/echo/ws")
     term_ws = ws_url(plat, f"/api/v1/sessions/{sid}/terminal")
     token, cookie = plat.login("admin", plat.admin_password())
     owner = {"Authorization": f"Bearer {token}"}
-    assert get(app_url, headers=owner).text == "ok"
 
-    assert get(app_url).status_code == 401  # anonymous
-    assert get(app_url, headers={"Accept": "text/html"}).headers["location"].startswith(
-        f"/login?next=/s/{sid}/echo/small")
-    assert upgrade_status(app_ws, {}) == 401
+    def get_app(headers: dict[str, str] | None = None, who: str = sid) -> httpx.Response:
+        return origins.request(plat, "GET", who, "echo", "/small", headers=headers)
+
+    def upgrade_app(headers: dict[str, str]) -> int:
+        try:
+            with origins.websocket(plat, sid, "echo", "/ws", headers):
+                return 101
+        except InvalidStatus as refused:
+            return refused.response.status_code
+
+    assert get_app(owner).text == "ok"
+    assert get_app().status_code == 401  # anonymous
+    # a browser not yet in: to the manager's origin, which hands the login over
+    assert get_app({"Accept": "text/html"}).headers["location"] == \
+        f"http://localhost:{plat.port}/s/{sid}/echo/small"
+    assert get(f"{plat.url}/s/{sid}/echo/small", headers={"Accept": "text/html"}).headers[
+        "location"].startswith(f"/login?next=/s/{sid}/echo/small")
+    assert upgrade_app({}) == 401
     assert upgrade_status(term_ws, {}) == 401
+    # the manager's login cookie is no key to an app's origin
+    assert get_app({"Cookie": f"gpuslice_login={cookie}"}).status_code == 401
 
     plat.ok("admin", "user", "create", "bob", "--password", "bob-password")
     bob, _ = plat.login("bob", "bob-password")
     other = {"Authorization": f"Bearer {bob}"}
-    assert get(app_url, headers=other).status_code == 404  # as if it did not exist
-    assert upgrade_status(app_ws, other) == 404
+    assert get_app(other).status_code == 404  # as if it did not exist
+    assert upgrade_app(other) == 404
     assert upgrade_status(term_ws, other) == 404
 
     expired, _ = plat.login("bob", "bob-password")
     expire_login(plat, expired)
     gone = {"Authorization": f"Bearer {expired}"}
-    assert get(app_url, headers=gone).status_code == 401
+    assert get_app(gone).status_code == 401
     assert upgrade_status(term_ws, gone) == 401
 
-    foreign = {"Cookie": f"gpuslice_login={cookie}", "Origin": "http://evil.example"}
-    assert post(f"{plat.url}/s/{sid}/echo/echo", content=b"hi",
-                      headers=foreign).status_code == 403
-    assert upgrade_status(app_ws, foreign) == 403
-    assert upgrade_status(term_ws, foreign) == 403
-    same = {"Cookie": f"gpuslice_login={cookie}", "Origin": plat.url}
-    assert post(f"{plat.url}/s/{sid}/echo/echo", content=b"hi", headers=same).text == "hi"
-    assert upgrade_status(term_ws, same) == 101
+    app_cookie = {"Cookie": f"gpuslice_app={origins.enter(plat, sid, 'echo', cookie)}"}
+    foreign = app_cookie | {"Origin": "http://evil.example"}
+    assert origins.request(plat, "POST", sid, "echo", "/echo", content=b"hi",
+                           headers=foreign).status_code == 403
+    assert upgrade_app(foreign) == 403
+    assert upgrade_status(term_ws, {"Cookie": f"gpuslice_login={cookie}",
+                                    "Origin": "http://evil.example"}) == 403
+    same = app_cookie | {"Origin": f"http://{origins.host(plat, sid, 'echo')}"}
+    assert origins.request(plat, "POST", sid, "echo", "/echo", content=b"hi",
+                           headers=same).text == "hi"
+    assert upgrade_status(term_ws, {"Cookie": f"gpuslice_login={cookie}",
+                                    "Origin": plat.url}) == 101
+    # the app origin's cookie opens neither the manager's API nor bob's nor another app
+    assert get(f"{plat.url}/api/v1/sessions", headers=app_cookie).status_code == 401
+    assert origins.request(plat, "GET", sid, "8000", "/", headers=same).status_code == 401
 
     # a session of bob's: the admin sees it, but may not open its apps (apps.admin_access)
     bobs = Client(plat.url, bob).create_sessions(image=apps_image, cpu="0.1", mem="128m")[0]
     Client(plat.url, bob).wait(bobs.id, {"RUNNING"}, timeout=scaled(120))
-    refused = get(f"{plat.url}/s/{bobs.id}/echo/small", headers=owner)
+    refused = get_app(owner, bobs.id)
     assert refused.status_code == 403 and "apps.admin_access" in refused.json()["message"]
+    assert get_app(app_cookie, bobs.id).status_code == 401
 
 
 def expire_login(plat: Platform, token: str) -> None:
@@ -340,25 +364,30 @@ def expire_login(plat: Platform, token: str) -> None:
 def test_the_app_never_sees_our_cookie_or_authorization(plat: Platform, apps_image: str) -> None:
     sid = plat.session("echo", apps_image, "--cpu", "0.1", "--mem", "128m")
     token, cookie = plat.login("admin", plat.admin_password())
-    base = f"{plat.url}/s/{sid}/echo"
+    app_cookie = origins.enter(plat, sid, "echo", cookie)
+
+    def at(method: str, path: str, headers: dict[str, str], **kw: Any) -> httpx.Response:
+        return origins.request(plat, method, sid, "echo", path, headers=headers, **kw)
+
     for how in ({"Authorization": f"Bearer {token}", "Cookie": "theirs=1"},
-                {"Cookie": f"theirs=1; gpuslice_login={cookie}"}):
-        seen = dict(get(f"{base}/headers", headers=how).json())
+                {"Cookie": f"theirs=1; gpuslice_app={app_cookie}; gpuslice_login={cookie}"}):
+        seen = dict(at("GET", "/headers", how).json())
         assert "Authorization" not in seen and token not in json.dumps(seen)
         assert seen["Cookie"] == "theirs=1" and cookie not in json.dumps(seen)
+        assert app_cookie not in json.dumps(seen)
         assert seen["Host"] == f"localhost:{app_image.ECHO_PORT}"
-        assert seen["X-Forwarded-Prefix"] == f"/s/{sid}/echo"
+        assert "X-Forwarded-Prefix" not in seen
 
-    browser = {"Cookie": f"gpuslice_login={cookie}"}
-    redirect = get(f"{base}/cookie", headers=browser)
-    assert redirect.status_code == 302 and redirect.headers["location"] == f"/s/{sid}/echo/small"
+    browser = {"Cookie": f"gpuslice_app={app_cookie}"}
+    redirect = at("GET", "/cookie", browser)
+    assert redirect.status_code == 302 and redirect.headers["location"] == "/small"
     [set_cookie] = redirect.headers.get_list("set-cookie")  # the app's "gpuslice_login": gone
-    assert set_cookie == f"app_session=abc; Path=/s/{sid}/echo/"
+    assert set_cookie == "app_session=abc; Path=/"  # host-only: this origin alone
 
     body = os.urandom(3 * 1024 * 1024)
-    assert post(f"{base}/echo", content=body, headers=browser | {
-        "Origin": plat.url}).content == body
-    download = get(f"{base}/bytes?n={20 * 1024 * 1024}", headers=browser)
+    origin = {"Origin": f"http://{origins.host(plat, sid, 'echo')}"}
+    assert at("POST", "/echo", browser | origin, content=body).content == body
+    download = at("GET", f"/bytes?n={20 * 1024 * 1024}", browser)
     assert len(download.content) == 20 * 1024 * 1024
 
 
@@ -444,6 +473,7 @@ def test_a_browser_logs_in_and_uses_the_terminal_and_jupyterlab(plat: Platform) 
 
         page.goto(f"{plat.url}/s/{sid}/jupyter/lab")  # started on first open
         page.wait_for_selector(".jp-LauncherCard[data-category='Notebook']", timeout=120_000)
+        assert page.url.startswith(origins.url(plat, sid, "jupyter")), page.url
         page.click(".jp-LauncherCard[data-category='Notebook']")
         page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=60_000)
         shown(page, "#jp-main-statusbar", "Idle", 60)  # the kernel is up

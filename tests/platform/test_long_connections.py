@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from gpuslice.client import Client
+from tests.platform import origins
 from tests.platform.conftest import Platform, run_split
 from tests.platform.quiet_proxy import QuietProxy
 from tests.ports import free_port
@@ -60,8 +61,9 @@ def test_idle_terminals_stay_open_and_long_answers_are_not_cut(
     client.start_app(sid, "echo")
 
     streamed: list[tuple[float, bytes]] = []
-    url = f"{plat.url}/s/{sid}/echo/stream?chunks={CHUNKS}&every={EVERY}"
-    stream = threading.Thread(target=read_stream, args=(client, url, streamed))
+    url = f"{plat.url}/stream?chunks={CHUNKS}&every={EVERY}"  # at the app's origin
+    stream = threading.Thread(target=read_stream,
+                              args=(client, url, origins.host(plat, sid, "echo"), streamed))
     stream.start()  # a line every EVERY seconds, while the terminal idles
 
     behind_proxy = Client(proxy.url, client.token)
@@ -76,8 +78,9 @@ def test_idle_terminals_stay_open_and_long_answers_are_not_cut(
     assert streamed[-1][0] - streamed[0][0] >= (CHUNKS - 1) * EVERY - 1
 
 
-def read_stream(client: Client, url: str, lines: list[tuple[float, bytes]]) -> None:
-    headers = {"Authorization": f"Bearer {client.token}"}
+def read_stream(client: Client, url: str, host: str,
+                lines: list[tuple[float, bytes]]) -> None:
+    headers = {"Authorization": f"Bearer {client.token}", "Host": host}
     with httpx.stream("GET", url, headers=headers, timeout=httpx.Timeout(10, read=None)) as r:
         assert r.status_code == 200
         for line in r.iter_lines():

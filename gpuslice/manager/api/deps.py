@@ -108,7 +108,9 @@ async def _current(
     cookie = None if credentials is not None else browser.login_cookie(request)
     if cookie is None:
         return await auth.authenticate(db, _secret(credentials))
-    if request.method not in browser.SAFE_METHODS:
+    # A page of another origin (an app's own, at <app>--<session>.<apps.domain>, is one) says
+    # so in Origin even when it only reads: its cookie-carrying call gets nothing.
+    if request.method not in browser.SAFE_METHODS or "origin" in request.headers:
         browser.check_origin(request, settings.auth.allowed_origins)
     return await auth.authenticate(db, cookie)
 

@@ -592,3 +592,22 @@ class ResourcePresetRow(Base):
     gpu: Mapped[int] = mapped_column(BigInteger, default=0)  # milli-fGPU
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class AppEntryRow(Base):
+    """A login handed to one app's origin (``services/apps/origins.py``): a single-use code the
+    manager's origin gives the browser, then the cookie that origin sets for itself. Both are
+    stored as SHA-256 digests; the entry lives as long as the login it came from."""
+
+    __tablename__ = "app_entries"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    login_id: Mapped[str] = mapped_column(
+        ForeignKey("api_tokens.id", ondelete="CASCADE"), index=True)
+    session_id: Mapped[str] = mapped_column(
+        ForeignKey("sessions.id", ondelete="CASCADE"), index=True)
+    app: Mapped[str] = mapped_column(String(40))
+    code_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    code_expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
+    cookie_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)

@@ -27,7 +27,7 @@ async def relay(request: Request, route: AppRoute, pool: LinkPool,
     assert route.launch is not None, "the terminal is not an HTTP app"
     meter.touch(route.session_id)
     body = _has_body(request)
-    ask = OpenHttp(app=route.launch, method=request.method, target=headers.target(request, route),
+    ask = OpenHttp(app=route.launch, method=request.method, target=headers.target(request),
                    headers=headers.upstream(request, route, body=body), body=body)
     link = await pool.acquire(route.node_id, route.session_id, f"session {route.session_name}",
                               reuse=True)

@@ -3,7 +3,7 @@ HTTP answer (a page for browsers, JSON for programs; on a WebSocket, the upgrade
 
 from __future__ import annotations
 
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import RedirectResponse, Response
@@ -12,12 +12,18 @@ from starlette.websockets import WebSocket
 from gpuslice.manager.api import browser
 from gpuslice.manager.api.errors import deny, status_of
 from gpuslice.manager.errors import DomainError, NotFound, Unauthorized
-from gpuslice.manager.proxy import http, pages, sockets
-from gpuslice.manager.proxy.gate import authorize
-from gpuslice.manager.services.apps.access import Gate
+from gpuslice.manager.proxy import gate, headers, http, pages, sockets
+from gpuslice.manager.proxy.gate import authorize, authorize_at_origin
+from gpuslice.manager.services.apps import origins
+from gpuslice.manager.services.apps.access import AppRoute, Gate
+from gpuslice.manager.services.apps.catalog import TERMINAL
 from gpuslice.manager.services.apps.links import LinkPool
+from gpuslice.manager.services.apps.origins import AppOrigin
 from gpuslice.manager.services.apps.traffic import ActivityMeter
 from gpuslice.manager.settings import ManagerSettings
+
+# The code is in the URL: kept out of caches and of the next page's Referer.
+_PRIVATE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
 
 
 class _Parts:
@@ -31,15 +37,16 @@ class _Parts:
         self.settings: ManagerSettings = state.settings
 
 
-async def serve_http(request: Request, session_id: str, app: str) -> Response:
-    """An HTTP request for ``/s/<session>/<app>/…``."""
+async def serve_http(request: Request, session_id: str, app: str, rest: str) -> Response:
+    """An HTTP request for ``/s/<session>/<app>/…`` on the manager's origin: the terminal's
+    page, or the way into an app's own origin (the login handed over by a single-use code)."""
     parts = _Parts(request)
     try:
         route = await authorize(request, parts.gate, parts.settings, session_id, app,
                                 writes=request.method not in browser.SAFE_METHODS)
         if route.launch is None:  # the terminal: its page (its stream is a WebSocket)
             return pages.terminal(request, route.session_id, route.session_name)
-        return await http.relay(request, route, parts.pool, parts.meter)
+        return await _into_origin(request, route, parts, rest)
     except Unauthorized as err:
         if request.method == "GET" and pages.wants_html(request):
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
@@ -50,13 +57,45 @@ async def serve_http(request: Request, session_id: str, app: str) -> Response:
 
 
 async def serve_app_socket(ws: WebSocket, session_id: str, app: str) -> None:
-    """A WebSocket for ``/s/<session>/<app>/…``."""
+    """A WebSocket for ``/s/<session>/<app>/…`` on the manager's origin: apps' WebSockets are
+    on their own origins now."""
+    if app == TERMINAL:
+        await deny(ws, NotFound(f"the terminal's WebSocket is /api/v1/sessions/{session_id}"
+                                "/terminal", code="unknown_app"))
+        return
+    url = origins.origin("https" if ws.url.scheme == "wss" else "http", ws.url.port,
+                         session_id, app, _Parts(ws).settings.apps)
+    await deny(ws, NotFound(f"apps are served at their own origin: {url}/", code="app_moved"))
+
+
+async def serve_origin_http(request: Request, at: AppOrigin) -> Response:
+    """An HTTP request on an app's own origin: its entry (``/_gpuslice/enter``), else the
+    app, at its root."""
+    parts = _Parts(request)
+    try:
+        if request.url.path == origins.ENTER_PATH:
+            return await _entered(request, at, parts)
+        _not_terminal(at)
+        route = await authorize_at_origin(request, parts.gate, at,
+                                          writes=request.method not in browser.SAFE_METHODS)
+        return await http.relay(request, route, parts.pool, parts.meter)
+    except Unauthorized as err:
+        if request.method == "GET" and pages.wants_html(request):  # enter by the manager
+            console = origins.console_url(browser.scheme(request), request.url.port,
+                                          parts.settings.apps)
+            return RedirectResponse(f"{console}/s/{at.session_id}/{at.app}"
+                                    f"{headers.target(request)}", status_code=303)
+        return pages.error(request, 401, err.code, err.message)
+    except DomainError as err:
+        return pages.error(request, status_of(err), err.code, err.message)
+
+
+async def serve_origin_socket(ws: WebSocket, at: AppOrigin) -> None:
+    """A WebSocket on an app's own origin."""
     parts = _Parts(ws)
     try:
-        route = await authorize(ws, parts.gate, parts.settings, session_id, app, writes=True)
-        if route.launch is None:
-            raise NotFound(f"the terminal's WebSocket is /api/v1/sessions/{session_id}/terminal",
-                           code="unknown_app")
+        _not_terminal(at)
+        route = await authorize_at_origin(ws, parts.gate, at, writes=True)
         link, subprotocol = await sockets.open_app_socket(ws, route, parts.pool)
     except DomainError as err:
         await deny(ws, err)
@@ -82,3 +121,40 @@ async def serve_terminal(ws: WebSocket, session_id: str, terminal: str | None, r
     parts.meter.touch(route.session_id)
     await ws.send_text(attached.model_dump_json())
     await sockets.relay(ws, link, parts.pool, parts.meter, route.session_id, terminal=True)
+
+
+async def _into_origin(request: Request, route: AppRoute, parts: _Parts, rest: str) -> Response:
+    """A redirect to the app's origin; a browser's GET carries a fresh single-use code that
+    hands its login over (a program sends its bearer token there itself)."""
+    base = origins.origin(browser.scheme(request), request.url.port, route.session_id,
+                          route.app.name, parts.settings.apps)
+    target = rest + (f"?{request.url.query}" if request.url.query else "")
+    if gate.bearer(request) is not None or request.method not in ("GET", "HEAD"):
+        return RedirectResponse(base + target, status_code=307)
+    async with request.app.state.sessionmaker() as db:
+        code = await origins.mint_code(db, route.login_id, route.session_id, route.app.name,
+                                       parts.settings.apps)
+    query = urlencode({"code": code, "next": target})
+    return RedirectResponse(f"{base}{origins.ENTER_PATH}?{query}", status_code=303,
+                            headers=_PRIVATE)
+
+
+async def _entered(request: Request, at: AppOrigin, parts: _Parts) -> Response:
+    """The code traded for this origin's own cookie, then on to the page asked for."""
+    async with request.app.state.sessionmaker() as db:
+        cookie = await origins.redeem(db, request.query_params.get("code", ""), at)
+    target = request.query_params.get("next", "/")
+    if not target.startswith("/") or target.startswith(("//", "/\\")):
+        target = "/"  # a path on this origin, never a redirect elsewhere
+    response = RedirectResponse(target, status_code=303, headers=_PRIVATE)
+    # Host-only (no Domain): sent to this app's origin alone, never to another app or the
+    # manager; it lives as long as the browser, and no longer than the login on the server.
+    response.set_cookie(origins.COOKIE, cookie, path="/", httponly=True, samesite="lax",
+                        secure=browser.scheme(request) == "https")
+    return response
+
+
+def _not_terminal(at: AppOrigin) -> None:
+    if at.app == TERMINAL:
+        raise NotFound(f"the terminal is the manager's page: /s/{at.session_id}/terminal/",
+                       code="unknown_app")

@@ -53,7 +53,7 @@ async def open_app_socket(ws: WebSocket, route: AppRoute,
     assert route.launch is not None, "the terminal has its own route"
     protocols = [p.strip() for p in ws.headers.get("sec-websocket-protocol", "").split(",")
                  if p.strip()]
-    ask = OpenWebSocket(app=route.launch, target=headers.target(ws, route),
+    ask = OpenWebSocket(app=route.launch, target=headers.target(ws),
                         headers=headers.upstream(ws, route, body=False), subprotocols=protocols)
     link, reply = await open_link(pool, route, ask.model_dump_json())
     if not isinstance(reply, WebSocketOpened):

@@ -26,8 +26,9 @@ from gpuslice.manager.db.models import SessionRow, UserRow
 from gpuslice.manager.errors import Conflict, Forbidden
 from gpuslice.manager.security import token_digest
 from gpuslice.manager.services import auth
-from gpuslice.manager.services.apps import catalog
+from gpuslice.manager.services.apps import catalog, origins
 from gpuslice.manager.services.apps.catalog import SessionApp
+from gpuslice.manager.services.apps.origins import AppOrigin
 from gpuslice.manager.services.sessions.views import get_visible
 from gpuslice.manager.settings import AppsSettings
 
@@ -45,10 +46,7 @@ class AppRoute:
     launch: AppLaunch | None  # None for the terminal
     token: str | None  # the app's own token, for apps that take one
     user_id: str
-
-    @property
-    def prefix(self) -> str:
-        return catalog.base_path(self.session_id, self.app.name)
+    login_id: str  # the login (or API token) that asked: an app origin's entry is bound to it
 
 
 async def openable(db: AsyncSession, viewer: UserRow, session_id: str,
@@ -70,7 +68,7 @@ async def openable(db: AsyncSession, viewer: UserRow, session_id: str,
 
 
 async def route(db: AsyncSession, viewer: UserRow, session_id: str, name: str,
-                settings: AppsSettings) -> AppRoute:
+                settings: AppsSettings, login_id: str = "") -> AppRoute:
     """Where app ``name`` of the session is, if ``viewer`` may open it (see :func:`openable`;
     ``NotFound`` ``unknown_app`` for an app the session's image does not have)."""
     row = await openable(db, viewer, session_id, settings)
@@ -82,7 +80,7 @@ async def route(db: AsyncSession, viewer: UserRow, session_id: str, name: str,
         launch = catalog.launch(row.id, secret, app.image_app)
         token = catalog.token(secret, app.name) if app.takes_token else None
     await db.commit()
-    return AppRoute(row.id, row.name, row.node_id, app, launch, token, viewer.id)
+    return AppRoute(row.id, row.name, row.node_id, app, launch, token, viewer.id, login_id)
 
 
 class Gate:
@@ -92,12 +90,14 @@ class Gate:
                  settings: AppsSettings) -> None:
         self.sessionmaker = sessionmaker
         self.settings = settings
-        self._known: dict[tuple[str, str, str], tuple[AppRoute, float, datetime | None]] = {}
+        self._known: dict[tuple[str, str, str, bool], tuple[AppRoute, float, datetime | None]] = {}
 
-    async def route(self, secret: str, session_id: str, name: str) -> AppRoute:
-        """The app's route for the holder of ``secret``: ``Unauthorized`` for an unknown,
-        revoked or expired login, else as :func:`route`."""
-        key = (token_digest(secret), session_id, name)
+    async def route(self, secret: str, session_id: str, name: str, *,
+                    app_cookie: bool = False) -> AppRoute:
+        """The app's route for the holder of ``secret`` (a bearer token or login cookie; with
+        ``app_cookie``, an app origin's own cookie, good for that app only):
+        ``Unauthorized`` for an unknown, revoked or expired login, else as :func:`route`."""
+        key = (token_digest(secret), session_id, name, app_cookie)
         found = self._known.get(key)
         now = time.monotonic()
         if found is not None:
@@ -106,8 +106,12 @@ class Gate:
                 return cached
             del self._known[key]
         async with self.sessionmaker() as db:
-            user, login = await auth.authenticate(db, secret)
-            answer = await route(db, user, session_id, name, self.settings)
+            if app_cookie:
+                user, login = await origins.authenticate(db, secret,
+                                                         AppOrigin(name, session_id))
+            else:
+                user, login = await auth.authenticate(db, secret)
+            answer = await route(db, user, session_id, name, self.settings, login.id)
         if self.settings.auth_cache > 0:
             if len(self._known) >= _MAX_CACHED:
                 self._known.clear()

@@ -3,7 +3,9 @@
 Every session has the ``terminal`` (a TTY exec, nothing in the image). Its image adds the apps
 its ``gpuslice.image.apps`` label declares (the catalog keeps image labels), each started by the
 agent with the command from the label, its placeholders filled in here: ``{port}``,
-``{base_path}`` (``/s/<session id>/<app>``, the app's prefix on the proxy) and ``{token}``.
+``{base_path}`` (``/``: each app is served at the root of its own origin,
+``services/apps/origins.py``) and ``{token}``. A number names a TCP port as an app: whatever
+listens on it in the session (nothing the platform starts).
 
 Tokens: each app of each session gets its own, ``HMAC-SHA256(session secret, app name)``, from
 256 random bits made once per session (``sessions.app_secret``). Apps that take a token (their
@@ -48,15 +50,15 @@ class SessionApp:
     def takes_token(self) -> bool:
         return self.image_app is not None and any("{token}" in a for a in self.image_app.command)
 
-    @property
-    def strips_prefix(self) -> bool:
-        """The app does not know its prefix: the proxy removes it from paths it forwards."""
-        return self.image_app is not None and not self.image_app.base_path
+
+BASE_PATH = "/"  # every app at its origin's root: what its base-path flag is given
 
 
-def base_path(session_id: str, name: str) -> str:
-    """Where an app lives on the proxy (no trailing slash, as apps' base-path flags want)."""
-    return f"/s/{session_id}/{name}"
+def port_app(name: str) -> SessionApp | None:
+    """The app a TCP port number names (``8000``): what listens there, started by nobody."""
+    if not name.isdigit() or not 1 <= int(name) <= 65535 or name != str(int(name)):
+        return None
+    return SessionApp(name, ImageApp(f"port-{name}", "http", int(name)))
 
 
 def apps_of(meta: ImageMeta) -> list[SessionApp]:
@@ -65,12 +67,17 @@ def apps_of(meta: ImageMeta) -> list[SessionApp]:
 
 
 def find(apps: list[SessionApp], name: str, session_name: str) -> SessionApp:
-    """``name`` among ``apps``; ``NotFound`` ``unknown_app`` naming the ones there are."""
+    """``name`` among ``apps``, or the TCP port it names; ``NotFound`` ``unknown_app`` naming
+    the ones there are."""
     for app in apps:
         if app.name == name:
             return app
+    port = port_app(name)
+    if port is not None:
+        return port
     known = ", ".join(a.name for a in apps)
-    raise NotFound(f"session {session_name} has no app {name!r}; its apps: {known}",
+    raise NotFound(f"session {session_name} has no app {name!r}; its apps: {known}, or any "
+                   "port a server listens on in it (e.g. 8000)",
                    field="app", code="unknown_app")
 
 
@@ -123,7 +130,7 @@ def token(secret: str, name: str) -> str:
 
 def launch(session_id: str, secret: str, app: ImageApp) -> AppLaunch:
     """How the agent starts and reaches ``app`` of the session."""
-    argv = app.argv(port=app.port, base_path=base_path(session_id, app.name),
+    argv = app.argv(port=app.port, base_path=BASE_PATH,
                     token=token(secret, app.name))
     return AppLaunch(name=app.name, port=app.port, command=argv,
                      start_timeout_ms=app.start_timeout * 1000)

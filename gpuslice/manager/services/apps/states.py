@@ -16,7 +16,7 @@ from gpuslice.common.schemas.agents import (
 from gpuslice.common.schemas.apps import AppList, AppPublic
 from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.errors import AgentTimeout, Conflict
-from gpuslice.manager.services.apps import access, catalog
+from gpuslice.manager.services.apps import access, catalog, origins
 from gpuslice.manager.services.apps.catalog import SessionApp
 from gpuslice.manager.services.channel import Channel
 from gpuslice.manager.settings import ManagerSettings
@@ -39,11 +39,11 @@ async def list_apps(channel: Channel, db: AsyncSession, viewer: UserRow, session
                         AppsAsk(apps=launches, ports=True), settings.sessions.log_timeout)
     states = {s.name: s for s in answer.apps}
     served = {p.port: p for p in answer.ports}
-    listed = [_public(row.id, app, states.get(app.name), base_url,
+    listed = [_public(row.id, app, states.get(app.name), base_url, settings,
                       served.pop(app.port, None) if app.port is not None else None)
               for app in apps]
     return AppList(session_id=row.id, apps=listed + [
-        _discovered(row.id, port, base_url) for port in served.values()
+        _discovered(row.id, port, base_url, settings) for port in served.values()
     ])
 
 
@@ -52,8 +52,8 @@ async def start_app(channel: Channel, db: AsyncSession, viewer: UserRow, session
     """Start the app unless it runs, and wait until it answers (up to its start timeout):
     ``ready``; ``Conflict`` ``app_failed`` with its exit code and last lines otherwise."""
     route = await access.route(db, viewer, session_id, name, settings.apps)
-    if route.launch is None:  # the terminal: nothing to start
-        return _public(route.session_id, route.app, None, base_url)
+    if route.launch is None:  # the terminal or a served port: nothing to start
+        return _public(route.session_id, route.app, None, base_url, settings)
     wait = route.launch.start_timeout_ms / 1000 + settings.sessions.log_timeout
     answer = await _ask(channel, route.node_id, route.session_id,
                         f"session {route.session_name}",
@@ -61,7 +61,7 @@ async def start_app(channel: Channel, db: AsyncSession, viewer: UserRow, session
     status = next((s for s in answer.apps if s.name == name), None)
     if status is None or status.state is not AppState.READY:
         raise Conflict(failure(route.launch, status), code="app_failed")
-    return _public(route.session_id, route.app, status, base_url)
+    return _public(route.session_id, route.app, status, base_url, settings)
 
 
 def failure(launch: AppLaunch, status: AppStatus | None) -> str:
@@ -85,13 +85,22 @@ async def _ask(channel: Channel, node_id: str, session_id: str, about: str, ask:
     return answer
 
 
-def _public(session_id: str, app: SessionApp, status: AppStatus | None, base_url: str,
+def app_url(base_url: str, session_id: str, name: str, settings: ManagerSettings) -> str:
+    """Where a browser opens an app: its own origin; the terminal, our page on the
+    manager's."""
+    if name == catalog.TERMINAL:
+        return f"{base_url.rstrip('/')}/s/{session_id}/{name}/"
+    return origins.app_url(base_url, session_id, name, settings.apps)
+
+
+def _public(session_id: str, app: SessionApp, status: AppStatus | None,
+            base_url: str, settings: ManagerSettings,
             served: ListeningPort | None = None) -> AppPublic:
     state = AppState.READY if app.image_app is None else (
         status.state if status is not None else AppState.STOPPED)
     return AppPublic(
         name=app.name, protocol=app.protocol, port=app.port, state=state,
-        url=f"{base_url.rstrip('/')}{catalog.base_path(session_id, app.name)}/",
+        url=app_url(base_url, session_id, app.name, settings),
         exit_code=status.exit_code if status else None,
         logs=status.logs if status and status.state is AppState.FAILED else "",
         message=status.message if status else "",
@@ -99,12 +108,13 @@ def _public(session_id: str, app: SessionApp, status: AppStatus | None, base_url
     )
 
 
-def _discovered(session_id: str, served: ListeningPort, base_url: str) -> AppPublic:
-    """A port no app declares: an app named by its number, reached at its own path."""
+def _discovered(session_id: str, served: ListeningPort, base_url: str,
+                settings: ManagerSettings) -> AppPublic:
+    """A port no app declares: an app named by its number, at its own origin."""
     name = str(served.port)
     return AppPublic(
         name=name, protocol="tcp", port=served.port, state=AppState.READY,
-        url=f"{base_url.rstrip('/')}{catalog.base_path(session_id, name)}/",
+        url=app_url(base_url, session_id, name, settings),
         process=served.process, command=served.command, discovered=True,
         message=f"served by {served.process or 'a process'} in the session",
     )

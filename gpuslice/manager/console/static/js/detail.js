@@ -111,8 +111,11 @@ export function detailPage(main, parts) {
     if (app.name === "terminal") {
       return h("span", null, h("button", { type: "button", id: "open-terminal", onclick: showTerminal }, "Terminal"), state);
     }
-    // Opened as a link: the proxy starts the app on first open, in a tab of its own.
-    return h("span", null, h("a", { href: app.url, target: "_blank", rel: "noopener", id: "open-" + app.name,
+    // Opened as a link, in a tab of its own: through this origin's /s/ path, which hands the
+    // login to the app's own origin (app.url) by a single-use code; the proxy starts the app
+    // on first open.
+    const enter = "/s/" + encodeURIComponent(id) + "/" + encodeURIComponent(app.name) + "/";
+    return h("span", null, h("a", { href: enter, target: "_blank", rel: "noopener", id: "open-" + app.name,
       class: "button", onclick: () => setTimeout(() => { appsShown = ""; showApps(); }, 1500) }, "Open " + app.name), state);
   }
 

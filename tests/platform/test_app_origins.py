@@ -1,0 +1,181 @@
+"""Apps on their own origins, in Chromium, as a user of the MLflow guide works: the web
+terminal, `mlflow ui --host 0.0.0.0`, "MLflow UI" from the app launcher, two training runs,
+both listed; a `python -m http.server` on a port nobody declared; and what an app's page
+cannot do (reach the manager's API, or carry its cookie elsewhere).
+
+The browser uses the manager at ``http://localhost:<port>``: app origins are
+``<app>--<session>.apps.localhost:<port>``, which Chromium resolves to this machine, and the
+manager the default ``apps.console_url`` names. Screenshots go to ``GPUSLICE_ARTIFACTS``
+(``tests/artifacts`` by default).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.platform import origins
+from tests.platform.conftest import Platform, run_up
+from tests.waits import scaled
+
+pytestmark = pytest.mark.docker
+
+MLFLOW = "gpuslice/mlflow:3.5.1"
+BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("GPUSLICE_ARTIFACTS", Path(__file__).parents[1] / "artifacts"))
+
+
+@pytest.fixture(scope="module")
+def plat(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
+    yield from run_up(tmp_path_factory.mktemp("origins"))
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    executable = next((b for b in BROWSERS if os.path.exists(b)), None)
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if executable is None:
+        pytest.skip("no Chromium (tools/host-setup.sh --browser installs it)")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as driver:
+        chromium = driver.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()
+
+
+def until(check: Any, timeout: float, what: str) -> Any:
+    """Poll ``check`` from here (the pages' CSP forbids wait_for_function's evaluation)."""
+    deadline = time.monotonic() + scaled(timeout)
+    while True:
+        try:
+            got = check()
+        except Exception:  # not on the page yet
+            got = None
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.3)
+
+
+def shot(page: Any, name: str) -> None:
+    page.screenshot(path=str(ARTIFACTS / f"origins-{name}.png"))
+
+
+def log_in(page: Any, manager: str, password: str) -> None:
+    page.goto(manager + "/")
+    page.fill("#u", "admin")
+    page.fill("#p", password)
+    page.click("button")
+    page.wait_for_selector("#sessions", timeout=scaled(60) * 1000)
+
+
+def typed(page: Any, command: str, wanted: str | re.Pattern[str], timeout: float) -> str:
+    """Type ``command`` in the page's terminal, and wait until its output shows ``wanted``."""
+    pattern = wanted if isinstance(wanted, re.Pattern) else re.compile(re.escape(wanted))
+    page.keyboard.type(command + "\n")
+    return str(until(lambda: pattern.search(page.inner_text(".xterm-rows")), timeout,
+                     f"{wanted!r} after {command!r}")[0])
+
+
+def test_the_mlflow_guide_as_written_and_a_server_on_any_port(plat: Platform,
+                                                              browser: Any) -> None:
+    if subprocess.run(["docker", "image", "inspect", MLFLOW], capture_output=True).returncode:
+        pytest.skip(f"{MLFLOW} is not built (scripts/build-images.sh builds it)")
+    sid = plat.session("guide", MLFLOW, "--cpu", "1", "--mem", "2g")
+    client = plat.client()
+    # the guide's example sits in the working directory, as its readers have it
+    copied = client.exec(sid, ["cp", "/opt/gpuslice/examples/mlflow/train_diabetes.py", "."])
+    assert copied.exit_code == 0, copied.stderr
+    manager = f"http://localhost:{plat.port}"
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    page = context.new_page()
+    log_in(page, manager, plat.admin_password())
+
+    # 1. the terminal app; `mlflow ui --host 0.0.0.0`
+    page.goto(f"{manager}/#/sessions/{sid}")
+    page.wait_for_selector("#open-terminal", timeout=scaled(60) * 1000)
+    page.click("#open-terminal")
+    until(lambda: "connected" in page.inner_text("#terminal-status"), 30, "the terminal")
+    page.click("#terminal-box")
+    typed(page, "mlflow ui --host 0.0.0.0", "0.0.0.0:5000", 120)
+    shot(page, "mlflow-ui-started")
+
+    # 2. "MLflow UI" from the app launcher: the user's own server, at its origin's root
+    with context.expect_page() as opened:
+        page.click("#open-mlflow")
+    ui = opened.value
+    ui.wait_for_load_state()
+    assert ui.url.startswith(origins.url(plat, sid, "mlflow")), ui.url
+    until(lambda: "diabetes" not in ui.inner_text("body") and "Experiments" in
+          ui.inner_text("body"), 90, "MLflow's experiments page")
+    shot(ui, "mlflow-ui-opened")
+
+    # 3. two training runs, in a second terminal (the first one serves MLflow)
+    term = context.new_page()
+    term.goto(f"{manager}/s/{sid}/terminal/")
+    until(lambda: "connected" in term.inner_text("#status"), 30, "a second terminal")
+    term.click("#terminal")
+    first = typed(term, "python train_diabetes.py", re.compile(r"run ([0-9a-f]{32})"), 300)
+    second = typed(term, "python train_diabetes.py 0.2 0.05",
+                   re.compile(r"alpha=0.2, l1_ratio=0.05\).*\n.*run ([0-9a-f]{32})"), 300)
+    shot(term, "trained")
+    runs = [first.split()[-1], second.split()[-1]]
+
+    # 4. both runs listed in MLflow's UI (their names, as the UI shows them)
+    names = run_names(plat, sid, runs)
+    ui.reload()
+    ui.get_by_text("diabetes").first.click()
+    until(lambda: all(n in ui.inner_text("body") for n in names), 90,
+          f"both runs ({names}) in MLflow's runs table")
+    shot(ui, "mlflow-two-runs")
+
+    # 5. a server on a port nobody declared, opened at its own origin
+    typed(term, "python -m http.server 8123", "Serving HTTP on", 60)
+    served = context.new_page()
+    served.goto(f"{manager}/s/{sid}/8123/")  # where the launcher links a listening port
+    assert served.url == origins.url(plat, sid, "8123"), served.url
+    until(lambda: "train_diabetes.py" in served.inner_text("body"), 30, "the directory list")
+    shot(served, "http-server-8123")
+
+    # 6. what an app's page cannot do
+    reached = served.evaluate("""async (api) => {
+        try {
+            const r = await fetch(api, {credentials: "include"});
+            return "status " + r.status + ": " + await r.text();
+        } catch (err) { return "refused: " + err; }
+    }""", f"{manager}/api/v1/sessions")
+    assert reached.startswith("refused") and sid not in reached, reached
+    socket = served.evaluate("""(url) => new Promise((done) => {
+        const ws = new WebSocket(url);
+        ws.onopen = () => done("open");
+        ws.onclose = () => done("closed");
+    })""", f"ws://localhost:{plat.port}/api/v1/sessions/{sid}/terminal")
+    assert socket == "closed"
+    ours = [c for c in context.cookies() if c["name"].startswith("gpuslice_")]
+    login = [c for c in ours if c["name"] == "gpuslice_login"]
+    apps = {c["domain"]: c for c in ours if c["name"] == "gpuslice_app"}
+    assert [c["domain"] for c in login] == ["localhost"]
+    assert set(apps) == {origins.host(plat, sid, "mlflow").split(":")[0],
+                         origins.host(plat, sid, "8123").split(":")[0]}  # host-only, each
+    assert all(c["httpOnly"] and c["sameSite"] == "Lax" for c in apps.values())
+    context.close()
+
+
+def run_names(plat: Platform, sid: str, runs: list[str]) -> list[str]:
+    """The names MLflow gave the runs (what its runs table shows), asked at its origin."""
+    auth = {"Authorization": f"Bearer {plat.client().token}"}
+    names = []
+    for run in runs:
+        got = origins.request(plat, "GET", sid, "mlflow",
+                              f"/ajax-api/2.0/mlflow/runs/get?run_id={run}", headers=auth)
+        assert got.status_code == 200, got.text
+        names.append(json.loads(got.text)["run"]["info"]["run_name"])
+    return names
