@@ -89,7 +89,7 @@ async def test_ports_served_in_the_session_are_apps_after_the_declared_ones(
     served = listed["8000"]
     assert served["discovered"] and served["port"] == 8000 and served["state"] == "ready"
     assert served["process"] == "streamlit" and served["command"] == "streamlit run a.py"
-    assert served["url"] == f"http://manager/s/{sid}/8000/"
+    assert served["url"] == f"http://8000--{sid}.apps.localhost/"  # its own origin, too
 
 
 async def test_starting_an_app_waits_for_it_or_says_why_it_failed(
