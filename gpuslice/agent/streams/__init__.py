@@ -3,9 +3,10 @@
 The manager never dials a node. For each ``stream`` request the agent dials the manager back
 (a WebSocket to ``/api/v1/agents/me/streams/{request id}``, as the node) and serves on that
 link what its first message names: an app's HTTP exchange or WebSocket at the session
-container's own address (``http``, ``websocket``), or a terminal, a TTY exec in the container
-(``terminals``). Apps are started on first use (``apps``). ``apps`` requests ask for their
-states. A link serves only the session its request named.
+container's own address (``http``, ``websocket``), a terminal, a TTY exec in the container
+(``terminals``), or an SSH connection, an ``sshd -i`` exec per connection (``ssh``). Apps
+are started on first use (``apps``). ``apps`` requests ask for their states. A link serves
+only the session its request named.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ and the link ends with the stream.
     OpenHttp, [body frames, End]           HttpHead, body frames, End
     OpenWebSocket, messages                WebSocketOpened, messages
     OpenTerminal, input frames, Resize     TerminalAttached, output frames, TerminalExit
+    OpenSsh, client bytes                  SshOpened, server bytes (an ``sshd -i``'s stdio)
                                            Failed (in place of the first answer)
 
 An HTTP link goes back to the manager's pool after a complete exchange; the others close
@@ -81,6 +82,22 @@ class OpenTerminal(BaseModel):
     keep_ms: int = Field(default=60_000, ge=0, le=86_400_000)
 
 
+class OpenSsh(BaseModel):
+    """An SSH connection: the agent runs ``sshd -i`` in the session as its user, with these
+    public keys (its owner's) the only ones it accepts, and answers :class:`SshOpened`; then
+    binary frames are the SSH protocol's bytes both ways until either side closes."""
+
+    op: Literal["ssh"] = "ssh"
+    keys: list[Annotated[str, Field(max_length=16384)]] = Field(max_length=256)
+    image: str = Field(default="", max_length=512, description="For the message when the "
+                       "image has no SSH server.")
+
+
+class SshOpened(BaseModel):
+    op: Literal["ssh-opened"] = "ssh-opened"
+    user: str = Field(max_length=256, description="The session's user, the one to log in as.")
+
+
 class Resize(BaseModel):
     op: Literal["resize"] = "resize"
     rows: int = Field(ge=1, le=1000)
@@ -126,9 +143,10 @@ class Failed(BaseModel):
     app: AppStatus | None = None
 
 
-LinkOpen = Annotated[OpenHttp | OpenWebSocket | OpenTerminal, Field(discriminator="op")]
+LinkOpen = Annotated[OpenHttp | OpenWebSocket | OpenTerminal | OpenSsh,
+                     Field(discriminator="op")]
 AgentReply = Annotated[
-    HttpHead | End | WebSocketOpened | TerminalAttached | TerminalExit | Failed,
+    HttpHead | End | WebSocketOpened | TerminalAttached | TerminalExit | SshOpened | Failed,
     Field(discriminator="op"),
 ]
 ManagerControl = Annotated[End | Resize, Field(discriminator="op")]

@@ -592,3 +592,19 @@ class ResourcePresetRow(Base):
     gpu: Mapped[int] = mapped_column(BigInteger, default=0)  # milli-fGPU
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class SshKeyRow(Base):
+    """A user's SSH public key: the only kind of key a session's SSH server accepts for its
+    owner (services/ssh). ``public_key`` is ``<type> <base64>``, the comment left out."""
+
+    __tablename__ = "ssh_keys"
+    __table_args__ = (UniqueConstraint("user_id", "fingerprint"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    key_type: Mapped[str] = mapped_column(String(64))
+    public_key: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(String(64))  # SHA256:<base64>, as ssh-keygen -l
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
