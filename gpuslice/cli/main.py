@@ -64,13 +64,12 @@ COMMANDS = {
     ),
     "ssh-config": Lazy(
         "gpuslice.cli.ssh:ssh_config",
-        "An OpenSSH `Host *.gpuslice` block: `ssh S.gpuslice`, scp, sftp, rsync and VS Code "
-        "Remote-SSH then reach your session S through the platform.",
+        "OpenSSH's `Host *.gpuslice` block: ssh, scp, rsync, VS Code reach session S as "
+        "S.gpuslice.",
     ),
     "ssh-proxy": Lazy(
         "gpuslice.cli.ssh:ssh_proxy",
-        "OpenSSH's ProxyCommand: this process's stdin and stdout become the session's SSH "
-        "connection.",
+        "OpenSSH's ProxyCommand: stdin and stdout become the session's SSH connection.",
     ),
     "service": Lazy(
         "gpuslice.cli.service:app",

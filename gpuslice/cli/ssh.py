@@ -77,8 +77,10 @@ def ssh_config(
         "--install", help="Write the block into ~/.ssh/config (replacing an earlier one).")]
     = False,
 ) -> None:
-    """An OpenSSH `Host *.gpuslice` block: `ssh S.gpuslice`, scp, sftp, rsync and VS Code
-    Remote-SSH then reach your session S through the platform."""
+    """OpenSSH's `Host *.gpuslice` block: ssh, scp, rsync, VS Code reach session S as S.gpuslice.
+
+    Printed, or written first in ~/.ssh/config with --install. Its ProxyCommand is this very
+    gpuslice, logged in as you; the user is `work`, the platform images' user."""
     block = config_block()
     if not install:
         sys.stdout.write(block)
@@ -94,8 +96,7 @@ def ssh_proxy(
     host: Annotated[str, typer.Argument(help=f"The session: its name or id (SESSION{SUFFIX} "
                                              "too, as ssh passes %h).")],
 ) -> None:
-    """OpenSSH's ProxyCommand: this process's stdin and stdout become the session's SSH
-    connection."""
+    """OpenSSH's ProxyCommand: stdin and stdout become the session's SSH connection."""
     from gpuslice.client.stream import pipe_stdio
 
     ref = host.removesuffix(SUFFIX)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from gpuslice.client import schemas
 
@@ -34,7 +35,7 @@ class SshCalls:
 
     def remove_ssh_key(self, ref: str) -> None:
         """Remove one of one's keys by id, fingerprint or name."""
-        self._call("DELETE", f"/ssh-keys/{ref}", None)
+        self._call("DELETE", f"/ssh-keys/{quote(ref, safe='')}", None)  # a fingerprint has /
 
     def ssh_stream(self, ref: str) -> ByteStream:
         """An SSH connection's bytes to the session (id or name): what ``ProxyCommand``

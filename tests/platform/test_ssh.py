@@ -122,7 +122,13 @@ def test_scp_sftp_and_a_resumed_rsync_through_the_ssh_config_block(
 
 def test_a_wrong_key_and_another_users_session_are_refused(
         platform: Platform, user: tuple[Platform, Path], tmp_path: Path) -> None:
-    alice, _key = user
+    alice, key = user
+    private = alice.cli("ssh-key", "add", str(key))
+    assert private.returncode == 2
+    assert private.stderr.startswith("error: this is a private key: give its public half")
+    assert len(private.stderr.strip().splitlines()) == 1 and "PRIVATE" not in private.stderr
+    [listed] = json.loads(alice.ok("ssh-key", "list", "--json"))
+    assert listed["name"] == "alice" and listed["type"] == "ssh-ed25519"
     sid = alice.session("mine", "gpuslice/base:0.1.0", "--gpu", "0", *SMALL)
     stranger = _keypair(tmp_path, "stranger")
     wrong = alice.cli("session", "ssh", "mine", "-i", str(stranger), "--", "true")

@@ -16,6 +16,7 @@ class SshKeyCreate(BaseModel):
                      description="`<type> <base64> [comment]`, e.g. the content of "
                                  "~/.ssh/id_ed25519.pub.")
     name: str | None = Field(default=None, min_length=1, max_length=64,
+                             pattern=r"^[^\x00-\x1f\x7f]+$",
                              description="A name to tell it by (default: the key's comment).")
 
 

@@ -29,7 +29,7 @@ async def add_ssh_key(body: SshKeyCreate, db: DbDep, user: CurrentUser) -> SshKe
     return await keys.add_key(db, user, body)
 
 
-@router.delete("/ssh-keys/{key_id}", status_code=status.HTTP_204_NO_CONTENT)
+@router.delete("/ssh-keys/{key_id:path}", status_code=status.HTTP_204_NO_CONTENT)
 async def remove_ssh_key(key_id: KeyRef, db: DbDep, user: CurrentUser) -> None:
     """Remove one of your keys by id, fingerprint or name; connections already open stay."""
     await keys.remove_key(db, user, key_id)

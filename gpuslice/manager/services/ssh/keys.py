@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import re
 import struct
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ PLAIN_TYPES = ("ssh-ed25519", "ssh-rsa", "ecdsa-sha2-nistp256", "ecdsa-sha2-nist
                "ecdsa-sha2-nistp521")
 SK_TYPES = ("sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com")
 _ALLOWED = ", ".join(PLAIN_TYPES + SK_TYPES)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +85,9 @@ async def add_key(db: AsyncSession, user: UserRow, body: SshKeyCreate) -> SshKey
     if count >= MAX_KEYS:
         raise Conflict(f"you have {count} SSH keys, the most allowed; remove one first",
                        code="too_many_ssh_keys")
-    name = (body.name or key.comment or key.type)[:64]
+    # A comment is free text: kept as a name without its control characters (NUL among them,
+    # which PostgreSQL refuses in text).
+    name = (body.name or _CONTROL.sub("", key.comment).strip() or key.type)[:64]
     row = SshKeyRow(user_id=user.id, name=name, key_type=key.type, public_key=key.line,
                     fingerprint=key.fingerprint)
     db.add(row)
