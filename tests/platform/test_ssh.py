@@ -29,6 +29,7 @@ pytestmark = [
                        reason="needs OpenSSH's client and rsync (tools/host-setup.sh)"),
 ]
 SMALL = ["--cpu", "0.25", "--mem", "256m"]
+TRICKY = 'TRICKY=say "hi" \\ to $HOME # now'
 NO_SSHD = """ARG BASE_IMAGE
 FROM ${BASE_IMAGE}
 USER root
@@ -56,15 +57,16 @@ def test_ssh_runs_a_command_with_the_terminals_slice_and_environment(
     """`gpuslice session ssh S -- CMD` shows the slice (nvidia-smi, GPUSLICE_*), with the very
     variables an exec (the web terminal's way in) gets."""
     alice, key = user
-    alice.session("box", "gpuslice/base:0.1.0", "--gpu", "0.5", *SMALL)
+    alice.session("box", "gpuslice/base:0.1.0", "--gpu", "0.5", "--env", TRICKY, *SMALL)
     shown = alice.cli("session", "ssh", "box", "-i", str(key), "--", "nvidia-smi")
     assert shown.returncode == 0, shown.stderr
     assert "0.5 fGPU" in shown.stdout and "2048 MiB" in shown.stdout
-    env_cmd = "env | grep -E '^(GPUSLICE_|CUDA_|PATH=|PYTHONPATH=)' | sort"
+    env_cmd = "env | grep -E '^(GPUSLICE_|CUDA_|PATH=|PYTHONPATH=|TRICKY=)' | sort"
     over_ssh = alice.cli("session", "ssh", "box", "-i", str(key), "--", env_cmd)
     assert over_ssh.returncode == 0, over_ssh.stderr
     by_exec = alice.ok("session", "exec", "box", "--", "sh", "-c", env_cmd)
     assert "GPUSLICE_FGPU=0.5\n" in over_ssh.stdout
+    assert f"{TRICKY}\n" in over_ssh.stdout  # quotes, a backslash, a $ and a # as they were
     assert "PYTHONPATH=/opt/gpuslice/hook" in over_ssh.stdout  # the framework caps' hook
     assert over_ssh.stdout == by_exec
     failed = alice.cli("session", "ssh", "box", "-i", str(key), "--", "exit 7")
