@@ -90,14 +90,14 @@ def test_scp_sftp_and_a_resumed_rsync_through_the_ssh_config_block(
     assert config.read_text().count("Host *.gpuslice") == 1  # replaced, the rest kept
     assert f"IdentityFile {key}" in config.read_text()
 
-    def run(*argv: str) -> str:
+    def run(*argv: str, stdin: str | None = None) -> str:
         # OpenSSH reads the config of the passwd entry's home, not $HOME: named here.
         if argv[0] in ("ssh", "scp", "sftp"):
             argv = (argv[0], "-F", str(config), *argv[1:])
         elif argv[0] == "rsync":
             argv = (argv[0], "-e", f"ssh -F {config}", *argv[1:])
         done = subprocess.run(argv, env=alice.env | env, capture_output=True, text=True,
-                              timeout=scaled(120))
+                              input=stdin, timeout=scaled(120))
         assert done.returncode == 0, f"{argv}: {done.stderr}"
         return done.stdout
 
@@ -120,6 +120,18 @@ def test_scp_sftp_and_a_resumed_rsync_through_the_ssh_config_block(
     assert "Literal data: 1,000,000 bytes" in stats, stats
     assert run("ssh", "data.gpuslice", "sha256sum < resumed.bin").split()[0] == \
         run("sha256sum", str(local)).split()[0]
+
+    # What VS Code Remote-SSH does to reach its server in the session: a TCP channel to a
+    # port on the session's loopback, through the SSH connection (ssh -W: direct-tcpip).
+    serve = ("nohup python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 & "
+             "python3 -c 'import socket, time\nfor _ in range(200):\n    try:\n"
+             "        socket.create_connection((\"127.0.0.1\", 8123), 1); break\n"
+             "    except OSError: time.sleep(0.1)'")
+    alice.ok("session", "exec", "data", "--", "sh", "-c", serve)
+    answer = run("ssh", "-W", "127.0.0.1:8123", "data.gpuslice",
+                 stdin="GET / HTTP/1.0\r\n\r\n")
+    assert answer.startswith("HTTP/1.0 200"), answer[:200]
+    assert "up.bin" in answer  # the listing of the session's home
 
 
 def test_a_wrong_key_and_another_users_session_are_refused(
