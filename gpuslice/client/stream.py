@@ -7,14 +7,13 @@ both ways (an SSH connection; any stream that is one TCP-like pipe).
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 
 from websockets.exceptions import ConnectionClosed, InvalidStatus, InvalidURI, WebSocketException
 from websockets.sync.client import ClientConnection, connect
 
-from gpuslice.client.errors import ApiError
+from gpuslice.client.errors import ApiError, error_of
 
 CHUNK = 64 * 1024
 
@@ -32,8 +31,8 @@ class ByteStream:
         try:
             ws = connect(url, additional_headers=headers, open_timeout=timeout, max_size=None,
                          compression=None, ping_interval=20, ping_timeout=20).__enter__()
-        except InvalidStatus as exc:
-            raise _refusal(exc) from None
+        except InvalidStatus as exc:  # the manager's answer to the upgrade: its reason
+            raise error_of(exc.response.status_code, bytes(exc.response.body or b"")) from None
         except (OSError, InvalidURI, WebSocketException, TimeoutError) as exc:
             raise ApiError(f"cannot reach {url}: {exc}", code="unreachable") from None
         return cls(ws)
@@ -80,14 +79,3 @@ def pipe_stdio(stream: ByteStream, stdin: int = 0, stdout: int = 1) -> None:
     finally:
         stream.close()
 
-
-def _refusal(exc: InvalidStatus) -> ApiError:
-    response = exc.response
-    try:
-        body = json.loads(response.body or b"{}")
-    except ValueError:
-        body = {}
-    if not isinstance(body, dict):
-        body = {}
-    return ApiError(body.get("message") or f"the manager refused (HTTP {response.status_code})",
-                    status=response.status_code, code=body.get("code", "error"))

@@ -8,7 +8,6 @@ from __future__ import annotations
 import base64
 import struct
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -17,25 +16,14 @@ from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from fastapi import FastAPI
 from websockets.asyncio.client import connect
 
-from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.conftest import IMAGE, UserFactory, client_for
 from tests.manager.fake_agent import FakeAgent
-from tests.manager.test_proxy import running, token_of, upgrade, url
+from tests.manager.test_proxy import running, settings, token_of, upgrade, url
 
-__all__ = ["url"]
+__all__ = ["settings", "url"]
 NO_SSHD = "no-sshd:1"
 OPENSSH = serialization.Encoding.OpenSSH
 PUBLIC = serialization.PublicFormat.OpenSSH
-
-
-@pytest.fixture
-def settings(tmp_path: Path, database_url: str) -> ManagerSettings:
-    return load_settings(
-        data_dir=tmp_path / "data", database={"url": database_url},
-        nodes={"node_timeout": 30, "sweep_interval": 0.2, "assignment_poll": 0.5},
-        sessions={"allowed_images": [IMAGE], "log_timeout": 3},
-        apps={"dial_back_timeout": 5},
-    )
 
 
 @pytest.fixture

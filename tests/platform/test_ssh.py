@@ -20,6 +20,7 @@ import pytest
 from gpuslice.imagebuild.base import build_context_image
 from tests.waits import scaled
 
+from . import app_image
 from .conftest import Platform
 from .test_storage import as_user
 
@@ -219,7 +220,7 @@ def test_an_image_without_an_ssh_server_is_said_in_one_line(
         assert len(proxied.stderr.strip().splitlines()) == 1, proxied.stderr
     finally:
         alice.cli("session", "destroy", "plain")
-        _remove(tag)
+        app_image.remove(tag)
 
 
 def _keypair(tmp_path: Path, name: str) -> Path:
@@ -246,12 +247,3 @@ def _build(tag: str, dockerfile: str, base: str) -> None:
                                       progress=lambda line: None, prefix="no-sshd")
     asyncio.run(run())
 
-
-def _remove(tag: str) -> None:
-    async def run() -> None:
-        async with aiodocker.Docker() as docker:
-            try:
-                await docker.images.delete(tag, force=True)
-            except aiodocker.DockerError:
-                pass
-    asyncio.run(run())
