@@ -2,7 +2,8 @@
 # Installs and starts what gpuslice needs on a Debian host, idempotently:
 #   Docker Engine (docker.io) and debootstrap (to build session images without a registry);
 #   npm (the browser terminal's xterm.js comes from the npm registry: tools/build-web.sh);
-#   iptables (the agent fences session networks with it) and iproute2; a C compiler (gcc: the
+#   iptables (the agent fences session networks with it) and iproute2; OpenSSH's client and
+#   rsync (`gpuslice session ssh`, the SSH tests); a C compiler (gcc: the
 #   agent builds its hard-cap shim with it when HAMi or MPS caps are on);
 #   with --postgres also what the test suite needs: PostgreSQL, with a `gpuslice` role and
 #   database, faketime (libfaketime: the clock-jump test moves one process's clock), HAProxy
@@ -38,6 +39,9 @@ command -v npm >/dev/null 2>&1 || packages+=(npm)
 command -v iptables >/dev/null 2>&1 || packages+=(iptables)
 command -v ip >/dev/null 2>&1 || packages+=(iproute2)
 command -v cc >/dev/null 2>&1 || packages+=(gcc)
+# OpenSSH's client and rsync: `gpuslice session ssh`, and the SSH tests (ssh, scp, sftp, rsync).
+command -v ssh >/dev/null 2>&1 || packages+=(openssh-client)
+command -v rsync >/dev/null 2>&1 || packages+=(rsync)
 if [ "$want_pg" = 1 ] && ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
   packages+=(postgresql)
 fi

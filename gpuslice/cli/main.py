@@ -30,7 +30,8 @@ COMMANDS = {
     "version": Lazy("gpuslice.cli.version:version", "Print the version."),
     "session": Lazy(
         "gpuslice.cli.session:app",
-        "Compute sessions: create, list, show, stats, logs, destroy, exec, shell, port-forward.",
+        "Compute sessions: create, list, show, stats, logs, destroy, exec, shell, ssh, "
+        "port-forward.",
     ),
     "app": Lazy("gpuslice.cli.app:app", "A session's apps: list them, open one in a browser."),
     "run": Lazy(
@@ -58,6 +59,19 @@ COMMANDS = {
         "gpuslice.cli.admin:app", "Users, policies, join tokens, configuration, backups (admins)."
     ),
     "token": Lazy("gpuslice.cli.token:app", "Your API tokens."),
+    "ssh-key": Lazy(
+        "gpuslice.cli.ssh:keys_app",
+        "Your SSH public keys: the ones your sessions' SSH servers accept.",
+    ),
+    "ssh-config": Lazy(
+        "gpuslice.cli.ssh:ssh_config",
+        "OpenSSH's `Host *.gpuslice` block: ssh, scp, rsync, VS Code reach session S as "
+        "S.gpuslice.",
+    ),
+    "ssh-proxy": Lazy(
+        "gpuslice.cli.ssh:ssh_proxy",
+        "OpenSSH's ProxyCommand: stdin and stdout become the session's SSH connection.",
+    ),
     "service": Lazy(
         "gpuslice.cli.service:app",
         "Run the manager, an agent or the whole platform (up) as a systemd service.",

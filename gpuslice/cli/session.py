@@ -1,9 +1,10 @@
-"""`gpuslice session ...`: create, list, show, stats, logs, destroy, exec, shell, port-forward,
-commit."""
+"""`gpuslice session ...`: create, list, show, stats, logs, destroy, exec, shell, ssh,
+port-forward, commit."""
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -33,9 +34,10 @@ if TYPE_CHECKING:
     from gpuslice.client.terminal import Terminal
     from gpuslice.common.schemas.sessions import ReclaimPublic, SessionCreate, SessionPublic
 
-app = typer.Typer(help="Compute sessions: create, list, show, stats, logs, destroy, exec, shell, "
-                  "port-forward.",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Compute sessions: create, list, show, stats, logs, destroy, exec, shell, ssh, "
+    "port-forward.",
+    no_args_is_help=True)
 
 
 def _client() -> Client:
@@ -339,6 +341,23 @@ def port_forward(
     with _client() as client:
         code = _forward.run(client, ref, forwards, address or ["127.0.0.1"], as_stdio)
     raise typer.Exit(code)
+@app.command("ssh")
+@friendly
+def ssh(
+    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    command: Annotated[list[str] | None, typer.Argument(
+        help="A command to run instead of a login shell, after --.")] = None,
+    identity: Annotated[Path | None, typer.Option(
+        "--identity", "-i", help="The private key to use (default: ssh's own choice).")] = None,
+) -> None:
+    """OpenSSH's ssh into a running session, with the slice, variables and framework caps
+    of its terminal; exits with ssh's exit code. Needs a key: `gpuslice ssh-key add`."""
+    from gpuslice.cli.ssh import session_ssh
+
+    argv = list(command or [])
+    if argv[:1] == ["--"]:  # `ssh S -- CMD`: options end at the id, so "--" arrives here
+        argv = argv[1:]
+    raise typer.Exit(session_ssh(ref, argv, identity))
 
 
 @app.command("commit")

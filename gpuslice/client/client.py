@@ -18,6 +18,7 @@ from gpuslice import __version__
 from gpuslice.client import schemas
 from gpuslice.client.config import ClientConfig, load_config
 from gpuslice.client.errors import ApiError, error_of
+from gpuslice.client.ssh import SshCalls
 from gpuslice.client.storage import StorageCalls
 from gpuslice.common.limits import PAGE_DEFAULT, PAGE_MAX
 from gpuslice.common.versions import API_HEADER, mismatch
@@ -58,7 +59,7 @@ API = "/api/v1"
 M = TypeVar("M")
 
 
-class Client(StorageCalls):
+class Client(StorageCalls, SshCalls):
     """A connection to a gpuslice manager as one user (or as nobody, before `login`).
 
     Folders, models and runs: see ``StorageCalls`` (``gpuslice.client.storage``)."""

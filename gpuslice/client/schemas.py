@@ -26,12 +26,13 @@ if TYPE_CHECKING:
         presets,
         runs,
         sessions,
+        ssh,
         storage,
         users,
     )
 
 __all__ = ["agents", "apps", "common", "config", "health", "images", "models", "monitoring",
-           "nodes", "presets", "runs", "sessions", "storage", "users"]
+           "nodes", "presets", "runs", "sessions", "ssh", "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

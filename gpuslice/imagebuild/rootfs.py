@@ -25,10 +25,13 @@ Progress = Callable[[str], None]
 
 #: Packages on top of debootstrap's minbase: Python with pip and venv, CA roots, the download
 #: tools users' guides take for granted (wget, curl) and sudo (usable only where the node's
-#: admin allows it: agent setting ``allow_sudo``; else the base image's shim says it is off).
-#: No compilers.
+#: admin allows it: agent setting ``allow_sudo``; else the base image's shim says it is off),
+#: and an SSH server with SFTP and rsync (the agent runs ``sshd -i`` per connection for
+#: ``gpuslice session ssh``, scp, sftp, rsync and VS Code Remote-SSH; nothing starts it on its
+#: own). No compilers.
 ROOTFS_PACKAGES = (
     "python3", "python3-pip", "python3-venv", "ca-certificates", "wget", "curl", "sudo",
+    "openssh-server", "openssh-sftp-server", "rsync",
 )
 _CHUNK = 1024 * 1024
 _PER_PACKAGE = (

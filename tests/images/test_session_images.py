@@ -129,3 +129,21 @@ async def test_sudo_installs_system_packages_where_the_admin_allows_it(
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
+
+
+async def test_the_base_image_carries_an_ssh_server_but_runs_none_and_shares_no_host_key(
+    base_image: str, node_runtime: DockerRuntime,
+) -> None:
+    """sshd, its SFTP server and rsync are there for `gpuslice session ssh` (the agent runs
+    `sshd -i` per connection); no host key is baked in (each session makes its own) and
+    nothing listens on any TCP port."""
+    spec = session_spec(node_runtime, base_image, gpu=False)
+    await node_runtime.ensure_running(spec)
+    code, out, err = await _run(node_runtime, spec.session_id, (
+        "for f in /usr/sbin/sshd /usr/lib/openssh/sftp-server /usr/bin/rsync; do "
+        "test -x $f && echo $f; done; echo keys $(ls /etc/ssh | grep -c ssh_host_); "
+        "echo listening $(awk 'NR > 1 && $4 == \"0A\" && $2 !~ /^0B00007F:/' "
+        "/proc/net/tcp /proc/net/tcp6 | wc -l)"))
+    assert code == 0, err
+    assert out.splitlines() == ["/usr/sbin/sshd", "/usr/lib/openssh/sftp-server",
+                                "/usr/bin/rsync", "keys 0", "listening 0"]

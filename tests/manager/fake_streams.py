@@ -4,7 +4,8 @@ On a link it serves what the manager opens, as the real agent's protocol says
 (``common.schemas.streams``): an HTTP exchange answered with what reached the "app" (method,
 target, headers, body size) as JSON, or a few canned answers by target (``/cookie``, ``/big``,
 ``/fail``); a WebSocket that echoes every message; a terminal that echoes input and says each
-resize. Everything it was opened with is kept in ``agent.opened`` for the test to check.
+resize; an SSH stream that echoes its bytes (or, for the image ``no-sshd:1``, the real agent's
+refusal). Everything it was opened with is kept in ``agent.opened`` for the test to check.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ async def serve_link(agent: FakeAgent, request: dict[str, Any]) -> None:
                 agent.opened.append(opened)
                 if opened["op"] == "http":
                     await _http(ws, opened)
+                elif opened["op"] == "ssh":
+                    await _ssh(ws, opened)
+                    return
                 elif opened["op"] == "websocket":
                     await ws.send(json.dumps({"op": "opened", "subprotocol": None}))
                     async for message in ws:
@@ -72,6 +76,16 @@ async def _http(ws: ClientConnection, opened: dict[str, Any]) -> None:
     for start in range(0, len(body), 256 * 1024):
         await ws.send(body[start:start + 256 * 1024])
     await ws.send(json.dumps({"op": "end"}))
+
+
+async def _ssh(ws: ClientConnection, opened: dict[str, Any]) -> None:
+    if opened["image"] == "no-sshd:1":
+        await ws.send(json.dumps({"op": "failed", "status": 409, "code": "no_ssh_server",
+                                  "message": "image no-sshd:1 has no SSH server (sshd)"}))
+        return
+    await ws.send(json.dumps({"op": "ssh-opened", "user": "work"}))
+    async for message in ws:
+        await ws.send(message)
 
 
 async def _terminal(ws: ClientConnection, opened: dict[str, Any]) -> None:

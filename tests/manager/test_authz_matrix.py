@@ -73,6 +73,9 @@ ACCESS: dict[str, Access] = {
     "GET /api/v1/auth/tokens": USER,
     "POST /api/v1/auth/tokens": USER,
     "DELETE /api/v1/auth/tokens/{token_id}": SELF,
+    "GET /api/v1/ssh-keys": USER,  # one's own keys only
+    "POST /api/v1/ssh-keys": USER,
+    "DELETE /api/v1/ssh-keys/{key_id}": SELF,
     "GET /api/v1/users": ADMIN,
     "POST /api/v1/users": ADMIN,
     "GET /api/v1/users/{user_id}": ADMIN,
@@ -167,6 +170,7 @@ ACCESS: dict[str, Access] = {
 # (two bytes: the announced size of the uploads below) unless given here.
 NEW_FILE = {"files": [{"path": "a.bin", "size": 2}]}
 NEW_RUN = {"name": "new-run", "script": "train.py", "image": IMAGE}
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFjR3aj3zxPSbiTmxDqEC7FU4nqDfJS9SVZXh3IW9U9b t"
 BODIES: dict[str, Any] = {
     "POST /api/v1/agents/me/sessions/{session_id}/state": {"status": "RUNNING"},
     "PUT /api/v1/agents/me/requests/{request_id}": {"kind": "logs"},
@@ -182,6 +186,7 @@ BODIES: dict[str, Any] = {
     "POST /api/v1/runs": NEW_RUN,
     "POST /api/v1/runs/check": NEW_RUN,
     "POST /api/v1/presets": {"name": "new-preset", "cpu": 1, "mem": "1g"},
+    "POST /api/v1/ssh-keys": {"key": SSH_KEY},
     "PATCH /api/v1/presets/{name}": {"cpu": 0.5},
     "POST /api/v1/agents/me/sessions/{session_id}/run/saving": {"script_s": 1.5},
 }
@@ -250,6 +255,9 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
     r = await admin.post("/api/v1/presets", json={"name": "doomed", "cpu": 1, "mem": "1g"})
     assert r.status_code == 201, r.text
     users = {u["username"]: u["id"] for u in (await admin.get("/api/v1/users")).json()}
+    r = await alice.post("/api/v1/ssh-keys", json={"key": SSH_KEY.replace(" t", " alice")})
+    assert r.status_code == 201, r.text
+    ssh_key = r.json()
     clients = {
         "anonymous": client_for(app),  # `anon` keeps the login cookies of the logins above
         "revoked": client_for(app, revoked), "owner": alice,
@@ -259,6 +267,7 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
     objects = {
         "session_id": s["id"], "token_id": token["id"], "user_id": users["alice"],
         "policy_id": policy["id"], "node_id": spare_node.node_id, "request_id": str(uuid.uuid4()),
+        "key_id": ssh_key["id"],
         "DELETE /api/v1/sessions/{session_id}:session_id": doomed["id"],
         "DELETE /api/v1/join-tokens/{token_id}:token_id": join["id"],
         "DELETE /api/v1/images/aliases/{name}:name": "al",
@@ -267,7 +276,7 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
         "PATCH /api/v1/images/{name}:name": image, "DELETE /api/v1/images/{name}:name": image,
         "POST /api/v1/sessions/{session_id}/apps/{name}/start:name": "terminal",
     }
-    secrets = [s["id"], "s3cret-value", image, token["id"], "alice-work"]
+    secrets = [s["id"], "s3cret-value", image, token["id"], "alice-work", ssh_key["id"]]
     for more, hidden in (await _folders(alice), await _models(app, alice, users["alice"]),
                          await _runs(alice)):
         objects.update(more)

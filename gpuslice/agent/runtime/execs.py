@@ -39,6 +39,12 @@ class ExecProcess:
         message = await self._stream.read_out()
         return None if message is None else message.data
 
+    async def read_frame(self) -> tuple[int, bytes] | None:
+        """The next output and where it came from (1: stdout, 2: stderr; a TTY's is all 1),
+        ``None`` once it ended: for a protocol spoken on stdout (``sshd -i``)."""
+        message = await self._stream.read_out()
+        return None if message is None else (message.stream, message.data)
+
     async def write(self, data: bytes) -> None:
         await self._stream.write_in(data)
 
@@ -82,13 +88,15 @@ class ExecOps:
         tty: bool,
         env: Mapping[str, str] | None = None,
         size: tuple[int, int] | None = None,
+        stdin: bool | None = None,
     ) -> ExecProcess:
         """Start ``argv`` in the session's container as its user, attached (stdin too with a
-        TTY of ``size`` rows × columns); :class:`SessionNotFound` without a container."""
+        TTY of ``size`` rows × columns, or when ``stdin``); :class:`SessionNotFound` without a
+        container."""
         container = await self._container(session_id)
         execution = await self._call(lambda d: container.exec(
-            list(argv), stdout=True, stderr=True, stdin=tty, tty=tty,
-            environment=dict(env or {}),
+            list(argv), stdout=True, stderr=True, stdin=tty if stdin is None else stdin,
+            tty=tty, environment=dict(env or {}),
         ))
         stream = execution.start(detach=False, timeout=None)
         await stream.__aenter__()  # the Engine starts the process when the stream opens
@@ -102,3 +110,10 @@ class ExecOps:
         if tty and size is not None:
             await process.resize(*size)
         return process
+
+    async def container_env(self, session_id: str) -> list[str]:
+        """The session container's own ``Env`` (``KEY=value``): what every exec in it starts
+        with (the slice's ``GPUSLICE_*`` and device variables, the hook's ``PYTHONPATH``)."""
+        container = await self._container(session_id)
+        info = await self._call(lambda d: container.show())
+        return list((info.get("Config") or {}).get("Env") or [])

@@ -4,10 +4,11 @@ The manager never dials a node. For each ``stream`` request the agent dials the 
 (a WebSocket to ``/api/v1/agents/me/streams/{request id}``, as the node) and serves on that
 link what its first message names: an app's HTTP exchange or WebSocket at the session
 container's own address (``http``, ``websocket``), a terminal, a TTY exec in the container
-(``terminals``), or a TCP connection to one of its ports (``tcp``: port forwarding).
-Apps are started on first use (``apps``); ``apps`` requests ask for their states and the
-ports served in the session (``ports``: any server a user starts is an app). A link
-serves only the session its request named.
+(``terminals``), a TCP connection to one of its ports (``tcp``: port forwarding), or an SSH
+connection, an ``sshd -i`` exec per connection (``ssh``). Apps are started on first use
+(``apps``); ``apps`` requests ask for their states and the ports served in the session
+(``ports``: any server a user starts is an app). A link serves only the session its request
+named.
 """
 
 from __future__ import annotations

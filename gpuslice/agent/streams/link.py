@@ -2,8 +2,8 @@
 
 The request names the session (the manager's row says so) and where to dial; what the link
 carries is named by its first message: an app's HTTP exchange (after which the link waits for
-the next one, up to its idle time), an app's WebSocket, or a terminal (either of which ends the
-link when it ends). A link only ever serves the session its request named.
+the next one, up to its idle time), an app's WebSocket, a terminal or an SSH connection (any of
+which ends the link when it ends). A link only ever serves the session its request named.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pydantic import TypeAdapter, ValidationError
 from gpuslice.agent.runtime.models import ContainerRuntimeError
 from gpuslice.agent.streams.http import LinkClosed, Upstream, serve_http
 from gpuslice.agent.streams.socket import LinkSocket
+from gpuslice.agent.streams.ssh import serve_ssh
 from gpuslice.agent.streams.tcp import Tunnels
 from gpuslice.agent.streams.terminals import TerminalError, Terminals
 from gpuslice.agent.streams.websocket import serve_websocket
@@ -23,6 +24,7 @@ from gpuslice.common.schemas.streams import (
     Failed,
     LinkOpen,
     OpenHttp,
+    OpenSsh,
     OpenTcp,
     OpenTerminal,
     OpenWebSocket,
@@ -32,7 +34,8 @@ from gpuslice.common.schemas.streams import (
 )
 
 log = logging.getLogger(__name__)
-OPENS: TypeAdapter[OpenHttp | OpenWebSocket | OpenTerminal | OpenTcp] = TypeAdapter(LinkOpen)
+OPENS: TypeAdapter[OpenHttp | OpenWebSocket | OpenTerminal | OpenTcp | OpenSsh] = TypeAdapter(
+    LinkOpen)
 RESIZE = TypeAdapter(Resize)
 
 
@@ -60,6 +63,8 @@ async def serve_link(ws: LinkSocket, session_id: str, upstream: Upstream, termin
                 await serve_websocket(ws, session_id, opened, upstream, ping)
             elif isinstance(opened, OpenTcp):
                 await tunnels.serve(ws, session_id, opened)
+            elif isinstance(opened, OpenSsh):
+                await serve_ssh(ws, session_id, opened, terminals.runtime)
             else:
                 await serve_terminal(ws, session_id, opened, terminals)
         except (LinkClosed, ConnectionError, aiohttp.ClientError) as exc:

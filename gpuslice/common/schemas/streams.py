@@ -11,6 +11,7 @@ and the link ends with the stream.
     OpenWebSocket, messages                WebSocketOpened, messages
     OpenTerminal, input frames, Resize     TerminalAttached, output frames, TerminalExit
     OpenTcp, bytes, [End]                  TcpOpened, bytes, [End]
+    OpenSsh, client bytes                  SshOpened, server bytes (an ``sshd -i``'s stdio)
                                            Failed (in place of the first answer)
 
 A TCP stream (port forwarding) carries a connection to a port of the session's container: binary
@@ -92,6 +93,20 @@ class OpenTcp(BaseModel):
 
     op: Literal["tcp"] = "tcp"
     port: int = Field(ge=1, le=65535)
+class OpenSsh(BaseModel):
+    """An SSH connection: the agent runs ``sshd -i`` in the session as its user, with these
+    public keys (its owner's) the only ones it accepts, and answers :class:`SshOpened`; then
+    binary frames are the SSH protocol's bytes both ways until either side closes."""
+
+    op: Literal["ssh"] = "ssh"
+    keys: list[Annotated[str, Field(max_length=16384)]] = Field(max_length=256)
+    image: str = Field(default="", max_length=512, description="For the message when the "
+                       "image has no SSH server.")
+
+
+class SshOpened(BaseModel):
+    op: Literal["ssh-opened"] = "ssh-opened"
+    user: str = Field(max_length=256, description="The session's user, the one to log in as.")
 
 
 class Resize(BaseModel):
@@ -144,10 +159,11 @@ class Failed(BaseModel):
     app: AppStatus | None = None
 
 
-LinkOpen = Annotated[OpenHttp | OpenWebSocket | OpenTerminal | OpenTcp,
-                    Field(discriminator="op")]
+LinkOpen = Annotated[OpenHttp | OpenWebSocket | OpenTerminal | OpenTcp | OpenSsh,
+                     Field(discriminator="op")]
 AgentReply = Annotated[
-    HttpHead | End | WebSocketOpened | TerminalAttached | TerminalExit | TcpOpened | Failed,
+    HttpHead | End | WebSocketOpened | TerminalAttached | TerminalExit | TcpOpened | SshOpened
+    | Failed,
     Field(discriminator="op"),
 ]
 ManagerControl = Annotated[End | Resize, Field(discriminator="op")]

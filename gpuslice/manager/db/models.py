@@ -611,3 +611,19 @@ class AppEntryRow(Base):
     code_expires_at: Mapped[datetime] = mapped_column(UTCDateTime)
     cookie_hash: Mapped[str | None] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class SshKeyRow(Base):
+    """A user's SSH public key: the only kind of key a session's SSH server accepts for its
+    owner (services/ssh). ``public_key`` is ``<type> <base64>``, the comment left out."""
+
+    __tablename__ = "ssh_keys"
+    __table_args__ = (UniqueConstraint("user_id", "fingerprint"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    key_type: Mapped[str] = mapped_column(String(64))
+    public_key: Mapped[str] = mapped_column(Text)
+    fingerprint: Mapped[str] = mapped_column(String(64))  # SHA256:<base64>, as ssh-keygen -l
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
