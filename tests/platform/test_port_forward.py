@@ -99,7 +99,7 @@ def test_a_server_started_in_the_session_is_an_app_until_it_stops(
     app = listed["8000"]
     assert app["port"] == 8000 and app["state"] == "ready" and app["discovered"] is True
     assert app["process"] == "python3" and "http.server 8000" in str(app["command"])
-    assert str(app["url"]).endswith(f"/s/{sid}/8000/")
+    assert str(app["url"]).startswith(f"http://8000--{sid}.")  # its own origin, as any app
     assert "8001" not in listed  # on the session's loopback alone: its own business
     assert list(listed)[0] == "terminal"
     table = plat.ok("app", "list", "served")
