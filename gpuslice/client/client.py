@@ -18,6 +18,7 @@ from gpuslice import __version__
 from gpuslice.client import schemas
 from gpuslice.client.config import ClientConfig, load_config
 from gpuslice.client.errors import ApiError, error_of
+from gpuslice.client.projects import ProjectCalls
 from gpuslice.client.storage import StorageCalls
 from gpuslice.common.limits import PAGE_DEFAULT, PAGE_MAX
 from gpuslice.common.versions import API_HEADER, mismatch
@@ -58,7 +59,7 @@ API = "/api/v1"
 M = TypeVar("M")
 
 
-class Client(StorageCalls):
+class Client(StorageCalls, ProjectCalls):
     """A connection to a gpuslice manager as one user (or as nobody, before `login`).
 
     Folders, models and runs: see ``StorageCalls`` (``gpuslice.client.storage``)."""
@@ -129,8 +130,8 @@ class Client(StorageCalls):
         """Launch sessions: ``request`` as it is, or one made of ``image`` and ``shape`` (see
         :class:`SessionShape`: ``gpu``, ``cpu``, ``mem``, ``count``, ``name``, ``type``,
         ``command``, ``env``, ``priority``, ``gpu_model``, ``apps``, ``gpu_mem``,
-        ``folders``). A request the schema refuses raises pydantic's ``ValidationError``
-        before anything is sent."""
+        ``folders``, ``project``, ``group``). A request the schema refuses raises pydantic's
+        ``ValidationError`` before anything is sent."""
         body = _request_of(request, image, shape).model_dump(mode="json")
         return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
 
@@ -608,6 +609,8 @@ class SessionShape(TypedDict, total=False):
     apps: list[str]
     gpu_mem: int | str | None
     folders: list[str]
+    project: str | None
+    group: str | None
 
 
 def session_request(*, image: str, **shape: Unpack[SessionShape]) -> SessionCreate:

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from gpuslice.common.schemas.common import CpuIn, FgpuIn, MemIn, Number
 from gpuslice.common.text import Line
 
-# Admins' project names; a personal project is "~<username>", which no admin name can be.
-PROJECT_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
-# A resource group (a node pool): `a100`, `t4`, `cpu`.
-GROUP_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
-GroupName = Annotated[str, Field(pattern=GROUP_PATTERN)]
+# Admins' project names and resource groups (`a100`, `t4`, `cpu`); a personal project is
+# "~<username>", which no admin's name can be.
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 DEFAULT_GROUP = "default"
+
+
+def _named(what: str) -> AfterValidator:
+    def check(value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError(f"{what} {value!r}: use 1-64 lowercase letters, digits, '.', '_' "
+                             "and '-', starting with a letter or digit")
+        return value
+    return AfterValidator(check)
+
+
+ProjectName = Annotated[str, _named("project")]
+GroupName = Annotated[str, _named("resource group")]
 
 
 class ProjectQuotas(BaseModel):
@@ -40,7 +52,7 @@ class ProjectQuotas(BaseModel):
 
 
 class ProjectCreate(ProjectQuotas):
-    name: str = Field(pattern=PROJECT_PATTERN, description="Lowercase letters, digits, . _ -")
+    name: ProjectName = Field(description="Lowercase letters, digits, . _ -")
     description: Line = Field(default="", max_length=255)
 
 
