@@ -225,9 +225,11 @@ class Client(StorageCalls, ProjectCalls):
         return self._call("GET", "/top", schemas.monitoring.Top)
 
     def usage(self, user: str | None = None, since: str | None = None,
-              until: str | None = None) -> UsageReport:
-        """Usage per user and UTC day (``since``: ``7d`` or a date; admins: any ``user``)."""
-        params = {k: v for k, v in (("user", user), ("since", since), ("until", until)) if v}
+              until: str | None = None, by: str = "user") -> UsageReport:
+        """Usage per user (``by="project"``: per project) and UTC day (``since``: ``7d`` or a
+        date; admins: any ``user``)."""
+        params = {k: v for k, v in (("user", user), ("since", since), ("until", until),
+                                    ("by", by)) if v}
         return self._call("GET", "/usage", schemas.monitoring.UsageReport, params=params)
     # ------------------------------------------------------------ apps and terminals
 

@@ -30,15 +30,18 @@ def test_an_admin_manages_a_project_from_the_cli(manager: Manager) -> None:
     assert json.loads(removed.stdout)["members"] == []
     groups = json.loads(manager.cli("node", "groups", "--json").stdout)
     assert [g["name"] for g in groups] in ([], ["default"])
+    usage = manager.cli("usage", "--by", "project", "--csv")
+    assert usage.returncode == 0 and usage.stdout.startswith("project,day,"), usage.stderr
 
 
 def test_bad_project_input_is_one_line(manager: Manager) -> None:
     for args, needle in (
         (("admin", "project", "create", "Bad Name"), "lowercase letters"),
-        (("admin", "project", "create", "ok", "--gpu", "lots"), "gpu"),
+        (("admin", "project", "create", "ok", "--gpu", "lots"), "'lots' is not a number"),
         (("admin", "project", "create", "ok", "--gpu-model", "a100"), "MODEL=N"),
         (("admin", "project", "add", "nope", "alice"), "no project nope"),
         (("node", "set-group", "nope", "a100"), "no node nope"),
+        (("usage", "--by", "team"), "--by: 'team': use user or project"),
     ):
         bad = manager.cli(*args)
         assert bad.returncode != 0 and "Traceback" not in bad.stderr, bad.stderr
