@@ -17,6 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from sortedcontainers import SortedList
 
@@ -197,6 +198,7 @@ class ClusterState:
         self.pool_nodes: dict[str, list[NodeState]] = {}
         self._match_cache: dict[tuple[str, str | None], list[GroupIndex]] = {}
         self._multi_cache: dict[tuple[frozenset[str], str | None], list[GroupIndex]] = {}
+        self._multi_nodes: dict[frozenset[str], list[NodeState]] = {}
         for rank, node in enumerate(sorted(nodes, key=lambda n: n.id)):
             self._add_node(rank, node)
         self._build_index()
@@ -232,8 +234,11 @@ class ClusterState:
         """The nodes of every resource group (pool) ``req`` may use, by rank."""
         if req.pools is None:
             return self.pool_nodes.get(req.pool, [])
-        found = [ns for p in req.pools for ns in self.pool_nodes.get(p, ())]
-        found.sort(key=lambda ns: ns.rank)
+        found = self._multi_nodes.get(req.pools)
+        if found is None:  # once per set of groups: reasons ask for each request shape
+            found = [ns for p in req.pools for ns in self.pool_nodes.get(p, ())]
+            found.sort(key=attrgetter("rank"))
+            self._multi_nodes[req.pools] = found
         return found
 
     def find(self, req: Request) -> Found | None:
