@@ -163,3 +163,29 @@ async def test_members_are_managed_by_admins(admin: Client, make_user: UserFacto
     assert r.status_code == 404
     r = await admin.put("/api/v1/projects/vision", json={"max_sessions": 3, "groups": ["a"]})
     assert (r.json()["max_sessions"], r.json()["groups"]) == (3, ["a"])
+
+
+async def test_a_projects_folder_is_its_members_and_nobody_elses(
+    admin: Client, make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    await make_agent()
+    alice, bob = await make_user("alice"), await make_user("bob")
+    await _project(admin, "vision", "alice")
+    r = await admin.post("/api/v1/folders", json={"name": "images", "project": "vision"})
+    assert r.status_code == 201, r.text
+    folder = r.json()
+    assert (folder["project"], folder["shared"]) == ("vision", True)
+    mine = {f["name"]: f for f in (await alice.get("/api/v1/folders")).json()}
+    assert mine["images"]["access"] == "rw" and mine["images"]["project"] == "vision"
+    assert (await alice.get(f"/api/v1/folders/{folder['id']}")).status_code == 200
+    assert "images" not in (await bob.get("/api/v1/folders")).text
+    gone = await bob.get(f"/api/v1/folders/{folder['id']}")
+    assert gone.status_code == 404 and gone.json()["message"] == f"no folder {folder['id']}"
+    [s] = await create(alice, folders=["images"], project="vision")
+    assert [(f["name"], f["read_only"]) for f in s["folders"]] == [("images", False)]
+    r = await bob.post("/api/v1/sessions", json={"image": "python:3.11", "folders": ["images"]})
+    assert r.status_code == 422 and "no folder named images" in r.json()["message"]
+    r = await alice.post("/api/v1/folders", json={"name": "mine", "project": "vision"})
+    assert r.status_code == 403  # only admins make a project's folders
+    await admin.delete("/api/v1/projects/vision/members/alice")
+    assert (await alice.get(f"/api/v1/folders/{folder['id']}")).status_code == 404
