@@ -189,3 +189,20 @@ async def test_a_projects_folder_is_its_members_and_nobody_elses(
     assert r.status_code == 403  # only admins make a project's folders
     await admin.delete("/api/v1/projects/vision/members/alice")
     assert (await alice.get(f"/api/v1/folders/{folder['id']}")).status_code == 404
+
+
+async def test_a_projects_quota_per_gpu_model_holds(
+    admin: Client, make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    await make_agent("a100-1", devices=[gpu(i) for i in range(3)])
+    await make_agent("t4-1", devices=[gpu(0, "Mock T4", 16 * 2**30)])
+    alice = await make_user("alice")
+    await _project(admin, "vision", "alice", max_gpu_models={"A100": 1})
+    [a] = await create(alice, resources={"gpu": 1}, project="vision", gpu_model="a100")
+    await wait_status(alice, a["id"], {"RUNNING"})
+    [b] = await create(alice, resources={"gpu": 1}, project="vision", gpu_model="a100")
+    [t] = await create(alice, resources={"gpu": 1}, project="vision", gpu_model="t4")
+    [b] = await wait_until(alice, [b["id"]], lambda s: s[0]["wait_code"] == "quota")
+    assert b["status_reason"] == ("project vision: 1.0 of 1.0 fGPU of a100 GPUs in use; this "
+                                  "session needs 1.0 fGPU of a100 GPUs more")
+    assert (await wait_status(alice, t["id"], {"RUNNING"}))["status"] == "RUNNING"

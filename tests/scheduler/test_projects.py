@@ -87,6 +87,21 @@ def test_a_session_of_several_groups_takes_any_and_waits_naming_all():
     assert lonely.waiting["z"].reason == "no schedulable node in resource group 'v100'"
 
 
+def test_a_projects_quota_on_a_gpu_model_holds_there_and_not_elsewhere():
+    nodes = [node("a", gpus=4), node("t", gpus=4, model="Mock T4")]
+    vision = UserState(Quota(gpu_models=(("a100", 2000),)), 1, Resources(1000, 0, 0),
+                       {"a100": 1000})
+    queue = [req("x", 1, project="vision", model="a100"),
+             req("y", 1, project="vision", model="a100", at=1),
+             req("z", 1, project="vision", model="t4", at=2)]
+    result = schedule(queue, nodes, {}, FIFO, 0.0, projects={"vision": vision})
+    assert sorted(p.request_id for p in result.placements) == ["x", "z"]
+    assert result.waiting["y"].code is WaitCode.QUOTA
+    assert result.waiting["y"].reason == (
+        "project vision: 2.0 of 2.0 fGPU of a100 GPUs in use; this session needs 1.0 fGPU "
+        "of a100 GPUs more")
+
+
 def test_a_request_beyond_its_projects_whole_quota_is_refused_at_once():
     nodes = [node("n1", gpus=4)]
     message = check_request(req("x", 2, project="vision"), nodes, Quota(), 1000,
@@ -113,17 +128,22 @@ def cluster(draw) -> list[Node]:
         group = draw(st.sampled_from(GROUPS))
         gpus = 0 if group == "cpu" else draw(st.integers(1, 4))
         nodes.append(node(f"n{i}", gpus=gpus, pool=group, cpu=str(draw(st.integers(2, 16))),
+                          model="Mock T4" if group == "t4" else "Mock A100",
                           mem=f"{draw(st.integers(4, 64))}g",
                           fgpu_per_gpu=draw(st.sampled_from((1, 2)))))
     return nodes
 
 
-def quotas(max_sessions: int) -> st.SearchStrategy[Quota]:
+def quotas(max_sessions: int, models: bool = False) -> st.SearchStrategy[Quota]:
+    by_model = st.just(()) if not models else st.lists(
+        st.tuples(st.sampled_from(("a100", "t4")), st.integers(0, 8).map(lambda x: x * 250)),
+        max_size=2, unique_by=lambda t: t[0]).map(tuple)
     return st.builds(
         Quota, max_sessions=st.none() | st.integers(0, max_sessions),
         max_gpu=st.none() | st.integers(0, 12).map(lambda x: x * 250),
         max_cpu=st.none() | st.integers(0, 16).map(lambda x: x * 1000),
         max_mem=st.none() | st.integers(0, 32).map(lambda x: x * GiB),
+        gpu_models=by_model,
     )
 
 
@@ -143,7 +163,7 @@ def operations(draw) -> list[tuple[str, ...]]:
 
 @SETTINGS
 @given(cluster(), operations(), st.fixed_dictionaries({u: quotas(4) for u in USERS}),
-       st.fixed_dictionaries({p: quotas(6) for p in PROJECTS}),
+       st.fixed_dictionaries({p: quotas(6, models=True) for p in PROJECTS}),
        st.fixed_dictionaries({p: st.sets(st.sampled_from(GROUPS), min_size=1)
                               for p in PROJECTS}),
        st.sampled_from(list(Policy)), st.sampled_from(list(Strategy)))
@@ -161,8 +181,8 @@ def test_no_quota_and_no_group_is_ever_exceeded(
             pools = allowed[project] if group == "any" else {group}
             queue.append(req(f"r{step:03d}", f"{int(gpu) / 1000}", user=user, at=float(step),
                              project=project, cpu="1", mem="1g", pools=pools))
-        users = _usage(running.values(), lambda r: r.user, user_quotas)
-        projects = _usage(running.values(), lambda r: r.project, project_quotas)
+        users = _usage(running.values(), lambda r: r.user, user_quotas, nodes)
+        projects = _usage(running.values(), lambda r: r.project, project_quotas, nodes)
         result = schedule(queue, nodes, users, config, float(step), projects=projects)
         apply(nodes, result.placements)
         placed = {p.request_id: p for p in result.placements}
@@ -173,14 +193,28 @@ def test_no_quota_and_no_group_is_ever_exceeded(
                 running[r.id] = (r, placed[r.id])
         queue = [r for r in queue if r.id not in placed]
         _check(nodes, running.values(), user_quotas, project_quotas)
+        for name, q in project_quotas.items():
+            for part, limit in q.gpu_models:
+                held = [p.resources.gpu for r, p in running.values() if r.project == name
+                        and part in (_model_of(nodes, p) or "").casefold()]
+                assert sum(held) <= limit
 
 
-def _usage(running, key, quotas) -> dict[str, UserState]:
+def _model_of(nodes, p) -> str | None:
+    n = next(n for n in nodes if n.id == p.node_id)
+    return next((d.model for d in n.devices if p.slices and d.index == p.slices[0].index), None)
+
+
+def _usage(running, key, quotas, nodes) -> dict[str, UserState]:
     states = {k: UserState(q) for k, q in quotas.items()}
     for r, p in running:
         state = states[key(r)]
         state.sessions += 1
         state.used = state.used + p.resources
+        model = _model_of(nodes, p)
+        for part, _ in state.quota.gpu_models:
+            if model is not None and part in model.casefold():
+                state.used_models[part] = state.used_models.get(part, 0) + p.resources.gpu
     return states
 
 

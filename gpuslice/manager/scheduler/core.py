@@ -27,7 +27,7 @@ from gpuslice.manager.scheduler.model import (
     Waiting,
     groups_of,
 )
-from gpuslice.manager.scheduler.reasons import Usage, capacity_reason, quota_block
+from gpuslice.manager.scheduler.reasons import Usage, capacity_reason, model_block, quota_block
 from gpuslice.manager.scheduler.state import BucketKey, ClusterState, Found, GroupIndex, NodeState
 
 # (pool or pools, GPU model, fGPU, cpu, memory, GPU memory): requests of one shape fit or fail
@@ -189,13 +189,19 @@ class _Pass:
         got = found.placement.resources
         if req.gpu_mem and got != want and self._larger_blocks(req, got, user, project):
             return None  # the slice on the device found is larger than the least one
+        model = found.group.key[1] if found.group is not None else None
+        if project is not None and model is not None and project.quota.gpu_models:
+            blocked = model_block(got.gpu, model, project, f"project {req.project}")
+            if blocked is not None:  # (the GPU found is of a model the project has used up)
+                self.outcome[req.id] = (WaitCode.QUOTA, blocked)
+                return None
         self.state.allocate(found)
         self.placed.placements.append(found.placement)
         if user is None:
             user = self.users[req.user] = Usage()
         user.add(got)
         if project is not None:
-            project.add(got)
+            project.add(got, model)
         return found
 
     def _larger_blocks(
@@ -349,7 +355,8 @@ class _Pass:
 def _usages(states: Mapping[str, UserState]) -> dict[str, Usage]:
     """Plain counters of what each user (or project) uses, added to as the pass places."""
     return {
-        key: Usage(u.quota, u.sessions, u.used.gpu, u.used.cpu, u.used.mem)
+        key: Usage(u.quota, u.sessions, u.used.gpu, u.used.cpu, u.used.mem,
+                   dict(u.used_models) if u.used_models else None)
         for key, u in states.items()
     }
 

@@ -62,21 +62,25 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """A user's limits; ``None`` means unlimited."""
+    """A user's (or project's) limits; ``None`` means unlimited. ``gpu_models``: (model part,
+    casefolded; milli-fGPU) pairs: at most that much on GPUs whose model contains the part."""
 
     max_sessions: int | None = None
     max_gpu: int | None = None  # milli-fGPU
     max_cpu: int | None = None  # milli-cores
     max_mem: int | None = None  # bytes
+    gpu_models: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(slots=True)
 class UserState:
-    """A user's quota and what their running (allocated) sessions use now."""
+    """A user's (or project's) quota and what their running (allocated) sessions use now;
+    ``used_models``: milli-fGPU held on GPUs of each of the quota's ``gpu_models`` parts."""
 
     quota: Quota = field(default_factory=Quota)
     sessions: int = 0
     used: Resources = field(default_factory=Resources)
+    used_models: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,11 +21,29 @@ class Usage:
     cpu: int = 0  # milli-cores
     mem: int = 0  # bytes
 
-    def add(self, res: Resources) -> None:
+    models: dict[str, int] | None = None  # milli-fGPU per model part of ``quota.gpu_models``
+
+    def add(self, res: Resources, model: str | None = None) -> None:
         self.sessions += 1
         self.gpu += res.gpu
         self.cpu += res.cpu
         self.mem += res.mem
+        if model is not None and self.quota.gpu_models:
+            models = self.models if self.models is not None else {}
+            for part, _ in self.quota.gpu_models:
+                if part in model.casefold():
+                    models[part] = models.get(part, 0) + res.gpu
+            self.models = models
+
+
+def model_block(gpu: int, model: str, usage: Usage, whose: str) -> str | None:
+    """The quota on GPUs of ``model`` that keeps a slice of ``gpu`` there from starting now."""
+    held = usage.models or {}
+    for part, limit in usage.quota.gpu_models:
+        if part in model.casefold() and held.get(part, 0) + gpu > limit:
+            return _over_quota(whose, held.get(part, 0), limit, gpu, format_fgpu,
+                               f" fGPU of {part} GPUs")
+    return None
 
 
 def quota_block(want: Resources, user: Usage, whose: str = "user quota") -> str | None:

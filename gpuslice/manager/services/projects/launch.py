@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.resources import Resources
-from gpuslice.manager.db.models import ProjectRow, UserRow
+from gpuslice.common.schemas.sessions import HOLDING
+from gpuslice.manager.db.models import AllocationRow, ProjectRow, SessionRow, UserRow
 from gpuslice.manager.errors import NotFound
 from gpuslice.manager.scheduler import Quota, UserState
 from gpuslice.manager.services.projects.service import get_project, personal_project, usage_of
@@ -40,9 +41,11 @@ async def launch_project(
 
 def project_quota(row: ProjectRow) -> Quota | None:
     """The project's quota as the scheduler core takes it (None: no limit at all)."""
-    if all(v is None for v in (row.max_sessions, row.max_gpu, row.max_cpu, row.max_mem)):
+    models = tuple(sorted((k.casefold(), v) for k, v in (row.max_gpu_models or {}).items()))
+    limits = (row.max_sessions, row.max_gpu, row.max_cpu, row.max_mem)
+    if not models and all(v is None for v in limits):
         return None
-    return Quota(row.max_sessions, row.max_gpu, row.max_cpu, row.max_mem)
+    return Quota(*limits, gpu_models=models)
 
 
 async def project_states(
@@ -55,8 +58,27 @@ async def project_states(
     by_id = {r.id: r for r in rows}
     limited = {r.id: q for r in rows if (q := project_quota(r)) is not None}
     used = await usage_of(db, limited) if limited else {}
+    by_model = [pid for pid, q in limited.items() if q.gpu_models]
+    models = await _model_usage(db, by_model) if by_model else {}
     states = {}
     for pid, quota in limited.items():
         count, res = used.get(pid, (0, Resources()))
-        states[by_id[pid].name] = UserState(quota, count, res)
+        held = {part: sum(gpu for model, gpu in models.get(pid, {}).items()
+                          if part in model.casefold()) for part, _ in quota.gpu_models}
+        states[by_id[pid].name] = UserState(quota, count, res, held)
     return states, by_id
+
+
+async def _model_usage(db: AsyncSession, project_ids: list[str]) -> dict[str, dict[str, int]]:
+    """Milli-fGPU each project's allocated sessions hold per GPU model."""
+    rows = (await db.execute(
+        select(SessionRow.project_id, AllocationRow.device_model, func.sum(AllocationRow.gpu))
+        .join(AllocationRow, AllocationRow.session_id == SessionRow.id)
+        .where(SessionRow.status.in_(list(HOLDING)), SessionRow.project_id.in_(project_ids),
+               AllocationRow.released_at.is_(None))
+        .group_by(SessionRow.project_id, AllocationRow.device_model)
+    )).all()
+    out: dict[str, dict[str, int]] = {}
+    for pid, model, gpu in rows:
+        out.setdefault(pid, {})[model] = int(gpu)
+    return out
