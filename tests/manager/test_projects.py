@@ -9,6 +9,7 @@ import pytest
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.fake_agent import gpu
 from tests.manager.helpers import wait_status, wait_until
+from tests.manager.test_folders import put
 
 
 async def _project(admin: Client, name: str, *members: str, **quotas: object) -> dict:
@@ -206,3 +207,17 @@ async def test_a_projects_quota_per_gpu_model_holds(
     assert b["status_reason"] == ("project vision: 1.0 of 1.0 fGPU of a100 GPUs in use; this "
                                   "session needs 1.0 fGPU of a100 GPUs more")
     assert (await wait_status(alice, t["id"], {"RUNNING"}))["status"] == "RUNNING"
+
+
+async def test_a_projects_storage_quota_holds_for_its_folders(
+    admin: Client, make_user: UserFactory
+) -> None:
+    alice = await make_user("alice")
+    await _project(admin, "vision", "alice", max_storage=1000)
+    folder = (await admin.post("/api/v1/folders", json={"name": "images",
+                                                        "project": "vision"})).json()
+    assert (await put(alice, folder["id"], "a.bin", b"x" * 600)).status_code == 201
+    r = await put(alice, folder["id"], "b.bin", b"x" * 600)
+    assert r.status_code == 422, r.text
+    assert r.json()["message"] == ("this needs 600 B but the project's storage quota of 1000 B "
+                                   "leaves 400 B free (600 B used)")
