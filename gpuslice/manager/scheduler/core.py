@@ -127,7 +127,8 @@ class _Pass:
         """fifo and backfill: walk the queue once in order."""
         fifo = self.config.policy is Policy.FIFO
         for req in order:
-            if fifo and self._behind(req):
+            # (one pool, the usual case, inline: this runs for every request of the queue)
+            if fifo and (req.pool in self.blocked if req.pools is None else self._behind(req)):
                 self.outcome[req.id] = _FIFO
                 continue
             if self.try_place(req) is not None or self.outcome[req.id][0] is WaitCode.QUOTA:
