@@ -221,3 +221,19 @@ async def test_a_projects_storage_quota_holds_for_its_folders(
     assert r.status_code == 422, r.text
     assert r.json()["message"] == ("this needs 600 B but the project's storage quota of 1000 B "
                                    "leaves 400 B free (600 B used)")
+
+
+async def test_a_run_is_checked_against_its_project_and_group(
+    admin: Client, make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    await make_agent()
+    alice = await make_user("alice")
+    await _project(admin, "vision", "alice", groups=["t4"])
+    run = {"name": "train", "script": "train.py", "image": "python:3.11"}
+    r = await alice.post("/api/v1/runs/check", json={**run, "project": "nlp"})
+    assert r.status_code == 404 and r.json()["message"] == "no project nlp"
+    r = await alice.post("/api/v1/runs/check", json={**run, "project": "vision",
+                                                     "group": "a100"})
+    assert r.status_code == 404 and "may use t4" in r.json()["message"]
+    r = await alice.post("/api/v1/runs/check", json={**run, "project": "vision"})
+    assert r.status_code == 204, r.text
