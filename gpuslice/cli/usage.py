@@ -28,8 +28,7 @@ def usage(
     by: Annotated[str, typer.Option(help="Rows per user or per project.")] = "user",
     as_json: JsonOpt = False,
 ) -> None:
-    """Usage per user (or project) and UTC day: fGPU-hours, GPU-memory-hours, CPU-hours,
-    sessions."""
+    """Usage per user (or project) and UTC day: fGPU-hours, GPU memory, CPU-hours, sessions."""
     if by not in ("user", "project"):
         raise CliError(f"--by: {by!r}: use user or project", 2)
     with Client.from_config() as client:
