@@ -1,6 +1,8 @@
 """projects: teams with quotas and resource groups (issue 32). Every user gets a personal
 project (``~<username>``, only they launch in it), every session of theirs runs in it, and every
-node keeps its group (``nodes.pool``, "default" unless its agent said another).
+node keeps its group (``nodes.pool``, "default" unless its agent said another). Sessions asked
+for no group before groups existed: their ``pool`` "default" becomes "" (any group their
+project may use), so a session still waiting follows its nodes into the groups an admin makes.
 
 Revision ID: 0023
 Revises: 0022
@@ -65,6 +67,7 @@ def upgrade() -> None:
                 ondelete=ondelete,
             )
     _personal_projects(projects)
+    op.execute("UPDATE sessions SET pool = '' WHERE pool = 'default'")
 
 
 def _personal_projects(projects: sa.Table) -> None:
@@ -87,6 +90,7 @@ def _personal_projects(projects: sa.Table) -> None:
 
 
 def downgrade() -> None:
+    op.execute("UPDATE sessions SET pool = 'default' WHERE pool = ''")
     for table in ("folders", "sessions"):
         with op.batch_alter_table(table, schema=None) as batch_op:
             batch_op.drop_constraint(batch_op.f(f"fk_{table}_project_id_projects"),
