@@ -41,6 +41,7 @@ async def list_projects(db: AsyncSession, viewer: UserRow) -> list[ProjectPublic
     """Admins: every project but other users' personal ones; users: those they may launch in
     (their personal one first)."""
     await personal_project(db, viewer)
+    await db.commit()
     stmt = select(ProjectRow).order_by(ProjectRow.name)
     if viewer.role == Role.ADMIN:
         stmt = stmt.where((ProjectRow.personal_of.is_(None))
@@ -97,13 +98,20 @@ async def remove_member(db: AsyncSession, viewer: UserRow, name: str, username: 
 
 
 async def personal_project(db: AsyncSession, user: UserRow) -> ProjectRow:
-    """The user's personal project, made on first use for a user who has none yet."""
-    row = await db.scalar(select(ProjectRow).where(ProjectRow.personal_of == user.id))
+    """The user's personal project, made on first use for a user who has none yet (one made
+    by a request racing this one is taken instead: a savepoint keeps the caller's work)."""
+    mine = select(ProjectRow).where(ProjectRow.personal_of == user.id)
+    row = await db.scalar(mine)
     if row is not None:
         return row
-    row = ProjectRow(name=f"~{user.username}", description="", personal_of=user.id)
-    db.add(row)
-    await db.flush()
+    try:
+        async with db.begin_nested():
+            row = ProjectRow(name=f"~{user.username}", description="", personal_of=user.id)
+            db.add(row)
+    except IntegrityError:
+        row = await db.scalar(mine)
+        if row is None:
+            raise
     return row
 
 
