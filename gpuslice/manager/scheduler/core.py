@@ -348,7 +348,8 @@ class _Pass:
                 where += f" GPU {gpus}"
             wait = _duration(self.config.max_wait_before_reserve)
             return f"; capacity on {where} is held for it (waiting longer than {wait})"
-        if req.pool in held_pools:
+        if req.pool in held_pools or (req.pools is not None and not held_pools.isdisjoint(
+                req.pools)):
             return "; some capacity is held for sessions that have waited longer"
         return ""
 
