@@ -74,11 +74,17 @@ class Snapshot:
 
     def requests(self) -> list[Request]:
         """The PENDING sessions as the core sees them, each with its project and groups."""
-        pools = {n.pool for n in self.nodes}
-        return [
-            queued_request(row, self.project_rows.get(row.project_id or ""), pools)
-            for row in self.pending.values()
-        ]
+        alive = {n.pool for n in self.nodes}
+        # one (pool, pools) per (group asked, project): shared by its requests, not rebuilt
+        groups: dict[tuple[str, str | None], tuple[str, frozenset[str] | None]] = {}
+        out = []
+        for row in self.pending.values():
+            project = self.project_rows.get(row.project_id or "")
+            key = (row.pool, row.project_id)
+            if key not in groups:
+                groups[key] = request_groups(row.pool, project, alive)
+            out.append(queued_request(row, project, groups[key]))
+        return out
 
 
 async def run_pass(
@@ -206,14 +212,15 @@ async def _alive(db: AsyncSession) -> tuple[list[Node], DeviceRefs]:
 
 
 def queued_request(
-    row: SessionRow, project: ProjectRow | None = None, pools: set[str] | None = None
+    row: SessionRow, project: ProjectRow | None = None,
+    groups: tuple[str, frozenset[str] | None] | None = None,
 ) -> Request:
-    """A PENDING session as the scheduler core sees it. ``pools``: the groups of the alive
-    nodes (what "any group" means for a project that may use any)."""
+    """A PENDING session as the scheduler core sees it. ``groups``: its (pool, pools) from
+    ``request_groups`` (default: the group it asked for, any meaning "default")."""
     return session_request(
         row.id, row.owner_id, row.created_at.timestamp(), Resources(row.gpu, row.cpu, row.mem),
         gpu_mem=row.gpu_mem, priority=row.priority, gpu_model=row.gpu_model,
-        groups=request_groups(row.pool, project, pools or set()),
+        groups=groups or request_groups(row.pool, project, set()),
         project=None if project is None else project.name,
     )
 
