@@ -103,6 +103,7 @@ def registration(settings: AgentSettings, agent_id: str | None = None) -> NodeRe
         name=settings.node_name,
         device_capacity=settings.fgpu_per_gpu,
         agent_id=agent_id,
+        pool=settings.resource_group,
     )
 
 

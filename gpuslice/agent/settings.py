@@ -163,6 +163,11 @@ class AgentSettings(FileSettings):
         description="This node's fGPU per GPU (config: 2 or 0.5), overriding the cluster's; "
         "held in milli-fGPU.",
     )
+    resource_group: str | None = Field(
+        default=None, pattern=r"^[a-z0-9][a-z0-9_.-]{0,63}$",
+        description="The node's resource group when it joins, e.g. a100, t4, cpu (default: "
+        "\"default\"; an admin may move it with `gpuslice node set-group`).",
+    )
     hard_caps: HardCapsSettings = Field(default_factory=HardCapsSettings)
     log: LogSettings = Field(default_factory=LogSettings)
     network: NetworkSettings = Field(default_factory=NetworkSettings)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuslice.cli import admin_backup, admin_config, admin_preset
+from gpuslice.cli import admin_backup, admin_config, admin_preset, admin_project
 from gpuslice.cli.output import (
     CliError,
     JsonOpt,
@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from gpuslice.common.schemas.nodes import JoinTokenCreated
     from gpuslice.common.schemas.users import PolicyPublic
 
-app = typer.Typer(help="Users, policies, join tokens, configuration, backups (admins).",
+app = typer.Typer(help="Users, policies, projects, join tokens, configuration, backups "
+                  "(admins).",
                   no_args_is_help=True)
 user_app = typer.Typer(help="Users.", no_args_is_help=True)
 policy_app = typer.Typer(help="Resource policies (quotas).", no_args_is_help=True)
@@ -38,6 +39,7 @@ app.add_typer(policy_app, name="policy")
 app.add_typer(join_app, name="token")
 app.add_typer(admin_config.app, name="config")
 app.add_typer(admin_preset.app, name="preset")
+app.add_typer(admin_project.app, name="project")
 app.command("backup")(admin_backup.backup)
 app.command("restore")(admin_backup.restore)
 

@@ -28,6 +28,9 @@ app = typer.Typer(help="Run a node agent alone (multi-node installs).", no_args_
 @friendly
 def agent_serve(
     config: Annotated[Path | None, typer.Option(help="TOML settings file.")] = None,
+    resource_group: Annotated[str | None, typer.Option(
+        "--resource-group", help="The node's resource group when it joins, e.g. a100 "
+        "(resource_group in the file; default: \"default\").")] = None,
 ) -> None:
     """A node agent from a TOML file plus GPUSLICE_AGENT_* variables."""
     from gpuslice.agent.capshim import ShimError
@@ -38,7 +41,8 @@ def agent_serve(
     from gpuslice.agent.settings import load_agent_settings
 
     try:
-        settings = load_agent_settings(config)
+        overrides = {"resource_group": resource_group} if resource_group else {}
+        settings = load_agent_settings(config, **overrides)
     except (FileNotFoundError, ValueError) as err:
         raise CliError(f"agent settings: {err}", 2) from None
     data_dir = prepare_data_dir(settings.data_dir, "data_dir (GPUSLICE_AGENT_DATA_DIR)")

@@ -43,11 +43,13 @@ def create(
                                         "leading dot mounts it in all your sessions.")],
     shared: Annotated[bool, typer.Option("--shared", help="Admins: a shared folder (a "
                                          "dataset) to grant to users.")] = False,
+    project: Annotated[str | None, typer.Option(
+        help="Admins: a folder of this project, mounted read-write by its members.")] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Create a folder."""
     with _client() as client:
-        folder = client.create_folder(name, shared)
+        folder = client.create_folder(name, shared, project)
     if as_json:
         print_json(folder)
         return

@@ -52,11 +52,12 @@ COMMANDS = {
     ),
     "usage": Lazy(
         "gpuslice.cli.usage:usage",
-        "Usage per user and UTC day: fGPU-hours, GPU-memory-hours, CPU-hours, sessions.",
+        "Usage per user (or project) and UTC day: fGPU-hours, GPU memory, CPU-hours, sessions.",
     ),
     "node": Lazy("gpuslice.cli.node:app", "Nodes and their GPUs (admins)."),
     "admin": Lazy(
-        "gpuslice.cli.admin:app", "Users, policies, join tokens, configuration, backups (admins)."
+        "gpuslice.cli.admin:app",
+        "Users, policies, projects, join tokens, configuration, backups (admins).",
     ),
     "token": Lazy("gpuslice.cli.token:app", "Your API tokens."),
     "ssh-key": Lazy(

@@ -49,8 +49,41 @@ def node_list(as_json: JsonOpt = False) -> None:
                 f"{number(d.used)}/{number(d.capacity)}",
                 ", ".join(holders.get(d.uuid, [])) or "-",
             ])
-    table(["node", "status", "pool", "cpu", "mem", "heartbeat", "device", "fGPU used",
+    table(["node", "status", "group", "cpu", "mem", "heartbeat", "device", "fGPU used",
            "slices"], rows)
+
+
+@app.command("set-group")
+@friendly
+def node_set_group(
+    node: str,
+    group: Annotated[str, typer.Argument(help="The resource group, e.g. a100, t4, cpu.")],
+    as_json: JsonOpt = False,
+) -> None:
+    """Move NODE to another resource group: what runs there stays; from now on only sessions
+    that may use GROUP are placed on it. It keeps it when its agent registers again."""
+    with Client.from_config() as client:
+        moved = client.set_node_group(node, group)
+    if as_json:
+        print_json(moved.model_dump(mode="json"))
+        return
+    console.print(f"node {moved.name} is in resource group {moved.pool}", markup=False)
+
+
+@app.command("groups")
+@friendly
+def node_groups(as_json: JsonOpt = False) -> None:
+    """Resource groups of the alive nodes and their free capacity (any user)."""
+    with Client.from_config() as client:
+        groups = client.list_groups()
+    if as_json:
+        print_json([g.model_dump(mode="json") for g in groups])
+        return
+    table(["group", "nodes", "GPUs", "models", "fGPU free", "largest slice", "cpu free",
+           "mem free"],
+          [(g.name, str(g.nodes), str(g.gpus), ", ".join(g.gpu_models) or "-",
+            f"{number(g.gpu_free)}/{number(g.gpu_total)}", number(g.largest_slice),
+            number(g.cpu_free), mem(g.mem_free)) for g in groups])
 
 
 @app.command("revoke")

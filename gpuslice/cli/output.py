@@ -24,6 +24,10 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 # The `--json` option of every listing.
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+ProjectOpt = Annotated[str | None, typer.Option(
+    help="The project to run in (one you are a member of; default: your personal one).")]
+GroupOpt = Annotated[str | None, typer.Option(
+    help="The resource group to run in, e.g. a100 (default: any the project may use).")]
 
 # Every command's --gpu-mem: GPU memory is spoken of in MiB (nvidia-smi, the lab's scripts), so
 # a bare number is MiB here; the API's bare numbers stay bytes.

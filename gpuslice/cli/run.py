@@ -24,7 +24,9 @@ from gpuslice.cli import waits
 from gpuslice.cli.output import (
     GPU_MEM_HELP,
     CliError,
+    GroupOpt,
     JsonOpt,
+    ProjectOpt,
     ago,
     confirm,
     console,
@@ -103,6 +105,8 @@ def start(
         "--save-dir when it ends, in its framework's format (PyTorch, Keras; else "
         "joblib/pickle), with no change to the script.")] = None,
     env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable.")] = None,
+    project: ProjectOpt = None,
+    group: GroupOpt = None,
     max_upload: Annotated[str, typer.Option(help="Most the directory may send.")] = "100m",
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start it, do not follow.")]
     = False,
@@ -115,6 +119,7 @@ def start(
                           save_dir, name, env or [], max_upload)
     if save_var is not None:
         body["save_var"] = save_var
+    body |= {key: value for key, value in (("project", project), ("group", group)) if value}
     with _client() as client:
         client.check_run(**body)  # refused before anything is sent
         runs = _runs_folder(client)

@@ -13,7 +13,9 @@ from gpuslice.cli import waits
 from gpuslice.cli.output import (
     GPU_MEM_HELP,
     CliError,
+    GroupOpt,
     JsonOpt,
+    ProjectOpt,
     ago,
     console,
     friendly,
@@ -69,6 +71,8 @@ def create(
         "(repeatable; others start when first opened).")] = None,
     folder: Annotated[list[str] | None, typer.Option(
         help="Mount a storage folder at /home/work/NAME: NAME or NAME:ro (repeat).")] = None,
+    project: ProjectOpt = None,
+    group: GroupOpt = None,
     wait: Annotated[bool, typer.Option(
         help="Wait until every session runs, or waits PENDING with the scheduler's reason "
         "(both succeed); one that ends in ERROR or CANCELLED instead fails.")] = False,
@@ -82,7 +86,7 @@ def create(
         image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
         command_line=command, env=dict(_env_pair(item) for item in env or []),
         priority=priority, gpu_model=gpu_model, apps=app_ or [], gpu_mem=gpu_mem_option(gpu_mem),
-        folders=folder or [],
+        folders=folder or [], project=project, group=group,
     )
     with _client() as client:
         try:

@@ -65,12 +65,15 @@ def up(
         help="This node's name (default: the one kept in the data directory; the first time, "
         "the host name and a part of the node's id, so two data directories never share one).",
     )] = None,
+    resource_group: Annotated[str | None, typer.Option(
+        "--resource-group", help="This node's resource group, e.g. a100 (default: \"default\")."
+    )] = None,
 ) -> None:
     """Run everything on this machine: manager (SQLite) and a local agent, in one command."""
     options = UpOptions(
         data_dir=data_dir.expanduser().resolve(), host=host, port=port,
         mock_gpus=parse_mock_gpus(mock_gpus), fgpu_per_gpu=fgpu_per_gpu,
-        node_name=node_name,
+        node_name=node_name, resource_group=resource_group,
     )
     log_to_stderr(quiet=True)
     prepare_data_dir(options.data_dir, "--data-dir")
@@ -109,6 +112,7 @@ class UpOptions:
     mock_gpus: list[dict[str, object]]
     fgpu_per_gpu: str
     node_name: str | None  # None: this data directory's own (``local_node_name``)
+    resource_group: str | None = None
 
     @property
     def url(self) -> str:
@@ -169,7 +173,7 @@ async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Ser
     agent_settings = AgentSettings(
         node_name=node_name, manager_url=url, join_token=join.token,
         data_dir=options.data_dir / "agent", accelerator="auto",
-        gpu=[MockGpu(**g) for g in options.mock_gpus],
+        gpu=[MockGpu(**g) for g in options.mock_gpus], resource_group=options.resource_group,
         storage_root=settings.storage_root,  # one machine: the manager's storage root
     )
     link = ManagerLink(url, agent_settings.data_dir, transport=InProcess(running.app))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuslice.cli.output import JsonOpt, console, friendly, print_json, table
+from gpuslice.cli.output import CliError, JsonOpt, console, friendly, print_json, table
 from gpuslice.client import Client
 
 if TYPE_CHECKING:
@@ -25,20 +25,23 @@ def usage(
     until: Annotated[str | None, typer.Option(help="Last day, a date (default today).")] = None,
     as_csv: Annotated[bool, typer.Option("--csv", help="CSV on stdout, one row per user and "
                                          "day.")] = False,
+    by: Annotated[str, typer.Option(help="Rows per user or per project.")] = "user",
     as_json: JsonOpt = False,
 ) -> None:
-    """Usage per user and UTC day: fGPU-hours, GPU-memory-hours, CPU-hours, sessions."""
+    """Usage per user (or project) and UTC day: fGPU-hours, GPU memory, CPU-hours, sessions."""
+    if by not in ("user", "project"):
+        raise CliError(f"--by: {by!r}: use user or project", 2)
     with Client.from_config() as client:
-        report = client.usage(user=user, since=since, until=until)
+        report = client.usage(user=user, since=since, until=until, by=by)
     if as_json:
         print_json(report)
     elif as_csv:
         out = csv.writer(sys.stdout, lineterminator="\n")
-        out.writerow(FIELDS)
+        out.writerow([by, *FIELDS[1:]])
         out.writerows(_rows(report))
     else:
         rows = _rows(report)
-        table(["user", "day", "sessions", "fGPU-h", "GPU mem GiB-h", "CPU-h", "mem GiB-h",
+        table([by, "day", "sessions", "fGPU-h", "GPU mem GiB-h", "CPU-h", "mem GiB-h",
                "hours measured"], rows,
               title=f"usage {report.since} to {report.until} (UTC days)")
         if not rows:
@@ -47,7 +50,8 @@ def usage(
 
 def _rows(report: UsageReport) -> list[list[str]]:
     return [
-        [r.user, r.day.isoformat(), str(r.sessions), str(r.totals.fgpu_hours),
+        [r.project if r.project is not None else r.user, r.day.isoformat(), str(r.sessions),
+         str(r.totals.fgpu_hours),
          str(r.totals.gpu_mem_gib_hours), str(r.totals.cpu_hours),
          str(r.totals.mem_gib_hours), str(round(r.totals.seconds / 3600, 4))]
         for r in report.rows

@@ -18,6 +18,7 @@ from gpuslice import __version__
 from gpuslice.client import schemas
 from gpuslice.client.config import ClientConfig, load_config
 from gpuslice.client.errors import ApiError, error_of
+from gpuslice.client.projects import ProjectCalls
 from gpuslice.client.ssh import SshCalls
 from gpuslice.client.storage import StorageCalls
 from gpuslice.common.limits import PAGE_DEFAULT, PAGE_MAX
@@ -59,7 +60,7 @@ API = "/api/v1"
 M = TypeVar("M")
 
 
-class Client(StorageCalls, SshCalls):
+class Client(StorageCalls, SshCalls, ProjectCalls):
     """A connection to a gpuslice manager as one user (or as nobody, before `login`).
 
     Folders, models and runs: see ``StorageCalls`` (``gpuslice.client.storage``)."""
@@ -130,8 +131,8 @@ class Client(StorageCalls, SshCalls):
         """Launch sessions: ``request`` as it is, or one made of ``image`` and ``shape`` (see
         :class:`SessionShape`: ``gpu``, ``cpu``, ``mem``, ``count``, ``name``, ``type``,
         ``command``, ``env``, ``priority``, ``gpu_model``, ``apps``, ``gpu_mem``,
-        ``folders``). A request the schema refuses raises pydantic's ``ValidationError``
-        before anything is sent."""
+        ``folders``, ``project``, ``group``). A request the schema refuses raises pydantic's
+        ``ValidationError`` before anything is sent."""
         body = _request_of(request, image, shape).model_dump(mode="json")
         return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
 
@@ -225,9 +226,11 @@ class Client(StorageCalls, SshCalls):
         return self._call("GET", "/top", schemas.monitoring.Top)
 
     def usage(self, user: str | None = None, since: str | None = None,
-              until: str | None = None) -> UsageReport:
-        """Usage per user and UTC day (``since``: ``7d`` or a date; admins: any ``user``)."""
-        params = {k: v for k, v in (("user", user), ("since", since), ("until", until)) if v}
+              until: str | None = None, by: str = "user") -> UsageReport:
+        """Usage per user (``by="project"``: per project) and UTC day (``since``: ``7d`` or a
+        date; admins: any ``user``)."""
+        params = {k: v for k, v in (("user", user), ("since", since), ("until", until),
+                                    ("by", by)) if v}
         return self._call("GET", "/usage", schemas.monitoring.UsageReport, params=params)
     # ------------------------------------------------------------ apps and terminals
 
@@ -609,6 +612,8 @@ class SessionShape(TypedDict, total=False):
     apps: list[str]
     gpu_mem: int | str | None
     folders: list[str]
+    project: str | None
+    group: str | None
 
 
 def session_request(*, image: str, **shape: Unpack[SessionShape]) -> SessionCreate:

@@ -69,9 +69,13 @@ class StorageCalls:
                            status=404, code="not_found")
         return named[0]
 
-    def create_folder(self, name: str, shared: bool = False) -> FolderPublic:
-        return self._call("POST", "/folders", schemas.storage.FolderPublic,
-                          json={"name": name, "shared": shared})
+    def create_folder(self, name: str, shared: bool = False, project: str | None = None
+                      ) -> FolderPublic:
+        """A folder of one's own, or (admins) a shared one, or one of ``project``."""
+        body: dict[str, Any] = {"name": name, "shared": shared}
+        if project is not None:
+            body["project"] = project
+        return self._call("POST", "/folders", schemas.storage.FolderPublic, json=body)
 
     def rename_folder(self, ref: str, name: str) -> FolderPublic:
         fid = self.find_folder(ref).id

@@ -30,6 +30,7 @@ from gpuslice.manager.api.routes import (
     nodes,
     policies,
     presets,
+    projects,
     run_calls,
     runs,
     session_calls,
@@ -70,7 +71,8 @@ LOGIN_PATH = f"{API_PREFIX}/auth/login"
 # Matched in this order, one route after another: the agents' calls first, as with many nodes
 # they are most of the requests (matched after eight routers, a heartbeat took ~30% more CPU).
 ROUTES = (agents, health, auth, users, policies, presets, sessions, apps, images, nodes,
-          monitoring, folders, models, model_store, session_calls, run_calls, runs, config, ssh)
+          monitoring, folders, models, model_store, session_calls, run_calls, runs, config, ssh,
+          projects)
 # Requests are purged this long after their expiry (their waiter died with its manager).
 _REQUEST_GRACE = timedelta(minutes=1)
 # Seconds between retention passes (each purges a bounded batch).

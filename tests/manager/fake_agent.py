@@ -61,7 +61,9 @@ class FakeAgent:
         exec_answer: ExecAnswer = echo,
         ws_url: str | None = None,
         apps_answer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        pool: str | None = None,
     ) -> None:
+        self.pool = pool  # its resource group (None: the manager's default)
         self.client = client
         self.join_token = join_token
         self.name = name
@@ -92,6 +94,8 @@ class FakeAgent:
 
     async def start(self) -> None:
         body: dict[str, Any] = {"join_token": self.join_token, "name": self.name}
+        if self.pool is not None:
+            body["pool"] = self.pool
         if self.fgpu_per_gpu is not None:  # the wire's unit: one GPU in milli-fGPU
             body["device_capacity"] = round(self.fgpu_per_gpu * 1000)
         r = await self.client.post("/api/v1/agents/register", json=body)

@@ -146,6 +146,14 @@ ACCESS: dict[str, Access] = {
     "GET /api/v1/runs/{run}": OWNER,  # a run is a session: admins see every one
     "DELETE /api/v1/runs/{run}": OWNER,
     "GET /api/v1/nodes": ADMIN,
+    "PUT /api/v1/nodes/{node}/group": ADMIN,
+    "POST /api/v1/projects": ADMIN,
+    "GET /api/v1/projects": USER,  # those one may launch in
+    "GET /api/v1/projects/{name}": OWNER,  # its members and admins
+    "PUT /api/v1/projects/{name}": ADMIN,
+    "POST /api/v1/projects/{name}/members": ADMIN,
+    "DELETE /api/v1/projects/{name}/members/{username}": ADMIN,
+    "GET /api/v1/groups": USER,  # the launch dialog shows each group's free capacity
     "POST /api/v1/nodes/{node_id}/revoke": ADMIN,
     "GET /api/v1/join-tokens": ADMIN,
     "POST /api/v1/join-tokens": ADMIN,
@@ -189,6 +197,9 @@ BODIES: dict[str, Any] = {
     "POST /api/v1/ssh-keys": {"key": SSH_KEY},
     "PATCH /api/v1/presets/{name}": {"cpu": 0.5},
     "POST /api/v1/agents/me/sessions/{session_id}/run/saving": {"script_s": 1.5},
+    "POST /api/v1/projects": {"name": "new-project"},
+    "POST /api/v1/projects/{name}/members": {"username": "dave"},
+    "PUT /api/v1/nodes/{node}/group": {"group": "default"},
 }
 QUERIES: dict[str, dict[str, str]] = {
     "GET /api/v1/agents/me/assignments": {"wait": "0"},
@@ -258,6 +269,10 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
     r = await alice.post("/api/v1/ssh-keys", json={"key": SSH_KEY.replace(" t", " alice")})
     assert r.status_code == 201, r.text
     ssh_key = r.json()
+    r = await admin.post("/api/v1/projects", json={"name": "alice-team"})
+    assert r.status_code == 201, r.text
+    r = await admin.post("/api/v1/projects/alice-team/members", json={"username": "alice"})
+    assert r.status_code == 200, r.text
     clients = {
         "anonymous": client_for(app),  # `anon` keeps the login cookies of the logins above
         "revoked": client_for(app, revoked), "owner": alice,
@@ -275,8 +290,14 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
         "DELETE /api/v1/presets/{name}:name": "doomed",
         "PATCH /api/v1/images/{name}:name": image, "DELETE /api/v1/images/{name}:name": image,
         "POST /api/v1/sessions/{session_id}/apps/{name}/start:name": "terminal",
+        "node": spare_node.node_id, "username": "dave",
+        **{f"{route}:name": "alice-team" for route in (
+            "GET /api/v1/projects/{name}", "PUT /api/v1/projects/{name}",
+            "POST /api/v1/projects/{name}/members",
+            "DELETE /api/v1/projects/{name}/members/{username}")},
     }
-    secrets = [s["id"], "s3cret-value", image, token["id"], "alice-work", ssh_key["id"]]
+    secrets = [s["id"], "s3cret-value", image, token["id"], "alice-work", ssh_key["id"],
+               "alice-team"]
     for more, hidden in (await _folders(alice), await _models(app, alice, users["alice"]),
                          await _runs(alice)):
         objects.update(more)

@@ -48,12 +48,20 @@ async def populated(
     assert (await admin.post("/api/v1/images/aliases",
                              json={"name": "py", "reference": "python:3.11"})).status_code == 201
     assert (await admin.post("/api/v1/join-tokens", json={"name": "spare"})).status_code == 201
+    # a project with a member and a folder, and a node in a resource group (issue 32)
+    assert (await admin.post("/api/v1/projects", json={"name": "vision", "max_gpu": 8,
+                                                       "groups": ["a100"]})).status_code == 201
+    await admin.post("/api/v1/projects/vision/members", json={"username": "alice"})
+    assert (await admin.post("/api/v1/folders", json={"name": "images", "project": "vision"})
+            ).status_code == 201
+    await admin.put("/api/v1/nodes/node-1/group", json={"group": "a100"})
     ended = (await create(bob, resources={"gpu": 0, "cpu": 1, "mem": "1g"}))[0]["id"]
     await wait_until(bob, [ended], lambda s: s[0]["status"] == "RUNNING")
     await bob.post("/api/v1/sessions/destroy", json={"ids": [ended]})
     await wait_until(bob, [ended], lambda s: s[0]["status"] == "TERMINATED")
     ids = [s["id"] for s in await create(alice, count=3, env={"K": "v"}, command=None,
-                                         resources={"gpu": 1, "cpu": 1, "mem": "1g"})]
+                                         resources={"gpu": 1, "cpu": 1, "mem": "1g"},
+                                         project="vision")]
     states = await wait_until(alice, ids, lambda s: sum(x["status"] == "RUNNING" for x in s) == 2)
     pending = next(s["id"] for s in states if s["status"] == "PENDING")
     cancelled = (await create(bob, resources={"gpu": 0, "cpu": 1, "mem": "1g"}))[0]["id"]
@@ -75,7 +83,8 @@ async def test_a_backup_restores_every_row_of_every_table(
     assert header.revision == migrate.head() and header.settings["nodes"]["node_timeout"] == 30
     before = await contents(source)
     assert all(before[name] for name in ("users", "sessions", "status_history", "allocations",
-                                         "api_tokens", "image_aliases", "resource_policies"))
+                                         "api_tokens", "image_aliases", "resource_policies",
+                                         "projects", "project_members"))
 
     target = f"sqlite+aiosqlite:///{tmp_path / 'restored.db'}"
     restored = await restore(file, target)

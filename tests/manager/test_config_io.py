@@ -145,3 +145,39 @@ async def test_presets_travel_with_the_configuration(admin: Client) -> None:
                                                 "default": True}]}
     r = await admin.post("/api/v1/config/import", json=two)
     assert r.status_code == 422 and r.json()["field"] == "presets", r.text
+
+
+async def test_projects_and_groups_travel_with_the_configuration(
+    admin: Client, make_user: UserFactory, make_agent: Any
+) -> None:
+    """Issue 32: projects (quotas, groups, members by username) and nodes' resource groups are
+    configuration; importing the export again changes nothing; a member nobody is refused."""
+    await make_user("alice")
+    await make_agent("n1")
+    r = await admin.post("/api/v1/projects", json={"name": "vision", "max_gpu": 8,
+                                                    "groups": ["a100"], "max_mem": "64g"})
+    assert r.status_code == 201, r.text
+    await admin.post("/api/v1/projects/vision/members", json={"username": "alice"})
+    await admin.put("/api/v1/nodes/n1/group", json={"group": "a100"})
+    exported = await _export(admin)
+    assert exported["projects"] == [{
+        "name": "vision", "description": "", "members": ["alice"], "max_sessions": None,
+        "max_gpu": 8, "max_cpu": None, "max_mem": 64 * 1024**3, "max_storage": None,
+        "max_gpu_models": None, "groups": ["a100"]}]
+    assert exported["groups"] == [{"node": "n1", "group": "a100"}]
+    again = await admin.post("/api/v1/config/import", json=exported)
+    assert again.status_code == 200, again.text
+    assert again.json()["sections"]["projects"] == {"created": 0, "updated": 0, "unchanged": 1}
+    doc = {"projects": [{"name": "nlp", "max_gpu": "2", "members": ["alice"]}],
+           "groups": [{"node": "n1", "group": "t4"}, {"node": "elsewhere", "group": "t4"}]}
+    r = await admin.post("/api/v1/config/import", json=doc)
+    assert r.status_code == 200, r.text
+    assert r.json()["sections"]["projects"]["created"] == 1
+    assert any("elsewhere" in note for note in r.json()["notes"])
+    nlp = (await admin.get("/api/v1/projects/nlp")).json()
+    assert (nlp["max_gpu"], nlp["members"]) == (2, ["alice"])
+    nodes = {n["name"]: n["pool"] for n in (await admin.get("/api/v1/nodes")).json()}
+    assert nodes["n1"] == "t4"
+    bad = {"projects": [{"name": "cv", "members": ["nobody"]}]}
+    r = await admin.post("/api/v1/config/import", json=bad)
+    assert r.status_code == 422 and r.json()["field"] == "projects.0.members", r.text

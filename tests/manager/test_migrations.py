@@ -96,3 +96,36 @@ async def test_a_platform_in_use_gets_the_default_preset_and_a_new_one_none(
         assert [tuple(r) for r in got] == [("small", 250, True)]
     finally:
         await engine.dispose()
+
+
+async def test_every_user_gets_a_personal_project_with_their_sessions_in_it(
+    database_url: str,
+) -> None:
+    """0025 (issue 32): each user has a personal project ``~<username>`` after the upgrade, their
+    sessions run in it, and nodes keep their resource group."""
+    engine = make_engine(database_url)
+    now = utcnow()
+    try:
+        await migrate.upgrade(engine, "0022")
+        async with engine.begin() as conn:
+            for uid, name in (("u1", "alice"), ("u2", "bob")):
+                await conn.execute(sa.text(
+                    "INSERT INTO users (id, username, password_hash, role, is_active, created_at)"
+                    " VALUES (:id, :name, 'x', 'user', true, :now)"), {"id": uid, "name": name,
+                                                                      "now": now})
+            await conn.execute(sa.text(
+                "INSERT INTO sessions (id, name, owner_id, image, type, env, priority, pool, gpu,"
+                " cpu, mem, folders, status, status_reason, created_at, updated_at) VALUES "
+                "('s1', 'one', 'u2', 'img', 'interactive', '{}', 0, 'default', 0, 1000, 1, '[]',"
+                " 'TERMINATED', '', :now, :now)"), {"now": now})
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            projects = dict((await conn.execute(sa.text(
+                "SELECT personal_of, name FROM projects"))).all())
+            session = (await conn.execute(sa.text(
+                "SELECT p.name, s.pool FROM sessions s JOIN projects p ON p.id = s.project_id"
+            ))).all()
+        assert projects == {"u1": "~alice", "u2": "~bob"}
+        assert session == [("~bob", "")]  # it asked for no group: any its project may use
+    finally:
+        await engine.dispose()

@@ -306,3 +306,35 @@ async def test_metrics_say_when_the_last_backup_succeeded_and_nothing_before(
     [(labels, when)] = scraped((await admin.get("/metrics")).text)[metric].items()
     assert labels == frozenset()
     assert abs(when - taken.header.created_at.timestamp()) < scaled(60)
+
+
+async def test_usage_by_project_and_day(
+    admin: Client, make_user: UserFactory, make_agent: AgentFactory
+) -> None:
+    """Issue 32: the same accounting per project; a user sees only their own sessions' share,
+    and never the name of a project they are not in."""
+    alice, bob = await make_user("alice"), await make_user("bob")
+    agent = await make_agent()
+    r = await admin.post("/api/v1/projects", json={"name": "vision"})
+    assert r.status_code == 201, r.text
+    for name in ("alice", "bob"):
+        await admin.post("/api/v1/projects/vision/members", json={"username": name})
+    [a] = await create(alice, resources={"gpu": 0.5, "cpu": 1, "mem": "1g"}, project="vision")
+    [b] = await create(bob, resources={"gpu": 0.25, "cpu": 1, "mem": "1g"}, project="vision")
+    [c] = await create(bob, resources={"gpu": 0.25, "cpu": 1, "mem": "1g"})
+    for client, s in ((alice, a), (bob, b), (bob, c)):
+        await wait_status(client, s["id"], "RUNNING")
+    measured = Measured(agent)
+    measured.gpu = {s["id"]: (GiB, 30) for s in (a, b, c)}
+    for _ in range(3):
+        await measured.beat(10_000)
+    rows = (await admin.get("/api/v1/usage", params={"by": "project"})).json()["rows"]
+    by_project = {r["project"]: r for r in rows}
+    assert sorted(by_project) == ["vision", "~bob"]
+    assert by_project["vision"]["sessions"] == 2
+    assert by_project["vision"]["totals"]["fgpu_hours"] == pytest.approx(0.75 * 30 / 3600,
+                                                                         abs=1e-6)
+    [own] = (await alice.get("/api/v1/usage", params={"by": "project"})).json()["rows"]
+    assert own["project"] == "vision" and own["sessions"] == 1
+    r = await admin.get("/api/v1/usage", params={"by": "team"})
+    assert r.status_code == 422 and r.json()["field"] == "by"

@@ -161,8 +161,8 @@ async def test_less_gpu_memory_than_the_smallest_slice_is_refused_naming_it(
     await make_agent("node-1", devices=[gpu(0, mem=8 * GiB)], fgpu_per_gpu=2)
     tiny = {"name": "tiny", "script": "train.py", "image": IMAGE,
             "resources": {"gpu_mem": 2048, "cpu": 1, "mem": "1g"}}
-    smallest = ("asks for 2 KiB of GPU memory, less than the smallest slice in pool 'default' "
-                "(0.01 fGPU of the 8 GiB Mock A100: 40.95 MiB); ask for at least 41 MiB")
+    smallest = ("asks for 2 KiB of GPU memory, less than the smallest slice in resource group "
+                "'default' (0.01 fGPU of the 8 GiB Mock A100: 40.95 MiB); ask for at least 41 MiB")
     for path in ("/api/v1/runs/check", "/api/v1/runs", "/api/v1/sessions"):
         r = await alice.post(path, json=tiny)
         assert r.status_code == 422 and smallest in r.json()["message"], (path, r.text)

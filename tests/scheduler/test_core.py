@@ -306,4 +306,4 @@ def test_check_request_refuses_what_can_never_fit():
 def test_no_node_in_pool_is_a_specific_reason():
     result = schedule([req("x", 1, pool="gpu-big")], [node("a")], {}, FIFO, now=0)
     assert result.waiting["x"].code is WaitCode.NO_NODE
-    assert result.waiting["x"].reason == "no schedulable node in resource pool 'gpu-big'"
+    assert result.waiting["x"].reason == "no schedulable node in resource group 'gpu-big'"

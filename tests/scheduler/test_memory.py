@@ -76,8 +76,8 @@ def test_a_request_no_gpu_can_hold_is_refused_with_the_largest_possible():
     nodes = [node("n1", gpu_mem="8GiB", fgpu_per_gpu=2)]
     message = check_request(req("x", gpu_mem="12g"), nodes, Quota(), 2000)
     assert message == (
-        "needs 12 GiB of GPU memory on one GPU, more than any GPU in pool 'default' has: "
-        "the most possible is 8 GiB (a whole Mock A100)"
+        "needs 12 GiB of GPU memory on one GPU, more than any GPU in resource group 'default' "
+        "has: the most possible is 8 GiB (a whole Mock A100)"
     )
     assert check_request(req("x", gpu_mem="8g"), nodes, Quota(), 2000) is None
     assert check_request(req("x", gpu_mem="12g"), [], Quota(), 2000) is None  # nodes may join

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, Field, model_validator
 
 from gpuslice.common.schemas.common import ExactResources
+from gpuslice.common.schemas.projects import GroupName
 from gpuslice.common.schemas.sessions import SessionStatus, SessionType
 from gpuslice.common.text import Line
 
@@ -55,7 +56,12 @@ class NodeRegister(BaseModel):
 
     join_token: str | None = Field(default=None, min_length=1, max_length=256)
     name: str = Field(pattern=NODE_NAME)
-    pool: Line = Field(default="default", min_length=1, max_length=64)
+    pool: GroupName | None = Field(
+        default=None,
+        description="The node's resource group (`--resource-group`); omit: \"default\" for a "
+        "new node, and a node registering again keeps the one it has (an admin may have moved "
+        "it with `gpuslice node set-group`).",
+    )
     device_capacity: int | None = Field(
         default=None, ge=10, le=100_000, multiple_of=10,
         description="This node's fGPU per GPU in milli-fGPU (2 fGPU per GPU = 2000), "

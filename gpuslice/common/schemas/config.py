@@ -2,8 +2,9 @@
 
 What an admin set up, by name (never by database id, so it moves between clusters): resource
 policies, users (password hashes only when asked), image aliases, the image catalog's
-curation (allow list, visibility, owner) and the launch dialog's resource presets. Sessions,
-nodes and history are not configuration: backups (`gpuslice admin backup`) hold those.
+curation (allow list, visibility, owner), the launch dialog's resource presets, projects
+(quotas, groups, members) and nodes' resource groups. Sessions, nodes and history are not
+configuration: backups (`gpuslice admin backup`) hold those.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuslice.common.schemas.images import ALIAS_PATTERN
 from gpuslice.common.schemas.presets import PresetCreate
+from gpuslice.common.schemas.projects import GroupName, ProjectName, ProjectQuotas
 from gpuslice.common.schemas.users import USERNAME_PATTERN, PolicyCreate, Role
 
 FORMAT = "gpuslice-config"
@@ -63,6 +65,22 @@ class PresetConfig(PresetCreate):
     model_config = ConfigDict(extra="forbid")
 
 
+class ProjectConfig(ProjectQuotas):
+    """A project by name: its quotas (user units), groups and members (usernames)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: ProjectName
+    description: str = Field(default="", max_length=255)
+    members: list[str] = Field(default_factory=list, max_length=100_000)
+
+
+class NodeGroupConfig(_Strict):
+    """A node's resource group, by the node's name."""
+
+    node: str = Field(min_length=1, max_length=128)
+    group: GroupName
+
+
 class ConfigDocument(_Strict):
     """Everything `config import` applies; every list is optional, entries merge by name."""
 
@@ -74,6 +92,11 @@ class ConfigDocument(_Strict):
     aliases: list[AliasConfig] = Field(default_factory=list, max_length=10_000)
     images: list[ImageConfig] = Field(default_factory=list, max_length=100_000)
     presets: list[PresetConfig] = Field(default_factory=list, max_length=10_000)
+    projects: list[ProjectConfig] = Field(default_factory=list, max_length=10_000)
+    groups: list[NodeGroupConfig] = Field(
+        default_factory=list, max_length=100_000,
+        description="Nodes' resource groups; a node this manager does not have is noted.",
+    )
     left_out: list[str] = Field(
         default_factory=list, max_length=100_000,
         description="Export: entries left out because they break today's rules (stored before "

@@ -171,9 +171,10 @@ class Top(BaseModel):
 
 
 class UsageRow(BaseModel):
-    """One user's usage on one UTC day."""
+    """One user's (or, by project, one project's) usage on one UTC day."""
 
-    user: str
+    user: str = Field(description="The user (by project: \"\").")
+    project: str | None = Field(default=None, description="By project: the project.")
     day: date
     sessions: int = Field(description="Sessions measured that day.")
     totals: UsageTotals

@@ -25,6 +25,7 @@ from pydantic import (
 from gpuslice.common.limits import PRIORITY_BOUND
 from gpuslice.common.schemas.common import ResourcesIn, ResourcesPublic
 from gpuslice.common.schemas.models import FilePath, ModelPublic
+from gpuslice.common.schemas.projects import GroupName
 from gpuslice.common.schemas.sessions import (
     EnvVars,
     FolderRequests,
@@ -33,6 +34,7 @@ from gpuslice.common.schemas.sessions import (
     SessionStatus,
 )
 from gpuslice.common.schemas.storage import MAX_SESSION_FOLDERS
+from gpuslice.common.text import Line
 
 RUNS_FOLDER = "runs"
 # The run's session runs ``gpuslice-run`` with its own options before the script's argv, and
@@ -70,6 +72,10 @@ class RunCreate(BaseModel):
     )
     env: EnvVars = Field(default_factory=dict, max_length=256)
     priority: int = Field(default=0, ge=-PRIORITY_BOUND, le=PRIORITY_BOUND)
+    project: Line | None = Field(
+        default=None, max_length=80, description="The project it runs in (default: personal)."
+    )
+    group: GroupName | None = Field(default=None, description="The resource group to run in.")
     save_var: Annotated[str | None, AfterValidator(_check_var)] = Field(
         default=None,
         description="A Python script's global variable whose object, when the script ends, is "

@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BaseModel, Field, field_validator, model_va
 
 from gpuslice.common.limits import CREATE_COUNT_MAX, DEFAULT_TYPE, PRIORITY_BOUND
 from gpuslice.common.schemas.common import Number, ResourcesIn, ResourcesPublic
+from gpuslice.common.schemas.projects import GroupName
 from gpuslice.common.schemas.storage import (
     MAX_SESSION_FOLDERS,
     SessionFolder,
@@ -128,6 +129,13 @@ class SessionCreate(BaseModel):
         description="Storage folders to mount at /home/work/<name>: `NAME` (read-write where "
         "allowed) or `NAME:ro`; the owner's dot-folders are mounted anyway.",
     )
+    project: Line | None = Field(
+        default=None, max_length=80,
+        description="The project it runs in (one you are a member of); omit: your personal one.",
+    )
+    group: GroupName | None = Field(
+        default=None, description="The resource group to run in; omit: any the project may use."
+    )
 
     @field_validator("command_line")
     @classmethod
@@ -215,6 +223,10 @@ class SessionPublic(BaseModel):
     priority: int
     resources: ResourcesPublic
     gpu_model: str | None
+    project: str | None = Field(default=None, description="The project it runs in.")
+    group: str | None = Field(
+        default=None, description="The resource group it asked for (null: any it may use)."
+    )
     status: SessionStatus
     status_reason: str = Field(description="Why it is in this status (e.g. why it waits).")
     wait_code: str | None = Field(description="PENDING only: a stable code for the reason.")

@@ -14,6 +14,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, Field
 
+from gpuslice.common.text import Line
+
 #: One path component: letters, digits, ``._-``; a leading dot makes a dot-folder, which is
 #: mounted in every session of its owner and is never shared.
 FOLDER_NAME_RE = re.compile(r"^\.?[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -50,6 +52,10 @@ class FolderCreate(BaseModel):
         default=False, description="Admins: a shared folder, granted to users read-only or "
         "read-write (dot-folders cannot be shared)."
     )
+    project: Line | None = Field(
+        default=None, max_length=80, description="Admins: a folder of this project, which "
+        "its members see and mount read-write (a shared folder; nobody else learns of it)."
+    )
 
 
 class FolderUpdate(BaseModel):
@@ -82,6 +88,7 @@ class FolderPublic(BaseModel):
     owner_id: str | None = Field(description="Its owner; null for a shared folder.")
     owner: str = Field(description="The owner's username, or `shared`.")
     shared: bool
+    project: str | None = Field(default=None, description="The project whose folder it is.")
     access: Literal["owner", "rw", "ro"] = Field(
         description="What the caller may do: everything (`owner`, and admins on shared "
         "folders), read and write files (`rw`), or read them (`ro`)."

@@ -241,6 +241,11 @@ class SessionRow(Base):
     env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     priority: Mapped[int] = mapped_column(Integer, default=0)
     pool: Mapped[str] = mapped_column(String(64), default="default")
+    # The project it runs in (projects.py); NULL only for rows from before projects. ``pool``:
+    # the resource group it asked for, or "" for any its project may use.
+    project_id: Mapped[str | None] = mapped_column(
+        ForeignKey("projects.id", ondelete="RESTRICT"), index=True
+    )
     gpu: Mapped[int] = mapped_column(BigInteger)
     cpu: Mapped[int] = mapped_column(BigInteger)
     mem: Mapped[int] = mapped_column(BigInteger)
@@ -462,6 +467,11 @@ class FolderRow(Base):
     files: Mapped[int | None] = mapped_column(BigInteger)
     measured_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
+    # The project whose members see and mount it (a shared folder, no owner); NULL: none.
+    project_id: Mapped[str | None] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), index=True
+    )
+
     @property
     def shared(self) -> bool:
         return self.owner_id is None
@@ -627,3 +637,10 @@ class SshKeyRow(Base):
     public_key: Mapped[str] = mapped_column(Text)
     fingerprint: Mapped[str] = mapped_column(String(64))  # SHA256:<base64>, as ssh-keygen -l
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+# Projects' tables live in their own module; imported here so that the metadata has them.
+from gpuslice.manager.db.project_models import (  # noqa: E402
+    ProjectMemberRow as ProjectMemberRow,
+)
+from gpuslice.manager.db.project_models import ProjectRow as ProjectRow  # noqa: E402

@@ -25,12 +25,14 @@ from gpuslice.manager.scheduler.model import (
     UserState,
     WaitCode,
     Waiting,
+    groups_of,
 )
-from gpuslice.manager.scheduler.reasons import Usage, capacity_reason, quota_block
+from gpuslice.manager.scheduler.reasons import Usage, capacity_reason, model_block, quota_block
 from gpuslice.manager.scheduler.state import BucketKey, ClusterState, Found, GroupIndex, NodeState
 
-# (pool, GPU model, fGPU, cpu, memory, GPU memory): requests of one shape fit or fail alike
-Shape = tuple[str, str | None, int, int, int, int]
+# (pool or pools, GPU model, fGPU, cpu, memory, GPU memory): requests of one shape fit or fail
+# alike
+Shape = tuple[str | frozenset[str], str | None, int, int, int, int]
 # Outcomes whose text is written at the end of the pass: one shared tuple each, not one per
 # waiting request (a pass leaves up to the whole queue waiting).
 _FIFO = (WaitCode.FIFO, "")
@@ -54,13 +56,17 @@ def schedule(
     users: Mapping[str, UserState],
     config: SchedulerConfig,
     now: float,
+    projects: Mapping[str, UserState] | None = None,
 ) -> PassResult:
     """Decide which queued requests start now and where; say why every other one waits.
 
-    Pure: the inputs are not changed, and the same inputs give the same result.
+    ``projects``: each project's quota and usage by its name (``Request.project``); a project
+    absent from it is unlimited. Pure: the inputs are not changed, and the same inputs give
+    the same result.
     """
     with _collector_paused():
-        run = _Pass(ClusterState(nodes, config.strategy, config.fgpu_step), users, config, now)
+        state = ClusterState(nodes, config.strategy, config.fgpu_step)
+        run = _Pass(state, users, config, now, projects or {})
         order = queue_order(queue)
         if config.policy is Policy.DRF:
             run.drf(order)
@@ -101,15 +107,14 @@ class _Pass:
 
     def __init__(
         self, state: ClusterState, users: Mapping[str, UserState], config: SchedulerConfig,
-        now: float,
+        now: float, projects: Mapping[str, UserState],
     ) -> None:
         self.state = state
         self.config = config
         self.now = now
-        self.users = {
-            uid: Usage(u.quota, u.sessions, u.used.gpu, u.used.cpu, u.used.mem)
-            for uid, u in users.items()
-        }
+        self.users = _usages(users)
+        # only projects with a quota: a request of any other project skips the check
+        self.projects = _usages(projects)
         self.placed: PassResult = PassResult()
         self.outcome: dict[str, tuple[WaitCode, str]] = {}  # request id -> code, quota text
         self.failed: set[Shape] = set()
@@ -122,13 +127,15 @@ class _Pass:
         """fifo and backfill: walk the queue once in order."""
         fifo = self.config.policy is Policy.FIFO
         for req in order:
-            if fifo and req.pool in self.blocked:
+            # (one pool, the usual case, inline: this runs for every request of the queue)
+            if fifo and (req.pool in self.blocked if req.pools is None else self._behind(req)):
                 self.outcome[req.id] = _FIFO
                 continue
             if self.try_place(req) is not None or self.outcome[req.id][0] is WaitCode.QUOTA:
-                continue  # a quota wait is the user's own: it holds up nobody else
+                continue  # a quota wait is its user's or project's own: it holds up nobody else
             if fifo:
-                self.blocked[req.pool] = req.id
+                for pool in groups_of(req):
+                    self.blocked.setdefault(pool, req.id)
             elif (
                 self.now - req.enqueued_at > self.config.max_wait_before_reserve
                 and len(self.holds) < self.config.max_reservations
@@ -154,6 +161,12 @@ class _Pass:
                     heapq.heapreplace(heap, (self._share(uid, totals), uid))
                 # placed nothing: its share is the same, so it stays on top for its next one
 
+    def _behind(self, req: Request) -> bool:
+        """fifo: whether an earlier request waits for capacity in a group ``req`` could use."""
+        if req.pools is None:
+            return req.pool in self.blocked
+        return any(pool in self.blocked for pool in req.pools)
+
     # ------------------------------------------------------------ one request
 
     def try_place(self, req: Request) -> Found | None:
@@ -164,6 +177,9 @@ class _Pass:
         want = self._least(req) if req.gpu_mem else req.resources
         if user is not None and self._quota_blocks(req, want, user):
             return None
+        project = None if req.project is None else self.projects.get(req.project)
+        if project is not None and self._quota_blocks(req, want, project, req.project):
+            return None
         shape = _shape(req)
         found = None if shape in self.failed else self.state.find(req)
         if found is None:
@@ -172,17 +188,36 @@ class _Pass:
             self.outcome[req.id] = _CAPACITY
             return None
         got = found.placement.resources
-        if user is not None and req.gpu_mem and got != want and self._quota_blocks(req, got, user):
+        if req.gpu_mem and got != want and self._larger_blocks(req, got, user, project):
             return None  # the slice on the device found is larger than the least one
+        model = found.group.key[1] if found.group is not None else None
+        if project is not None and model is not None and project.quota.gpu_models:
+            blocked = model_block(got.gpu, model, project, f"project {req.project}")
+            if blocked is not None:  # (the GPU found is of a model the project has used up)
+                self.outcome[req.id] = (WaitCode.QUOTA, blocked)
+                return None
         self.state.allocate(found)
         self.placed.placements.append(found.placement)
         if user is None:
             user = self.users[req.user] = Usage()
         user.add(got)
+        if project is not None:
+            project.add(got, model)
         return found
 
-    def _quota_blocks(self, req: Request, want: Resources, user: Usage) -> bool:
-        blocked = quota_block(want, user)
+    def _larger_blocks(
+        self, req: Request, got: Resources, user: Usage | None, project: Usage | None
+    ) -> bool:
+        return (user is not None and self._quota_blocks(req, got, user)) or (
+            project is not None and self._quota_blocks(req, got, project, req.project)
+        )
+
+    def _quota_blocks(
+        self, req: Request, want: Resources, usage: Usage, project: str | None = None
+    ) -> bool:
+        """Whether ``usage``'s quota (the user's, or ``project``'s) keeps ``req`` waiting."""
+        whose = "user quota" if project is None else f"project {project}"
+        blocked = quota_block(want, usage, whose)
         if blocked is not None:
             self.outcome[req.id] = (WaitCode.QUOTA, blocked)
         return blocked is not None
@@ -190,7 +225,7 @@ class _Pass:
     def _least(self, req: Request) -> Resources:
         """A request by GPU memory with the smallest slice any matching device would give."""
         amounts = [
-            gpu for g in self.state.matching_groups(req.pool, req.gpu_model)
+            gpu for g in self.state.groups_for(req)
             if (gpu := g.gpu_of(req, self.state.step)) is not None
         ]
         return Resources(min(amounts, default=0), req.resources.cpu, req.resources.mem)
@@ -207,11 +242,11 @@ class _Pass:
         entirely free devices, among those that could hold it when empty."""
         res = req.resources
         if res.gpu == 0 and not req.gpu_mem:
-            nodes = [ns for ns in self.state.pool_nodes.get(req.pool, ()) if _could_host(ns, res)]
+            nodes = [ns for ns in self.state.nodes_for(req) if _could_host(ns, res)]
             best = max(nodes, key=lambda ns: (ns.cpu_free, ns.mem_free, -ns.rank), default=None)
             return None if best is None else _Hold(best, [])
         candidates: list[tuple[tuple[int, int], _Hold]] = []
-        for group in self.state.matching_groups(req.pool, req.gpu_model):
+        for group in self.state.groups_for(req):
             gpu = group.gpu_of(req, self.state.step)
             if gpu is None:
                 continue
@@ -313,9 +348,19 @@ class _Pass:
                 where += f" GPU {gpus}"
             wait = _duration(self.config.max_wait_before_reserve)
             return f"; capacity on {where} is held for it (waiting longer than {wait})"
-        if req.pool in held_pools:
+        if req.pool in held_pools or (req.pools is not None and not held_pools.isdisjoint(
+                req.pools)):
             return "; some capacity is held for sessions that have waited longer"
         return ""
+
+
+def _usages(states: Mapping[str, UserState]) -> dict[str, Usage]:
+    """Plain counters of what each user (or project) uses, added to as the pass places."""
+    return {
+        key: Usage(u.quota, u.sessions, u.used.gpu, u.used.cpu, u.used.mem,
+                   dict(u.used_models) if u.used_models else None)
+        for key, u in states.items()
+    }
 
 
 def _share_scales(totals: Resources) -> tuple[int, int, int]:
@@ -330,7 +375,7 @@ def _share_scales(totals: Resources) -> tuple[int, int, int]:
 
 def _shape(req: Request) -> Shape:
     res = req.resources
-    return (req.pool, req.gpu_model, res.gpu, res.cpu, res.mem, req.gpu_mem)
+    return (req.pools or req.pool, req.gpu_model, res.gpu, res.cpu, res.mem, req.gpu_mem)
 
 
 def _could_host(ns: NodeState, res: Resources) -> bool:

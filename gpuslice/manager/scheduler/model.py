@@ -27,7 +27,7 @@ class WaitCode(StrEnum):
     """Why a request is still PENDING (stable codes for APIs; the reason text is for people)."""
 
     CAPACITY = "capacity"  # no node has room for it now
-    QUOTA = "quota"  # its user's quota is used up
+    QUOTA = "quota"  # its user's (or its project's) quota is used up
     FIFO = "fifo"  # an earlier request in its pool waits for capacity (fifo)
     RESERVED = "reserved"  # capacity it could use is held for a request waiting longer
     NO_NODE = "no_node"  # no schedulable node matches (pool, GPU model) at all
@@ -62,21 +62,25 @@ class Node:
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """A user's limits; ``None`` means unlimited."""
+    """A user's (or project's) limits; ``None`` means unlimited. ``gpu_models``: (model part,
+    casefolded; milli-fGPU) pairs: at most that much on GPUs whose model contains the part."""
 
     max_sessions: int | None = None
     max_gpu: int | None = None  # milli-fGPU
     max_cpu: int | None = None  # milli-cores
     max_mem: int | None = None  # bytes
+    gpu_models: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(slots=True)
 class UserState:
-    """A user's quota and what their running (allocated) sessions use now."""
+    """A user's (or project's) quota and what their running (allocated) sessions use now;
+    ``used_models``: milli-fGPU held on GPUs of each of the quota's ``gpu_models`` parts."""
 
     quota: Quota = field(default_factory=Quota)
     sessions: int = 0
     used: Resources = field(default_factory=Resources)
+    used_models: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +101,11 @@ class Request:
     gpu_model: str | None = None
     pool: str = "default"
     gpu_mem: int = 0  # bytes of GPU memory on one device; 0: ``resources.gpu`` says the slice
+    # The project it runs in (its name, a key of ``schedule``'s ``projects``); None: none.
+    project: str | None = None
+    # The resource groups (pools) it may run in when more than one: None means ``pool`` alone.
+    # ``pool`` then names its queue (fifo and positions); see ``groups_of``.
+    pools: frozenset[str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +153,11 @@ class SchedulerConfig:
 class PassResult:
     placements: list[Placement] = field(default_factory=list)
     waiting: dict[str, Waiting] = field(default_factory=dict)
+
+
+def groups_of(req: Request) -> frozenset[str] | tuple[str]:
+    """The resource groups (pools) ``req`` may run in."""
+    return (req.pool,) if req.pools is None else req.pools
 
 
 def request_gpu(req: Request, device_mem: int, device_capacity: int, step: int) -> int | None:

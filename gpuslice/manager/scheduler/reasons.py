@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gpuslice.common.resources import Resources, format_cpu, format_fgpu, format_mem
-from gpuslice.manager.scheduler.model import Quota, Request, WaitCode
+from gpuslice.manager.scheduler.model import Quota, Request, WaitCode, groups_of
 from gpuslice.manager.scheduler.state import ClusterState, GroupIndex, NodeState
 
 
@@ -21,42 +21,70 @@ class Usage:
     cpu: int = 0  # milli-cores
     mem: int = 0  # bytes
 
-    def add(self, res: Resources) -> None:
+    models: dict[str, int] | None = None  # milli-fGPU per model part of ``quota.gpu_models``
+
+    def add(self, res: Resources, model: str | None = None) -> None:
         self.sessions += 1
         self.gpu += res.gpu
         self.cpu += res.cpu
         self.mem += res.mem
+        if model is not None and self.quota.gpu_models:
+            models = self.models if self.models is not None else {}
+            for part, _ in self.quota.gpu_models:
+                if part in model.casefold():
+                    models[part] = models.get(part, 0) + res.gpu
+            self.models = models
 
 
-def quota_block(want: Resources, user: Usage) -> str | None:
-    """The quota that keeps a request for ``want`` from starting now, or None if its user's
-    quota allows it."""
+def model_block(gpu: int, model: str, usage: Usage, whose: str) -> str | None:
+    """The quota on GPUs of ``model`` that keeps a slice of ``gpu`` there from starting now."""
+    held = usage.models or {}
+    for part, limit in usage.quota.gpu_models:
+        if part in model.casefold() and held.get(part, 0) + gpu > limit:
+            return _over_quota(whose, held.get(part, 0), limit, gpu, format_fgpu,
+                               f" fGPU of {part} GPUs")
+    return None
+
+
+def quota_block(want: Resources, user: Usage, whose: str = "user quota") -> str | None:
+    """The quota that keeps a request for ``want`` from starting now, or None if it allows it.
+    ``whose`` names the quota in the reason ("user quota", "project vision")."""
     quota = user.quota
     if quota.max_sessions is not None and user.sessions + 1 > quota.max_sessions:
-        return f"user quota: {user.sessions} of {quota.max_sessions} sessions in use"
+        return f"{whose}: {user.sessions} of {quota.max_sessions} sessions in use"
     # plain comparisons first: this runs for every request a pass tries
     if quota.max_gpu is not None and user.gpu + want.gpu > quota.max_gpu:
-        return _over_quota(user.gpu, quota.max_gpu, want.gpu, format_fgpu, " fGPU")
+        return _over_quota(whose, user.gpu, quota.max_gpu, want.gpu, format_fgpu, " fGPU")
     if quota.max_cpu is not None and user.cpu + want.cpu > quota.max_cpu:
-        return _over_quota(user.cpu, quota.max_cpu, want.cpu, format_cpu, " CPU")
+        return _over_quota(whose, user.cpu, quota.max_cpu, want.cpu, format_cpu, " CPU")
     if quota.max_mem is not None and user.mem + want.mem > quota.max_mem:
-        return _over_quota(user.mem, quota.max_mem, want.mem, format_mem, " of memory")
+        return _over_quota(whose, user.mem, quota.max_mem, want.mem, format_mem, " of memory")
     return None
 
 
 def capacity_reason(state: ClusterState, req: Request) -> tuple[WaitCode, str]:
-    """Why nothing in the request's pool can take it now."""
+    """Why nothing in the request's resource groups can take it now (naming the groups when
+    they are other than the default one)."""
+    code, text = _capacity_reason(state, req)
+    if code is WaitCode.CAPACITY and groups_of(req) != ("default",):
+        text += f" in {group_words(req)}"
+    return code, text
+
+
+def _capacity_reason(state: ClusterState, req: Request) -> tuple[WaitCode, str]:
     res = req.resources
-    pool_nodes = state.pool_nodes.get(req.pool)
+    where = group_words(req)
+    pool_nodes = state.nodes_for(req)
     if not pool_nodes:
-        return WaitCode.NO_NODE, f"no schedulable node in resource pool '{req.pool}'"
+        return WaitCode.NO_NODE, f"no schedulable node in {where}"
     if res.gpu == 0 and not req.gpu_mem:
         return WaitCode.CAPACITY, _host_reason(res, pool_nodes, "")
-    groups = state.matching_groups(req.pool, req.gpu_model)
+    groups = state.groups_for(req)
     if not groups:
-        models = sorted({k[1] for k in state.groups if k[0] == req.pool}) or ["none"]
+        pools = groups_of(req)
+        models = sorted({k[1] for k in state.groups if k[0] in pools}) or ["none"]
         return WaitCode.NO_NODE, (
-            f"no node in pool '{req.pool}' has a GPU matching model '{req.gpu_model}' "
+            f"no node in {where} has a GPU matching model '{req.gpu_model}' "
             f"(models here: {', '.join(models)})"
         )
     amounts = [(g, gpu) for g in groups if (gpu := g.gpu_of(req, state.step)) is not None]
@@ -64,7 +92,7 @@ def capacity_reason(state: ClusterState, req: Request) -> tuple[WaitCode, str]:
         largest = max(g.mem for g in groups)
         return WaitCode.NO_NODE, (
             f"needs {format_mem(req.gpu_mem)} of GPU memory on one GPU; the largest GPU in "
-            f"pool '{req.pool}' has {format_mem(largest)}"
+            f"{where} has {format_mem(largest)}"
         )
     singles = [(g, gpu) for g, gpu in amounts if g.kind(gpu) == 0]
     wholes = [(g, g.kind(gpu)) for g, gpu in amounts if g.kind(gpu) > 0]
@@ -75,8 +103,16 @@ def capacity_reason(state: ClusterState, req: Request) -> tuple[WaitCode, str]:
     caps = sorted({format_fgpu(g.cap) for g in groups})
     return WaitCode.NO_NODE, (
         f"{format_fgpu(res.gpu)} fGPU is more than one GPU and not a whole number of GPUs "
-        f"on any node in pool '{req.pool}' (1 GPU = {' or '.join(caps)} fGPU)"
+        f"on any node in {where} (1 GPU = {' or '.join(caps)} fGPU)"
     )
+
+
+def group_words(req: Request) -> str:
+    """The request's resource groups in words: "resource group 'a100'"."""
+    pools = sorted(groups_of(req))
+    if len(pools) == 1:
+        return f"resource group '{pools[0]}'"
+    return "resource groups " + ", ".join(f"'{p}'" for p in pools)
 
 
 def _slice_reason(
@@ -146,8 +182,10 @@ def _host_reason(res: Resources, hosts: list[NodeState], prefix: str) -> str:
     return f"{text}; no node has both free at once"
 
 
-def _over_quota(in_use: int, limit: int, asked: int, fmt: Callable[[int], str], unit: str) -> str:
+def _over_quota(
+    whose: str, in_use: int, limit: int, asked: int, fmt: Callable[[int], str], unit: str
+) -> str:
     return (
-        f"user quota: {fmt(in_use)} of {fmt(limit)}{unit} in use; "
+        f"{whose}: {fmt(in_use)} of {fmt(limit)}{unit} in use; "
         f"this session needs {fmt(asked)}{unit} more"
     )

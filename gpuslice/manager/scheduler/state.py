@@ -17,6 +17,7 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from sortedcontainers import SortedList
 
@@ -196,6 +197,8 @@ class ClusterState:
         self.groups: dict[GroupKey, GroupIndex] = {}
         self.pool_nodes: dict[str, list[NodeState]] = {}
         self._match_cache: dict[tuple[str, str | None], list[GroupIndex]] = {}
+        self._multi_cache: dict[tuple[frozenset[str], str | None], list[GroupIndex]] = {}
+        self._multi_nodes: dict[frozenset[str], list[NodeState]] = {}
         for rank, node in enumerate(sorted(nodes, key=lambda n: n.id)):
             self._add_node(rank, node)
         self._build_index()
@@ -215,14 +218,37 @@ class ClusterState:
             self._match_cache[cache_key] = found
         return found
 
+    def groups_for(self, req: Request) -> list[GroupIndex]:
+        """The groups of every resource group (pool) ``req`` may use whose model matches."""
+        if req.pools is None:  # the usual case: one pool, no new list
+            return self.matching_groups(req.pool, req.gpu_model)
+        key = (req.pools, req.gpu_model)
+        found = self._multi_cache.get(key)
+        if found is None:
+            found = [g for p in sorted(req.pools) for g in self.matching_groups(p, req.gpu_model)]
+            found.sort(key=lambda g: g.key)
+            self._multi_cache[key] = found
+        return found
+
+    def nodes_for(self, req: Request) -> list[NodeState]:
+        """The nodes of every resource group (pool) ``req`` may use, by rank."""
+        if req.pools is None:
+            return self.pool_nodes.get(req.pool, [])
+        found = self._multi_nodes.get(req.pools)
+        if found is None:  # once per set of groups: reasons ask for each request shape
+            found = [ns for p in req.pools for ns in self.pool_nodes.get(p, ())]
+            found.sort(key=attrgetter("rank"))
+            self._multi_nodes[req.pools] = found
+        return found
+
     def find(self, req: Request) -> Found | None:
         """The best placement for ``req`` under the strategy, or None if nothing fits now."""
         res = req.resources
         if res.gpu == 0 and not req.gpu_mem:
-            ns = self._find_cpu_only(req.pool, res.cpu, res.mem)
+            ns = self._find_cpu_only(req, res.cpu, res.mem)
             return None if ns is None else self._placement(req, ns, [], None, 0)
         best: Candidate | None = None
-        for group in self.matching_groups(req.pool, req.gpu_model):
+        for group in self.groups_for(req):
             gpu = group.gpu_of(req, self.step) if req.gpu_mem else res.gpu
             if gpu is None:
                 continue  # a request by memory that these devices cannot hold
@@ -370,8 +396,8 @@ class ClusterState:
                 return (self._score((count - k) * group.cap, rank), ns, positions, group, gpu)
         return None
 
-    def _find_cpu_only(self, pool: str, cpu: int, mem: int) -> NodeState | None:
-        fitting = [ns for ns in self.pool_nodes.get(pool, ()) if ns.fits(cpu, mem)]
+    def _find_cpu_only(self, req: Request, cpu: int, mem: int) -> NodeState | None:
+        fitting = [ns for ns in self.nodes_for(req) if ns.fits(cpu, mem)]
         if not fitting:
             return None
         return min(fitting, key=lambda ns: self._score(ns.cpu_free - cpu, ns.rank))

@@ -16,6 +16,7 @@ from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.security import hash_password, new_password
 from gpuslice.manager.services import presets
 from gpuslice.manager.services.auth import end_tokens
+from gpuslice.manager.services.projects.service import personal_project
 from gpuslice.manager.services.storage import grants
 
 log = logging.getLogger(__name__)
@@ -33,6 +34,7 @@ async def create_user(db: AsyncSession, body: UserCreate) -> UserPublic:
     try:
         await db.flush()
         await grants.claim_invites(db, row)  # folders shared with this name before
+        await personal_project(db, row)
         await db.commit()
     except IntegrityError:
         await db.rollback()

@@ -4,7 +4,7 @@ session's own usage history for the in-session endpoint (as its node)."""
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Response
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -69,10 +69,12 @@ async def get_usage(
                                        "default 7d.")] = None,
     until: Annotated[str | None, Query(max_length=40, description="A date; default today.")]
     = None,
+    by: Annotated[Literal["user", "project"], Query(
+        description="Rows per user and day, or per project and day.")] = "user",
 ) -> UsageReport:
-    """Accounting per user and UTC day: fGPU-hours, CPU-hours, memory and GPU-memory GiB-hours,
-    sessions (users: their own)."""
-    return await accounting.usage_report(db, user, user=of, since=since, until=until)
+    """Accounting per user (or project) and UTC day: fGPU-hours, CPU-hours, memory and
+    GPU-memory GiB-hours, sessions (users: their own)."""
+    return await accounting.usage_report(db, user, user=of, since=since, until=until, by=by)
 
 
 @router.get("/agents/me/sessions/{session_id}/usage", tags=["agents"])

@@ -2,7 +2,8 @@
 
 Invariants:
 
-- **By name, never by id**: policies, users, aliases and images are matched by their names, so
+- **By name, never by id**: policies, users, aliases, images, presets, projects (members by
+  username) and nodes' resource groups (by node name) are matched by their names, so
   a document moves between clusters and importing it twice changes nothing the second time.
 - **All or nothing**: an import is one transaction; the first invalid entry (a policy or owner
   that does not exist, a duplicate, a malformed reference) is a 422 naming it
@@ -27,7 +28,12 @@ from gpuslice.common.schemas.config import ConfigDocument, ConfigImportResult
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.errors import InvalidRequest
-from gpuslice.manager.services.config.sections import SECTIONS, Outcome
+from gpuslice.manager.services.config.projects import NodeGroups, Projects
+from gpuslice.manager.services.config.sections import SECTIONS as BASE_SECTIONS
+from gpuslice.manager.services.config.sections import Outcome, Section
+
+# Projects after users (they name members); groups name nodes, which no section makes.
+SECTIONS: tuple[Section, ...] = (*BASE_SECTIONS, Projects(), NodeGroups())
 
 
 async def export_config(db: AsyncSession, *, password_hashes: bool = False) -> ConfigDocument:

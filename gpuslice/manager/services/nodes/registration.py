@@ -28,6 +28,7 @@ from gpuslice.common.schemas.nodes import (
     JoinTokenPublic,
     NodePublic,
 )
+from gpuslice.common.schemas.projects import DEFAULT_GROUP
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import JoinTokenRow, NodeRow, SessionRow, UserRow
@@ -121,7 +122,8 @@ async def register(
         )
     if node is None:
         node = NodeRow(
-            name=body.name, pool=body.pool, status=NodeStatus.ALIVE, images=[], usage={},
+            name=body.name, pool=body.pool or DEFAULT_GROUP, status=NodeStatus.ALIVE,
+            images=[], usage={},
             device_capacity=body.device_capacity or nodes.device_capacity,
             credential_hash=token_digest(new_token(NODE_TOKEN_PREFIX)),
             last_heartbeat_at=utcnow(),
@@ -259,7 +261,8 @@ async def _issue(
     """A new credential for ``node`` (the old one stops working), in the caller's transaction."""
     credential = new_token(NODE_TOKEN_PREFIX)
     node.credential_hash = token_digest(credential)
-    node.pool = body.pool
+    if body.pool is not None:
+        node.pool = body.pool
     node.report_digest = None  # its first heartbeat is applied in full
     node.agent_id = body.agent_id
     if node.revoked_at is not None:  # re-keyed after a revocation: it may join again

@@ -98,7 +98,8 @@ def _session(body: RunCreate, check: bool = False) -> SessionCreate:
             image=body.image, resources=body.resources, name=body.name,
             type=SessionType.BATCH, command=command,
             env={**body.env, "GPUSLICE_RUN_NAME": body.name}, priority=body.priority,
-            folders=others if check else [RUNS_FOLDER, *others],
+            folders=others if check else [RUNS_FOLDER, *others], project=body.project,
+            group=body.group,
         )
     except ValidationError as err:  # RunCreate shares the session's rules; never a 500
         first = err.errors()[0]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import cast
 
 from sqlalchemy import Table, bindparam, func, select, update
@@ -20,8 +20,16 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from sqlalchemy.orm import load_only
 
 from gpuslice.common.resources import Resources
+from gpuslice.common.schemas.projects import DEFAULT_GROUP
 from gpuslice.common.schemas.sessions import HOLDING, SessionCreate, SessionStatus
-from gpuslice.manager.db.models import DeviceRow, NodeRow, ResourcePolicyRow, SessionRow, UserRow
+from gpuslice.manager.db.models import (
+    DeviceRow,
+    NodeRow,
+    ProjectRow,
+    ResourcePolicyRow,
+    SessionRow,
+    UserRow,
+)
 from gpuslice.manager.errors import StaleStatus
 from gpuslice.manager.events import Hub
 from gpuslice.manager.scheduler import (
@@ -34,6 +42,7 @@ from gpuslice.manager.scheduler import (
     schedule,
 )
 from gpuslice.manager.services.policies import quota_of
+from gpuslice.manager.services.projects.launch import ANY_GROUP, project_states
 from gpuslice.manager.services.scheduling.allocation import (
     DeviceRef,
     DeviceRefs,
@@ -60,6 +69,22 @@ class Snapshot:
     pending: dict[str, SessionRow]  # detached rows
     users: dict[str, UserState]
     devices: DeviceRefs
+    projects: dict[str, UserState] = field(default_factory=dict)  # by name: those with quotas
+    project_rows: dict[str, ProjectRow] = field(default_factory=dict)  # by id (detached)
+
+    def requests(self) -> list[Request]:
+        """The PENDING sessions as the core sees them, each with its project and groups."""
+        alive = {n.pool for n in self.nodes}
+        # one (pool, pools) per (group asked, project): shared by its requests, not rebuilt
+        groups: dict[tuple[str, str | None], tuple[str, frozenset[str] | None]] = {}
+        out = []
+        for row in self.pending.values():
+            project = self.project_rows.get(row.project_id or "")
+            key = (row.pool, row.project_id)
+            if key not in groups:
+                groups[key] = request_groups(row.pool, project, alive)
+            out.append(queued_request(row, project, groups[key]))
+        return out
 
 
 async def run_pass(
@@ -70,8 +95,8 @@ async def run_pass(
         snap = await load_snapshot(db)
         if not snap.pending:
             return PassStats()
-        requests = [queued_request(row) for row in snap.pending.values()]
-        result = schedule(requests, snap.nodes, snap.users, config, time.time())
+        result = schedule(snap.requests(), snap.nodes, snap.users, config, time.time(),
+                          snap.projects)
         stats = await _apply(db, snap, result)
         await _write_waiting(db, snap, result)
     if stats.conflicts:
@@ -96,9 +121,12 @@ async def load_snapshot(db: AsyncSession, *, nodes: bool = False) -> Snapshot:
     # only owners with a policy have a quota to load (the usual case: none, no query)
     limited = {row.owner_id for row, policy in queued if policy is not None}
     users = await user_states(db, limited) if limited else {}
+    project_ids = {row.project_id for row in pending if row.project_id is not None}
+    projects, project_rows = await project_states(db, project_ids) if project_ids else ({}, {})
     await db.commit()
     db.expunge_all()  # detached: a rollback later in the pass must not expire them
-    return Snapshot(alive, {row.id: row for row in pending}, users, devices)
+    return Snapshot(alive, {row.id: row for row in pending}, users, devices, projects,
+                    project_rows)
 
 
 # What a pass reads of each PENDING session: what the core decides on, what placing it writes
@@ -109,7 +137,7 @@ _QUEUED_COLUMNS = load_only(
     SessionRow.gpu, SessionRow.cpu, SessionRow.mem, SessionRow.gpu_model, SessionRow.gpu_mem,
     SessionRow.status, SessionRow.status_reason, SessionRow.wait_code,
     SessionRow.queue_position, SessionRow.node_id, SessionRow.created_at,
-    raiseload=True,
+    SessionRow.project_id, raiseload=True,
 )
 
 
@@ -183,31 +211,62 @@ async def _alive(db: AsyncSession) -> tuple[list[Node], DeviceRefs]:
     return list(nodes.values()), devices
 
 
-def queued_request(row: SessionRow) -> Request:
-    """A PENDING session as the scheduler core sees it."""
+def queued_request(
+    row: SessionRow, project: ProjectRow | None = None,
+    groups: tuple[str, frozenset[str] | None] | None = None,
+) -> Request:
+    """A PENDING session as the scheduler core sees it. ``groups``: its (pool, pools) from
+    ``request_groups`` (default: the group it asked for, any meaning "default")."""
     return session_request(
         row.id, row.owner_id, row.created_at.timestamp(), Resources(row.gpu, row.cpu, row.mem),
-        gpu_mem=row.gpu_mem, priority=row.priority, gpu_model=row.gpu_model, pool=row.pool,
+        gpu_mem=row.gpu_mem, priority=row.priority, gpu_model=row.gpu_model,
+        groups=groups or request_groups(row.pool, project, set()),
+        project=None if project is None else project.name,
     )
 
 
-def asked_request(body: SessionCreate, request_id: str, user: str,
-                  enqueued_at: float) -> Request:
+def asked_request(
+    body: SessionCreate, request_id: str, user: str, enqueued_at: float,
+    project: ProjectRow | None = None, pool: str | None = None, nodes: list[Node] | None = None,
+) -> Request:
     """A session being created (``body``) as the scheduler core would see it queued: for the
-    check that it can ever fit, and the preview."""
+    check that it can ever fit, and the preview. ``pool``: the group asked for (``ANY_GROUP``:
+    any the project may use, among those of ``nodes``)."""
+    groups = request_groups(
+        body.group or ANY_GROUP if pool is None else pool, project,
+        {n.pool for n in nodes or ()},
+    )
     return session_request(
         request_id, user, enqueued_at, body.resources.to_resources(),
         gpu_mem=body.resources.gpu_mem, priority=body.priority, gpu_model=body.gpu_model,
+        groups=groups, project=None if project is None else project.name,
     )
+
+
+def request_groups(
+    pool: str, project: ProjectRow | None, alive: set[str]
+) -> tuple[str, frozenset[str] | None]:
+    """(``Request.pool``, ``Request.pools``) of a session that asked for ``pool`` (``ANY_GROUP``:
+    any its project may use: the project's groups, or those of the alive nodes)."""
+    if pool != ANY_GROUP:
+        return pool, None
+    allowed = project.groups if project is not None and project.groups is not None else alive
+    groups = sorted(allowed) or [DEFAULT_GROUP]
+    if len(groups) == 1:
+        return groups[0], None
+    return ",".join(groups), frozenset(groups)  # the queue these requests share
 
 
 def session_request(
     request_id: str, user: str, enqueued_at: float, resources: Resources, *,
-    gpu_mem: int | None, priority: int, gpu_model: str | None, pool: str = "default",
+    gpu_mem: int | None, priority: int, gpu_model: str | None,
+    groups: tuple[str, frozenset[str] | None] = (DEFAULT_GROUP, None),
+    project: str | None = None,
 ) -> Request:
     """The one way a session's request for the scheduler core is built, queued or asked."""
+    pool, pools = groups
     return Request(request_id, user, resources, enqueued_at, priority, gpu_model, pool,
-                   gpu_mem=gpu_mem or 0)
+                   gpu_mem=gpu_mem or 0, project=project, pools=pools)
 
 
 async def _apply(db: AsyncSession, snap: Snapshot, result: PassResult) -> PassStats:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -13,13 +14,14 @@ from gpuslice.common.limits import PRIORITY_BOUND
 from gpuslice.common.schemas.sessions import FINAL, SessionCreate, SessionPublic, SessionStatus
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.base import new_id, utcnow
-from gpuslice.manager.db.models import ResourcePolicyRow, SessionRow, UserRow
+from gpuslice.manager.db.models import ProjectRow, ResourcePolicyRow, SessionRow, UserRow
 from gpuslice.manager.errors import InvalidRequest, StaleStatus
 from gpuslice.manager.scheduler import Quota, check_request
 from gpuslice.manager.services.apps import catalog as apps_catalog
 from gpuslice.manager.services.images import catalog
 from gpuslice.manager.services.lifecycle import record_created, transition
 from gpuslice.manager.services.policies import quota_of
+from gpuslice.manager.services.projects.launch import launch_project, project_quota
 from gpuslice.manager.services.scheduling.passes import alive_nodes, asked_request
 from gpuslice.manager.services.sessions.views import created_public, describe_many, visible
 from gpuslice.manager.services.storage import mounts
@@ -37,16 +39,17 @@ async def create_sessions(
     # One create at a time per user from here (a row lock on PostgreSQL, the write lock on
     # SQLite): the PENDING count cannot be passed by two creates racing.
     await db.execute(update(UserRow).where(UserRow.id == user.id).values(id=UserRow.id))
-    image, folders, start_apps = await check_create(db, user, body, settings)
+    checked = await check_create(db, user, body, settings)
     now = utcnow()
     rows = [
         SessionRow(
-            id=new_id(), name=_name(body, i), owner_id=user.id, image=image,
+            id=new_id(), name=_name(body, i), owner_id=user.id, image=checked.image,
             type=body.type, command=body.command, env=body.env, priority=body.priority,
             gpu=body.resources.gpu, cpu=body.resources.cpu, mem=body.resources.mem,
-            gpu_mem=body.resources.gpu_mem, folders=folders,
+            gpu_mem=body.resources.gpu_mem, folders=checked.folders,
+            project_id=checked.project.id, pool=checked.pool,
             gpu_model=body.gpu_model, status=SessionStatus.PENDING, status_reason=QUEUED,
-            app_secret=apps_catalog.new_secret(), start_apps=start_apps or None,
+            app_secret=apps_catalog.new_secret(), start_apps=checked.start_apps or None,
             # one microsecond apart: the queue (and listings) keep the order they were asked in
             created_at=now + timedelta(microseconds=i), updated_at=now,
         )
@@ -56,24 +59,38 @@ async def create_sessions(
     await db.flush()
     await record_created(db, rows, "created")
     await db.commit()
-    return [created_public(row, user.username) for row in rows]
+    return [created_public(row, user.username, checked.project.name) for row in rows]
+
+
+@dataclass(slots=True)
+class Checked:
+    """What creating will use: the image reference to run, the folders to mount, the apps to
+    start, the project it runs in and the resource group asked for (``ANY_GROUP``: any)."""
+
+    image: str
+    folders: list[dict[str, Any]]
+    start_apps: list[str]
+    project: ProjectRow
+    pool: str
 
 
 async def check_create(
     db: AsyncSession, user: UserRow, body: SessionCreate, settings: ManagerSettings
-) -> tuple[str, list[dict[str, Any]], list[str]]:
-    """Everything ``create_sessions`` checks, without creating anything: the image reference
-    to run, the folders to mount and the apps to start. Raises what creating would."""
+) -> Checked:
+    """Everything ``create_sessions`` checks, without creating anything. Raises what creating
+    would."""
     _check_size(body, settings.sessions)
     policy = await db.get(ResourcePolicyRow, user.policy_id) if user.policy_id else None
     await _check_pending(db, user, policy, body.count, settings.sessions.max_pending)
     _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
+    project, pool = await launch_project(db, user, body.project, body.group)
     image = await catalog.resolve(
         db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
     )
-    await _check_feasible(db, body, quota_of(policy), settings)
+    await _check_feasible(db, body, quota_of(policy), settings, project, pool)
     start_apps = apps_catalog.check_startable(image.meta, body.apps, image.reference)
-    return image.reference, await mounts.resolve(db, user, body.folders), start_apps
+    folders = await mounts.resolve(db, user, body.folders)
+    return Checked(image.reference, folders, start_apps, project, pool)
 
 
 async def destroy_sessions(
@@ -178,15 +195,16 @@ def _check_priority(
 
 
 async def _check_feasible(
-    db: AsyncSession, body: SessionCreate, quota: Quota, settings: ManagerSettings
+    db: AsyncSession, body: SessionCreate, quota: Quota, settings: ManagerSettings,
+    project: ProjectRow, pool: str,
 ) -> None:
     nodes = await alive_nodes(db)
-    req = asked_request(body, "new", "user", 0.0)
+    req = asked_request(body, "new", "user", 0.0, project, pool, nodes)
     capacity, step = settings.nodes.device_capacity, settings.scheduler.step_milli
     impossible = check_request(req, nodes, Quota(), capacity, step)
     if impossible:
         raise InvalidRequest(impossible, field="resources", code="impossible_request")
-    over_quota = check_request(req, nodes, quota, capacity, step)
+    over_quota = check_request(req, nodes, quota, capacity, step, project_quota(project))
     if over_quota:
         raise InvalidRequest(over_quota, field="resources", code="quota_exceeded")
 

@@ -17,10 +17,10 @@ from gpuslice.common.resources import fgpu_decimal
 from gpuslice.common.schemas.sessions import GpuModelShape, SessionCreate, SessionPreview
 from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.scheduler import Node, schedule
+from gpuslice.manager.services.projects.launch import project_states
 from gpuslice.manager.services.scheduling.passes import (
     asked_request,
     load_snapshot,
-    queued_request,
     user_states,
 )
 from gpuslice.manager.services.sessions.launch import check_create
@@ -33,18 +33,23 @@ async def preview(
     db: AsyncSession, user: UserRow, body: SessionCreate, settings: ManagerSettings
 ) -> SessionPreview:
     """How many of ``body``'s sessions would start now and how many would queue (and why)."""
-    await check_create(db, user, body, settings)
-    user_id = user.id
+    checked = await check_create(db, user, body, settings)
+    user_id, project = user.id, checked.project
     snap = await load_snapshot(db, nodes=True)  # the cluster even with no queue
     users = dict(snap.users)
     if user_id not in users:
         users.update(await user_states(db, {user_id}))
-        await db.commit()
+    projects = dict(snap.projects)
+    if project.name not in projects:
+        projects.update((await project_states(db, {project.id}))[0])
+    await db.commit()
     now = time.time()
-    mine = [asked_request(body, f"{_PREFIX}{i}", user_id, now + i * 1e-6)
+    mine = [asked_request(body, f"{_PREFIX}{i}", user_id, now + i * 1e-6, project,
+                          checked.pool, snap.nodes)
             for i in range(body.count)]
-    queue = [queued_request(row) for row in snap.pending.values()] + mine
-    result = schedule(queue, snap.nodes, users, settings.scheduler.core_config(), now)
+    queue = snap.requests() + mine
+    result = schedule(queue, snap.nodes, users, settings.scheduler.core_config(), now,
+                      projects)
     placed = {p.request_id for p in result.placements}
     fits = sum(1 for r in mine if r.id in placed)
     first = next((result.waiting[r.id] for r in mine if r.id in result.waiting), None)

@@ -29,6 +29,7 @@ from gpuslice.manager.db.base import UTCDateTime
 from gpuslice.manager.db.models import (
     AllocationRow,
     NodeRow,
+    ProjectRow,
     SessionRow,
     StatusHistoryRow,
     UserRow,
@@ -173,14 +174,15 @@ def to_public(
     history: list[StatusChange] | None = None,
 ) -> SessionPublic:
     """``row``: as ``_described()`` reads it; ``allocations``: its slices held now."""
-    return _public(row, row.owner_name, row.node_name, allocations, history)
+    return _public(row, row.owner_name, row.node_name, allocations, history, row.project_name)
 
 
-def created_public(row: SessionRow, owner_name: str) -> SessionPublic:
+def created_public(row: SessionRow, owner_name: str, project: str | None = None
+                   ) -> SessionPublic:
     """A session just inserted (PENDING, nowhere yet), answered from what was written rather
     than read back: the create's answer then costs no query, and no read competes with the
     scheduling pass its commit woke."""
-    return _public(row, owner_name, None, (), None)
+    return _public(row, owner_name, None, (), None, project)
 
 
 def _public(
@@ -189,6 +191,7 @@ def _public(
     node_name: str | None,
     allocations: Sequence[Row[Any]],
     history: list[StatusChange] | None,
+    project: str | None = None,
 ) -> SessionPublic:
     status = SessionStatus(row.status)
     placement = None
@@ -204,7 +207,7 @@ def _public(
         image=scrub(row.image), type=SessionType(row.type), command=scrub(row.command),
         env=scrub(row.env), priority=row.priority,
         resources=ResourcesPublic.of(row.gpu, row.cpu, row.mem, row.gpu_mem),
-        gpu_model=scrub(row.gpu_model),
+        gpu_model=scrub(row.gpu_model), project=project, group=row.pool or None,
         status=status, status_reason=scrub(row.status_reason),
         wait_code=row.wait_code if status is SessionStatus.PENDING else None,
         queue_position=row.queue_position if status is SessionStatus.PENDING else None,
@@ -241,9 +244,10 @@ def _described() -> Select:  # type: ignore[type-arg]
     third of its time), the columns ``to_public`` reads, with the owner's and node's names."""
     return (
         select(*_PUBLIC_COLUMNS, UserRow.username.label("owner_name"),
-               NodeRow.name.label("node_name"))
+               NodeRow.name.label("node_name"), ProjectRow.name.label("project_name"))
         .join(UserRow, UserRow.id == SessionRow.owner_id)
         .outerjoin(NodeRow, NodeRow.id == SessionRow.node_id)
+        .outerjoin(ProjectRow, ProjectRow.id == SessionRow.project_id)
     )
 
 
@@ -253,7 +257,7 @@ _PUBLIC_COLUMNS = (
     SessionRow.mem, SessionRow.gpu_mem, SessionRow.gpu_model, SessionRow.status,
     SessionRow.status_reason, SessionRow.wait_code, SessionRow.queue_position,
     SessionRow.result, SessionRow.exit_code, SessionRow.node_id, SessionRow.created_at,
-    SessionRow.updated_at, SessionRow.folders, SessionRow.purged_at,
+    SessionRow.updated_at, SessionRow.folders, SessionRow.purged_at, SessionRow.pool,
 )
 
 

@@ -1,9 +1,10 @@
 """Folders: who may use which (the one rule), creating, renaming, deleting, sharing.
 
 Access (``Access.level``): ``owner`` for a user's own folders and, for admins, shared folders;
-``rw`` / ``ro`` through a grant; nothing otherwise, answered exactly like a folder that does
-not exist (404, same message) so nobody learns another user's folders exist. Admins get no
-access to users' own folders: those hold people's data.
+``rw`` / ``ro`` through a grant; ``rw`` for a project's folder to its members; nothing
+otherwise, answered exactly like a folder that does not exist (404, same message) so nobody
+learns another user's (or another project's) folders exist. Admins get no access to users' own
+folders: those hold people's data.
 """
 
 from __future__ import annotations
@@ -19,8 +20,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpuslice.common.schemas.sessions import FINAL
 from gpuslice.common.schemas.storage import FolderCreate, FolderPublic, FolderUpdate
 from gpuslice.common.schemas.users import Role
-from gpuslice.manager.db.models import FolderGrantRow, FolderRow, SessionRow, UserRow
+from gpuslice.manager.db.models import (
+    FolderGrantRow,
+    FolderRow,
+    ProjectMemberRow,
+    ProjectRow,
+    SessionRow,
+    UserRow,
+)
 from gpuslice.manager.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from gpuslice.manager.services.projects.service import get_project, member_of
 from gpuslice.manager.services.storage import grants
 from gpuslice.manager.services.storage.fs import StorageFS
 
@@ -78,6 +87,8 @@ async def list_folders(db: AsyncSession, user: UserRow) -> list[FolderPublic]:
     if user.role == Role.ADMIN:
         for row in await db.scalars(select(FolderRow).where(FolderRow.owner_id.is_(None))):
             levels[row.id] = (row, "owner")
+    for row in await project_folders(db, user):
+        levels.setdefault(row.id, (row, "rw"))
     ordered = sorted(levels.values(), key=lambda item: (item[0].shared, item[0].name))
     admin = user.role == Role.ADMIN
     return [await describe(db, row, level, admin=admin) for row, level in ordered]
@@ -86,19 +97,24 @@ async def list_folders(db: AsyncSession, user: UserRow) -> list[FolderPublic]:
 async def create_folder(
     db: AsyncSession, fs: StorageFS, user: UserRow, body: FolderCreate
 ) -> FolderPublic:
-    if body.shared and user.role != Role.ADMIN:
+    shared = body.shared or body.project is not None
+    if shared and user.role != Role.ADMIN:
         raise Forbidden("only admins create shared folders", field="shared")
-    if body.shared and body.name.startswith("."):
+    if shared and body.name.startswith("."):
         raise InvalidRequest("dot-folders cannot be shared: they belong to one user's "
                              "sessions", field="name", code="dot_folder")
-    row = FolderRow(scope=SHARED if body.shared else user.id, name=body.name,
-                    owner_id=None if body.shared else user.id, size=0, files=0)
+    project = None
+    if body.project is not None:  # names are unique per project: its id is the scope
+        project = await get_project(db, user, body.project)
+    row = FolderRow(scope=project.id if project else SHARED if shared else user.id,
+                    name=body.name, owner_id=None if shared else user.id, size=0, files=0,
+                    project_id=project.id if project else None)
     db.add(row)
     try:
         await db.flush()
     except IntegrityError:
         await db.rollback()
-        raise _exists(body.name, body.shared) from None
+        raise _exists(body.name, shared) from None
     try:
         await asyncio.to_thread(fs.make_folder, row.storage_path)
     except OSError as exc:
@@ -170,23 +186,36 @@ async def find_user(db: AsyncSession, ref: str) -> UserRow:
 
 
 async def describe(db: AsyncSession, row: FolderRow, level: str, *, admin: bool) -> FolderPublic:
-    owner = SHARED
+    owner, project = SHARED, None
     if row.owner_id is not None:
         owner = await db.scalar(select(UserRow.username).where(UserRow.id == row.owner_id)) or "?"
+    if row.project_id is not None:
+        project = await db.scalar(select(ProjectRow.name).where(ProjectRow.id == row.project_id))
     shared_with = await grants.listing(db, row.id, admin=admin) if level == "owner" else None
     return FolderPublic(
         id=row.id, name=row.name, owner_id=row.owner_id, owner=owner, shared=row.shared,
-        access=level,
+        project=project, access=level,
         auto_mount=row.name.startswith("."), size=row.size, files=row.files,
         measured_at=row.measured_at, created_at=row.created_at, grants=shared_with,
     )
+
+
+async def project_folders(db: AsyncSession, user: UserRow) -> list[FolderRow]:
+    """The folders of the projects ``user`` is a member of (they mount them read-write)."""
+    return list((await db.scalars(select(FolderRow).where(
+        FolderRow.project_id.in_(member_of(user))).order_by(FolderRow.name))).all())
 
 
 async def _level(db: AsyncSession, user: UserRow, row: FolderRow) -> str | None:
     if row.owner_id == user.id or (row.shared and user.role == Role.ADMIN):
         return "owner"
     grant = await db.get(FolderGrantRow, (row.id, user.id))
-    return grant.permission if grant is not None else None
+    if grant is not None:
+        return grant.permission
+    if row.project_id is not None:
+        member = await db.get(ProjectMemberRow, (row.project_id, user.id))
+        return "rw" if member is not None else None
+    return None
 
 
 def _exists(name: str, shared: bool) -> Conflict:

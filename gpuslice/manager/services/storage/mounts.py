@@ -18,9 +18,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpuslice.common.schemas.agents import FolderMount
 from gpuslice.common.schemas.storage import Permission, parse_folder_request
 from gpuslice.common.schemas.users import Role
-from gpuslice.manager.db.models import FolderGrantRow, FolderRow, SessionRow, UserRow
+from gpuslice.manager.db.models import (
+    FolderGrantRow,
+    FolderRow,
+    ProjectMemberRow,
+    SessionRow,
+    UserRow,
+)
 from gpuslice.manager.errors import InvalidRequest
 from gpuslice.manager.services.storage import grants
+from gpuslice.manager.services.storage.folders import project_folders
 
 
 async def resolve(
@@ -68,6 +75,10 @@ async def assignment_mounts(
         select(FolderRow).where(FolderRow.id.in_(wanted)))}
     grants = {(g.folder_id, g.user_id): g.permission for g in await db.scalars(
         select(FolderGrantRow).where(FolderGrantRow.folder_id.in_(wanted)))}
+    # members of the projects whose folders these are: they mount them read-write
+    members = {(m.project_id, m.user_id) for m in await db.scalars(
+        select(ProjectMemberRow).where(ProjectMemberRow.project_id.in_(
+            {f.project_id for f in folders.values() if f.project_id is not None})))}
     admins = set(await db.scalars(select(UserRow.id).where(
         UserRow.id.in_({row.owner_id for row in rows}), UserRow.role == Role.ADMIN)))
     out: dict[str, list[FolderMount]] = {}
@@ -79,9 +90,10 @@ async def assignment_mounts(
                 continue
             grant = grants.get((folder.id, row.owner_id))
             managed = folder.owner_id == row.owner_id or (
-                folder.shared and row.owner_id in admins)
+                folder.shared and row.owner_id in admins) or (
+                (folder.project_id, row.owner_id) in members)
             if not managed and grant is None:
-                continue  # the grant was revoked
+                continue  # the grant was revoked, or the owner left the project
             read_only = bool(mount["read_only"]) or grant == "ro"
             mounts.append(FolderMount(path=folder.storage_path, name=mount["name"],
                                       read_only=read_only))
@@ -103,7 +115,9 @@ async def _usable(db: AsyncSession, user: UserRow) -> list[tuple[FolderRow, str]
         .where(FolderGrantRow.user_id == user.id)
         .order_by(FolderRow.name)
     )).all()
-    return [(r, "owner") for r in own] + [(r, p) for r, p in granted]
+    seen = {r.id for r in own} | {r.id for r, _ in granted}
+    teams = [(r, "rw") for r in await project_folders(db, user) if r.id not in seen]
+    return [(r, "owner") for r in own] + [(r, p) for r, p in granted] + teams
 
 
 def _find(usable: list[tuple[FolderRow, str]], ref: str) -> tuple[FolderRow, str]:

@@ -25,7 +25,13 @@ from gpuslice.common.resources import format_mem
 from gpuslice.common.schemas.sessions import FINAL
 from gpuslice.common.schemas.storage import StorageUsage
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import FolderRow, ResourcePolicyRow, SessionRow, UserRow
+from gpuslice.manager.db.models import (
+    FolderRow,
+    ProjectRow,
+    ResourcePolicyRow,
+    SessionRow,
+    UserRow,
+)
 from gpuslice.manager.services.storage.archive import QuotaExceeded
 from gpuslice.manager.services.storage.fs import StorageFS
 
@@ -56,23 +62,26 @@ async def quota_of(db: AsyncSession, user_id: str) -> int | None:
 
 
 async def room_for(db: AsyncSession, folder: FolderRow, incoming: int) -> int | None:
-    """Bytes the folder's owner may still add (None: no limit); ``QuotaExceeded`` when
-    ``incoming`` is more than that."""
-    if folder.owner_id is None:
+    """Bytes the folder's owner (a project's folder: the project) may still add (None: no
+    limit); ``QuotaExceeded`` when ``incoming`` is more than that."""
+    if folder.project_id is not None:
+        quota = await db.scalar(
+            select(ProjectRow.max_storage).where(ProjectRow.id == folder.project_id))
+        whose, mine = "project's storage quota", FolderRow.project_id == folder.project_id
+    elif folder.owner_id is not None:
+        quota = await quota_of(db, folder.owner_id)
+        whose, mine = "storage quota", FolderRow.owner_id == folder.owner_id
+    else:
         return None
-    quota = await quota_of(db, folder.owner_id)
     if quota is None:
         await db.commit()
         return None
-    used = await db.scalar(
-        select(func.coalesce(func.sum(FolderRow.size), 0))
-        .where(FolderRow.owner_id == folder.owner_id)
-    ) or 0
+    used = await db.scalar(select(func.coalesce(func.sum(FolderRow.size), 0)).where(mine)) or 0
     await db.commit()
     room = max(0, quota - int(used))
     if incoming > room:
         raise QuotaExceeded(
-            f"this needs {format_mem(incoming)} but the storage quota of {format_mem(quota)} "
+            f"this needs {format_mem(incoming)} but the {whose} of {format_mem(quota)} "
             f"leaves {format_mem(room)} free ({format_mem(int(used))} used)", field="size",
         )
     return room

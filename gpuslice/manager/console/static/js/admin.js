@@ -1,11 +1,14 @@
 // Admins: nodes with their GPUs and each slice (who holds it, fGPU, memory, live usage), users
-// and policies, the image catalog, join tokens and usage charts. The API refuses all of this to
+// and policies, projects and resource groups (admin_projects.js), the image catalog, join
+// tokens and usage charts (by user or by project). The API refuses all of this to
 // other users; the console only hides the link.
 import { api, del, get, post } from "./api.js";
 import { add, age, badge, bytes, clear, errorLine, fgpu, h, num, toast, when } from "./dom.js";
 import { bars, precise } from "./charts.js";
+import { projectsTab } from "./admin_projects.js";
 
-const TABS = { nodes: "Nodes and GPUs", users: "Users and policies", images: "Images", tokens: "Join tokens", usage: "Usage" };
+const TABS = { nodes: "Nodes and GPUs", users: "Users and policies", projects: "Projects and groups", images: "Images",
+  tokens: "Join tokens", usage: "Usage" };
 
 export function adminPage(main, parts, me) {
   if (me.role !== "admin") {
@@ -18,7 +21,7 @@ export function adminPage(main, parts, me) {
     Object.entries(TABS).map(([key, label]) => h("button", { type: "button", role: "tab", "aria-selected": String(key === tab),
       onclick: () => { location.hash = "#/admin/" + key; } }, label))), body);
   let timer = null;
-  const show = { nodes, users, images, tokens, usage }[tab];
+  const show = { nodes, users, projects: projectsTab, images, tokens, usage }[tab];
   async function loop() {
     try {
       await show(body);
@@ -175,22 +178,28 @@ async function tokens(body) {
           onclick: async () => { await del("/join-tokens/" + t.id); await tokens(body); } }, "Revoke") : null)))))));
 }
 
-async function usage(body) {
-  const report = await get("/usage?since=14d");
+async function usage(body, by = "user") {
+  const report = await get("/usage?since=14d&by=" + by);
+  const key = (r) => (by === "project" ? r.project : r.user);
+  const who = by === "project" ? "project" : "user";
   const days = [];
   for (let d = new Date(report.since + "T00:00:00Z"); d <= new Date(report.until + "T00:00:00Z"); d.setUTCDate(d.getUTCDate() + 1)) {
     days.push(d.toISOString().slice(0, 10));
   }
-  const people = [...new Set(report.rows.map((r) => r.user))].sort();
+  const people = [...new Set(report.rows.map(key))].sort();
   const series = (figure) => people.map((user) => ({ name: user, values: days.map((day) => {
-    const row = report.rows.find((r) => r.user === user && r.day === day);
+    const row = report.rows.find((r) => key(r) === user && r.day === day);
     return row ? Number(row.totals[figure]) : 0;
   }) }));
-  clear(body, h("h2", null, "fGPU-hours per day"), usageBars(days, series("fgpu_hours"), "fGPU-hours per day and user", "usage-fgpu"),
-    h("h2", null, "CPU core-hours per day"), usageBars(days, series("cpu_hours"), "CPU core-hours per day and user", "usage-cpu"),
+  const toggle = h("select", { id: "usage-by", "aria-label": "Usage by", onchange: () => usage(body, toggle.value) },
+    h("option", { value: "user" }, "by user"), h("option", { value: "project" }, "by project"));
+  toggle.value = by;
+  clear(body, h("div", { class: "bar" }, h("label", null, "Usage ", toggle)),
+    h("h2", null, "fGPU-hours per day"), usageBars(days, series("fgpu_hours"), "fGPU-hours per day and " + who, "usage-fgpu"),
+    h("h2", null, "CPU core-hours per day"), usageBars(days, series("cpu_hours"), "CPU core-hours per day and " + who, "usage-cpu"),
     h("div", { class: "table-wrap" }, h("table", { id: "usage" },
-      h("thead", null, h("tr", null, ["Day", "User", "Sessions", "fGPU-h", "CPU-h", "Memory GiB-h", "GPU memory GiB-h"].map((x) => h("th", null, x)))),
-      h("tbody", null, report.rows.map((r) => h("tr", null, h("td", null, r.day), h("td", null, r.user), h("td", null, r.sessions),
+      h("thead", null, h("tr", null, ["Day", by === "project" ? "Project" : "User", "Sessions", "fGPU-h", "CPU-h", "Memory GiB-h", "GPU memory GiB-h"].map((x) => h("th", null, x)))),
+      h("tbody", null, report.rows.map((r) => h("tr", null, h("td", null, r.day), h("td", null, key(r)), h("td", null, r.sessions),
         h("td", null, precise(r.totals.fgpu_hours)), h("td", null, precise(r.totals.cpu_hours)), h("td", null, precise(r.totals.mem_gib_hours)),
         h("td", null, precise(r.totals.gpu_mem_gib_hours))))))));
 }

@@ -3,16 +3,19 @@
 // (the admins'; the default preselected), a GPU slider that says what the slice is in memory
 // and SMs of the cluster's GPU model (and warns on a CPU-only image), a GPU slider in the cluster's fGPU step that says what fits now and what will
 // queue (POST /sessions/preview; the slider is never disabled: queueing is allowed), CPU,
-// memory, how many, type and command, folders, and recent launches to relaunch. The API's
+// memory, how many, type and command, folders, the project and resource group (each group's
+// free capacity), and recent launches to relaunch. The API's
 // errors are shown next to the field they name; nothing is created unless LAUNCH succeeds.
 import { get, post } from "./api.js";
 import { bytes, clear, errorLine, fgpu, h, num, toast } from "./dom.js";
 import { environments, gpuWarning, memBytes, memField, repositoryOf, sliceText, versionLabel }
   from "./launch_catalog.js";
+import { projectFields } from "./launch_projects.js";
 
 const RECENT = 5;
 const FIELDS = { image: "image", gpu: "gpu", gpu_mem: "gpu", cpu: "cpu", mem: "mem", count: "count",
-  name: "name", command: "command", command_line: "command", folders: "folders", type: "command" };
+  name: "name", command: "command", command_line: "command", folders: "folders", type: "command",
+  project: "project", group: "group" };
 
 function fieldOf(apiField) {
   if (!apiField) return "form";
@@ -38,9 +41,10 @@ export async function openLaunch(me) {
   const byEnv = new Map(envs.map((e) => [e.key, e.images]));
   let gpuModels = [];
   const errors = {};
-  for (const key of ["image", "gpu", "cpu", "mem", "count", "name", "command", "folders", "form"]) {
+  for (const key of ["image", "gpu", "cpu", "mem", "count", "name", "command", "folders", "project", "group", "form"]) {
     errors[key] = errorLine("err-" + key);
   }
+  const team = await projectFields(errors, () => schedulePreview());
   const env = h("select", { id: "launch-env", "aria-describedby": "err-image" },
     envs.map((e) => h("option", { value: e.key }, e.label)));
   const version = h("select", { id: "launch-version", "aria-describedby": "err-image" });
@@ -87,6 +91,7 @@ export async function openLaunch(me) {
     h("div", { class: "field" }, h("label", { for: "launch-image" }, "…or an image name"), typed,
       h("div", { class: "hint" }, "any image you may use (your commits are u/" + me.username + "/…); it replaces the choice above"),
       errors.image),
+    team.fields,
     h("div", { class: "field" }, h("label", { for: "launch-preset" }, "Resource preset"), preset,
       h("div", { class: "hint" }, "CPU and memory below; change them for a custom size")),
     h("div", { class: "field" }, h("label", { for: "launch-gpu" }, "GPU (fGPU)"),
@@ -155,7 +160,7 @@ export async function openLaunch(me) {
     const chosenFolders = folderBoxes.filter((f) => f.use.checked).map((f) => f.use.value + (f.ro.checked ? ":ro" : ""));
     const out = { image: imageName(), count: Number(count.value || 0), type,
       resources: { gpu: gpu.value === "" ? 0 : gpu.value, cpu: cpu.value === "" ? 0 : cpu.value, mem: mem.value.trim() },
-      folders: chosenFolders };
+      folders: chosenFolders, ...team.values() };
     if (name.value.trim()) out.name = name.value.trim();
     if (type === "batch" && command.value.trim()) out.command_line = command.value.trim();
     return out;
@@ -226,6 +231,7 @@ export async function openLaunch(me) {
     interactive.checked = !batch.checked;
     commandField.hidden = !batch.checked;
     command.value = saved.command_line || "";
+    team.restore(saved);
     showMinimums();
     for (const f of folderBoxes) {
       const hit = (saved.folders || []).find((x) => x.replace(/:ro$/, "") === f.use.value);

@@ -1,0 +1,134 @@
+"""`gpuslice admin project ...`: projects, their members, quotas and resource groups (admins)."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from gpuslice.cli.output import (
+    CliError,
+    JsonOpt,
+    console,
+    friendly,
+    mem,
+    number,
+    print_json,
+    table,
+)
+from gpuslice.client import Client
+
+if TYPE_CHECKING:
+    from gpuslice.common.schemas.projects import ProjectPublic
+
+app = typer.Typer(help="Projects: members, quotas, resource groups.", no_args_is_help=True)
+
+GpuOpt = Annotated[str | None, typer.Option("--gpu", help="fGPU in use at once, e.g. 8.")]
+CpuOpt = Annotated[str | None, typer.Option("--cpu", help="CPU cores in use at once.")]
+MemOpt = Annotated[str | None, typer.Option("--mem", help="Memory in use at once, e.g. 256g.")]
+SessionsOpt = Annotated[int | None, typer.Option("--sessions", help="Sessions at once.")]
+StorageOpt = Annotated[str | None, typer.Option(
+    "--storage", help="Bytes its folders may hold, e.g. 500g.")]
+ModelOpt = Annotated[list[str] | None, typer.Option(
+    "--gpu-model", help="fGPU of one GPU model at once, MODEL=N, e.g. a100=4 (repeat).")]
+GroupsOpt = Annotated[list[str] | None, typer.Option(
+    "--group", help="A resource group it may use (repeat; none: any).")]
+
+
+@app.command("create")
+@friendly
+def project_create(
+    name: str, gpu: GpuOpt = None, cpu: CpuOpt = None, memory: MemOpt = None,
+    sessions: SessionsOpt = None, storage: StorageOpt = None, gpu_model: ModelOpt = None,
+    group: GroupsOpt = None,
+    description: Annotated[str, typer.Option(help="What it is for.")] = "",
+    as_json: JsonOpt = False,
+) -> None:
+    """Make a project, with its quotas and the resource groups it may use."""
+    quotas = _quotas(gpu, cpu, memory, sessions, storage, gpu_model, group)
+    with Client.from_config() as client:
+        _show(client.create_project(name, description=description, **quotas), as_json)
+
+
+@app.command("set")
+@friendly
+def project_set(
+    name: str, gpu: GpuOpt = None, cpu: CpuOpt = None, memory: MemOpt = None,
+    sessions: SessionsOpt = None, storage: StorageOpt = None, gpu_model: ModelOpt = None,
+    group: GroupsOpt = None, as_json: JsonOpt = False,
+) -> None:
+    """Replace a project's quotas and groups (what is not given: no limit)."""
+    quotas = _quotas(gpu, cpu, memory, sessions, storage, gpu_model, group)
+    with Client.from_config() as client:
+        _show(client.update_project(name, **quotas), as_json)
+
+
+@app.command("add")
+@friendly
+def project_add(name: str, username: str, as_json: JsonOpt = False) -> None:
+    """Let USERNAME launch in the project and use its folders."""
+    with Client.from_config() as client:
+        _show(client.add_project_member(name, username), as_json)
+
+
+@app.command("remove")
+@friendly
+def project_remove(name: str, username: str, as_json: JsonOpt = False) -> None:
+    """Take USERNAME out of the project (their running sessions keep running)."""
+    with Client.from_config() as client:
+        _show(client.remove_project_member(name, username), as_json)
+
+
+@app.command("list")
+@friendly
+def project_list(as_json: JsonOpt = False) -> None:
+    """Every project (but other users' personal ones), with its use against its quotas."""
+    with Client.from_config() as client:
+        projects = client.list_projects()
+    if as_json:
+        print_json([p.model_dump(mode="json") for p in projects])
+        return
+    table(["project", "members", "sessions", "fGPU", "cpu", "mem", "groups"],
+          [(p.name, ", ".join(p.members) or "-", _of(p.usage.sessions, p.max_sessions),
+            _of(number(p.usage.gpu), p.max_gpu and number(p.max_gpu)),
+            _of(number(p.usage.cpu), p.max_cpu and number(p.max_cpu)),
+            _of(mem(p.usage.mem), p.max_mem and mem(p.max_mem)),
+            ", ".join(p.groups) if p.groups is not None else "any") for p in projects])
+
+
+@app.command("show")
+@friendly
+def project_show(name: str, as_json: JsonOpt = False) -> None:
+    """One project: members, quotas, groups and what it uses now."""
+    with Client.from_config() as client:
+        _show(client.get_project(name), as_json)
+
+
+def _quotas(gpu: str | None, cpu: str | None, memory: str | None, sessions: int | None,
+            storage: str | None, models: list[str] | None, groups: list[str] | None
+            ) -> dict[str, Any]:
+    """As typed: the manager parses and bounds each, with one error line per field."""
+    by_model: dict[str, str] = {}
+    for item in models or []:
+        model, sep, amount = item.partition("=")
+        if not sep or not model or not amount:
+            raise CliError(f"--gpu-model: {item!r} is not MODEL=N (e.g. a100=4)", 2)
+        by_model[model] = amount
+    return {"max_gpu": gpu, "max_cpu": cpu, "max_mem": memory, "max_sessions": sessions,
+            "max_storage": storage, "max_gpu_models": by_model or None,
+            "groups": groups or None}
+
+
+def _of(used: object, limit: object) -> str:
+    return f"{used} of {limit}" if limit not in (None, "") else f"{used}"
+
+
+def _show(project: ProjectPublic, as_json: bool) -> None:
+    if as_json:
+        print_json(project.model_dump(mode="json"))
+        return
+    body = project.model_dump(mode="json", exclude={"id", "created_at"})
+    for key, value in body.items():
+        shown = json.dumps(value) if isinstance(value, dict | list) else value
+        console.print(f"{key}: {'-' if value is None else shown}", markup=False)

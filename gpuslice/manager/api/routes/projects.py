@@ -1,0 +1,71 @@
+from __future__ import annotations
+
+from fastapi import APIRouter, status
+
+from gpuslice.common.schemas.nodes import NodePublic
+from gpuslice.common.schemas.projects import (
+    GroupPublic,
+    GroupSetRequest,
+    ProjectCreate,
+    ProjectMember,
+    ProjectPublic,
+    ProjectUpdate,
+)
+from gpuslice.manager.api.deps import AdminUser, CurrentUser, DbDep, HubDep
+from gpuslice.manager.services.projects import groups, service
+
+router = APIRouter(tags=["projects"])
+
+
+@router.post("/projects", status_code=status.HTTP_201_CREATED)
+async def create_project(body: ProjectCreate, db: DbDep, _admin: AdminUser) -> ProjectPublic:
+    """Create a project with its quotas and resource groups (admins only)."""
+    return await service.create_project(db, body)
+
+
+@router.get("/projects")
+async def list_projects(db: DbDep, user: CurrentUser) -> list[ProjectPublic]:
+    """The projects you may launch in (admins: every project but others' personal ones)."""
+    return await service.list_projects(db, user)
+
+
+@router.get("/projects/{name}")
+async def get_project(name: str, db: DbDep, user: CurrentUser) -> ProjectPublic:
+    """One project you may launch in (admins: any), by name or id."""
+    return await service.public(db, await service.get_project(db, user, name))
+
+
+@router.put("/projects/{name}")
+async def update_project(
+    name: str, body: ProjectUpdate, db: DbDep, admin: AdminUser
+) -> ProjectPublic:
+    """Replace a project's quotas and groups; what runs keeps running (admins only)."""
+    return await service.update_project(db, admin, name, body)
+
+
+@router.post("/projects/{name}/members")
+async def add_member(
+    name: str, body: ProjectMember, db: DbDep, admin: AdminUser
+) -> ProjectPublic:
+    """Let a user launch in the project and use its folders (admins only)."""
+    return await service.add_member(db, admin, name, body.username)
+
+
+@router.delete("/projects/{name}/members/{username}")
+async def remove_member(name: str, username: str, db: DbDep, admin: AdminUser) -> ProjectPublic:
+    """Take a user out of the project; their running sessions keep running (admins only)."""
+    return await service.remove_member(db, admin, name, username)
+
+
+@router.get("/groups")
+async def list_groups(db: DbDep, _user: CurrentUser) -> list[GroupPublic]:
+    """Resource groups of the alive nodes, with their free capacity."""
+    return await groups.list_groups(db)
+
+
+@router.put("/nodes/{node}/group")
+async def set_node_group(
+    node: str, body: GroupSetRequest, db: DbDep, hub: HubDep, _admin: AdminUser
+) -> NodePublic:
+    """Move a node to another resource group (admins only)."""
+    return await groups.set_group(db, hub, node, body.group)

@@ -1,0 +1,1 @@
+"""Projects: teams with quotas and resource groups (see README.md)."""

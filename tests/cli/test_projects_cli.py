@@ -1,0 +1,50 @@
+"""`gpuslice admin project …` and `gpuslice node groups` (issue 32): an admin makes a project,
+adds a member and sets its quotas from the CLI, every listing has --json; errors are one line."""
+
+from __future__ import annotations
+
+import json
+
+from .conftest import Manager
+
+
+def test_an_admin_manages_a_project_from_the_cli(manager: Manager) -> None:
+    assert manager.cli("admin", "user", "create", "alice", "--password",
+                       "password-alice").returncode == 0
+    made = manager.cli("admin", "project", "create", "vision", "--gpu", "8", "--sessions", "4",
+                       "--group", "a100", "--group", "t4", "--gpu-model", "a100=4", "--json")
+    assert made.returncode == 0, made.stderr
+    body = json.loads(made.stdout)
+    assert (body["max_gpu"], body["max_sessions"], body["groups"]) == (8, 4, ["a100", "t4"])
+    assert body["max_gpu_models"] == {"a100": 4}
+    added = manager.cli("admin", "project", "add", "vision", "alice", "--json")
+    assert json.loads(added.stdout)["members"] == ["alice"], added.stderr
+    listed = manager.cli("admin", "project", "list")
+    assert "vision" in listed.stdout and "0 of 8" in listed.stdout, listed.stdout
+    shown = manager.cli("admin", "project", "show", "vision")
+    assert "groups: [\"a100\", \"t4\"]" in shown.stdout, shown.stdout
+    changed = manager.cli("admin", "project", "set", "vision", "--gpu", "2", "--json")
+    assert (json.loads(changed.stdout)["max_gpu"], json.loads(changed.stdout)["groups"]) == (
+        2, None)
+    removed = manager.cli("admin", "project", "remove", "vision", "alice", "--json")
+    assert json.loads(removed.stdout)["members"] == []
+    groups = json.loads(manager.cli("node", "groups", "--json").stdout)
+    assert [g["name"] for g in groups] in ([], ["default"])
+    usage = manager.cli("usage", "--by", "project", "--csv")
+    assert usage.returncode == 0 and usage.stdout.startswith("project,day,"), usage.stderr
+
+
+def test_bad_project_input_is_one_line(manager: Manager) -> None:
+    for args, needle in (
+        (("admin", "project", "create", "Bad Name"), "lowercase letters"),
+        (("admin", "project", "create", "ok", "--gpu", "lots"), "'lots' is not a number"),
+        (("admin", "project", "create", "ok", "--gpu-model", "a100"), "MODEL=N"),
+        (("admin", "project", "add", "nope", "alice"), "no project nope"),
+        (("node", "set-group", "nope", "a100"), "no node nope"),
+        (("usage", "--by", "team"), "--by: 'team': use user or project"),
+    ):
+        bad = manager.cli(*args)
+        assert bad.returncode != 0 and "Traceback" not in bad.stderr, bad.stderr
+        assert bad.stderr.startswith("error: ") and len(bad.stderr.strip().splitlines()) == 1, \
+            bad.stderr
+        assert needle in bad.stderr, bad.stderr
