@@ -23,14 +23,14 @@ def node(
 def req(
     rid: str, gpu: float | str = 1, *, user: str = "alice", at: float = 0.0, cpu: str = "1",
     mem: str = "1g", priority: int = 0, model: str | None = None, pool: str = "default",
-    gpu_mem: str | None = None,
+    gpu_mem: str | None = None, limit: float | None = None,
 ) -> Request:
     """``gpu_mem`` asks by GPU memory (``gpu`` is then ignored)."""
     fgpu = 0 if gpu_mem else parse_fgpu(gpu)
     return Request(
         rid, user, Resources(fgpu, parse_cpu(cpu), parse_mem(mem)), enqueued_at=at,
         priority=priority, gpu_model=model, pool=pool,
-        gpu_mem=parse_mem(gpu_mem) if gpu_mem else 0,
+        gpu_mem=parse_mem(gpu_mem) if gpu_mem else 0, time_limit=limit,
     )
 
 
