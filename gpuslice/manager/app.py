@@ -59,6 +59,7 @@ from gpuslice.manager.services.nodes.versions import VersionWatch
 from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.storage.fs import StorageFS, may_chown
 from gpuslice.manager.services.storage.usage import measure_all
+from gpuslice.manager.services.timelimits import sweep as timelimits_sweep
 from gpuslice.manager.settings import ManagerSettings
 from gpuslice.manager.startup import Database, open_database
 
@@ -222,6 +223,11 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
     # services/nodes/versions.py).
     watch = supervise("node versions", VersionWatch(sessionmaker, hub).look,
                       interval=settings.nodes.assignment_poll, jitter=0, database_url=url)
+    async def time_limits() -> None:
+        await timelimits_sweep.sweep(sessionmaker)
+
+    limits = supervise("time limits", time_limits,
+                       interval=settings.sessions.time_limit_interval, database_url=url)
     uploads = supervise("model uploads", purge_uploads,
                         interval=min(3600.0, settings.model_store.upload_timeout / 4),
                         database_url=url)
@@ -233,6 +239,7 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         asyncio.create_task(storage, name="gpuslice-storage-usage"),
         asyncio.create_task(uploads, name="gpuslice-model-uploads"),
         asyncio.create_task(watch, name="gpuslice-node-versions"),
+        asyncio.create_task(limits, name="gpuslice-time-limits"),
     ]
 
 

@@ -23,6 +23,12 @@ from gpuslice.manager.services.policies import quota_of
 from gpuslice.manager.services.scheduling.passes import alive_nodes, asked_request
 from gpuslice.manager.services.sessions.views import created_public, describe_many, visible
 from gpuslice.manager.services.storage import mounts
+from gpuslice.manager.services.timelimits.limits import (
+    ENV_TIME_LIMIT,
+    bounds_for,
+    check_begin,
+    time_limit_for,
+)
 from gpuslice.manager.settings import ManagerSettings, SessionSettings
 
 QUEUED = "waiting for the scheduler"
@@ -39,10 +45,14 @@ async def create_sessions(
     await db.execute(update(UserRow).where(UserRow.id == user.id).values(id=UserRow.id))
     image, folders, start_apps = await check_create(db, user, body, settings)
     now = utcnow()
+    limit = time_limit_for(body, bounds_for(user, settings.sessions))
+    begin_at = check_begin(body.begin_at, now)
+    env = body.env if limit is None else {**body.env, ENV_TIME_LIMIT: str(limit)}
     rows = [
         SessionRow(
             id=new_id(), name=_name(body, i), owner_id=user.id, image=image,
-            type=body.type, command=body.command, env=body.env, priority=body.priority,
+            type=body.type, command=body.command, env=env, priority=body.priority,
+            time_limit=limit, begin_at=begin_at,
             gpu=body.resources.gpu, cpu=body.resources.cpu, mem=body.resources.mem,
             gpu_mem=body.resources.gpu_mem, folders=folders,
             gpu_model=body.gpu_model, status=SessionStatus.PENDING, status_reason=QUEUED,

@@ -1,0 +1,79 @@
+"""Time limits (`--time`) and scheduled starts (`--begin`) through the API, with a fake agent."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gpuslice.manager.settings import ManagerSettings
+from tests.manager.conftest import AgentFactory, Client, create
+from tests.manager.helpers import wait_status, wait_until
+
+
+@pytest.fixture
+def settings(settings: ManagerSettings) -> ManagerSettings:
+    settings.sessions.time_limit_interval = 0.2
+    settings.sessions.max_time_limit = 86400
+    return settings
+
+
+async def test_a_session_is_ended_at_its_time_limit_with_that_reason(
+    make_agent: AgentFactory, admin: Client
+) -> None:
+    await make_agent("node-1")
+    [s] = await create(admin, resources={"gpu": 0.5}, time_limit=2)
+    assert s["time_limit"] == 2 and s["env"]["GPUSLICE_TIME_LIMIT"] == "2"
+    running = await wait_until(admin, [s["id"]], lambda x: x[0]["ends_at"] is not None
+                               or x[0]["status"] in {"TERMINATING", "TERMINATED", "ERROR"})
+    assert running[0]["status"] == "RUNNING", running
+    ends = datetime.fromisoformat(running[0]["ends_at"])
+    started = next(h["at"] for h in (await admin.get(f"/api/v1/sessions/{s['id']}")).json()
+                   ["history"] if h["status"] == "RUNNING")
+    assert ends == datetime.fromisoformat(started) + timedelta(seconds=2)
+    done = await wait_status(admin, s["id"], {"TERMINATED", "ERROR"})
+    assert done["status"] == "TERMINATED", done
+    assert done["status_reason"] == "time limit reached (2s)"
+
+
+@pytest.mark.parametrize("given, seconds", [("30m", 1800), ("2h", 7200), ("1:30:00", 5400),
+                                            ("90", 5400), ("1d", 86400)])
+async def test_time_limits_as_slurm_users_write_them(
+    admin: Client, given: str, seconds: int
+) -> None:
+    [s] = await create(admin, time_limit=given)
+    assert s["time_limit"] == seconds
+
+
+async def test_a_bad_or_too_long_time_limit_is_refused_with_what_is_allowed(
+    admin: Client,
+) -> None:
+    bad = await create(admin, expect=422, time_limit="soon")
+    assert bad["field"] == "time_limit"
+    assert "'soon' is not a time limit; use e.g. 30m, 2h, 1d" in bad["message"]
+    long = await admin.post("/api/v1/sessions", json={"image": "python:3.11",
+                                                      "time_limit": "2d"})
+    assert long.status_code == 422, long.text
+    assert long.json()["code"] == "time_limit_too_long"
+    assert long.json()["message"] == (
+        "time_limit: 2d is longer than allowed; at most 1d (sessions.max_time_limit)")
+
+
+async def test_a_scheduled_start_waits_pending_with_its_time(
+    make_agent: AgentFactory, admin: Client
+) -> None:
+    await make_agent("node-1")
+    later = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    [s] = await create(admin, resources={"gpu": 0.5}, begin_at=later.isoformat())
+    [now] = await create(admin, resources={"gpu": 0.5},
+                         begin_at=(datetime.now(UTC) - timedelta(minutes=1)).isoformat())
+    await wait_status(admin, now["id"], {"RUNNING"})
+    [waiting] = await wait_until(admin, [s["id"]], lambda x: x[0]["wait_code"] == "begin")
+    assert waiting["status"] == "PENDING" and waiting["queue_position"] is None
+    assert waiting["status_reason"].startswith(f"starts at {later:%H:%M} UTC (in 5")
+    assert datetime.fromisoformat(waiting["begin_at"]) == later
+
+
+async def test_a_scheduled_start_needs_a_time_zone(admin: Client) -> None:
+    bad = await create(admin, expect=422, begin_at="2030-01-01T22:00:00")
+    assert bad["field"] == "begin_at" and "time zone" in bad["message"]
