@@ -223,8 +223,13 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
     # services/nodes/versions.py).
     watch = supervise("node versions", VersionWatch(sessionmaker, hub).look,
                       interval=settings.nodes.assignment_poll, jitter=0, database_url=url)
+    warning = timelimits_sweep.WarnSignal(
+        app.state.channel, settings.sessions.time_limit_warning,
+        settings.sessions.time_limit_signal,
+    )
+
     async def time_limits() -> None:
-        await timelimits_sweep.sweep(sessionmaker)
+        await timelimits_sweep.sweep(sessionmaker, warning)
 
     limits = supervise("time limits", time_limits,
                        interval=settings.sessions.time_limit_interval, database_url=url)

@@ -15,13 +15,14 @@ from tests.manager.helpers import wait_status, wait_until
 def settings(settings: ManagerSettings) -> ManagerSettings:
     settings.sessions.time_limit_interval = 0.2
     settings.sessions.max_time_limit = 86400
+    settings.sessions.time_limit_warning = 1
     return settings
 
 
-async def test_a_session_is_ended_at_its_time_limit_with_that_reason(
+async def test_a_session_is_warned_then_ended_at_its_time_limit_with_that_reason(
     make_agent: AgentFactory, admin: Client
 ) -> None:
-    await make_agent("node-1")
+    agent = await make_agent("node-1")
     [s] = await create(admin, resources={"gpu": 0.5}, time_limit=2)
     assert s["time_limit"] == 2 and s["env"]["GPUSLICE_TIME_LIMIT"] == "2"
     running = await wait_until(admin, [s["id"]], lambda x: x[0]["ends_at"] is not None
@@ -34,6 +35,10 @@ async def test_a_session_is_ended_at_its_time_limit_with_that_reason(
     done = await wait_status(admin, s["id"], {"TERMINATED", "ERROR"})
     assert done["status"] == "TERMINATED", done
     assert done["status_reason"] == "time limit reached (2s)"
+    assert agent.signals == [(s["id"], "SIGUSR1")]
+    history = (await admin.get(f"/api/v1/sessions/{s['id']}")).json()["history"]
+    warned = [h["reason"] for h in history if h["reason"].startswith("SIGUSR1 sent")]
+    assert warned == ["SIGUSR1 sent: its time limit ends in 1 s"], history  # (rounded up)
 
 
 @pytest.mark.parametrize("given, seconds", [("30m", 1800), ("2h", 7200), ("1:30:00", 5400),

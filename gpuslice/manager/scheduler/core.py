@@ -18,6 +18,7 @@ from gpuslice.common.resources import Resources
 from gpuslice.manager.scheduler.model import (
     Node,
     PassResult,
+    Placement,
     Policy,
     Request,
     Running,
@@ -116,16 +117,21 @@ class _Pass:
         self.failed: set[Shape] = set()
         self.holds: dict[str, Hold] = {}  # request id -> capacity held for it
         self.head_held: set[str] = set()  # pools whose first waiting request holds capacity
-        # backfill: what this pass started on each node (by rank), with its end, for the holds
-        self.started: dict[int, list[Running]] | None = (
-            {} if config.policy is Policy.BACKFILL else None
+        # backfill: what this pass placed on each node (by rank), for when a hold there will be
+        # free; kept as the placements themselves (their ends are worked out only for a node
+        # that gets a hold: a few per pass)
+        self.started: defaultdict[int, list[Placement]] | None = (
+            defaultdict(list) if config.policy is Policy.BACKFILL else None
         )
+        self.limits: dict[str, float | None] | None = None  # request id -> its time limit
+        self.order: list[Request] = []
         self.blocked: dict[str, str] = {}  # pool -> id of the request blocking it (fifo)
 
     # ------------------------------------------------------------ policies
 
     def in_order(self, order: list[Request]) -> None:
         """fifo and backfill: walk the queue once in order."""
+        self.order = order
         fifo = self.config.policy is Policy.FIFO
         for req in order:
             if fifo and req.pool in self.blocked:
@@ -173,7 +179,10 @@ class _Pass:
         if found is None:
             # capacity only shrinks during a pass, so this shape cannot fit later in it either
             self.failed.add(shape)
-            backfill = place_in_hold(self.state, list(self.holds.values()), req, self.now)
+            backfill = (
+                place_in_hold(self.state, list(self.holds.values()), req, self.now)
+                if self.holds and req.time_limit is not None else None
+            )
             if backfill is None:
                 self.outcome[req.id] = _CAPACITY
                 return None
@@ -187,8 +196,7 @@ class _Pass:
             take_from_hold(held, found)
         self.placed.placements.append(found.placement)
         if self.started is not None:
-            self.started.setdefault(found.node.rank, []).append(
-                ran_from(found.placement, req.time_limit, self.now))
+            self.started[found.node.rank].append(found.placement)
         if user is None:
             user = self.users[req.user] = Usage()
         user.add(got)
@@ -227,11 +235,20 @@ class _Pass:
         self.state.hold(ns, target.positions, req.resources)
         target.cpu, target.mem = cpu - ns.cpu_free, mem - ns.mem_free
         need = self._hold_need(req, target)
-        assert self.started is not None  # holds are made under backfill only
-        running = [*ns.node.running, *self.started.get(ns.rank, ())]
+        running = [*ns.node.running, *self._started_on(ns)]
         target.start = hold_start(target, need, req.resources, running, self.now)
         self.holds[req.id] = target
         self.head_held.add(req.pool)
+
+    def _started_on(self, ns: NodeState) -> list[Running]:
+        """What this pass placed on ``ns``, each until its time limit."""
+        assert self.started is not None  # holds are made under backfill only
+        placed = self.started.get(ns.rank, ())
+        if not placed:
+            return []
+        if self.limits is None:
+            self.limits = {r.id: r.time_limit for r in self.order}
+        return [ran_from(p, self.limits[p.request_id], self.now) for p in placed]
 
     def _hold_need(self, req: Request, hold: Hold) -> list[int]:
         """The milli-fGPU ``req`` needs on each held device."""

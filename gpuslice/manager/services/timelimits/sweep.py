@@ -1,32 +1,48 @@
 """The time-limit sweep: a RUNNING session with a time limit gets its end time (``ends_at``,
-from the moment it became RUNNING), and is ended through ``lifecycle.transition`` (RUNNING →
-TERMINATING, the reason kept: it ends TERMINATED with it) once that time has come."""
+from the moment it became RUNNING); ``warning`` seconds before it, the warning signal through
+its node's agent (once: ``warned_at`` is set in the same guarded UPDATE that claims it, and a
+line goes to its status history); at it, it is ended through ``lifecycle.transition``
+(RUNNING → TERMINATING, the reason kept: it ends TERMINATED with it)."""
 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timedelta
+import math
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from gpuslice.common.durations import format_duration
+from gpuslice.common.schemas.agents import SignalAsk
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.common.timelimits import format_limit
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import SessionRow, StatusHistoryRow
-from gpuslice.manager.errors import IllegalTransition, StaleStatus
-from gpuslice.manager.services.lifecycle import transition
+from gpuslice.manager.errors import Conflict, IllegalTransition, StaleStatus
+from gpuslice.manager.services.channel import Channel
+from gpuslice.manager.services.lifecycle import note, transition
 
 log = logging.getLogger(__name__)
 
 
-async def sweep(sessionmaker: async_sessionmaker[AsyncSession],
+@dataclass(frozen=True, slots=True)
+class WarnSignal:
+    channel: Channel
+    before: float  # seconds before the end
+    signal: str  # e.g. SIGUSR1
+
+
+async def sweep(sessionmaker: async_sessionmaker[AsyncSession], warning: WarnSignal,
                 now: datetime | None = None) -> list[str]:
-    """Give newly RUNNING sessions their end time, end those past it; the ids ended."""
+    """Give newly RUNNING sessions their end time, warn those near it, end those past it;
+    the ids ended."""
     now = now or utcnow()
     async with sessionmaker() as db:
         await _set_ends(db)
         await db.commit()
+        await _warn(db, warning, now)
         due = (await db.scalars(select(SessionRow).where(
             SessionRow.status == SessionStatus.RUNNING, SessionRow.ends_at <= now))).all()
         ended = []
@@ -41,6 +57,36 @@ async def sweep(sessionmaker: async_sessionmaker[AsyncSession],
                 continue
             ended.append(row.id)
     return ended
+
+
+async def _warn(db: AsyncSession, warning: WarnSignal, now: datetime) -> None:
+    """The warning signal to RUNNING sessions whose end is near, each once."""
+    near = (await db.scalars(select(SessionRow).where(
+        SessionRow.status == SessionStatus.RUNNING, SessionRow.warned_at.is_(None),
+        SessionRow.ends_at <= now + timedelta(seconds=warning.before),
+        SessionRow.ends_at > now,
+    ))).all()
+    for row in near:
+        claimed = await db.execute(
+            update(SessionRow).where(SessionRow.id == row.id, SessionRow.warned_at.is_(None))
+            .values(warned_at=now).execution_options(synchronize_session=False)
+        )
+        if claimed.rowcount != 1 or row.node_id is None:  # type: ignore[attr-defined]
+            await db.rollback()  # another replica warned it
+            continue
+        assert row.ends_at is not None
+        left = format_duration(max(0, math.ceil((_aware(row.ends_at) - now).total_seconds())))
+        try:
+            await note(db, row, f"{warning.signal} sent: its time limit ends in {left}")
+        except StaleStatus:
+            await db.rollback()
+            continue
+        await db.commit()
+        try:  # after the commit: no request to an agent inside a transaction
+            await warning.channel.post(row.node_id, SignalAsk(signal=warning.signal),
+                                       timeout=60, session_id=row.id, about=f"session {row.name}")
+        except Conflict as exc:  # its node is lost: nothing to signal
+            log.info("no warning for session %s: %s", row.name, exc)
 
 
 async def _set_ends(db: AsyncSession) -> None:
@@ -65,3 +111,7 @@ async def _set_ends(db: AsyncSession) -> None:
             .values(ends_at=since + timedelta(seconds=limit))
             .execution_options(synchronize_session=False)
         )
+
+
+def _aware(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
