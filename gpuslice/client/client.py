@@ -23,6 +23,8 @@ from gpuslice.common.limits import PAGE_DEFAULT, PAGE_MAX
 from gpuslice.common.versions import API_HEADER, mismatch
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from gpuslice.client.terminal import Terminal
     from gpuslice.common.schemas.apps import AppList, AppPublic
     from gpuslice.common.schemas.common import Page
@@ -129,8 +131,8 @@ class Client(StorageCalls):
         """Launch sessions: ``request`` as it is, or one made of ``image`` and ``shape`` (see
         :class:`SessionShape`: ``gpu``, ``cpu``, ``mem``, ``count``, ``name``, ``type``,
         ``command``, ``env``, ``priority``, ``gpu_model``, ``apps``, ``gpu_mem``,
-        ``folders``). A request the schema refuses raises pydantic's ``ValidationError``
-        before anything is sent."""
+        ``folders``, ``time_limit``, ``begin_at``). A request the schema refuses raises
+        pydantic's ``ValidationError`` before anything is sent."""
         body = _request_of(request, image, shape).model_dump(mode="json")
         return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
 
@@ -593,7 +595,9 @@ __all__ = ["ApiError", "Client"]
 class SessionShape(TypedDict, total=False):
     """What a request for sessions may say besides its image (the schema's defaults otherwise).
     ``apps``: apps of the image to start as soon as each runs; ``gpu_mem`` (instead of
-    ``gpu``): the GPU memory it needs; ``folders``: storage folders, ``NAME`` or ``NAME:ro``."""
+    ``gpu``): the GPU memory it needs; ``folders``: storage folders, ``NAME`` or ``NAME:ro``;
+    ``time_limit``: seconds, or ``"2h"``, ``"30m"``, ``"1:30:00"`` (Slurm's forms);
+    ``begin_at``: an aware ``datetime`` it starts no sooner than."""
 
     gpu: float | str
     cpu: float | str
@@ -608,6 +612,8 @@ class SessionShape(TypedDict, total=False):
     apps: list[str]
     gpu_mem: int | str | None
     folders: list[str]
+    time_limit: int | str | None
+    begin_at: datetime | str | None
 
 
 def session_request(*, image: str, **shape: Unpack[SessionShape]) -> SessionCreate:

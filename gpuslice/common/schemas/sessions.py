@@ -89,7 +89,40 @@ class SessionResult(StrEnum):
     FAILED = "FAILED"
 
 
-class SessionCreate(BaseModel):
+class Timing(BaseModel):
+    """When a session may start and how long it may run (``--begin``, ``--time``)."""
+
+    time_limit: int | None = Field(
+        default=None, ge=1, le=MAX_TIME_LIMIT,
+        description="Seconds it may run once RUNNING; then it is ended with that reason (a "
+        "warning signal comes a few minutes before). Also `30m`, `2h`, `1d`, `1:30:00` or "
+        "Slurm's minutes (`90`). None: the admin's default, if any.",
+    )
+    begin_at: datetime | None = Field(
+        default=None,
+        description="Do not start before this moment (ISO 8601 with an offset); it waits "
+        "PENDING until then (`--begin 22:00`, `--begin +1h` in the CLI).",
+    )
+
+    @field_validator("time_limit", mode="before")
+    @classmethod
+    def _parse_time_limit(cls, value: object) -> int | None:
+        if value is None or isinstance(value, int):
+            return value
+        try:
+            return parse_time_limit(value)
+        except ResourceError as exc:
+            raise ValueError(exc.message) from None
+
+    @field_validator("begin_at")
+    @classmethod
+    def _aware_begin(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("begin_at: give a time zone offset, e.g. 2026-12-01T22:00:00Z")
+        return value
+
+
+class SessionCreate(Timing):
     """Launch ``count`` sessions of one shape; they start PENDING and the scheduler places them."""
 
     image: str = Field(min_length=1, max_length=255, description="Image name, e.g. `torch:2.3`.")
@@ -130,35 +163,6 @@ class SessionCreate(BaseModel):
         description="Storage folders to mount at /home/work/<name>: `NAME` (read-write where "
         "allowed) or `NAME:ro`; the owner's dot-folders are mounted anyway.",
     )
-
-    time_limit: int | None = Field(
-        default=None, ge=1, le=MAX_TIME_LIMIT,
-        description="Seconds it may run once RUNNING; then it is ended with that reason (a "
-        "warning signal comes a few minutes before). Also `30m`, `2h`, `1d`, `1:30:00` or "
-        "Slurm's minutes (`90`). None: the admin's default, if any.",
-    )
-    begin_at: datetime | None = Field(
-        default=None,
-        description="Do not start before this moment (ISO 8601 with an offset); it waits "
-        "PENDING until then (`--begin 22:00`, `--begin +1h` in the CLI).",
-    )
-
-    @field_validator("time_limit", mode="before")
-    @classmethod
-    def _parse_time_limit(cls, value: object) -> int | None:
-        if value is None or isinstance(value, int):
-            return value
-        try:
-            return parse_time_limit(value)
-        except ResourceError as exc:
-            raise ValueError(exc.message) from None
-
-    @field_validator("begin_at")
-    @classmethod
-    def _aware_begin(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("begin_at: give a time zone offset, e.g. 2026-12-01T22:00:00Z")
-        return value
 
     @field_validator("command_line")
     @classmethod
