@@ -48,6 +48,12 @@ class SchedulerSettings(BaseModel):
         default=600.0, ge=0, le=7 * 86400,
         description="Backfill: seconds a request waits before capacity is reserved for it.",
     )
+    reserve_head: bool = Field(
+        default=True,
+        description="Backfill: the first waiting request of each pool holds capacity at once "
+        "(a job starts on it only if its time limit ends first); false: only after "
+        "max_wait_before_reserve.",
+    )
     fgpu_step: Decimal = Field(
         default=Decimal("0.01"),
         description="The cluster's fGPU step: a request by GPU memory (`--gpu-mem`) gets the "
@@ -71,7 +77,8 @@ class SchedulerSettings(BaseModel):
 
     def core_config(self) -> SchedulerConfig:
         return SchedulerConfig(
-            self.policy, self.strategy, self.max_wait_before_reserve, fgpu_step=self.step_milli
+            self.policy, self.strategy, self.max_wait_before_reserve, fgpu_step=self.step_milli,
+            reserve_head=self.reserve_head,
         )
 
 
