@@ -6,8 +6,10 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from gpuslice.manager.scheduler import Policy
 from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import AgentFactory, Client, create
+from tests.manager.fake_agent import gpu
 from tests.manager.helpers import wait_status, wait_until
 
 
@@ -16,6 +18,7 @@ def settings(settings: ManagerSettings) -> ManagerSettings:
     settings.sessions.time_limit_interval = 0.2
     settings.sessions.max_time_limit = 86400
     settings.sessions.time_limit_warning = 1
+    settings.scheduler.policy = Policy.BACKFILL
     return settings
 
 
@@ -82,3 +85,26 @@ async def test_a_scheduled_start_waits_pending_with_its_time(
 async def test_a_scheduled_start_needs_a_time_zone(admin: Client) -> None:
     bad = await create(admin, expect=422, begin_at="2030-01-01T22:00:00")
     assert bad["field"] == "begin_at" and "time zone" in bad["message"]
+
+
+async def test_backfill_starts_only_a_job_that_ends_before_the_held_gpu_is_free(
+    make_agent: AgentFactory, admin: Client
+) -> None:
+    """One GPU, half of it busy for an hour: a whole-GPU session waits with the GPU held for
+    it; a short job starts beside it on that GPU, a job without a limit does not."""
+    await make_agent("node-1", devices=[gpu(0)], fgpu_per_gpu=1)
+    [busy] = await create(admin, resources={"gpu": 0.5}, time_limit="1h", name="busy")
+    await wait_status(admin, busy["id"], {"RUNNING"})
+    [big] = await create(admin, resources={"gpu": 1}, name="big")
+    [short] = await create(admin, resources={"gpu": 0.25}, time_limit="10m", name="short")
+    [open_] = await create(admin, resources={"gpu": 0.25}, name="open")
+    await wait_status(admin, short["id"], {"RUNNING"})
+    big_now, open_now = await wait_until(admin, [big["id"], open_["id"]], lambda x: all(
+        "held" in s["status_reason"] for s in x))
+    assert big_now["status"] == open_now["status"] == "PENDING"
+    assert "capacity on node-1 GPU 0 is held for it, expected to be free in 59m" in (
+        big_now["status_reason"]), big_now
+    assert "held for sessions ahead of it" in open_now["status_reason"], open_now
+    preview = await admin.post("/api/v1/sessions/preview", json={
+        "image": "python:3.11", "time_limit": "2d"})
+    assert preview.status_code == 422 and preview.json()["code"] == "time_limit_too_long"

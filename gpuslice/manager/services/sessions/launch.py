@@ -82,6 +82,8 @@ async def check_create(
         db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
     )
     await _check_feasible(db, body, quota_of(policy), settings)
+    time_limit_for(body, bounds_for(user, settings.sessions))  # refused here, as in a preview
+    check_begin(body.begin_at, utcnow())
     start_apps = apps_catalog.check_startable(image.meta, body.apps, image.reference)
     return image.reference, await mounts.resolve(db, user, body.folders), start_apps
 
