@@ -21,14 +21,14 @@ def not_yet(rows: Iterable[SessionRow], now: datetime) -> dict[str, Waiting]:
     is not in the queue yet)."""
     out = {}
     for row in rows:
-        if row.begin_at is not None and _aware(row.begin_at) > now:
+        if row.begin_at is not None and row.begin_at > now:
             out[row.id] = Waiting(row.id, WaitCode.BEGIN, begin_reason(row.begin_at, now), 0)
     return out
 
 
 def begin_reason(begin_at: datetime, now: datetime) -> str:
     """``starts at 22:00 UTC (in 1 h 20 min)``; the day too when it is not today."""
-    at = _aware(begin_at).astimezone(UTC)
+    at = begin_at.astimezone(UTC)
     when = at.strftime("%H:%M UTC") if at.date() == now.astimezone(UTC).date() else (
         at.strftime("%Y-%m-%d %H:%M UTC"))
     wait = max(0, int((at - now).total_seconds()))
@@ -63,9 +63,6 @@ async def attach_running(db: AsyncSession, nodes: list[Node], now: datetime) -> 
 
 def _ends(ends_at: datetime | None, limit: int | None, now: datetime) -> float | None:
     if ends_at is not None:
-        return _aware(ends_at).timestamp()
+        return ends_at.timestamp()
     return None if limit is None else now.timestamp() + limit
 
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)

@@ -9,9 +9,9 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.durations import format_duration
@@ -19,10 +19,10 @@ from gpuslice.common.schemas.agents import SignalAsk
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.common.timelimits import format_limit
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import SessionRow, StatusHistoryRow
+from gpuslice.manager.db.models import SessionRow
 from gpuslice.manager.errors import Conflict, IllegalTransition, StaleStatus
 from gpuslice.manager.services.channel import Channel
-from gpuslice.manager.services.lifecycle import note, transition
+from gpuslice.manager.services.lifecycle import note, running_since, transition
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +75,7 @@ async def _warn(db: AsyncSession, warning: WarnSignal, now: datetime) -> None:
             await db.rollback()  # another replica warned it
             continue
         assert row.ends_at is not None
-        left = format_duration(max(0, math.ceil((_aware(row.ends_at) - now).total_seconds())))
+        left = format_duration(max(0, math.ceil((row.ends_at - now).total_seconds())))
         try:
             await note(db, row, f"{warning.signal} sent: its time limit ends in {left}")
         except StaleStatus:
@@ -91,15 +91,8 @@ async def _warn(db: AsyncSession, warning: WarnSignal, now: datetime) -> None:
 
 async def _set_ends(db: AsyncSession) -> None:
     """``ends_at`` = when it became RUNNING + its limit, for RUNNING sessions without one."""
-    started = (
-        select(func.max(StatusHistoryRow.at))
-        .where(StatusHistoryRow.session_id == SessionRow.id,
-               StatusHistoryRow.to_status == SessionStatus.RUNNING)
-        .correlate(SessionRow)
-        .scalar_subquery()
-    )
     rows = (await db.execute(
-        select(SessionRow.id, SessionRow.time_limit, started)
+        select(SessionRow.id, SessionRow.time_limit, running_since())
         .where(SessionRow.status == SessionStatus.RUNNING, SessionRow.time_limit.is_not(None),
                SessionRow.ends_at.is_(None))
     )).all()
@@ -112,6 +105,3 @@ async def _set_ends(db: AsyncSession) -> None:
             .execution_options(synchronize_session=False)
         )
 
-
-def _aware(value: datetime) -> datetime:
-    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
