@@ -6,6 +6,11 @@ from 50 users, on an empty cluster; the oldest requests have waited past
 the headline figures are those of the slowest combination.
 
     python bench/scheduler.py [--nodes 1000] [--requests 10000] [--repeat 5] [--short]
+                              [--time-limits]
+
+``--time-limits``: every request has a time limit (10 min to 2 h) and half the cluster already
+runs one job per GPU with an end, so backfill's holds work out when they are free and later
+requests try the held capacity (the figures are then not comparable with a run without it).
 
 The last line is machine-readable: ``pass_seconds_median=<s> pass_cpu_seconds_median=<s>
 placements_per_second=<n>`` (CPU: the pass's own thread time, apart from other load).
@@ -27,6 +32,7 @@ from gpuslice.manager.scheduler import (
     Policy,
     Quota,
     Request,
+    Running,
     SchedulerConfig,
     Strategy,
     UserState,
@@ -34,8 +40,8 @@ from gpuslice.manager.scheduler import (
 )
 
 
-def build_cluster(n_nodes: int) -> list[Node]:
-    return [
+def build_cluster(n_nodes: int, running: bool = False) -> list[Node]:
+    nodes = [
         Node(
             f"node-{i:04d}", f"node-{i:04d}", cpu=128_000, mem=1024 * GiB,
             devices=[
@@ -46,9 +52,19 @@ def build_cluster(n_nodes: int) -> list[Node]:
         )
         for i in range(n_nodes)
     ]
+    if running:  # every other node: a quarter of each GPU busy, ending within two hours
+        rng = random.Random(3)
+        for node in nodes[::2]:
+            for device in node.devices:
+                device.used = 250
+            node.running = tuple(
+                Running(float(rng.randrange(600, 7200)), 0, 0, ((d.index, 250),))
+                for d in node.devices
+            )
+    return nodes
 
 
-def build_queue(n_requests: int, seed: int = 7) -> list[Request]:
+def build_queue(n_requests: int, seed: int = 7, limits: bool = False) -> list[Request]:
     rng = random.Random(seed)
     queue = []
     for i in range(n_requests):
@@ -57,9 +73,10 @@ def build_queue(n_requests: int, seed: int = 7) -> list[Request]:
         else:
             gpu = rng.choice((1, 1, 2, 2, 4, 8)) * 1000
         res = Resources(gpu, rng.randrange(1, 9) * 1000, rng.randrange(2, 65) * GiB)
+        limit = float(rng.randrange(600, 7200)) if limits else None
         queue.append(
             Request(f"req-{i:05d}", f"user-{rng.randrange(50):02d}", res, enqueued_at=float(i),
-                    priority=rng.choice((0, 0, 0, 0, 1)))
+                    priority=rng.choice((0, 0, 0, 0, 1)), time_limit=limit)
         )
     return queue
 
@@ -93,10 +110,13 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--requests", type=int, default=10_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--time-limits", action="store_true",
+                        help="requests with time limits, half the nodes running jobs that end")
     args = parse_args(parser, {"nodes": 50, "requests": 500, "repeat": 1})
-    nodes, queue = build_cluster(args.nodes), build_queue(args.requests)
+    nodes = build_cluster(args.nodes, running=args.time_limits)
+    queue = build_queue(args.requests, limits=args.time_limits)
     print(f"cluster: {args.nodes} nodes x 8 GPUs; queue: {args.requests} requests; "
-          f"median of {args.repeat} passes")
+          f"median of {args.repeat} passes" + ("; with time limits" if args.time_limits else ""))
     headline = (0.0, 0.0, 0, "")
     for policy in (Policy.FIFO, Policy.DRF, Policy.BACKFILL):
         for strategy in (Strategy.SPREAD, Strategy.BINPACK):

@@ -78,7 +78,8 @@ async def test_a_scheduled_start_waits_pending_with_its_time(
     await wait_status(admin, now["id"], {"RUNNING"})
     [waiting] = await wait_until(admin, [s["id"]], lambda x: x[0]["wait_code"] == "begin")
     assert waiting["status"] == "PENDING" and waiting["queue_position"] is None
-    assert waiting["status_reason"].startswith(f"starts at {later:%H:%M} UTC (in 5")
+    day = "" if later.date() == datetime.now(UTC).date() else f"{later:%Y-%m-%d} "
+    assert waiting["status_reason"] == f"starts at {day}{later:%H:%M} UTC, as asked"
     assert datetime.fromisoformat(waiting["begin_at"]) == later
 
 

@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from gpuslice.common.durations import format_duration
 from gpuslice.common.schemas.sessions import HOLDING
 from gpuslice.manager.db.models import AllocationRow, SessionRow
 from gpuslice.manager.scheduler import Node, Running, WaitCode, Waiting
@@ -27,12 +26,13 @@ def not_yet(rows: Iterable[SessionRow], now: datetime) -> dict[str, Waiting]:
 
 
 def begin_reason(begin_at: datetime, now: datetime) -> str:
-    """``starts at 22:00 UTC (in 1 h 20 min)``; the day too when it is not today."""
+    """``starts at 22:00 UTC, as asked`` (the day too when it is not today). No countdown:
+    the reason stays the same from pass to pass, so waiting costs no write per pass (the
+    CLI and the console show the time left from ``begin_at``)."""
     at = begin_at.astimezone(UTC)
     when = at.strftime("%H:%M UTC") if at.date() == now.astimezone(UTC).date() else (
         at.strftime("%Y-%m-%d %H:%M UTC"))
-    wait = max(0, int((at - now).total_seconds()))
-    return f"starts at {when} (in {format_duration(wait)}), as asked"
+    return f"starts at {when}, as asked"
 
 
 async def attach_running(db: AsyncSession, nodes: list[Node], now: datetime) -> None:
