@@ -155,6 +155,17 @@ def test_a_job_that_fits_beside_the_reservation_starts_whatever_its_limit():
     assert [(p.request_id, p.slices[0].index) for p in result.placements] == [("open", 1)]
 
 
+def test_only_a_job_for_its_gpu_model_backfills_onto_a_held_gpu():
+    nodes = [node("a", gpus=2)]
+    nodes[0].devices[1].model = "Mock T4"
+    _busy_until(nodes[0], ends_at=3600, gpu=500, index=0)  # the A100: half free in an hour
+    _busy_until(nodes[0], ends_at=None, gpu=1000, index=1)  # the T4: full for good
+    requests = [req("big", 1, at=0), req("t4", 0.25, at=1, limit=60, model="T4"),
+                req("a100", 0.25, at=2, limit=60, model="A100")]
+    result = schedule(requests, nodes, {}, BACKFILL, now=0)
+    assert [(p.request_id, p.slices[0].index) for p in result.placements] == [("a100", 0)]
+
+
 def test_the_reservation_counts_what_the_same_pass_started():
     nodes = [node("a", gpus=1, fgpu_per_gpu=4)]
     requests = [req("first", 2, at=0, limit=600), req("big", 4, at=1),

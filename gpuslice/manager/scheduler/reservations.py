@@ -13,7 +13,7 @@ as usual (``ClusterState.find`` never sees held devices).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpuslice.common.resources import Resources
 from gpuslice.manager.scheduler.model import Placement, Request, Running, make_slice
@@ -31,7 +31,6 @@ class Hold:
     start: float = INF  # when it is expected to be enough (inf: not known)
     cpu: int = 0  # what was taken from the node's free counters for it
     mem: int = 0
-    backfilled: list[str] = field(default_factory=list)  # requests placed on it this pass
 
 
 def hold_start(
@@ -98,7 +97,6 @@ def take_from_hold(hold: Hold, found: Found) -> None:
     from_hold = min(hold.mem, res.mem)
     hold.mem -= from_hold
     ns.mem_free -= res.mem - from_hold
-    hold.backfilled.append(found.placement.request_id)
 
 
 def ran_from(placement: Placement, time_limit: float | None, now: float) -> Running:
@@ -111,9 +109,12 @@ def ran_from(placement: Placement, time_limit: float | None, now: float) -> Runn
 
 def _on_held_device(state: ClusterState, hold: Hold, req: Request) -> Found | None:
     ns = hold.node
+    matching = state.matching_groups(req.pool, req.gpu_model)  # its pool and GPU model
     best: tuple[int, int, int] | None = None  # (leftover, position, slice)
     for pos in hold.positions:
         group = ns.device_groups[pos]
+        if group not in matching:
+            continue
         gpu = group.gpu_of(req, state.step)
         if gpu is None or group.kind(gpu) != 0 or ns.free[pos] < gpu:
             continue  # only single slices backfill onto held devices
