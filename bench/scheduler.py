@@ -11,7 +11,11 @@ of 10 projects (half of them with quotas), and asks for one group (a100 35 %, t4
 (50 %).
 
     python bench/scheduler.py [--nodes 1000] [--requests 10000] [--repeat 5] [--no-projects]
-        [--short]
+        [--short] [--time-limits]
+
+``--time-limits``: every request has a time limit (10 min to 2 h) and half the cluster already
+runs one job per GPU with an end, so backfill's holds work out when they are free and later
+requests try the held capacity (the figures are then not comparable with a run without it).
 
 The last line is machine-readable: ``pass_seconds_median=<s> pass_cpu_seconds_median=<s>
 placements_per_second=<n>`` (CPU: the pass's own thread time, apart from other load).
@@ -34,6 +38,7 @@ from gpuslice.manager.scheduler import (
     Policy,
     Quota,
     Request,
+    Running,
     SchedulerConfig,
     Strategy,
     UserState,
@@ -43,7 +48,7 @@ from gpuslice.manager.scheduler import (
 GROUPS = frozenset({"a100", "t4"})
 
 
-def build_cluster(n_nodes: int, groups: bool = True) -> list[Node]:
+def build_cluster(n_nodes: int, groups: bool = True, running: bool = False) -> list[Node]:
     nodes = []
     for i in range(n_nodes):
         t4 = groups and i % 10 >= 7
@@ -53,10 +58,20 @@ def build_cluster(n_nodes: int, groups: bool = True) -> list[Node]:
             devices=[Device(d, f"GPU-{i:04d}-{d}", model, memory, 108) for d in range(8)],
             device_capacity=1000, pool=("t4" if t4 else "a100") if groups else "default",
         ))
+    if running:  # every other node: a quarter of each GPU busy, ending within two hours
+        rng = random.Random(3)
+        for node in nodes[::2]:
+            for device in node.devices:
+                device.used = 250
+            node.running = tuple(
+                Running(float(rng.randrange(600, 7200)), 0, 0, ((d.index, 250),))
+                for d in node.devices
+            )
     return nodes
 
 
-def build_queue(n_requests: int, seed: int = 7, projects: bool = True) -> list[Request]:
+def build_queue(n_requests: int, seed: int = 7, projects: bool = True,
+                limits: bool = False) -> list[Request]:
     rng = random.Random(seed)
     queue = []
     for i in range(n_requests):
@@ -72,9 +87,10 @@ def build_queue(n_requests: int, seed: int = 7, projects: bool = True) -> list[R
             pool, pools = ("a100", None) if where < 0.35 else ("t4", None) if where < 0.5 else (
                 "a100,t4", GROUPS)
             extra = {"project": f"proj-{user // 5}", "pool": pool, "pools": pools}
+        limit = float(rng.randrange(600, 7200)) if limits else None
         queue.append(
             Request(f"req-{i:05d}", f"user-{user:02d}", res, enqueued_at=float(i),
-                    priority=rng.choice((0, 0, 0, 0, 1)), **extra)
+                    priority=rng.choice((0, 0, 0, 0, 1)), time_limit=limit, **extra)
         )
     return queue
 
@@ -118,14 +134,17 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--no-projects", action="store_true",
                         help="One pool and no projects (the model before issue 32).")
+    parser.add_argument("--time-limits", action="store_true",
+                        help="requests with time limits, half the nodes running jobs that end")
     args = parse_args(parser, {"nodes": 50, "requests": 500, "repeat": 1})
     with_projects = not args.no_projects
-    nodes = build_cluster(args.nodes, with_projects)
-    queue = build_queue(args.requests, projects=with_projects)
+    nodes = build_cluster(args.nodes, with_projects, running=args.time_limits)
+    queue = build_queue(args.requests, projects=with_projects, limits=args.time_limits)
     projects = build_projects() if with_projects else {}
     print(f"cluster: {args.nodes} nodes x 8 GPUs; queue: {args.requests} requests; "
           f"median of {args.repeat} passes; "
-          f"{'projects and groups' if with_projects else 'no projects, one pool'}")
+          f"{'projects and groups' if with_projects else 'no projects, one pool'}"
+          + ("; with time limits" if args.time_limits else ""))
     headline = (0.0, 0.0, 0, "")
     for policy in (Policy.FIFO, Policy.DRF, Policy.BACKFILL):
         for strategy in (Strategy.SPREAD, Strategy.BINPACK):

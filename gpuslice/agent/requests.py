@@ -40,6 +40,8 @@ from gpuslice.common.schemas.agents import (
     ExecAsk,
     LogsAnswer,
     LogsAsk,
+    SignalAnswer,
+    SignalAsk,
     StreamAsk,
 )
 
@@ -179,6 +181,14 @@ async def serve_apps(ctx: RequestContext, session_id: str | None, ask: AppsAsk) 
     return await _streams(ctx).states(_session(session_id), ask)
 
 
+async def serve_signal(
+    ctx: RequestContext, session_id: str | None, ask: SignalAsk
+) -> SignalAnswer:
+    """Send the signal to the session's container (its time limit's warning)."""
+    await ctx.runtime.signal(_session(session_id), ask.signal)
+    return SignalAnswer()
+
+
 async def open_stream(ctx: RequestContext, request: AgentRequest) -> None:
     """Dial the manager back and serve the link (``agent/streams``)."""
     assert isinstance(request.ask, StreamAsk)
@@ -194,6 +204,7 @@ KINDS: dict[str, Kind | Stream] = {
         serve_commit, lambda why: CommitAnswer(error=_clip(f"could not commit: {why}"))
     ),
     "apps": Kind(serve_apps, lambda why: AppsAnswer(error=_clip(f"no app states: {why}"))),
+    "signal": Kind(serve_signal, lambda why: SignalAnswer(error=_clip(f"not sent: {why}"))),
     "stream": Stream(open_stream),
 }
 

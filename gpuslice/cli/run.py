@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from gpuslice.cli import waits
+from gpuslice.cli import timing, waits
 from gpuslice.cli.output import (
     GPU_MEM_HELP,
     CliError,
@@ -112,6 +112,8 @@ def start(
     = False,
     timeout: Annotated[float | None, typer.Option(
         help="Stop following after this many seconds (default: until it ends).")] = None,
+    time: Annotated[str | None, typer.Option("--time", help=timing.TIME_HELP)] = None,
+    begin: Annotated[str | None, typer.Option(help=timing.BEGIN_HELP)] = None,
 ) -> None:
     """Run SCRIPT on a GPU slice (uploading the current directory), follow its logs, and save
     its output as a model when it succeeds. Ctrl-C asks whether to stop it or leave it."""
@@ -120,6 +122,8 @@ def start(
     if save_var is not None:
         body["save_var"] = save_var
     body |= {key: value for key, value in (("project", project), ("group", group)) if value}
+    body["time_limit"] = timing.time_option(time)
+    body["begin_at"] = timing.begin_option(begin)
     with _client() as client:
         client.check_run(**body)  # refused before anything is sent
         runs = _runs_folder(client)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from gpuslice.cli import waits
+from gpuslice.cli import timing, waits
 from gpuslice.cli.output import (
     GPU_MEM_HELP,
     CliError,
@@ -77,6 +77,8 @@ def create(
         help="Wait until every session runs, or waits PENDING with the scheduler's reason "
         "(both succeed); one that ends in ERROR or CANCELLED instead fails.")] = False,
     timeout: Annotated[float, typer.Option(help="Seconds --wait waits at most.")] = 300,
+    time: Annotated[str | None, typer.Option("--time", help=timing.TIME_HELP)] = None,
+    begin: Annotated[str | None, typer.Option(help=timing.BEGIN_HELP)] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Launch sessions; they start PENDING and run as soon as the scheduler places them."""
@@ -86,7 +88,8 @@ def create(
         image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
         command_line=command, env=dict(_env_pair(item) for item in env or []),
         priority=priority, gpu_model=gpu_model, apps=app_ or [], gpu_mem=gpu_mem_option(gpu_mem),
-        folders=folder or [], project=project, group=group,
+        folders=folder or [], project=project, group=group, time_limit=timing.time_option(time),
+        begin_at=timing.begin_option(begin),
     )
     with _client() as client:
         try:
@@ -193,6 +196,7 @@ def show(ref: Annotated[str, typer.Argument(help="Session id or name.")],
                 f"{number(dev.gpu)} fGPU ({number(dev.fraction * 100)}% of {dev.device_model} "
                 f"{dev.device_uuid}), {mem(dev.mem)} GPU memory, {dev.sms} SMs",
             ))
+    lines += timing.time_lines(session)
     if session.reclaim is not None:
         lines.append(("reclaim", _reclaim(session.reclaim)))
     _print_pairs(lines)
@@ -408,7 +412,7 @@ def _reclaim(reclaim: ReclaimPublic) -> str:
 
 def _session_table(sessions: list[SessionPublic], owner_column: bool = False) -> None:
     columns = ["id", "name"] + (["owner"] if owner_column else []) + [
-        "status", "fGPU", "cpu", "mem", "node", "image", "age", "reason"]
+        "status", "fGPU", "cpu", "mem", "node", "image", "age", "time", "reason"]
     rows = []
     for s in sessions:
         node = s.placement.node_name if s.placement else ""
@@ -418,7 +422,8 @@ def _session_table(sessions: list[SessionPublic], owner_column: bool = False) ->
         rows.append(
             [s.id[:12], s.name] + ([s.owner] if owner_column else []) + [
                 s.status.value, number(s.resources.gpu), number(s.resources.cpu),
-                mem(s.resources.mem), node, s.image, ago(s.created_at), reason]
+                mem(s.resources.mem), node, s.image, ago(s.created_at), timing.time_column(s),
+                reason]
         )
     table(columns, rows)
 
@@ -429,7 +434,8 @@ _OPTIONS = {"image": "--image", "resources.gpu": "--gpu", "resources.cpu": "--cp
             "resources": "--gpu, --gpu-mem", "count": "--count", "name": "--name",
             "type": "--type", "command_line": "--command", "command": "--command",
             "env": "--env", "priority": "--priority", "gpu_model": "--gpu-model",
-            "apps": "--app", "folders": "--folder"}
+            "apps": "--app", "folders": "--folder", "time_limit": "--time",
+            "begin_at": "--begin"}
 
 
 def _request(**fields: Any) -> SessionCreate:

@@ -25,6 +25,8 @@ from gpuslice.common.limits import PAGE_DEFAULT, PAGE_MAX
 from gpuslice.common.versions import API_HEADER, mismatch
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from gpuslice.client.terminal import Terminal
     from gpuslice.common.schemas.apps import AppList, AppPublic
     from gpuslice.common.schemas.common import Page
@@ -131,8 +133,8 @@ class Client(StorageCalls, SshCalls, ProjectCalls):
         """Launch sessions: ``request`` as it is, or one made of ``image`` and ``shape`` (see
         :class:`SessionShape`: ``gpu``, ``cpu``, ``mem``, ``count``, ``name``, ``type``,
         ``command``, ``env``, ``priority``, ``gpu_model``, ``apps``, ``gpu_mem``,
-        ``folders``, ``project``, ``group``). A request the schema refuses raises pydantic's
-        ``ValidationError`` before anything is sent."""
+        ``folders``, ``project``, ``group``, ``time_limit``, ``begin_at``). A request the schema
+        refuses raises pydantic's ``ValidationError`` before anything is sent."""
         body = _request_of(request, image, shape).model_dump(mode="json")
         return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
 
@@ -597,7 +599,9 @@ __all__ = ["ApiError", "Client"]
 class SessionShape(TypedDict, total=False):
     """What a request for sessions may say besides its image (the schema's defaults otherwise).
     ``apps``: apps of the image to start as soon as each runs; ``gpu_mem`` (instead of
-    ``gpu``): the GPU memory it needs; ``folders``: storage folders, ``NAME`` or ``NAME:ro``."""
+    ``gpu``): the GPU memory it needs; ``folders``: storage folders, ``NAME`` or ``NAME:ro``;
+    ``time_limit``: seconds, or ``"2h"``, ``"30m"``, ``"1:30:00"`` (Slurm's forms);
+    ``begin_at``: an aware ``datetime`` it starts no sooner than."""
 
     gpu: float | str
     cpu: float | str
@@ -614,6 +618,8 @@ class SessionShape(TypedDict, total=False):
     folders: list[str]
     project: str | None
     group: str | None
+    time_limit: int | str | None
+    begin_at: datetime | str | None
 
 
 def session_request(*, image: str, **shape: Unpack[SessionShape]) -> SessionCreate:

@@ -61,6 +61,7 @@ from gpuslice.manager.services.nodes.versions import VersionWatch
 from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.storage.fs import StorageFS, may_chown
 from gpuslice.manager.services.storage.usage import measure_all
+from gpuslice.manager.services.timelimits import sweep as timelimits_sweep
 from gpuslice.manager.settings import ManagerSettings
 from gpuslice.manager.startup import Database, open_database
 
@@ -225,6 +226,16 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
     # services/nodes/versions.py).
     watch = supervise("node versions", VersionWatch(sessionmaker, hub).look,
                       interval=settings.nodes.assignment_poll, jitter=0, database_url=url)
+    warning = timelimits_sweep.WarnSignal(
+        app.state.channel, settings.sessions.time_limit_warning,
+        settings.sessions.time_limit_signal,
+    )
+
+    async def time_limits() -> None:
+        await timelimits_sweep.sweep(sessionmaker, warning)
+
+    limits = supervise("time limits", time_limits,
+                       interval=settings.sessions.time_limit_interval, database_url=url)
     uploads = supervise("model uploads", purge_uploads,
                         interval=min(3600.0, settings.model_store.upload_timeout / 4),
                         database_url=url)
@@ -236,6 +247,7 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
         asyncio.create_task(storage, name="gpuslice-storage-usage"),
         asyncio.create_task(uploads, name="gpuslice-model-uploads"),
         asyncio.create_task(watch, name="gpuslice-node-versions"),
+        asyncio.create_task(limits, name="gpuslice-time-limits"),
     ]
 
 

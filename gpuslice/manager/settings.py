@@ -18,6 +18,7 @@ from gpuslice.common.limits import CREATE_COUNT_MAX
 from gpuslice.common.logs import LogSettings
 from gpuslice.common.resources import ResourceError, parse_fgpu, parse_fgpu_per_gpu
 from gpuslice.common.settings_files import FileSettings
+from gpuslice.common.timelimits import MAX_TIME_LIMIT
 from gpuslice.manager.scheduler import Policy, SchedulerConfig, Strategy
 
 
@@ -47,6 +48,12 @@ class SchedulerSettings(BaseModel):
         default=600.0, ge=0, le=7 * 86400,
         description="Backfill: seconds a request waits before capacity is reserved for it.",
     )
+    reserve_head: bool = Field(
+        default=True,
+        description="Backfill: the first waiting request of each pool holds capacity at once "
+        "(a job starts on it only if its time limit ends first); false: only after "
+        "max_wait_before_reserve.",
+    )
     fgpu_step: Decimal = Field(
         default=Decimal("0.01"),
         description="The cluster's fGPU step: a request by GPU memory (`--gpu-mem`) gets the "
@@ -70,7 +77,8 @@ class SchedulerSettings(BaseModel):
 
     def core_config(self) -> SchedulerConfig:
         return SchedulerConfig(
-            self.policy, self.strategy, self.max_wait_before_reserve, fgpu_step=self.step_milli
+            self.policy, self.strategy, self.max_wait_before_reserve, fgpu_step=self.step_milli,
+            reserve_head=self.reserve_head,
         )
 
 
@@ -176,6 +184,28 @@ class SessionSettings(BaseModel):
     max_definition: int = Field(
         default=64 * 1024, ge=1024, le=1024**2,
         description="Most bytes of a session's command and environment together (UTF-8).",
+    )
+    default_time_limit: int | None = Field(
+        default=None, ge=1, le=MAX_TIME_LIMIT,
+        description="Seconds a session may run once RUNNING when it asks for no time limit "
+        "(none: no limit).",
+    )
+    max_time_limit: int | None = Field(
+        default=None, ge=1, le=MAX_TIME_LIMIT,
+        description="The longest time limit a session may ask for, in seconds (none: any; "
+        "with a maximum, a session that asks for none gets the default, else this).",
+    )
+    time_limit_warning: int = Field(
+        default=300, ge=0, le=86400,
+        description="Seconds before its time limit that a session gets the warning signal.",
+    )
+    time_limit_signal: str = Field(
+        default="SIGUSR1", pattern=r"^SIG[A-Z0-9]+$",
+        description="The warning signal sent to a session's processes before its time limit.",
+    )
+    time_limit_interval: float = Field(
+        default=5.0, ge=0.1, le=3600,
+        description="Seconds between sweeps for sessions due a warning or at their limit.",
     )
     max_pending: int = Field(
         default=100, ge=0, le=100_000,

@@ -2,8 +2,9 @@
 
 It runs the script in the run's code directory (as uploaded, in the owner's ``runs`` folder)
 without changing it (the framework hook applies the slice when PyTorch, TensorFlow or JAX is
-imported), passes signals on (a stop reaches the script), and when the script succeeds saves
-its save directory to the model store under the run's name (``gpuslice-save``). It exits with
+imported), passes signals on (a stop, a time limit's warning reach the script), and when the
+script succeeds saves its save directory to the model store under the run's name
+(``gpuslice-save``). It exits with
 the script's exit code, so the session's result is the script's; a save that fails after a
 successful script is a failure (exit code 70), since the model was the point.
 
@@ -35,7 +36,9 @@ import gpuslice_save
 SAVE_FAILED = 70  # EX_SOFTWARE: the script worked, the platform could not keep its output
 PATIENCE = 6 * 3600  # seconds to wait for the platform before giving the output up
 FIRST_DELAY, MAX_DELAY = 1.0, 30.0
-_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+# SIGUSR1/2: a time limit's warning (``sessions.time_limit_signal``), for the script to save
+# its work; unhandled here it would end this wrapper, and the run with it
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 T = TypeVar("T")
 
 

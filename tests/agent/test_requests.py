@@ -32,6 +32,7 @@ from gpuslice.common.schemas.agents import (
     CommitAsk,
     ExecAsk,
     LogsAsk,
+    SignalAsk,
 )
 from tests.platform import app_image
 from tests.waits import scaled
@@ -118,7 +119,9 @@ def runner_for(runtime: object, link: ManagerLink, told: Told | None = None) -> 
     ))
 
 
-def request(ask: LogsAsk | ExecAsk | CommitAsk, session_id: str | None = "s-1") -> AgentRequest:
+def request(
+    ask: LogsAsk | ExecAsk | CommitAsk | SignalAsk, session_id: str | None = "s-1"
+) -> AgentRequest:
     return AgentRequest(id=f"r{uuid.uuid4().hex[:8]}", session_id=session_id, ask=ask)
 
 
@@ -288,6 +291,29 @@ async def test_logs_and_exec_in_a_real_session(
     assert (ran.exit_code, ran.stdout, ran.stderr, ran.error) == (3, f"{SECRET_ARGV}\n",
                                                                   "oops\n", "")
     assert SECRET_ARGV not in caplog.text
+
+
+@pytest.mark.docker
+async def test_the_time_limit_warning_reaches_the_sessions_command(
+    runtime: DockerRuntime, make_spec: Callable[..., ContainerSpec], link: ManagerLink,
+    manager: FakeManager,
+) -> None:
+    """SIGUSR1 to the container's init is handed to the command, which can save its work."""
+    script = 'trap "echo warned: saving" USR1; echo ready; while true; do sleep 0.1; done'
+    spec = make_spec(command=("sh", "-c", script))
+    await runtime.ensure_running(spec)
+    runner = runner_for(runtime, link)
+    async with asyncio.timeout(scaled(10)):
+        while "ready" not in await runtime.logs(spec.session_id):
+            await asyncio.sleep(0.05)
+    sent = await answer_of(runner, manager, request(SignalAsk(signal="SIGUSR1"), spec.session_id))
+    assert sent.model_dump() == {"kind": "signal", "error": ""}
+    async with asyncio.timeout(scaled(10)):
+        while "warned: saving" not in await runtime.logs(spec.session_id):
+            await asyncio.sleep(0.05)
+    gone = await answer_of(runner, manager, request(SignalAsk(signal="SIGUSR1"), "no-such"))
+    assert gone.model_dump() == {
+        "kind": "signal", "error": "not sent: session no-such has no running container"}
 
 
 @pytest.mark.docker

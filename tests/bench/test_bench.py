@@ -84,6 +84,16 @@ def test_scheduler() -> None:
     assert float(fields["placements_per_second"]) > 0, "the pass placed nothing"
 
 
+def test_fairness() -> None:
+    fields = run_bench("fairness")
+    check(fields, "starvation_wait_p50_s starvation_wait_p99_s starvation_fifo_wait_p50_s "
+          "starvation_bound_s fragmentation_free_binpack fragmentation_free_spread "
+          "fragmentation_free_best preempt_to_running_p50_s",
+          starvation_ok=1, preempt_ok=1)
+    # the offline repacking of the same slices is never worse than what the strategies left
+    assert float(fields["fragmentation_free_best"]) >= float(fields["fragmentation_free_binpack"])
+
+
 @BACKENDS
 def test_api(backend: str) -> None:
     fields = run_bench("api", *backend_args(backend))

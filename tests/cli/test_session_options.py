@@ -25,6 +25,11 @@ from gpuslice.cli.main import app
         (["--type", "batch", "--command", "echo 'x"],
          "--command: no closing quotation in \"echo 'x\""),
         (["--type", "batch"], "--command: a batch session needs a command to run"),
+        (["--time", "soon"],
+         "--time: 'soon' is not a time limit; use e.g. 30m, 2h, 1d, 90 (minutes) or 1:30:00"),
+        (["--time", "0"], "--time: must be between 1 second and 365 days"),
+        (["--begin", "tomorrow"], "--begin: 'tomorrow' is not a start time; use e.g. 22:00, "
+                                  "+1h, now+30m or an ISO date such as 2026-12-01T22:00"),
     ],
 )
 def test_a_bad_option_is_one_line_naming_it(args: list[str], line: str) -> None:

@@ -75,6 +75,7 @@ class FakeAgent:
         self.auto_run = auto_run
         self.exec_answer = exec_answer
         self.executed: list[str] = []  # exec request ids, in the order run
+        self.signals: list[tuple[str, str]] = []  # (session id, signal), in the order sent
         self.committed: list[dict[str, Any]] = []  # commit requests, in the order done
         self.commit_error = ""  # answer commit requests with this error when set
         self.node_id = ""
@@ -188,6 +189,9 @@ class FakeAgent:
                 await self.answer_exec(req["id"], self.exec_answer(req))
         for req in requests_of(answer, "apps"):
             await self.answer(req["id"], "apps", self.apps_answer(req))
+        for req in requests_of(answer, "signal"):
+            self.signals.append((req["session_id"], req["ask"]["signal"]))
+            await self.answer(req["id"], "signal", {})
         for req in requests_of(answer, "stream"):
             self.links.append(req)
             if self.ws_url is not None:

@@ -14,6 +14,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -182,6 +183,39 @@ def test_bad_input_is_shown_next_to_its_field_and_creates_nothing(
     shot(page, "bad-input")
     assert page.is_visible("#launch-dialog")
     assert users["alice"].list_sessions().total == before, gpu_error
+
+
+def test_a_time_limit_and_a_later_start_from_the_dialog(
+    plat: Platform, browser: Any, users: dict[str, Client]
+) -> None:
+    page = open_console(plat, browser, "alice")
+    launch(page, BASE, gpu="0.5", cpu="0.25", mem="256m", time="soon")
+    until(lambda: "'soon' is not a time limit" in page.inner_text("#err-time"), 10,
+          "the time limit's error")
+    page.fill("#launch-time", "1:30:00")
+    later = (datetime.now() + timedelta(days=30)).replace(hour=22, minute=0, second=0,
+                                                          microsecond=0)
+    page.fill("#launch-begin", f"{later:%Y-%m-%dT%H:%M}")  # the browser's local time
+    page.fill("#launch-name", "tonight")
+    page.click("#launch-submit")
+    row = until(lambda: next((r for r in rows(page) if r["name"] == "tonight"), None), 30,
+                "the session in the list")
+    assert row["status"] == "PENDING"
+    # the list says when it starts (in the browser's own date format)
+    until(lambda: "starts " in page.inner_text(f'tr[data-id="{row["id"]}"]'), 10, "its start")
+    made = until(lambda: (s := users["alice"].get_session(row["id"])).wait_code == "begin" and s,
+                 30, "its reason")
+    assert made.time_limit == 5400 and made.begin_at == later.astimezone()
+    utc = later.astimezone(UTC)
+    assert made.status_reason == f"starts at {utc:%Y-%m-%d %H:%M} UTC, as asked"
+    until(lambda: made.status_reason in page.inner_text(f'tr[data-id="{row["id"]}"]'), 10,
+          "its reason in the list")
+    page.click(f'a[href="#/sessions/{row["id"]}"]')
+    until(lambda: "1h30m" in page.inner_text("#session-summary"), 10,
+          "the time limit on its page")
+    assert "Starts" in page.inner_text("#session-summary")
+    shot(page, "time-limit")
+    destroy_all(users["alice"])
 
 
 def test_two_versions_in_the_terminal_and_jupyter_in_a_new_tab(

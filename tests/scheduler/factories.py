@@ -24,6 +24,7 @@ def req(
     rid: str, gpu: float | str = 1, *, user: str = "alice", at: float = 0.0, cpu: str = "1",
     mem: str = "1g", priority: int = 0, model: str | None = None, pool: str = "default",
     gpu_mem: str | None = None, project: str | None = None, pools: set[str] | None = None,
+    limit: float | None = None,
 ) -> Request:
     """``gpu_mem`` asks by GPU memory (``gpu`` is then ignored); ``pools``: the resource
     groups it may use when more than ``pool``."""
@@ -32,7 +33,7 @@ def req(
         rid, user, Resources(fgpu, parse_cpu(cpu), parse_mem(mem)), enqueued_at=at,
         priority=priority, gpu_model=model, pool=pool,
         gpu_mem=parse_mem(gpu_mem) if gpu_mem else 0, project=project,
-        pools=None if pools is None else frozenset(pools),
+        pools=None if pools is None else frozenset(pools), time_limit=limit,
     )
 
 

@@ -4,6 +4,7 @@ from gpuslice.common.resources import GiB, Resources
 from gpuslice.manager.scheduler import (
     Policy,
     Quota,
+    Running,
     SchedulerConfig,
     Strategy,
     UserState,
@@ -17,6 +18,8 @@ from .factories import apply, node, queue, release, req
 
 FIFO = SchedulerConfig(policy=Policy.FIFO)
 BACKFILL = SchedulerConfig(policy=Policy.BACKFILL, max_wait_before_reserve=600)
+GREEDY_BACKFILL = SchedulerConfig(
+    policy=Policy.BACKFILL, max_wait_before_reserve=600, reserve_head=False)
 DRF = SchedulerConfig(policy=Policy.DRF)
 
 
@@ -79,27 +82,98 @@ def test_fifo_head_blocks_its_pool_but_not_other_pools():
     assert result.waiting["small2"].position == 3
 
 
-def test_backfill_lets_later_requests_that_fit_start():
+def test_backfill_without_head_reservation_lets_later_requests_that_fit_start():
     nodes = [node("a", gpus=1)]
     nodes[0].devices[0].used = 500
     requests = [req("big", 1, at=0), req("small", 0.25, at=1), req("small2", 0.25, at=2)]
-    result = schedule(requests, nodes, {}, BACKFILL, now=5)
+    result = schedule(requests, nodes, {}, GREEDY_BACKFILL, now=5)
     assert placed_ids(result) == ["small", "small2"]
     assert result.waiting["big"].position == 1
+
+
+def test_backfill_holds_capacity_for_the_head_of_the_queue_at_once():
+    """Small requests without a time limit never start on what the first waiting one needs:
+    a steady stream of them would starve it."""
+    nodes = [node("a", gpus=1)]
+    nodes[0].devices[0].used = 500
+    requests = [req("big", 1, at=0), req("small", 0.25, at=1)]
+    result = schedule(requests, nodes, {}, BACKFILL, now=5)
+    assert placed_ids(result) == []
+    assert "capacity on a GPU 0 is held for it" in result.waiting["big"].reason
+    assert "held for sessions ahead of it" in result.waiting["small"].reason
 
 
 def test_backfill_holds_capacity_for_a_request_waiting_too_long():
     nodes = [node("a", gpus=1)]
     nodes[0].devices[0].used = 500
     requests = [req("big", 1, at=0), req("small", 0.25, at=700)]
-    result = schedule(requests, nodes, {}, BACKFILL, now=1000)
+    result = schedule(requests, nodes, {}, GREEDY_BACKFILL, now=1000)
     assert placed_ids(result) == []
-    assert "capacity on a GPU 0 is held for it (waiting longer than 10m00s)" in (
-        result.waiting["big"].reason
-    )
-    assert "held for sessions that have waited longer" in result.waiting["small"].reason
+    assert "capacity on a GPU 0 is held for it" in result.waiting["big"].reason
+    assert "held for sessions ahead of it" in result.waiting["small"].reason
     # before the wait runs out, the small one backfills
-    assert placed_ids(schedule(requests, nodes, {}, BACKFILL, now=500)) == ["small"]
+    assert placed_ids(schedule(requests, nodes, {}, GREEDY_BACKFILL, now=500)) == ["small"]
+
+
+def _busy_until(n, ends_at, gpu=500, index=0):
+    """``n``'s GPU ``index`` runs ``gpu`` milli-fGPU until ``ends_at`` (None: no limit)."""
+    n.devices[index].used += gpu
+    n.cpu_used += 1000
+    n.mem_used += GiB
+    n.running = (*n.running, Running(ends_at, 1000, GiB, ((index, gpu),)))
+
+
+def test_a_short_job_backfills_only_if_it_ends_before_the_reservation_begins():
+    nodes = [node("a", gpus=1)]
+    _busy_until(nodes[0], ends_at=3600)  # half the GPU is free again in an hour
+    requests = [req("big", 1, at=0), req("short", 0.25, at=1, limit=1800),
+                req("long", 0.25, at=2, limit=7200), req("open", 0.25, at=3)]
+    result = schedule(requests, nodes, {}, BACKFILL, now=100)
+    assert placed_ids(result) == ["short"]  # ends at 1,900 s, before 3,600 s
+    assert result.waiting["big"].reason.endswith(
+        "capacity on a GPU 0 is held for it, expected to be free in 58m20s")
+    assert "time limit ends before" in result.waiting["long"].reason
+    assert result.waiting["open"].code is WaitCode.CAPACITY
+
+
+def test_nothing_backfills_onto_a_reservation_whose_start_is_unknown():
+    nodes = [node("a", gpus=1)]
+    _busy_until(nodes[0], ends_at=None)  # runs with no time limit
+    requests = [req("big", 1, at=0), req("short", 0.25, at=1, limit=60)]
+    result = schedule(requests, nodes, {}, BACKFILL, now=100)
+    assert placed_ids(result) == []
+    assert result.waiting["big"].reason.endswith("capacity on a GPU 0 is held for it")
+
+
+def test_a_job_that_fits_beside_the_reservation_starts_whatever_its_limit():
+    nodes = [node("a", gpus=2)]
+    _busy_until(nodes[0], ends_at=3600, gpu=600, index=0)
+    _busy_until(nodes[0], ends_at=None, gpu=700, index=1)
+    requests = [req("big", 1, at=0), req("open", 0.3, at=1)]
+    result = schedule(requests, nodes, {}, BACKFILL, now=0)
+    # GPU 0 (0.4 free, the freest) is held for "big"; GPU 1 has room for "open" beside it
+    assert [(p.request_id, p.slices[0].index) for p in result.placements] == [("open", 1)]
+
+
+def test_only_a_job_for_its_gpu_model_backfills_onto_a_held_gpu():
+    nodes = [node("a", gpus=2)]
+    nodes[0].devices[1].model = "Mock T4"
+    _busy_until(nodes[0], ends_at=3600, gpu=500, index=0)  # the A100: half free in an hour
+    _busy_until(nodes[0], ends_at=None, gpu=1000, index=1)  # the T4: full for good
+    requests = [req("big", 1, at=0), req("t4", 0.25, at=1, limit=60, model="T4"),
+                req("a100", 0.25, at=2, limit=60, model="A100")]
+    result = schedule(requests, nodes, {}, BACKFILL, now=0)
+    assert [(p.request_id, p.slices[0].index) for p in result.placements] == [("a100", 0)]
+
+
+def test_the_reservation_counts_what_the_same_pass_started():
+    nodes = [node("a", gpus=1, fgpu_per_gpu=4)]
+    requests = [req("first", 2, at=0, limit=600), req("big", 4, at=1),
+                req("short", 1, at=2, limit=500), req("late", 1, at=3, limit=700)]
+    result = schedule(requests, nodes, {}, BACKFILL, now=0)
+    # "big" waits for "first" (ends at 600): "short" ends before, "late" would delay it
+    assert placed_ids(result) == ["first", "short"]
+    assert "expected to be free in 10m00s" in result.waiting["big"].reason
 
 
 def test_backfill_hold_leaves_other_devices_usable():
@@ -264,7 +338,7 @@ def test_cpu_and_memory_of_the_node_bound_placements():
     assert placed_ids(result) == ["r000", "r001"]
     assert result.waiting["r002"].reason == (
         "needs 0.5 fGPU on one GPU and, on the same node, 2.0 CPU and 2 GiB of memory; "
-        "the most free is 0.0 CPU (a)"
+        "the most free is 0.0 CPU (a); capacity on a GPU 1 is held for it"
     )
 
 

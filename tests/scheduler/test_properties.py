@@ -13,6 +13,7 @@ from gpuslice.manager.scheduler import (
     Policy,
     Quota,
     Request,
+    Running,
     SchedulerConfig,
     Strategy,
     UserState,
@@ -26,6 +27,8 @@ POOLS = ("default", "big")
 USERS = ("alice", "bob", "carol")
 SLICES = (100, 250, 500, 750, 1000)
 GPU_MEMORY = (512 * MiB, 1500 * MiB, 2 * GiB, 3 * GiB + 1, 8 * GiB, 12 * GiB, 20 * GiB)
+ENDS = (None, 70.0, 400.0, 5000.0)  # running allocations' ends (``now`` is 60)
+LIMITS = (None, 5.0, 300.0, 4000.0)  # requests' time limits
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
@@ -50,6 +53,10 @@ def clusters(draw, pools=POOLS, models=MODELS, fgpu=(1, 2, 4), mems=(8 * GiB, 12
             f"n{i}", f"node-{i}", cpu, mem, devices, cap,
             cpu_used=draw(st.integers(0, cpu // 1000)) * 1000,
             mem_used=draw(st.integers(0, mem // GiB)) * GiB, pool=draw(st.sampled_from(pools)),
+            running=tuple(  # what runs there, each until its time limit (None: none)
+                Running(draw(st.sampled_from(ENDS)), 0, 0, ((d.index, d.used),))
+                for d in devices if d.used
+            ),
         ))
     return nodes
 
@@ -72,6 +79,7 @@ def requests(draw, whole=True, pools=POOLS, models=(None, *MODELS), cpu_max=8, m
             enqueued_at=float(draw(st.integers(0, 50))),
             priority=draw(st.integers(0, 2)), gpu_model=draw(st.sampled_from(models)),
             pool=draw(st.sampled_from(pools)), gpu_mem=gpu_mem,
+            time_limit=draw(st.sampled_from(LIMITS)),
         ))
     return out
 

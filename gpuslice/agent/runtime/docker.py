@@ -237,6 +237,15 @@ class DockerRuntime(ImageOps, ExecOps, NetworkOps, SandboxOps):
             if exc.status not in (304, 404):  # already stopped / gone meanwhile
                 raise
 
+    async def signal(self, session_id: str, signal: str) -> None:
+        """Send ``signal`` (``SIGUSR1``…) to the session's container: to its init, which hands
+        it to the session's command. ``ContainerRuntimeError`` when it does not run."""
+        state = await self.find(session_id)
+        if state is None or not state.running:
+            raise ContainerRuntimeError(f"session {session_id} has no running container")
+        container_id = state.container_id
+        await self._call(lambda d: d.containers.container(container_id).kill(signal=signal))
+
     async def remove(self, session_id: str, container_id: str | None = None) -> bool:
         """Remove the container (killing it if needed) and the session's files. ``False``
         when there was none. ``container_id``: the session's container as the caller just saw

@@ -306,8 +306,16 @@ class AppsAsk(BaseModel):
     ports: bool = Field(default=False, description="Also the TCP ports served in the session.")
 
 
+class SignalAsk(BaseModel):
+    """Send ``signal`` to the session's processes (its container's main process): the warning
+    before its time limit, so that a script can save its work."""
+
+    kind: Literal["signal"] = "signal"
+    signal: str = Field(pattern=r"^SIG[A-Z0-9]+$", max_length=16)
+
+
 Ask = Annotated[
-    LogsAsk | ExecAsk | CommitAsk | StreamAsk | AppsAsk, Field(discriminator="kind")
+    LogsAsk | ExecAsk | CommitAsk | StreamAsk | AppsAsk | SignalAsk, Field(discriminator="kind")
 ]
 
 
@@ -378,8 +386,14 @@ class AppsAnswer(BaseModel):
     error: str = Field(default="", max_length=2000, description="Why nothing could be done.")
 
 
+class SignalAnswer(BaseModel):
+    kind: Literal["signal"] = "signal"
+    error: str = Field(default="", max_length=2000, description="Why it was not sent.")
+
+
 Answer = Annotated[
-    LogsAnswer | ExecAnswer | CommitAnswer | AppsAnswer, Field(discriminator="kind")
+    LogsAnswer | ExecAnswer | CommitAnswer | AppsAnswer | SignalAnswer,
+    Field(discriminator="kind"),
 ]
 
 

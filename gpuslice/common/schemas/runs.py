@@ -32,6 +32,7 @@ from gpuslice.common.schemas.sessions import (
     SessionName,
     SessionResult,
     SessionStatus,
+    Timing,
 )
 from gpuslice.common.schemas.storage import MAX_SESSION_FOLDERS
 from gpuslice.common.text import Line
@@ -56,7 +57,7 @@ def _check_arg(value: str) -> str:
     return value
 
 
-class RunCreate(BaseModel):
+class RunCreate(Timing):
     """Start a run of ``script`` (uploaded to ``runs/<name>/`` of the caller's folders)."""
 
     name: SessionName = Field(description="1-63 lowercase letters, digits and dashes.")

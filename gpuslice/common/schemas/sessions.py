@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
 
 from gpuslice.common.limits import CREATE_COUNT_MAX, DEFAULT_TYPE, PRIORITY_BOUND
+from gpuslice.common.resources import ResourceError
 from gpuslice.common.schemas.common import Number, ResourcesIn, ResourcesPublic
 from gpuslice.common.schemas.projects import GroupName
 from gpuslice.common.schemas.storage import (
@@ -19,6 +20,7 @@ from gpuslice.common.schemas.storage import (
     parse_folder_request,
 )
 from gpuslice.common.text import Line
+from gpuslice.common.timelimits import MAX_TIME_LIMIT, parse_time_limit
 
 _NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -88,7 +90,40 @@ class SessionResult(StrEnum):
     FAILED = "FAILED"
 
 
-class SessionCreate(BaseModel):
+class Timing(BaseModel):
+    """When a session may start and how long it may run (``--begin``, ``--time``)."""
+
+    time_limit: int | None = Field(
+        default=None, ge=1, le=MAX_TIME_LIMIT,
+        description="Seconds it may run once RUNNING; then it is ended with that reason (a "
+        "warning signal comes a few minutes before). Also `30m`, `2h`, `1d`, `1:30:00` or "
+        "Slurm's minutes (`90`). None: the admin's default, if any.",
+    )
+    begin_at: datetime | None = Field(
+        default=None,
+        description="Do not start before this moment (ISO 8601 with an offset); it waits "
+        "PENDING until then (`--begin 22:00`, `--begin +1h` in the CLI).",
+    )
+
+    @field_validator("time_limit", mode="before")
+    @classmethod
+    def _parse_time_limit(cls, value: object) -> int | None:
+        if value is None or isinstance(value, int):
+            return value
+        try:
+            return parse_time_limit(value)
+        except ResourceError as exc:
+            raise ValueError(exc.message) from None
+
+    @field_validator("begin_at")
+    @classmethod
+    def _aware_begin(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("begin_at: give a time zone offset, e.g. 2026-12-01T22:00:00Z")
+        return value
+
+
+class SessionCreate(Timing):
     """Launch ``count`` sessions of one shape; they start PENDING and the scheduler places them."""
 
     image: str = Field(min_length=1, max_length=255, description="Image name, e.g. `torch:2.3`.")
@@ -249,6 +284,13 @@ class SessionPublic(BaseModel):
         default=None,
         description="RUNNING, in single-session answers: when its owner's idle rule or lifetime "
         "limit will reclaim it if it goes on as it is (null: nothing will).",
+    )
+    time_limit: int | None = Field(
+        default=None, description="Seconds it may run once RUNNING (null: no limit)."
+    )
+    begin_at: datetime | None = Field(default=None, description="It starts no sooner.")
+    ends_at: datetime | None = Field(
+        default=None, description="RUNNING with a time limit: when it is ended."
     )
 
 

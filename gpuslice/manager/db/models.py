@@ -258,6 +258,12 @@ class SessionRow(Base):
     status_reason: Mapped[str] = mapped_column(Text, default="")
     wait_code: Mapped[str | None] = mapped_column(String(32))
     queue_position: Mapped[int | None] = mapped_column(Integer)
+    # time limits and scheduled starts (services/timelimits): seconds it may run once RUNNING,
+    # when it may start, when it is ended (set once RUNNING), when it was warned
+    time_limit: Mapped[int | None] = mapped_column(Integer)
+    begin_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    ends_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    warned_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     result: Mapped[SessionResult | None] = mapped_column(str_enum(SessionResult, 16))
     exit_code: Mapped[int | None] = mapped_column(Integer)
     node_id: Mapped[str | None] = mapped_column(ForeignKey("nodes.id", ondelete="SET NULL"))

@@ -11,6 +11,7 @@ from gpuslice.manager.scheduler.model import (
     Policy,
     Quota,
     Request,
+    Running,
     SchedulerConfig,
     Strategy,
     UserState,
@@ -21,6 +22,7 @@ from gpuslice.manager.scheduler.model import (
 
 __all__ = [
     "Device", "DeviceSlice", "Node", "PassResult", "Placement", "Policy", "Quota", "Request",
+    "Running",
     "SchedulerConfig", "Strategy", "UserState", "WaitCode", "Waiting", "check_request",
     "make_slice", "queue_order", "schedule",
 ]

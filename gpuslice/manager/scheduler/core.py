@@ -11,7 +11,6 @@ import math
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from itertools import groupby
 from operator import attrgetter
 
@@ -19,8 +18,10 @@ from gpuslice.common.resources import Resources
 from gpuslice.manager.scheduler.model import (
     Node,
     PassResult,
+    Placement,
     Policy,
     Request,
+    Running,
     SchedulerConfig,
     UserState,
     WaitCode,
@@ -28,6 +29,13 @@ from gpuslice.manager.scheduler.model import (
     groups_of,
 )
 from gpuslice.manager.scheduler.reasons import Usage, capacity_reason, model_block, quota_block
+from gpuslice.manager.scheduler.reservations import (
+    Hold,
+    hold_start,
+    place_in_hold,
+    ran_from,
+    take_from_hold,
+)
 from gpuslice.manager.scheduler.state import BucketKey, ClusterState, Found, GroupIndex, NodeState
 
 # (pool or pools, GPU model, fGPU, cpu, memory, GPU memory): requests of one shape fit or fail
@@ -96,12 +104,6 @@ def _collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-@dataclass(slots=True)
-class _Hold:
-    node: NodeState
-    positions: list[int]
-
-
 class _Pass:
     """The working state of one pass: cluster, user usage, and what happened to each request."""
 
@@ -118,13 +120,23 @@ class _Pass:
         self.placed: PassResult = PassResult()
         self.outcome: dict[str, tuple[WaitCode, str]] = {}  # request id -> code, quota text
         self.failed: set[Shape] = set()
-        self.holds: dict[str, _Hold] = {}  # request id -> capacity held for it
+        self.holds: dict[str, Hold] = {}  # request id -> capacity held for it
+        self.head_held: set[str] = set()  # pools whose first waiting request holds capacity
+        # backfill: what this pass placed on each node (by rank), for when a hold there will be
+        # free; kept as the placements themselves (their ends are worked out only for a node
+        # that gets a hold: a few per pass)
+        self.started: defaultdict[int, list[Placement]] | None = (
+            defaultdict(list) if config.policy is Policy.BACKFILL else None
+        )
+        self.limits: dict[str, float | None] | None = None  # request id -> its time limit
+        self.order: list[Request] = []
         self.blocked: dict[str, str] = {}  # pool -> id of the request blocking it (fifo)
 
     # ------------------------------------------------------------ policies
 
     def in_order(self, order: list[Request]) -> None:
         """fifo and backfill: walk the queue once in order."""
+        self.order = order
         fifo = self.config.policy is Policy.FIFO
         for req in order:
             # (one pool, the usual case, inline: this runs for every request of the queue)
@@ -136,10 +148,7 @@ class _Pass:
             if fifo:
                 for pool in groups_of(req):
                     self.blocked.setdefault(pool, req.id)
-            elif (
-                self.now - req.enqueued_at > self.config.max_wait_before_reserve
-                and len(self.holds) < self.config.max_reservations
-            ):
+            elif self._may_hold(req):
                 self._hold_for(req)
 
     def drf(self, order: list[Request]) -> None:
@@ -182,11 +191,18 @@ class _Pass:
             return None
         shape = _shape(req)
         found = None if shape in self.failed else self.state.find(req)
+        held: Hold | None = None
         if found is None:
             # capacity only shrinks during a pass, so this shape cannot fit later in it either
             self.failed.add(shape)
-            self.outcome[req.id] = _CAPACITY
-            return None
+            backfill = (
+                place_in_hold(self.state, list(self.holds.values()), req, self.now)
+                if self.holds and req.time_limit is not None else None
+            )
+            if backfill is None:
+                self.outcome[req.id] = _CAPACITY
+                return None
+            found, held = backfill
         got = found.placement.resources
         if req.gpu_mem and got != want and self._larger_blocks(req, got, user, project):
             return None  # the slice on the device found is larger than the least one
@@ -196,8 +212,13 @@ class _Pass:
             if blocked is not None:  # (the GPU found is of a model the project has used up)
                 self.outcome[req.id] = (WaitCode.QUOTA, blocked)
                 return None
-        self.state.allocate(found)
+        if held is None:
+            self.state.allocate(found)
+        else:
+            take_from_hold(held, found)
         self.placed.placements.append(found.placement)
+        if self.started is not None:
+            self.started[found.node.rank].append(found.placement)
         if user is None:
             user = self.users[req.user] = Usage()
         user.add(got)
@@ -230,22 +251,58 @@ class _Pass:
         ]
         return Resources(min(amounts, default=0), req.resources.cpu, req.resources.mem)
 
-    def _hold_for(self, req: Request) -> None:
-        """Backfill: keep the capacity closest to fitting ``req`` from later requests."""
-        target = self._reservation_target(req)
-        if target is not None:
-            self.state.hold(target.node, target.positions, req.resources)
-            self.holds[req.id] = target
+    def _may_hold(self, req: Request) -> bool:
+        """Backfill: the first request of its pool that does not fit (``reserve_head``), and
+        any that waited past ``max_wait_before_reserve``, hold capacity, up to a bound."""
+        if len(self.holds) >= self.config.max_reservations:
+            return False
+        head = self.config.reserve_head and req.pool not in self.head_held
+        return head or self.now - req.enqueued_at > self.config.max_wait_before_reserve
 
-    def _reservation_target(self, req: Request) -> _Hold | None:
+    def _hold_for(self, req: Request) -> None:
+        """Backfill: keep the capacity closest to fitting ``req`` from later requests, and
+        work out when it will be enough (``reservations.hold_start``)."""
+        target = self._reservation_target(req)
+        if target is None:
+            return
+        ns = target.node
+        cpu, mem = ns.cpu_free, ns.mem_free
+        self.state.hold(ns, target.positions, req.resources)
+        target.cpu, target.mem = cpu - ns.cpu_free, mem - ns.mem_free
+        need = self._hold_need(req, target)
+        running = [*ns.node.running, *self._started_on(ns)]
+        target.start = hold_start(target, need, req.resources, running, self.now)
+        self.holds[req.id] = target
+        self.head_held.add(req.pool)
+
+    def _started_on(self, ns: NodeState) -> list[Running]:
+        """What this pass placed on ``ns``, each until its time limit."""
+        assert self.started is not None  # holds are made under backfill only
+        placed = self.started.get(ns.rank, ())
+        if not placed:
+            return []
+        if self.limits is None:
+            self.limits = {r.id: r.time_limit for r in self.order}
+        return [ran_from(p, self.limits[p.request_id], self.now) for p in placed]
+
+    def _hold_need(self, req: Request, hold: Hold) -> list[int]:
+        """The milli-fGPU ``req`` needs on each held device."""
+        if not hold.positions:
+            return []
+        group = hold.node.device_groups[hold.positions[0]]
+        gpu = group.gpu_of(req, self.state.step) or group.cap
+        return [gpu] if len(hold.positions) == 1 and gpu <= group.cap else (
+            [group.cap] * len(hold.positions))
+
+    def _reservation_target(self, req: Request) -> Hold | None:
         """The capacity closest to fitting ``req``: the freest device, or the node with the most
         entirely free devices, among those that could hold it when empty."""
         res = req.resources
         if res.gpu == 0 and not req.gpu_mem:
             nodes = [ns for ns in self.state.nodes_for(req) if _could_host(ns, res)]
             best = max(nodes, key=lambda ns: (ns.cpu_free, ns.mem_free, -ns.rank), default=None)
-            return None if best is None else _Hold(best, [])
-        candidates: list[tuple[tuple[int, int], _Hold]] = []
+            return None if best is None else Hold(best, [])
+        candidates: list[tuple[tuple[int, int], Hold]] = []
         for group in self.state.groups_for(req):
             gpu = group.gpu_of(req, self.state.step)
             if gpu is None:
@@ -260,7 +317,7 @@ class _Pass:
                 candidates.append(((-freed, hold.node.rank), hold))
         return min(candidates, key=lambda c: c[0])[1] if candidates else None
 
-    def _freest_device(self, group: GroupIndex, res: Resources) -> _Hold | None:
+    def _freest_device(self, group: GroupIndex, res: Resources) -> Hold | None:
         state = self.state
 
         def could_host(key: BucketKey) -> bool:
@@ -270,26 +327,26 @@ class _Pass:
             key = group.slices.first(amount, could_host)
             if key is not None:
                 rank, pos = state.device_at(key)
-                return _Hold(state.nodes[rank], [pos])
+                return Hold(state.nodes[rank], [pos])
         for ns in state.nodes_of(group):  # every device is full: hold the first that could fit
             free = [p for p in ns.positions(group) if p not in ns.held]
             if free and _could_host(ns, res):
-                return _Hold(ns, free[:1])
+                return Hold(ns, free[:1])
         return None
 
-    def _freest_node(self, group: GroupIndex, k: int, res: Resources) -> _Hold | None:
+    def _freest_node(self, group: GroupIndex, k: int, res: Resources) -> Hold | None:
         nodes = self.state.nodes
         for count in reversed(group.whole.amounts):  # the most entirely free devices first
             rank = group.whole.first(count, lambda rank: _could_host(nodes[rank], res))
             if rank is not None:
-                return _Hold(nodes[rank], self._freest(nodes[rank], group, k))
-        best: tuple[tuple[int, int], _Hold] | None = None
+                return Hold(nodes[rank], self._freest(nodes[rank], group, k))
+        best: tuple[tuple[int, int], Hold] | None = None
         for ns in self.state.nodes_of(group):  # no device entirely free: the most free fGPU
             if _could_host(ns, res) and len(ns.positions(group)) - len(ns.held) >= k:
                 chosen = self._freest(ns, group, k)
                 score = (-sum(ns.free[p] for p in chosen), ns.rank)
                 if len(chosen) == k and (best is None or score < best[0]):
-                    best = (score, _Hold(ns, chosen))
+                    best = (score, Hold(ns, chosen))
         return None if best is None else best[1]
 
     @staticmethod
@@ -346,11 +403,14 @@ class _Pass:
             if hold.positions:
                 gpus = ", ".join(str(hold.node.node.devices[p].index) for p in hold.positions)
                 where += f" GPU {gpus}"
-            wait = _duration(self.config.max_wait_before_reserve)
-            return f"; capacity on {where} is held for it (waiting longer than {wait})"
+            if math.isfinite(hold.start):
+                return (f"; capacity on {where} is held for it, expected to be free in "
+                        f"{_duration(max(0.0, hold.start - self.now))}")
+            return f"; capacity on {where} is held for it"
         if req.pool in held_pools or (req.pools is not None and not held_pools.isdisjoint(
                 req.pools)):
-            return "; some capacity is held for sessions that have waited longer"
+            return ("; some capacity is held for sessions ahead of it (a session whose time "
+                    "limit ends before that capacity is needed may use it)")
         return ""
 
 

@@ -31,6 +31,7 @@ class WaitCode(StrEnum):
     FIFO = "fifo"  # an earlier request in its pool waits for capacity (fifo)
     RESERVED = "reserved"  # capacity it could use is held for a request waiting longer
     NO_NODE = "no_node"  # no schedulable node matches (pool, GPU model) at all
+    BEGIN = "begin"  # asked to start later (``--begin``); set by the manager, not the core
 
 
 @dataclass(slots=True)
@@ -43,6 +44,18 @@ class Device:
     mem: int  # bytes
     sms: int = 0
     used: int = 0  # milli-fGPU allocated
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """An allocation on a node and when it ends at the latest: its time limit (``ends_at``,
+    on the clock of ``now``; ``None``: no limit, it may run for ever). Backfill reads these to
+    know when held capacity will be free."""
+
+    ends_at: float | None
+    cpu: int  # milli-cores
+    mem: int  # bytes
+    slices: tuple[tuple[int, int], ...] = ()  # (device index, milli-fGPU)
 
 
 @dataclass(slots=True)
@@ -58,6 +71,7 @@ class Node:
     cpu_used: int = 0
     mem_used: int = 0
     pool: str = "default"
+    running: tuple[Running, ...] = ()  # what is allocated, with end times (backfill only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +120,7 @@ class Request:
     # The resource groups (pools) it may run in when more than one: None means ``pool`` alone.
     # ``pool`` then names its queue (fifo and positions); see ``groups_of``.
     pools: frozenset[str] | None = None
+    time_limit: float | None = None  # seconds it may run once started; None: no limit
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +161,9 @@ class SchedulerConfig:
     strategy: Strategy = Strategy.BINPACK
     max_wait_before_reserve: float = 600.0  # seconds (backfill only)
     max_reservations: int = 16  # requests that may hold capacity in one pass (backfill only)
+    # backfill: the first request of each pool that does not fit holds capacity at once, not
+    # only after ``max_wait_before_reserve`` (else a stream of small jobs starves it)
+    reserve_head: bool = True
     fgpu_step: int = 10  # milli-fGPU: requests by GPU memory get a multiple of it (0.01 fGPU)
 
 

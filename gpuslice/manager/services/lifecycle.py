@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import case, insert, select, update
+from sqlalchemy import ScalarSelect, case, func, insert, select, type_coerce, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
-from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.base import UTCDateTime, utcnow
 from gpuslice.manager.db.models import (
     AllocationRow,
     DeviceRow,
@@ -90,6 +91,18 @@ async def transition(
     # One line per status change (the reason is the platform's text, never user data).
     log.info("session %s: %s -> %s: %s", row.name, current.value, to.value, reason,
              extra={"session_id": row.id, "node_id": node_id})
+
+
+def running_since() -> ScalarSelect[datetime]:
+    """When a session (``SessionRow``, correlated) last became RUNNING, from its status history:
+    a scalar subquery for a statement over sessions (aware, as the column reads back)."""
+    return (
+        select(type_coerce(func.max(StatusHistoryRow.at), UTCDateTime))
+        .where(StatusHistoryRow.session_id == SessionRow.id,
+               StatusHistoryRow.to_status == S.RUNNING)
+        .correlate(SessionRow)
+        .scalar_subquery()
+    )
 
 
 async def note(db: AsyncSession, row: SessionRow, reason: str) -> None:

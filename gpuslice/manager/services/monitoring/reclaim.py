@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.schemas.monitoring import IdleRule
@@ -22,12 +22,11 @@ from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import (
     ResourcePolicyRow,
     SessionRow,
-    StatusHistoryRow,
     UsageSeriesRow,
     UserRow,
 )
 from gpuslice.manager.errors import IllegalTransition, StaleStatus
-from gpuslice.manager.services.lifecycle import transition
+from gpuslice.manager.services.lifecycle import running_since, transition
 from gpuslice.manager.services.monitoring.idle import Observed, Reclaim, decide
 
 log = logging.getLogger(__name__)
@@ -75,13 +74,7 @@ async def decisions(
 ) -> list[tuple[str, Reclaim]]:
     """``(session id, when and why)`` for the RUNNING sessions (of ``ids``) that will be
     reclaimed if they go on as they are."""
-    started = (
-        select(func.max(StatusHistoryRow.at))
-        .where(StatusHistoryRow.session_id == SessionRow.id,
-               StatusHistoryRow.to_status == SessionStatus.RUNNING)
-        .correlate(SessionRow)
-        .scalar_subquery()
-    )
+    started = running_since()
     query = (
         select(SessionRow.id, SessionRow.type, SessionRow.gpu, SessionRow.last_activity_at,
                ResourcePolicyRow.idle_rule, ResourcePolicyRow.max_lifetime, UsageSeriesRow.last_at,

@@ -99,7 +99,7 @@ def _session(body: RunCreate, check: bool = False) -> SessionCreate:
             type=SessionType.BATCH, command=command,
             env={**body.env, "GPUSLICE_RUN_NAME": body.name}, priority=body.priority,
             folders=others if check else [RUNS_FOLDER, *others], project=body.project,
-            group=body.group,
+            group=body.group, time_limit=body.time_limit, begin_at=body.begin_at,
         )
     except ValidationError as err:  # RunCreate shares the session's rules; never a 500
         first = err.errors()[0]

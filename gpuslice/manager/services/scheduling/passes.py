@@ -10,7 +10,6 @@ they changed.
 from __future__ import annotations
 
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -22,6 +21,7 @@ from sqlalchemy.orm import load_only
 from gpuslice.common.resources import Resources
 from gpuslice.common.schemas.projects import DEFAULT_GROUP
 from gpuslice.common.schemas.sessions import HOLDING, SessionCreate, SessionStatus
+from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import (
     DeviceRow,
     NodeRow,
@@ -36,6 +36,7 @@ from gpuslice.manager.scheduler import (
     Device,
     Node,
     PassResult,
+    Policy,
     Request,
     SchedulerConfig,
     UserState,
@@ -50,6 +51,7 @@ from gpuslice.manager.services.scheduling.allocation import (
     apply_placement,
     apply_placements,
 )
+from gpuslice.manager.services.timelimits.queue import attach_running, not_yet
 
 log = logging.getLogger(__name__)
 # Placements applied in one transaction. Bounded so that one batch's statements stay well
@@ -95,9 +97,16 @@ async def run_pass(
         snap = await load_snapshot(db)
         if not snap.pending:
             return PassStats()
-        result = schedule(snap.requests(), snap.nodes, snap.users, config, time.time(),
+        now = utcnow()
+        later = not_yet(snap.pending.values(), now)  # --begin: not in the queue yet
+        requests = [r for r in snap.requests() if r.id not in later]
+        if config.policy is Policy.BACKFILL and requests:
+            await attach_running(db, snap.nodes, now)
+            await db.commit()
+        result = schedule(requests, snap.nodes, snap.users, config, now.timestamp(),
                           snap.projects)
         stats = await _apply(db, snap, result)
+        result.waiting.update(later)
         await _write_waiting(db, snap, result)
     if stats.conflicts:
         hub.scheduler.set()
@@ -137,7 +146,8 @@ _QUEUED_COLUMNS = load_only(
     SessionRow.gpu, SessionRow.cpu, SessionRow.mem, SessionRow.gpu_model, SessionRow.gpu_mem,
     SessionRow.status, SessionRow.status_reason, SessionRow.wait_code,
     SessionRow.queue_position, SessionRow.node_id, SessionRow.created_at,
-    SessionRow.project_id, raiseload=True,
+    SessionRow.project_id, SessionRow.time_limit, SessionRow.begin_at,
+    raiseload=True,
 )
 
 
@@ -221,7 +231,7 @@ def queued_request(
         row.id, row.owner_id, row.created_at.timestamp(), Resources(row.gpu, row.cpu, row.mem),
         gpu_mem=row.gpu_mem, priority=row.priority, gpu_model=row.gpu_model,
         groups=groups or request_groups(row.pool, project, set()),
-        project=None if project is None else project.name,
+        project=None if project is None else project.name, time_limit=row.time_limit,
     )
 
 
@@ -240,6 +250,7 @@ def asked_request(
         request_id, user, enqueued_at, body.resources.to_resources(),
         gpu_mem=body.resources.gpu_mem, priority=body.priority, gpu_model=body.gpu_model,
         groups=groups, project=None if project is None else project.name,
+        time_limit=body.time_limit,
     )
 
 
@@ -261,12 +272,12 @@ def session_request(
     request_id: str, user: str, enqueued_at: float, resources: Resources, *,
     gpu_mem: int | None, priority: int, gpu_model: str | None,
     groups: tuple[str, frozenset[str] | None] = (DEFAULT_GROUP, None),
-    project: str | None = None,
+    project: str | None = None, time_limit: int | None = None,
 ) -> Request:
     """The one way a session's request for the scheduler core is built, queued or asked."""
     pool, pools = groups
     return Request(request_id, user, resources, enqueued_at, priority, gpu_model, pool,
-                   gpu_mem=gpu_mem or 0, project=project, pools=pools)
+                   gpu_mem=gpu_mem or 0, project=project, pools=pools, time_limit=time_limit)
 
 
 async def _apply(db: AsyncSession, snap: Snapshot, result: PassResult) -> PassStats:
@@ -306,9 +317,9 @@ async def _apply(db: AsyncSession, snap: Snapshot, result: PassResult) -> PassSt
 
 async def _write_waiting(db: AsyncSession, snap: Snapshot, result: PassResult) -> None:
     changes = [
-        {"sid": w.request_id, "reason": w.reason, "code": str(w.code), "pos": w.position}
+        {"sid": w.request_id, "reason": w.reason, "code": str(w.code), "pos": w.position or None}
         for w in result.waiting.values()
-        if _changed(snap.pending[w.request_id], w.reason, str(w.code), w.position)
+        if _changed(snap.pending[w.request_id], w.reason, str(w.code), w.position or None)
     ]
     if not changes:
         return
@@ -324,6 +335,6 @@ async def _write_waiting(db: AsyncSession, snap: Snapshot, result: PassResult) -
     await db.commit()
 
 
-def _changed(row: SessionRow, reason: str, code: str, position: int) -> bool:
+def _changed(row: SessionRow, reason: str, code: str, position: int | None) -> bool:
     return (row.status_reason, row.wait_code, row.queue_position) != (reason, code, position)
 

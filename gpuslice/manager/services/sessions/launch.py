@@ -25,6 +25,12 @@ from gpuslice.manager.services.projects.launch import launch_project, project_qu
 from gpuslice.manager.services.scheduling.passes import alive_nodes, asked_request
 from gpuslice.manager.services.sessions.views import created_public, describe_many, visible
 from gpuslice.manager.services.storage import mounts
+from gpuslice.manager.services.timelimits.limits import (
+    ENV_TIME_LIMIT,
+    bounds_for,
+    check_begin,
+    time_limit_for,
+)
 from gpuslice.manager.settings import ManagerSettings, SessionSettings
 
 QUEUED = "waiting for the scheduler"
@@ -41,10 +47,14 @@ async def create_sessions(
     await db.execute(update(UserRow).where(UserRow.id == user.id).values(id=UserRow.id))
     checked = await check_create(db, user, body, settings)
     now = utcnow()
+    limit = time_limit_for(body, bounds_for(user, settings.sessions))
+    begin_at = check_begin(body.begin_at, now)
+    env = body.env if limit is None else {**body.env, ENV_TIME_LIMIT: str(limit)}
     rows = [
         SessionRow(
             id=new_id(), name=_name(body, i), owner_id=user.id, image=checked.image,
-            type=body.type, command=body.command, env=body.env, priority=body.priority,
+            type=body.type, command=body.command, env=env, priority=body.priority,
+            time_limit=limit, begin_at=begin_at,
             gpu=body.resources.gpu, cpu=body.resources.cpu, mem=body.resources.mem,
             gpu_mem=body.resources.gpu_mem, folders=checked.folders,
             project_id=checked.project.id, pool=checked.pool,
@@ -88,6 +98,8 @@ async def check_create(
         db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
     )
     await _check_feasible(db, body, quota_of(policy), settings, project, pool)
+    time_limit_for(body, bounds_for(user, settings.sessions))  # refused here, as in a preview
+    check_begin(body.begin_at, utcnow())
     start_apps = apps_catalog.check_startable(image.meta, body.apps, image.reference)
     folders = await mounts.resolve(db, user, body.folders)
     return Checked(image.reference, folders, start_apps, project, pool)

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpuslice.common.resources import fgpu_decimal, slice_fraction
 from gpuslice.common.schemas.common import Page, ResourcesPublic
 from gpuslice.common.schemas.sessions import (
+    HOLDING,
     AllocationPublic,
     PlacementPublic,
     SessionPublic,
@@ -214,7 +215,8 @@ def _public(
         result=SessionResult(row.result) if row.result else None, exit_code=row.exit_code,
         placement=placement, created_at=row.created_at, updated_at=row.updated_at,
         folders=[SessionFolder(**f) for f in row.folders or []],
-        purged_at=row.purged_at, history=history,
+        purged_at=row.purged_at, history=history, time_limit=row.time_limit,
+        begin_at=row.begin_at, ends_at=row.ends_at if status in HOLDING else None,
     )
 
 
@@ -258,6 +260,7 @@ _PUBLIC_COLUMNS = (
     SessionRow.status_reason, SessionRow.wait_code, SessionRow.queue_position,
     SessionRow.result, SessionRow.exit_code, SessionRow.node_id, SessionRow.created_at,
     SessionRow.updated_at, SessionRow.folders, SessionRow.purged_at, SessionRow.pool,
+    SessionRow.time_limit, SessionRow.begin_at, SessionRow.ends_at,
 )
 
 

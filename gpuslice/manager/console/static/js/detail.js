@@ -6,7 +6,7 @@ import { add, badge, bytes, clear, errorLine, fgpu, h, num, toast, when } from "
 import { watch } from "./live.js";
 import { usageCard } from "./usage.js";
 import { openTerminal } from "./terminal.js";
-import { configuration, waitText } from "./sessions.js";
+import { configuration, span, timeText, waitText } from "./sessions.js";
 
 const FINAL = new Set(["TERMINATED", "ERROR", "CANCELLED"]);
 
@@ -57,6 +57,9 @@ export function detailPage(main, parts) {
     ];
     if (s.result) rows.push(["Result", s.result + " (exit code " + s.exit_code + ")"]);
     if (s.folders.length) rows.push(["Folders", s.folders.map((f) => f.name + (f.read_only ? " (ro)" : "")).join(", ")]);
+    if (s.time_limit) rows.push(["Time limit", span(s.time_limit)]);
+    if (s.ends_at) rows.push(["Ends", when(s.ends_at) + " (" + timeText(s) + ")"]);
+    if (s.begin_at) rows.push(["Starts", when(s.begin_at)]);
     if (s.reclaim) rows.push(["Reclaimed", when(s.reclaim.at) + ": " + s.reclaim.reason]);
     clear(summary, h("dl", { class: "kv" }, rows.map(([k, v]) => [h("dt", null, k), h("dd", null, v)])));
   }

@@ -15,7 +15,7 @@ import { projectFields } from "./launch_projects.js";
 const RECENT = 5;
 const FIELDS = { image: "image", gpu: "gpu", gpu_mem: "gpu", cpu: "cpu", mem: "mem", count: "count",
   name: "name", command: "command", command_line: "command", folders: "folders", type: "command",
-  project: "project", group: "group" };
+  project: "project", group: "group", time_limit: "time", begin_at: "begin" };
 
 function fieldOf(apiField) {
   if (!apiField) return "form";
@@ -41,7 +41,8 @@ export async function openLaunch(me) {
   const byEnv = new Map(envs.map((e) => [e.key, e.images]));
   let gpuModels = [];
   const errors = {};
-  for (const key of ["image", "gpu", "cpu", "mem", "count", "name", "command", "folders", "project", "group", "form"]) {
+  for (const key of ["image", "gpu", "cpu", "mem", "count", "name", "command", "folders", "project",
+    "group", "time", "begin", "form"]) {
     errors[key] = errorLine("err-" + key);
   }
   const team = await projectFields(errors, () => schedulePreview());
@@ -66,6 +67,9 @@ export async function openLaunch(me) {
   const mem = h("input", { type: "text", id: "launch-mem", value: "1g", size: 8, "aria-describedby": "err-mem" });
   const first = presets.find((p) => p.default) || presets[0];
   const name = h("input", { type: "text", id: "launch-name", placeholder: "optional", "aria-describedby": "err-name" });
+  const timeLimit = h("input", { type: "text", id: "launch-time", size: 10, placeholder: "optional",
+    "aria-describedby": "err-time", autocomplete: "off", spellcheck: "false" });
+  const begin = h("input", { type: "datetime-local", id: "launch-begin", "aria-describedby": "err-begin" });
   const interactive = h("input", { type: "radio", name: "type", id: "launch-type-interactive", value: "interactive", checked: true });
   const batch = h("input", { type: "radio", name: "type", id: "launch-type-batch", value: "batch" });
   const command = h("input", { type: "text", id: "launch-command", size: 40, "aria-describedby": "err-command",
@@ -102,6 +106,11 @@ export async function openLaunch(me) {
       h("div", { class: "field" }, h("label", { for: "launch-mem" }, "Memory"), mem,
         h("div", { class: "hint" }, "e.g. 512m, 2g"), errors.mem),
       h("div", { class: "field" }, h("label", { for: "launch-name" }, "Name"), name, errors.name)),
+    h("div", { class: "row" },
+      h("div", { class: "field" }, h("label", { for: "launch-time" }, "Time limit"), timeLimit,
+        h("div", { class: "hint" }, "e.g. 30m, 2h, 1:30:00; ended then"), errors.time),
+      h("div", { class: "field" }, h("label", { for: "launch-begin" }, "Start at"), begin,
+        h("div", { class: "hint" }, "optional; waits until then"), errors.begin)),
     h("fieldset", { class: "field" }, h("legend", null, "Type"),
       interactive, h("label", { for: "launch-type-interactive" }, " Interactive "),
       batch, h("label", { for: "launch-type-batch" }, " Batch (runs a command and ends)")),
@@ -163,6 +172,9 @@ export async function openLaunch(me) {
       folders: chosenFolders, ...team.values() };
     if (name.value.trim()) out.name = name.value.trim();
     if (type === "batch" && command.value.trim()) out.command_line = command.value.trim();
+    if (timeLimit.value.trim()) out.time_limit = timeLimit.value.trim();
+    // the browser's local time, sent with its offset (as UTC)
+    if (begin.value) out.begin_at = new Date(begin.value).toISOString();
     return out;
   }
   function showErrors(err) {

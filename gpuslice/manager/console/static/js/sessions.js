@@ -25,6 +25,28 @@ export function imageName(ref) {
   return ref.replace(/^.*\//, "").replace(":", " ");
 }
 
+// "1h20m left" (RUNNING with a time limit), "starts 22:00" (PENDING, asked to start later)
+export function timeText(s) {
+  if (s.ends_at) {
+    const left = Math.round((new Date(s.ends_at) - Date.now()) / 1000);
+    return left > 0 ? span(left) + " left" : "ending";
+  }
+  if (s.begin_at && s.status === "PENDING" && new Date(s.begin_at) > Date.now()) {
+    const at = new Date(s.begin_at);
+    const today = at.toDateString() === new Date().toDateString();
+    const clock = at.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" });
+    return "starts " + (today ? clock : at.toLocaleDateString() + " " + clock);
+  }
+  return "";
+}
+
+export function span(seconds) {
+  const d = Math.floor(seconds / 86400), hr = Math.floor(seconds % 86400 / 3600);
+  const m = Math.floor(seconds % 3600 / 60), sec = seconds % 60;
+  const parts = [[d, "d"], [hr, "h"], [m, "m"], [sec, "s"]].filter(([n]) => n).map(([n, u]) => n + u);
+  return parts.slice(0, 2).join("") || "0s";
+}
+
 export function waitText(s) {
   if (s.status !== "PENDING") return s.status === "RUNNING" ? "" : s.status_reason;
   const position = s.queue_position ? "#" + s.queue_position + " in queue · " : "";
@@ -72,7 +94,8 @@ export function sessionsPage(main, _parts, me) {
     return h("tr", { dataset: { id: s.id, name: s.name, status: s.status } },
       h("td", null, box),
       h("td", null, h("a", { href: "#/sessions/" + s.id }, s.name)),
-      h("td", { class: "status-cell" }, badge(s.status), h("span", { class: "reason" }, waitText(s))),
+      h("td", { class: "status-cell" }, badge(s.status), h("span", { class: "reason" }, waitText(s)),
+        timeText(s) ? h("span", { class: "time-left" }, timeText(s)) : null),
       h("td", { class: "config" }, configuration(s)),
       h("td", null, s.type),
       h("td", null, s.placement ? s.placement.node_name : "–"),
@@ -87,7 +110,8 @@ export function sessionsPage(main, _parts, me) {
     let cursor = body.firstChild;
     for (const s of items) {
       seen.add(s.id);
-      const key = s.status + s.updated_at + s.queue_position + s.status_reason + (s.placement ? 1 : 0);
+      const key = s.status + s.updated_at + s.queue_position + s.status_reason + (s.placement ? 1 : 0) +
+        timeText(s);
       let entry = rows.get(s.id);
       if (!entry || entry.key !== key) {
         const tr = row(s);
