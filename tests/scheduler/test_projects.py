@@ -73,6 +73,7 @@ def test_a_session_runs_only_in_its_resource_groups_and_the_reason_names_them():
     assert [(p.request_id, p.node_id) for p in result.placements] == [("x", "t4-1")]
     assert result.waiting["y"].reason == (
         "needs 1.0 fGPU on one GPU; no GPU has a free slice in resource group 't4'"
+        "; capacity on t4-1 GPU 0 is held for it"  # backfill holds for the head at once
     )
 
 
