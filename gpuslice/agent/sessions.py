@@ -97,7 +97,7 @@ class SessionActions:
                 await self._finish(action)
             elif action.act is Act.STOP:
                 await self._stop(sid, action.status or SessionStatus.TERMINATED, action.reason,
-                                 action.container_id)
+                                 action.container_id, self._grace(assignment))
             elif action.act is Act.REMOVE:
                 await self._remove(sid, action.container_id)
             elif action.act is Act.RECREATE and assignment is not None:
@@ -244,8 +244,15 @@ class SessionActions:
         if (dying := self._dying.get(session_id)) is not None and not dying.done():
             dying.set_result(None)
 
+    def _grace(self, assignment: Assignment | None) -> int:
+        """Seconds between SIGTERM and SIGKILL: the session's class's, else this node's."""
+        if assignment is not None and assignment.stop_grace_s is not None:
+            return assignment.stop_grace_s
+        return self.settings.stop_grace_s
+
     async def _stop(
-        self, sid: str, status: SessionStatus, reason: str, cid: str | None = None
+        self, sid: str, status: SessionStatus, reason: str, cid: str | None = None,
+        grace_s: int | None = None,
     ) -> None:
         """Stop the container, keep its last logs, remove it, and report ``status`` with
         ``reason``: TERMINATED "stopped" when the manager asked, or the agent's own reason
@@ -260,8 +267,8 @@ class SessionActions:
         and report it as having exited by itself."""
         cid = cid or container_name(sid)
         self._dying[sid] = died = asyncio.get_running_loop().create_future()
-        stopping = asyncio.create_task(
-            self.runtime.stop_container(cid, self.settings.stop_grace_s))
+        grace = self.settings.stop_grace_s if grace_s is None else grace_s
+        stopping = asyncio.create_task(self.runtime.stop_container(cid, grace))
         try:
             await asyncio.wait((stopping, died), return_when=asyncio.FIRST_COMPLETED)
             if stopping.done():

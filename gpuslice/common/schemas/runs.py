@@ -25,6 +25,7 @@ from pydantic import (
 from gpuslice.common.limits import PRIORITY_BOUND
 from gpuslice.common.schemas.common import ResourcesIn, ResourcesPublic
 from gpuslice.common.schemas.models import FilePath, ModelPublic
+from gpuslice.common.schemas.priorities import PRIORITY_CLASS_PATTERN
 from gpuslice.common.schemas.sessions import (
     EnvVars,
     FolderRequests,
@@ -70,6 +71,12 @@ class RunCreate(BaseModel):
     )
     env: EnvVars = Field(default_factory=dict, max_length=256)
     priority: int = Field(default=0, ge=-PRIORITY_BOUND, le=PRIORITY_BOUND)
+    priority_class: str | None = Field(
+        default=None, pattern=PRIORITY_CLASS_PATTERN,
+        description="Its priority class (none: the default). A run of a lower class may be "
+        "preempted: it is stopped and queued again, and its script finds its checkpoints in "
+        "`save_dir` when it starts again.",
+    )
     save_var: Annotated[str | None, AfterValidator(_check_var)] = Field(
         default=None,
         description="A Python script's global variable whose object, when the script ends, is "

@@ -31,6 +31,7 @@ class WaitCode(StrEnum):
     FIFO = "fifo"  # an earlier request in its pool waits for capacity (fifo)
     RESERVED = "reserved"  # capacity it could use is held for a request waiting longer
     NO_NODE = "no_node"  # no schedulable node matches (pool, GPU model) at all
+    PREEMPTING = "preempting"  # lower-priority sessions are stopping for it; capacity held
 
 
 @dataclass(slots=True)

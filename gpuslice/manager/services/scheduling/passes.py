@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import cast
 
 from sqlalchemy import Table, bindparam, func, select, update
@@ -31,9 +32,11 @@ from gpuslice.manager.scheduler import (
     Request,
     SchedulerConfig,
     UserState,
-    schedule,
 )
+from gpuslice.manager.services import priorities
 from gpuslice.manager.services.policies import quota_of
+from gpuslice.manager.services.priorities import ClassRule
+from gpuslice.manager.services.scheduling import preemption
 from gpuslice.manager.services.scheduling.allocation import (
     DeviceRef,
     DeviceRefs,
@@ -60,6 +63,7 @@ class Snapshot:
     pending: dict[str, SessionRow]  # detached rows
     users: dict[str, UserState]
     devices: DeviceRefs
+    classes: dict[str, ClassRule] = field(default_factory=dict)  # priority classes by name
 
 
 async def run_pass(
@@ -70,9 +74,17 @@ async def run_pass(
         snap = await load_snapshot(db)
         if not snap.pending:
             return PassStats()
-        requests = [queued_request(row) for row in snap.pending.values()]
-        result = schedule(requests, snap.nodes, snap.users, config, time.time())
+        requests = {row.id: queued_request(row, snap.classes) for row in snap.pending.values()}
+        result = preemption.schedule_with_holds(
+            list(requests.values()), snap.nodes, snap.users, config, time.time(),
+            preemption.holds_of(snap.pending),
+        )
         stats = await _apply(db, snap, result)
+        if result.waiting:
+            nodes = await alive_nodes(db) if result.placements else snap.nodes
+            await db.commit()
+            await preemption.preempt(db, result, snap.pending, requests, snap.classes, nodes,
+                                     config)
         await _write_waiting(db, snap, result)
     if stats.conflicts:
         hub.scheduler.set()
@@ -96,9 +108,10 @@ async def load_snapshot(db: AsyncSession, *, nodes: bool = False) -> Snapshot:
     # only owners with a policy have a quota to load (the usual case: none, no query)
     limited = {row.owner_id for row, policy in queued if policy is not None}
     users = await user_states(db, limited) if limited else {}
+    classes = await priorities.rules(db) if pending else {}
     await db.commit()
     db.expunge_all()  # detached: a rollback later in the pass must not expire them
-    return Snapshot(alive, {row.id: row for row in pending}, users, devices)
+    return Snapshot(alive, {row.id: row for row in pending}, users, devices, classes)
 
 
 # What a pass reads of each PENDING session: what the core decides on, what placing it writes
@@ -109,6 +122,7 @@ _QUEUED_COLUMNS = load_only(
     SessionRow.gpu, SessionRow.cpu, SessionRow.mem, SessionRow.gpu_model, SessionRow.gpu_mem,
     SessionRow.status, SessionRow.status_reason, SessionRow.wait_code,
     SessionRow.queue_position, SessionRow.node_id, SessionRow.created_at,
+    SessionRow.priority_class, SessionRow.held_node_id, SessionRow.held_slices,
     raiseload=True,
 )
 
@@ -183,11 +197,14 @@ async def _alive(db: AsyncSession) -> tuple[list[Node], DeviceRefs]:
     return list(nodes.values()), devices
 
 
-def queued_request(row: SessionRow) -> Request:
-    """A PENDING session as the scheduler core sees it."""
+def queued_request(row: SessionRow, classes: Mapping[str, ClassRule] | None = None) -> Request:
+    """A PENDING session as the scheduler core sees it: its class's rank orders it first,
+    then its own priority (``classes``: the priority classes by name)."""
+    rule = (classes or {}).get(row.priority_class or "")
+    priority = preemption.ranked(rule.rank if rule is not None else 0, row.priority)
     return session_request(
         row.id, row.owner_id, row.created_at.timestamp(), Resources(row.gpu, row.cpu, row.mem),
-        gpu_mem=row.gpu_mem, priority=row.priority, gpu_model=row.gpu_model, pool=row.pool,
+        gpu_mem=row.gpu_mem, priority=priority, gpu_model=row.gpu_model, pool=row.pool,
     )
 
 

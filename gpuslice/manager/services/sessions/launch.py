@@ -16,9 +16,10 @@ from gpuslice.manager.db.base import new_id, utcnow
 from gpuslice.manager.db.models import ResourcePolicyRow, SessionRow, UserRow
 from gpuslice.manager.errors import InvalidRequest, StaleStatus
 from gpuslice.manager.scheduler import Quota, check_request
+from gpuslice.manager.services import priorities
 from gpuslice.manager.services.apps import catalog as apps_catalog
 from gpuslice.manager.services.images import catalog
-from gpuslice.manager.services.lifecycle import record_created, transition
+from gpuslice.manager.services.lifecycle import note, record_created, transition
 from gpuslice.manager.services.policies import quota_of
 from gpuslice.manager.services.scheduling.passes import alive_nodes, asked_request
 from gpuslice.manager.services.sessions.views import created_public, describe_many, visible
@@ -38,11 +39,13 @@ async def create_sessions(
     # SQLite): the PENDING count cannot be passed by two creates racing.
     await db.execute(update(UserRow).where(UserRow.id == user.id).values(id=UserRow.id))
     image, folders, start_apps = await check_create(db, user, body, settings)
+    klass = await priorities.resolve(db, body.priority_class)
     now = utcnow()
     rows = [
         SessionRow(
             id=new_id(), name=_name(body, i), owner_id=user.id, image=image,
             type=body.type, command=body.command, env=body.env, priority=body.priority,
+            priority_class=klass.name if klass is not None else None,
             gpu=body.resources.gpu, cpu=body.resources.cpu, mem=body.resources.mem,
             gpu_mem=body.resources.gpu_mem, folders=folders,
             gpu_model=body.gpu_model, status=SessionStatus.PENDING, status_reason=QUEUED,
@@ -68,6 +71,7 @@ async def check_create(
     policy = await db.get(ResourcePolicyRow, user.policy_id) if user.policy_id else None
     await _check_pending(db, user, policy, body.count, settings.sessions.max_pending)
     _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
+    await priorities.resolve(db, body.priority_class)
     image = await catalog.resolve(
         db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
     )
@@ -118,6 +122,9 @@ async def _destroy_one(db: AsyncSession, row: SessionRow, reason: str) -> None:
     status = SessionStatus(row.status)
     if status is SessionStatus.PENDING:
         await transition(db, row, SessionStatus.CANCELLED, reason)
+    elif status is SessionStatus.TERMINATING and row.preempted_by is not None:
+        # a preempted session stopped by its owner too: it ends, not back in the queue
+        await note(db, row, reason, preempted_by=None)
     elif status not in FINAL and status is not SessionStatus.TERMINATING:
         await transition(db, row, SessionStatus.TERMINATING, reason)
 
