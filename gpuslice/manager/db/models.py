@@ -247,6 +247,9 @@ class SessionRow(Base):
     # TERMINATING because of it, then back to PENDING; ``preemptions`` counts those returns.
     preempted_by: Mapped[str | None] = mapped_column(String(36))
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    # Why it was last preempted ("preempted by alice's train-3 (priority high)"): its waiting
+    # reason starts with it while it is back in the queue.
+    preempt_reason: Mapped[str | None] = mapped_column(Text)
     # A winner: the node whose capacity its victims free, held for it until it is placed,
     # and the device slices planned there ([[device index, milli-fGPU], ...]).
     held_node_id: Mapped[str | None] = mapped_column(String(36))

@@ -61,6 +61,20 @@ class Preemption:
     placement: Placement
 
 
+def may_preempt(
+    batch: bool, rank: int, below: int, preempt_interactive: bool, ran_s: float,
+    min_runtime_s: float,
+) -> bool:
+    """Whether a RUNNING session may be preempted for a waiting one of rank ``below``: a lower
+    rank, a batch session (interactive ones only when their class says so), and it has run
+    its class's minimum runtime."""
+    if rank >= below:
+        return False
+    if not batch and not preempt_interactive:
+        return False  # interactive work is never preempted unless its class says so
+    return ran_s >= min_runtime_s
+
+
 def plan_preemptions(
     winners: Sequence[Winner], candidates: Sequence[Candidate], nodes: Sequence[Node],
     config: SchedulerConfig, now: float, limit: int = 16,

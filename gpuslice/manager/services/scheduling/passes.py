@@ -123,7 +123,7 @@ _QUEUED_COLUMNS = load_only(
     SessionRow.status, SessionRow.status_reason, SessionRow.wait_code,
     SessionRow.queue_position, SessionRow.node_id, SessionRow.created_at,
     SessionRow.priority_class, SessionRow.held_node_id, SessionRow.held_slices,
-    raiseload=True,
+    SessionRow.preempt_reason, raiseload=True,
 )
 
 
@@ -263,10 +263,15 @@ async def _apply(db: AsyncSession, snap: Snapshot, result: PassResult) -> PassSt
 
 
 async def _write_waiting(db: AsyncSession, snap: Snapshot, result: PassResult) -> None:
-    changes = [
-        {"sid": w.request_id, "reason": w.reason, "code": str(w.code), "pos": w.position}
+    said = {
+        w.request_id: preemption.waiting_reason(snap.pending[w.request_id], w.reason)
         for w in result.waiting.values()
-        if _changed(snap.pending[w.request_id], w.reason, str(w.code), w.position)
+    }
+    changes = [
+        {"sid": w.request_id, "reason": said[w.request_id], "code": str(w.code),
+         "pos": w.position}
+        for w in result.waiting.values()
+        if _changed(snap.pending[w.request_id], said[w.request_id], str(w.code), w.position)
     ]
     if not changes:
         return

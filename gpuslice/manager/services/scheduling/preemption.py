@@ -50,7 +50,12 @@ from gpuslice.manager.scheduler import (
     queue_order,
     schedule,
 )
-from gpuslice.manager.scheduler.preemption import Candidate, Winner, plan_preemptions
+from gpuslice.manager.scheduler.preemption import (
+    Candidate,
+    Winner,
+    may_preempt,
+    plan_preemptions,
+)
 from gpuslice.manager.services.lifecycle import note, transition
 from gpuslice.manager.services.priorities import NONE, ClassRule
 
@@ -165,6 +170,13 @@ def victim_reason(owner: str, winner: SessionRow) -> str:
     return f"preempted by {owner}'s {winner.name} (priority {klass})"
 
 
+def waiting_reason(row: SessionRow, reason: str) -> str:
+    """A PENDING session's reason: after a preemption, why it is back in the queue first."""
+    if row.preempt_reason:
+        return f"{row.preempt_reason}; back in the queue: {reason}"
+    return reason
+
+
 def holding(node_name: str) -> str:
     """A winner's reason while its victims stop."""
     return (f"preempting lower-priority sessions on node {node_name}: waiting for them to "
@@ -193,7 +205,7 @@ async def _apply(
             raise StaleStatus(f"session {winner.name} is placed or preempting already")
         for victim in victims:
             await transition(db, victim, SessionStatus.TERMINATING, reason,
-                             preempted_by=winner.id)
+                             preempted_by=winner.id, preempt_reason=reason)
         names = ", ".join(v.name for v in victims)
         await note(db, winner, f"preempting {names} on node {node_name}: waiting for "
                                f"{'it' if len(victims) == 1 else 'them'} to stop; the capacity "
@@ -245,12 +257,9 @@ _VICTIM_COLUMNS = load_only(
 
 
 def _preemptible(row: SessionRow, rule: ClassRule, below: int, now: float) -> bool:
-    if rule.rank >= below:
-        return False
-    if row.type != SessionType.BATCH and not rule.preempt_interactive:
-        return False  # interactive work is never preempted unless its class says so
     since = row.running_since.timestamp() if row.running_since else now
-    return now - since >= rule.min_runtime_s
+    return may_preempt(row.type == SessionType.BATCH, rule.rank, below,
+                       rule.preempt_interactive, now - since, rule.min_runtime_s)
 
 
 async def _drop_stale_holds(

@@ -24,8 +24,8 @@ down_revision: str | None = "0022"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_SESSION_COLUMNS = ("priority_class", "preempted_by", "preemptions", "held_node_id",
-                    "held_slices", "running_since")
+_SESSION_COLUMNS = ("priority_class", "preempted_by", "preemptions", "preempt_reason",
+                    "held_node_id", "held_slices", "running_since")
 
 
 def upgrade() -> None:
@@ -47,6 +47,7 @@ def upgrade() -> None:
         batch.add_column(sa.Column("preempted_by", sa.String(36), nullable=True))
         batch.add_column(sa.Column("preemptions", sa.Integer(), nullable=False,
                                    server_default="0"))
+        batch.add_column(sa.Column("preempt_reason", sa.Text(), nullable=True))
         batch.add_column(sa.Column("held_node_id", sa.String(36), nullable=True))
         batch.add_column(sa.Column("held_slices", sa.JSON(), nullable=True))
         batch.add_column(sa.Column("running_since", sa.DateTime(timezone=True), nullable=True))
