@@ -85,6 +85,10 @@ ACCESS: dict[str, Access] = {
     "POST /api/v1/presets": ADMIN,
     "PATCH /api/v1/presets/{name}": ADMIN,
     "DELETE /api/v1/presets/{name}": ADMIN,
+    "GET /api/v1/priority-classes": USER,  # users pick one at launch
+    "POST /api/v1/priority-classes": ADMIN,
+    "PATCH /api/v1/priority-classes/{name}": ADMIN,
+    "DELETE /api/v1/priority-classes/{name}": ADMIN,
     "GET /api/v1/config": ADMIN,
     "POST /api/v1/config/import": ADMIN,
     "POST /api/v1/sessions": USER,
@@ -183,6 +187,8 @@ BODIES: dict[str, Any] = {
     "POST /api/v1/runs/check": NEW_RUN,
     "POST /api/v1/presets": {"name": "new-preset", "cpu": 1, "mem": "1g"},
     "PATCH /api/v1/presets/{name}": {"cpu": 0.5},
+    "POST /api/v1/priority-classes": {"name": "new-class", "rank": 5},
+    "PATCH /api/v1/priority-classes/{name}": {"rank": 3},
     "POST /api/v1/agents/me/sessions/{session_id}/run/saving": {"script_s": 1.5},
 }
 QUERIES: dict[str, dict[str, str]] = {
@@ -249,6 +255,8 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
     join = (await admin.post("/api/v1/join-tokens", json={"name": "j"})).json()
     r = await admin.post("/api/v1/presets", json={"name": "doomed", "cpu": 1, "mem": "1g"})
     assert r.status_code == 201, r.text
+    r = await admin.post("/api/v1/priority-classes", json={"name": "doomed", "rank": 1})
+    assert r.status_code == 201, r.text
     users = {u["username"]: u["id"] for u in (await admin.get("/api/v1/users")).json()}
     clients = {
         "anonymous": client_for(app),  # `anon` keeps the login cookies of the logins above
@@ -264,6 +272,8 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
         "DELETE /api/v1/images/aliases/{name}:name": "al",
         "PATCH /api/v1/presets/{name}:name": "small",
         "DELETE /api/v1/presets/{name}:name": "doomed",
+        "PATCH /api/v1/priority-classes/{name}:name": "normal",
+        "DELETE /api/v1/priority-classes/{name}:name": "doomed",
         "PATCH /api/v1/images/{name}:name": image, "DELETE /api/v1/images/{name}:name": image,
         "POST /api/v1/sessions/{session_id}/apps/{name}/start:name": "terminal",
     }

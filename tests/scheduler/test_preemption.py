@@ -216,7 +216,9 @@ ops = st.lists(st.one_of(
 
 @settings(max_examples=150, deadline=None)
 @given(ops, st.sampled_from([None, 3000]))
-def test_preemption_never_loses_doubles_or_over_allocates(steps: list[tuple], max_gpu: int | None) -> None:
+def test_preemption_never_loses_doubles_or_over_allocates(
+    steps: list[tuple], max_gpu: int | None
+) -> None:
     world = World([node("n1", gpus=2, fgpu_per_gpu=1), node("n2", gpus=1, fgpu_per_gpu=2)],
                   Quota(max_gpu=max_gpu))
     for step in steps:

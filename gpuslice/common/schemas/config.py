@@ -2,7 +2,8 @@
 
 What an admin set up, by name (never by database id, so it moves between clusters): resource
 policies, users (password hashes only when asked), image aliases, the image catalog's
-curation (allow list, visibility, owner) and the launch dialog's resource presets. Sessions,
+curation (allow list, visibility, owner), the launch dialog's resource presets and the
+priority classes. Sessions,
 nodes and history are not configuration: backups (`gpuslice admin backup`) hold those.
 """
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuslice.common.schemas.images import ALIAS_PATTERN
 from gpuslice.common.schemas.presets import PresetCreate
+from gpuslice.common.schemas.priorities import PriorityClassCreate
 from gpuslice.common.schemas.users import USERNAME_PATTERN, PolicyCreate, Role
 
 FORMAT = "gpuslice-config"
@@ -63,6 +65,12 @@ class PresetConfig(PresetCreate):
     model_config = ConfigDict(extra="forbid")
 
 
+class PriorityClassConfig(PriorityClassCreate):
+    """A priority class by name (rank, minimum runtime, grace, interactive rule, default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class ConfigDocument(_Strict):
     """Everything `config import` applies; every list is optional, entries merge by name."""
 
@@ -74,6 +82,7 @@ class ConfigDocument(_Strict):
     aliases: list[AliasConfig] = Field(default_factory=list, max_length=10_000)
     images: list[ImageConfig] = Field(default_factory=list, max_length=100_000)
     presets: list[PresetConfig] = Field(default_factory=list, max_length=10_000)
+    priority_classes: list[PriorityClassConfig] = Field(default_factory=list, max_length=1_000)
     left_out: list[str] = Field(
         default_factory=list, max_length=100_000,
         description="Export: entries left out because they break today's rules (stored before "
