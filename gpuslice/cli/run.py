@@ -23,6 +23,7 @@ from typer.core import TyperGroup
 from gpuslice.cli import waits
 from gpuslice.cli.output import (
     GPU_MEM_HELP,
+    PRIORITY_HELP,
     CliError,
     JsonOpt,
     ago,
@@ -35,6 +36,7 @@ from gpuslice.cli.output import (
     number,
     print_json,
     print_new,
+    priority_option,
     table,
     transfer_bar,
 )
@@ -103,6 +105,7 @@ def start(
         "--save-dir when it ends, in its framework's format (PyTorch, Keras; else "
         "joblib/pickle), with no change to the script.")] = None,
     env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable.")] = None,
+    priority: Annotated[str | None, typer.Option(help=PRIORITY_HELP)] = None,
     max_upload: Annotated[str, typer.Option(help="Most the directory may send.")] = "100m",
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start it, do not follow.")]
     = False,
@@ -115,6 +118,7 @@ def start(
                           save_dir, name, env or [], max_upload)
     if save_var is not None:
         body["save_var"] = save_var
+    body |= priority_option(priority)
     with _client() as client:
         client.check_run(**body)  # refused before anything is sent
         runs = _runs_folder(client)
@@ -295,6 +299,9 @@ def _follow(client: Client, run: RunPublic, timeout: float | None) -> int:
             if status == "PENDING" and run.status_reason not in said:
                 said.add(run.status_reason)
                 err_console.print(f"PENDING: {run.status_reason}", markup=False)
+            if status == "PENDING" and "placed" in said:  # preempted: it starts again
+                said.discard("placed")
+                seen = []
             if status in ("RUNNING", "TERMINATING", *_FINAL) and "placed" not in said:
                 said.add("placed")
                 err_console.print(_placement(client, run), markup=False)

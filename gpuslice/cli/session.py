@@ -10,6 +10,7 @@ import typer
 from gpuslice.cli import waits
 from gpuslice.cli.output import (
     GPU_MEM_HELP,
+    PRIORITY_HELP,
     CliError,
     JsonOpt,
     ago,
@@ -20,6 +21,7 @@ from gpuslice.cli.output import (
     mem,
     number,
     print_json,
+    priority_option,
     table,
 )
 from gpuslice.client import ApiError, Client, schemas
@@ -58,7 +60,7 @@ def create(
     = limits.DEFAULT_TYPE,
     command: Annotated[str | None, typer.Option(help="Batch: the command to run.")] = None,
     env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable.")] = None,
-    priority: Annotated[int, typer.Option(help="Higher runs first (bounded by policy).")] = 0,
+    priority: Annotated[str | None, typer.Option(help=PRIORITY_HELP)] = None,
     gpu_model: Annotated[str | None, typer.Option(help="Only GPUs of this model.")] = None,
     app_: Annotated[list[str] | None, typer.Option(
         "--app", help="An app of the image to start with the session, e.g. jupyter "
@@ -77,8 +79,8 @@ def create(
     request = _request(
         image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
         command_line=command, env=dict(_env_pair(item) for item in env or []),
-        priority=priority, gpu_model=gpu_model, apps=app_ or [], gpu_mem=gpu_mem_option(gpu_mem),
-        folders=folder or [],
+        **priority_option(priority), gpu_model=gpu_model, apps=app_ or [],
+        gpu_mem=gpu_mem_option(gpu_mem), folders=folder or [],
     )
     with _client() as client:
         try:
@@ -380,7 +382,8 @@ _OPTIONS = {"image": "--image", "resources.gpu": "--gpu", "resources.cpu": "--cp
             "resources.mem": "--mem", "resources.gpu_mem": "--gpu-mem",
             "resources": "--gpu, --gpu-mem", "count": "--count", "name": "--name",
             "type": "--type", "command_line": "--command", "command": "--command",
-            "env": "--env", "priority": "--priority", "gpu_model": "--gpu-model",
+            "env": "--env", "priority": "--priority", "priority_class": "--priority",
+            "gpu_model": "--gpu-model",
             "apps": "--app", "folders": "--folder"}
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         monitoring,
         nodes,
         presets,
+        priorities,
         runs,
         sessions,
         storage,
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     )
 
 __all__ = ["agents", "apps", "common", "config", "health", "images", "models", "monitoring",
-           "nodes", "presets", "runs", "sessions", "storage", "users"]
+           "nodes", "presets", "priorities", "runs", "sessions", "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:
