@@ -71,6 +71,9 @@ async def transition(
         fields.setdefault("queue_position", None)
     if to is S.RUNNING:
         fields.setdefault("running_since", now)
+    if current is S.PENDING:  # placed or ended: capacity held for it is its no more
+        fields.setdefault("held_node_id", None)
+        fields.setdefault("held_slices", None)
     result = await db.execute(
         update(SessionRow)
         .where(SessionRow.id == row.id, SessionRow.status == current)
@@ -154,6 +157,9 @@ async def transition_many(
     if to is not S.PENDING:
         fields.setdefault("wait_code", None)
         fields.setdefault("queue_position", None)
+    if current is S.PENDING:  # placed or ended: capacity held for them is theirs no more
+        fields.setdefault("held_node_id", None)
+        fields.setdefault("held_slices", None)
     moved = (await db.execute(
         update(SessionRow)
         .where(SessionRow.id.in_(ids), SessionRow.status == current)

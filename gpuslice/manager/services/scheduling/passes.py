@@ -64,6 +64,8 @@ class Snapshot:
     users: dict[str, UserState]
     devices: DeviceRefs
     classes: dict[str, ClassRule] = field(default_factory=dict)  # priority classes by name
+    # winners holding capacity whose victims were still stopping when this was read
+    stopping: set[str] = field(default_factory=set)
 
 
 async def run_pass(
@@ -83,8 +85,7 @@ async def run_pass(
         if result.waiting:
             nodes = await alive_nodes(db) if result.placements else snap.nodes
             await db.commit()
-            await preemption.preempt(db, result, snap.pending, requests, snap.classes, nodes,
-                                     config)
+            await preemption.preempt(db, result, snap, requests, nodes, config)
         await _write_waiting(db, snap, result)
     if stats.conflicts:
         hub.scheduler.set()
@@ -104,6 +105,11 @@ async def load_snapshot(db: AsyncSession, *, nodes: bool = False) -> Snapshot:
         )
     ).all()
     pending = [row for row, _policy in queued]
+    # Before the nodes: on PostgreSQL each statement reads its own committed state, and a
+    # victim seen stopping here has not released capacity the nodes' read could then show
+    # free; one gone by here did release it before that read (a hold is dropped only when
+    # its victims are gone and the capacity they freed was seen).
+    stopping = await preemption.still_stopping(db, pending)
     alive, devices = await _alive(db) if pending or nodes else ([], {})
     # only owners with a policy have a quota to load (the usual case: none, no query)
     limited = {row.owner_id for row, policy in queued if policy is not None}
@@ -111,7 +117,7 @@ async def load_snapshot(db: AsyncSession, *, nodes: bool = False) -> Snapshot:
     classes = await priorities.rules(db) if pending else {}
     await db.commit()
     db.expunge_all()  # detached: a rollback later in the pass must not expire them
-    return Snapshot(alive, {row.id: row for row in pending}, users, devices, classes)
+    return Snapshot(alive, {row.id: row for row in pending}, users, devices, classes, stopping)
 
 
 # What a pass reads of each PENDING session: what the core decides on, what placing it writes

@@ -30,8 +30,9 @@ import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import load_only
 
@@ -58,6 +59,9 @@ from gpuslice.manager.scheduler.preemption import (
 )
 from gpuslice.manager.services.lifecycle import note, transition
 from gpuslice.manager.services.priorities import NONE, ClassRule
+
+if TYPE_CHECKING:
+    from gpuslice.manager.services.scheduling.passes import Snapshot
 
 log = logging.getLogger(__name__)
 # Winners one pass may preempt for (each its own transaction); the rest wait for the next pass.
@@ -100,7 +104,7 @@ def schedule_with_holds(
     for i, req in enumerate(holders):
         node = work[holds[req.id].node_id]
         view = _copy(node)
-        for other in holders[i + 1:]:  # later winners' holds on this node stay theirs
+        for other in [*left, *holders[i + 1:]]:  # other winners' holds here stay theirs
             if holds[other.id].node_id == node.id:
                 _add(view, holds[other.id])
         one = schedule([req], [view], users, config, now)
@@ -124,14 +128,29 @@ def schedule_with_holds(
     return _renumbered(placed, requests)
 
 
+async def still_stopping(db: AsyncSession, pending: Sequence[SessionRow]) -> set[str]:
+    """Of the PENDING winners holding capacity, those with a victim still stopping, read with
+    them (one consistent view: a victim's requeue releases its capacity in the same
+    transaction)."""
+    holders = [row.id for row in pending if row.held_node_id is not None]
+    if not holders:
+        return set()
+    found = await db.scalars(
+        select(SessionRow.preempted_by).distinct()
+        .where(SessionRow.preempted_by.in_(holders),
+               SessionRow.status == SessionStatus.TERMINATING)
+    )
+    return {winner for winner in found if winner is not None}
+
+
 async def preempt(
-    db: AsyncSession, result: PassResult, pending: Mapping[str, SessionRow],
-    requests: Mapping[str, Request], classes: Mapping[str, ClassRule], nodes: Sequence[Node],
-    config: SchedulerConfig,
+    db: AsyncSession, result: PassResult, snap: Snapshot, requests: Mapping[str, Request],
+    nodes: Sequence[Node], config: SchedulerConfig,
 ) -> int:
     """Preempt for what waits for capacity; drop holds left for nothing. The winners' waiting
     reasons in ``result`` are updated to say so. Returns how many winners preempted."""
-    await _drop_stale_holds(db, result, pending)
+    pending, classes = snap.pending, snap.classes
+    await _drop_stale_holds(db, result, pending, snap.stopping)
     waiting = [
         row for row in pending.values()
         if row.held_node_id is None
@@ -263,25 +282,20 @@ def _preemptible(row: SessionRow, rule: ClassRule, below: int, now: float) -> bo
 
 
 async def _drop_stale_holds(
-    db: AsyncSession, result: PassResult, pending: Mapping[str, SessionRow]
+    db: AsyncSession, result: PassResult, pending: Mapping[str, SessionRow],
+    stopping: set[str],
 ) -> None:
-    """Holds still waiting whose victims are all gone: dropped, so capacity is never held for
-    nothing (the winner may preempt again)."""
+    """Holds whose victims were all gone when the pass read the cluster, and whose winner
+    still did not fit on what that freed: dropped, so capacity is never held for nothing (the
+    winner may preempt again). Judged on the pass's own view, never on a later one: a victim
+    gone since then freed capacity this pass did not see."""
     holders = [row for row in pending.values()
                if row.held_node_id is not None and row.id in result.waiting]
-    if not holders:
-        return
-    stopping = set((await db.scalars(
-        select(SessionRow.preempted_by)
-        .where(SessionRow.preempted_by.in_([r.id for r in holders]),
-               SessionRow.status == SessionStatus.TERMINATING)
-        .group_by(SessionRow.preempted_by)
-        .having(func.count() > 0)
-    )).all())
     stale = [r.id for r in holders if r.id not in stopping]
     if stale:
         await db.execute(
-            update(SessionRow).where(SessionRow.id.in_(stale))
+            update(SessionRow)
+            .where(SessionRow.id.in_(stale), SessionRow.status == SessionStatus.PENDING)
             .values(held_node_id=None, held_slices=None)
             .execution_options(synchronize_session=False))
         for row in holders:
