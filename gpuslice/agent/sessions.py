@@ -293,7 +293,13 @@ class SessionActions:
         if not told:
             await self.report(sid, end.model_copy(update={"logs": logs}))
         elif logs is not None:
-            await self.link.report(sid, end.model_copy(update={"logs": logs}))
+            try:
+                await self.link.report(sid, end.model_copy(update={"logs": logs}))
+            except LinkError as err:
+                if err.status != 404:
+                    raise
+                # the session left this node at its end: preempted, it is back in the
+                # manager's queue, and this container's last output is no longer its news
 
     async def _recreate(self, action: Action, assignment: Assignment) -> None:
         """An adopted container with another agent's mounts (``adoption.py``): stopped,
