@@ -83,8 +83,9 @@ async def run_pass(
         )
         stats = await _apply(db, snap, result)
         if result.waiting:
-            nodes = await alive_nodes(db) if result.placements else snap.nodes
-            await db.commit()
+            # the cluster as this pass left it (read again only if it placed anything, and
+            # only if some waiting session may preempt at all)
+            nodes = alive_nodes if result.placements else None
             await preemption.preempt(db, result, snap, requests, nodes, config)
         await _write_waiting(db, snap, result)
     if stats.conflicts:

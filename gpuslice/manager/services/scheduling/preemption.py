@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select, update
+from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import load_only
 
@@ -145,10 +145,11 @@ async def still_stopping(db: AsyncSession, pending: Sequence[SessionRow]) -> set
 
 async def preempt(
     db: AsyncSession, result: PassResult, snap: Snapshot, requests: Mapping[str, Request],
-    nodes: Sequence[Node], config: SchedulerConfig,
+    reload: Callable[[AsyncSession], Awaitable[list[Node]]] | None, config: SchedulerConfig,
 ) -> int:
     """Preempt for what waits for capacity; drop holds left for nothing. The winners' waiting
-    reasons in ``result`` are updated to say so. Returns how many winners preempted."""
+    reasons in ``result`` are updated to say so; ``reload``: reads the nodes again (this pass
+    placed some), else the snapshot's are current. Returns how many winners preempted."""
     pending, classes = snap.pending, snap.classes
     await _drop_stale_holds(db, result, pending, snap.stopping)
     waiting = [
@@ -165,6 +166,10 @@ async def preempt(
     candidates, victims = await _candidates(db, classes, max(ranks.values()), now)
     if not candidates:
         return 0
+    nodes = snap.nodes if reload is None else await reload(db)
+    await db.commit()
+    holding_now = holds_of({k: row for k, row in pending.items() if k in result.waiting})
+    nodes = _with_holds(nodes, holding_now.values())  # a new winner never plans on another's hold
     plans = plan_preemptions(
         [Winner(r, ranks[r.id]) for r in queue_order([requests[row.id] for row in winners])],
         candidates, nodes, config, now, MAX_PER_PASS,
@@ -241,9 +246,14 @@ async def _candidates(
     db: AsyncSession, classes: Mapping[str, ClassRule], below: int, now: float,
 ) -> tuple[list[Candidate], dict[str, SessionRow]]:
     """RUNNING sessions of a rank below ``below`` that may be preempted now."""
+    lower = [name for name, rule in classes.items() if rule.rank < below]
+    of_lower: ColumnElement[bool] = SessionRow.priority_class.in_(lower)
+    if NONE.rank < below:  # sessions of no class rank as 0
+        of_lower = or_(of_lower, SessionRow.priority_class.is_(None))
     rows = (await db.scalars(
         select(SessionRow).options(_VICTIM_COLUMNS)
-        .where(SessionRow.status == SessionStatus.RUNNING, SessionRow.node_id.is_not(None))
+        .where(SessionRow.status == SessionStatus.RUNNING, SessionRow.node_id.is_not(None),
+               of_lower)
     )).all()
     eligible = [row for row in rows if _preemptible(row, _rule(classes, row.priority_class),
                                                     below, now)]
@@ -311,6 +321,20 @@ def _rule(classes: Mapping[str, ClassRule], name: str | None) -> ClassRule:
 def ranked(rank: int, priority: int) -> int:
     """The queue's priority: the class's rank first, then the session's own priority."""
     return rank * 1000 + priority
+
+
+def _with_holds(nodes: Sequence[Node], holds: Iterable[Hold]) -> list[Node]:
+    by_node: dict[str, list[Hold]] = {}
+    for hold in holds:
+        by_node.setdefault(hold.node_id, []).append(hold)
+    out = []
+    for node in nodes:
+        if node.id in by_node:
+            node = _copy(node)
+            for hold in by_node[node.id]:
+                _add(node, hold)
+        out.append(node)
+    return out
 
 
 def _copy(node: Node) -> Node:

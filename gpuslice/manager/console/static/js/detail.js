@@ -56,6 +56,10 @@ export function detailPage(main, parts) {
       ["Created", when(s.created_at)], ["Id", s.id],
     ];
     if (s.result) rows.push(["Result", s.result + " (exit code " + s.exit_code + ")"]);
+    if (s.priority_class) {
+      rows.push(["Priority", s.priority_class + (s.preemptions ? " (preempted " + s.preemptions +
+        (s.preemptions === 1 ? " time)" : " times)") : "")]);
+    }
     if (s.folders.length) rows.push(["Folders", s.folders.map((f) => f.name + (f.read_only ? " (ro)" : "")).join(", ")]);
     if (s.reclaim) rows.push(["Reclaimed", when(s.reclaim.at) + ": " + s.reclaim.reason]);
     clear(summary, h("dl", { class: "kv" }, rows.map(([k, v]) => [h("dt", null, k), h("dd", null, v)])));
