@@ -189,3 +189,27 @@ async def test_a_preempted_session_its_owner_stops_ends_there(
     await agent.report(low["id"], "TERMINATED", reason="stopped")
     ended = await wait_status(alice, low["id"], {"TERMINATED", "PENDING"})
     assert (ended["status"], ended["status_reason"]) == ("TERMINATED", "stopped by alice")
+
+
+async def test_a_higher_class_waits_ahead_of_lower_ones(
+    admin: Client, make_agent: AgentFactory, make_user: Any
+) -> None:
+    """The queue orders by class rank first: a high session asked after two normal ones is
+    first in line (the preview says so too), and it starts first."""
+    await make_agent("node-1", devices=[gpu(0)])
+    await _classes(admin, {"name": "high", "rank": 10})
+    alice, bob = await make_user("alice"), await make_user("bob")
+    [lab] = await create(alice, resources={"gpu": 1})  # interactive: never preempted
+    await wait_status(alice, lab["id"], {"RUNNING"})
+    lows = await create(alice, type="batch", command=["true"], resources={"gpu": 1}, count=2)
+    shape = {"image": "python:3.11", "type": "batch", "command": ["true"],
+             "resources": {"gpu": 1}, "priority_class": "high"}
+    preview = (await bob.post("/api/v1/sessions/preview", json=shape)).json()
+    assert (preview["will_queue"], preview["queue_position"]) == (1, 1), preview
+    [high] = await create(bob, **{k: v for k, v in shape.items() if k != "image"})
+    waits = await wait_until(bob, [high["id"]], lambda s: s[0]["queue_position"] == 1)
+    assert waits[0]["queue_position"] == 1, waits
+    await alice.post("/api/v1/sessions/destroy", json={"ids": [lab["id"]]})
+    assert (await wait_status(bob, high["id"], {"RUNNING"}))["status"] == "RUNNING"
+    assert {(await alice.get(f"/api/v1/sessions/{s['id']}")).json()["status"]
+            for s in lows} == {"PENDING"}
