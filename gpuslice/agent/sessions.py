@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -78,6 +78,8 @@ class SessionActions:
         self.say = say
         self.endpoint = endpoint
         self.reported: dict[str, SessionStatus] = {}
+        # the highest ``Assignment.requeued`` seen per session: a higher one is a new start
+        self._requeued: dict[str, int] = {}
         # sessions whose image is missing: when they began to wait for it (monotonic seconds)
         self._image_missing_since: dict[str, float] = {}
         self._docker_away: set[str] = set()  # told that they wait for the Docker Engine
@@ -109,10 +111,21 @@ class SessionActions:
     def already_reported(self, action: Action) -> bool:
         return action.act is Act.REPORT and self.reported.get(action.session_id) == action.status
 
+    def renew(self, assignments: Iterable[Assignment]) -> None:
+        """Sessions preempted and queued again, placed anew: the end told of their earlier
+        start is not theirs now (else it would stop the new start)."""
+        for a in assignments:
+            seen = self._requeued.get(a.session_id)
+            if seen is not None and a.requeued > seen:
+                self.reported.pop(a.session_id, None)
+            self._requeued[a.session_id] = max(a.requeued, seen or 0)
+
     def forget(self, keep: Collection[str]) -> None:
         """Drop the last reports of sessions ended and removed: nothing is left to say."""
         for gone in self.reported.keys() - set(keep):
             del self.reported[gone]
+        for gone in self._requeued.keys() - set(keep):
+            del self._requeued[gone]
         for gone in self._image_missing_since.keys() - set(keep):
             del self._image_missing_since[gone]
         self._docker_away &= set(keep)

@@ -251,6 +251,11 @@ class Assignment(BaseModel):
         description="Seconds between SIGTERM and SIGKILL when it is stopped (its priority "
         "class's grace); null: the agent's own `stop_grace_s`.",
     )
+    requeued: int = Field(
+        default=0, ge=0,
+        description="Times it was preempted and queued again: a higher count than the agent "
+        "saw is a new start of the session, whatever end it told of the earlier one.",
+    )
 
 
 # ------------------------------------------------------------ the request channel

@@ -163,7 +163,7 @@ def _assignment(
         session_id=row.id, name=row.name, owner=owner, image=row.image,
         type=SessionType(row.type), command=row.command, status=status,
         env=row.env if grace_s is None else {**row.env, GRACE_VAR: str(grace_s)},
-        stop_grace_s=grace_s,
+        stop_grace_s=grace_s, requeued=row.preemptions or 0,
         desired="stopped" if status is SessionStatus.TERMINATING else "running",
         resources=ExactResources(gpu=row.gpu, cpu=row.cpu, mem=row.mem),
         slices=[_slice(a) for a in row.allocations if a.released_at is None],
