@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -78,6 +78,8 @@ class SessionActions:
         self.say = say
         self.endpoint = endpoint
         self.reported: dict[str, SessionStatus] = {}
+        # the highest ``Assignment.requeued`` seen per session: a higher one is a new start
+        self._requeued: dict[str, int] = {}
         # sessions whose image is missing: when they began to wait for it (monotonic seconds)
         self._image_missing_since: dict[str, float] = {}
         self._docker_away: set[str] = set()  # told that they wait for the Docker Engine
@@ -97,7 +99,7 @@ class SessionActions:
                 await self._finish(action)
             elif action.act is Act.STOP:
                 await self._stop(sid, action.status or SessionStatus.TERMINATED, action.reason,
-                                 action.container_id)
+                                 action.container_id, self._grace(assignment))
             elif action.act is Act.REMOVE:
                 await self._remove(sid, action.container_id)
             elif action.act is Act.RECREATE and assignment is not None:
@@ -109,10 +111,21 @@ class SessionActions:
     def already_reported(self, action: Action) -> bool:
         return action.act is Act.REPORT and self.reported.get(action.session_id) == action.status
 
+    def renew(self, assignments: Iterable[Assignment]) -> None:
+        """Sessions preempted and queued again, placed anew: the end told of their earlier
+        start is not theirs now (else it would stop the new start)."""
+        for a in assignments:
+            seen = self._requeued.get(a.session_id)
+            if seen is not None and a.requeued > seen:
+                self.reported.pop(a.session_id, None)
+            self._requeued[a.session_id] = max(a.requeued, seen or 0)
+
     def forget(self, keep: Collection[str]) -> None:
         """Drop the last reports of sessions ended and removed: nothing is left to say."""
         for gone in self.reported.keys() - set(keep):
             del self.reported[gone]
+        for gone in self._requeued.keys() - set(keep):
+            del self._requeued[gone]
         for gone in self._image_missing_since.keys() - set(keep):
             del self._image_missing_since[gone]
         self._docker_away &= set(keep)
@@ -244,8 +257,15 @@ class SessionActions:
         if (dying := self._dying.get(session_id)) is not None and not dying.done():
             dying.set_result(None)
 
+    def _grace(self, assignment: Assignment | None) -> int:
+        """Seconds between SIGTERM and SIGKILL: the session's class's, else this node's."""
+        if assignment is not None and assignment.stop_grace_s is not None:
+            return assignment.stop_grace_s
+        return self.settings.stop_grace_s
+
     async def _stop(
-        self, sid: str, status: SessionStatus, reason: str, cid: str | None = None
+        self, sid: str, status: SessionStatus, reason: str, cid: str | None = None,
+        grace_s: int | None = None,
     ) -> None:
         """Stop the container, keep its last logs, remove it, and report ``status`` with
         ``reason``: TERMINATED "stopped" when the manager asked, or the agent's own reason
@@ -260,8 +280,8 @@ class SessionActions:
         and report it as having exited by itself."""
         cid = cid or container_name(sid)
         self._dying[sid] = died = asyncio.get_running_loop().create_future()
-        stopping = asyncio.create_task(
-            self.runtime.stop_container(cid, self.settings.stop_grace_s))
+        grace = self.settings.stop_grace_s if grace_s is None else grace_s
+        stopping = asyncio.create_task(self.runtime.stop_container(cid, grace))
         try:
             await asyncio.wait((stopping, died), return_when=asyncio.FIRST_COMPLETED)
             if stopping.done():
@@ -286,7 +306,13 @@ class SessionActions:
         if not told:
             await self.report(sid, end.model_copy(update={"logs": logs}))
         elif logs is not None:
-            await self.link.report(sid, end.model_copy(update={"logs": logs}))
+            try:
+                await self.link.report(sid, end.model_copy(update={"logs": logs}))
+            except LinkError as err:
+                if err.status != 404:
+                    raise
+                # the session left this node at its end: preempted, it is back in the
+                # manager's queue, and this container's last output is no longer its news
 
     async def _recreate(self, action: Action, assignment: Assignment) -> None:
         """An adopted container with another agent's mounts (``adoption.py``): stopped,

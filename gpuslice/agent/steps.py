@@ -71,6 +71,7 @@ class Steps:
     def take(self, desired: Assignments) -> None:
         """New assignments: the steps they call for at once, and a pass if they hold news."""
         before, self.desired = self.desired, desired
+        self.sessions.renew(desired.sessions)
         self.start_placed(desired)
         self.stop_wanted(desired)
         if self._news(before, desired):

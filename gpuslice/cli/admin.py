@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuslice.cli import admin_backup, admin_config, admin_preset, admin_project
+from gpuslice.cli import admin_backup, admin_config, admin_preset, admin_priority, admin_project
 from gpuslice.cli.output import (
     CliError,
     JsonOpt,
@@ -40,6 +40,7 @@ app.add_typer(join_app, name="token")
 app.add_typer(admin_config.app, name="config")
 app.add_typer(admin_preset.app, name="preset")
 app.add_typer(admin_project.app, name="project")
+app.add_typer(admin_priority.app, name="priority-class")
 app.command("backup")(admin_backup.backup)
 app.command("restore")(admin_backup.restore)
 

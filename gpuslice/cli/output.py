@@ -40,6 +40,22 @@ def gpu_mem_option(value: str | None) -> int | None:
     return None if value is None else parse_mem(value, field="--gpu-mem", bare=MiB)
 
 
+PRIORITY_HELP = (
+    "Its priority class, e.g. high (`gpuslice admin priority-class list` shows them; a higher "
+    "class may preempt lower-class batch sessions), or a number: its priority within its "
+    "class (higher first, bounded by policy).")
+
+
+def priority_option(value: str | None) -> dict[str, str | int]:
+    """``--priority``: a class name, or a whole number (the priority within the class)."""
+    if value is None:
+        return {}
+    try:
+        return {"priority": int(value)}
+    except ValueError:
+        return {"priority_class": value}
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 

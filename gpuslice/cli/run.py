@@ -23,6 +23,7 @@ from typer.core import TyperGroup
 from gpuslice.cli import timing, waits
 from gpuslice.cli.output import (
     GPU_MEM_HELP,
+    PRIORITY_HELP,
     CliError,
     GroupOpt,
     JsonOpt,
@@ -37,6 +38,7 @@ from gpuslice.cli.output import (
     number,
     print_json,
     print_new,
+    priority_option,
     table,
     transfer_bar,
 )
@@ -107,6 +109,7 @@ def start(
     env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable.")] = None,
     project: ProjectOpt = None,
     group: GroupOpt = None,
+    priority: Annotated[str | None, typer.Option(help=PRIORITY_HELP)] = None,
     max_upload: Annotated[str, typer.Option(help="Most the directory may send.")] = "100m",
     detach: Annotated[bool, typer.Option("--detach", "-d", help="Start it, do not follow.")]
     = False,
@@ -124,6 +127,7 @@ def start(
     body |= {key: value for key, value in (("project", project), ("group", group)) if value}
     body["time_limit"] = timing.time_option(time)
     body["begin_at"] = timing.begin_option(begin)
+    body |= priority_option(priority)
     with _client() as client:
         client.check_run(**body)  # refused before anything is sent
         runs = _runs_folder(client)
@@ -304,6 +308,9 @@ def _follow(client: Client, run: RunPublic, timeout: float | None) -> int:
             if status == "PENDING" and run.status_reason not in said:
                 said.add(run.status_reason)
                 err_console.print(f"PENDING: {run.status_reason}", markup=False)
+            if status == "PENDING" and "placed" in said:  # preempted: it starts again
+                said.discard("placed")
+                seen = []
             if status in ("RUNNING", "TERMINATING", *_FINAL) and "placed" not in said:
                 said.add("placed")
                 err_console.print(_placement(client, run), markup=False)

@@ -12,6 +12,7 @@ import typer
 from gpuslice.cli import timing, waits
 from gpuslice.cli.output import (
     GPU_MEM_HELP,
+    PRIORITY_HELP,
     CliError,
     GroupOpt,
     JsonOpt,
@@ -24,6 +25,7 @@ from gpuslice.cli.output import (
     mem,
     number,
     print_json,
+    priority_option,
     table,
 )
 from gpuslice.client import ApiError, Client, schemas
@@ -64,7 +66,7 @@ def create(
     = limits.DEFAULT_TYPE,
     command: Annotated[str | None, typer.Option(help="Batch: the command to run.")] = None,
     env: Annotated[list[str] | None, typer.Option(help="K=V, repeatable.")] = None,
-    priority: Annotated[int, typer.Option(help="Higher runs first (bounded by policy).")] = 0,
+    priority: Annotated[str | None, typer.Option(help=PRIORITY_HELP)] = None,
     gpu_model: Annotated[str | None, typer.Option(help="Only GPUs of this model.")] = None,
     app_: Annotated[list[str] | None, typer.Option(
         "--app", help="An app of the image to start with the session, e.g. jupyter "
@@ -87,9 +89,9 @@ def create(
     request = _request(
         image=image, gpu=gpu, cpu=cpu, mem=mem_, count=count, name=name, type=type_,
         command_line=command, env=dict(_env_pair(item) for item in env or []),
-        priority=priority, gpu_model=gpu_model, apps=app_ or [], gpu_mem=gpu_mem_option(gpu_mem),
-        folders=folder or [], project=project, group=group, time_limit=timing.time_option(time),
-        begin_at=timing.begin_option(begin),
+        **priority_option(priority), gpu_model=gpu_model, apps=app_ or [],
+        gpu_mem=gpu_mem_option(gpu_mem), folders=folder or [], project=project, group=group,
+        time_limit=timing.time_option(time), begin_at=timing.begin_option(begin),
     )
     with _client() as client:
         try:
@@ -433,9 +435,9 @@ _OPTIONS = {"image": "--image", "resources.gpu": "--gpu", "resources.cpu": "--cp
             "resources.mem": "--mem", "resources.gpu_mem": "--gpu-mem",
             "resources": "--gpu, --gpu-mem", "count": "--count", "name": "--name",
             "type": "--type", "command_line": "--command", "command": "--command",
-            "env": "--env", "priority": "--priority", "gpu_model": "--gpu-model",
-            "apps": "--app", "folders": "--folder", "time_limit": "--time",
-            "begin_at": "--begin"}
+            "env": "--env", "priority": "--priority", "priority_class": "--priority",
+            "gpu_model": "--gpu-model", "apps": "--app", "folders": "--folder",
+            "time_limit": "--time", "begin_at": "--begin"}
 
 
 def _request(**fields: Any) -> SessionCreate:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from gpuslice.common.schemas.monitoring import SessionStats, Top, UsageReport
     from gpuslice.common.schemas.nodes import JoinTokenCreated, JoinTokenPublic, NodePublic
     from gpuslice.common.schemas.presets import PresetPublic
+    from gpuslice.common.schemas.priorities import PriorityClassPublic
     from gpuslice.common.schemas.sessions import (
         SessionCreate,
         SessionExecResult,
@@ -132,9 +133,10 @@ class Client(StorageCalls, SshCalls, ProjectCalls):
     ) -> list[SessionPublic]:
         """Launch sessions: ``request`` as it is, or one made of ``image`` and ``shape`` (see
         :class:`SessionShape`: ``gpu``, ``cpu``, ``mem``, ``count``, ``name``, ``type``,
-        ``command``, ``env``, ``priority``, ``gpu_model``, ``apps``, ``gpu_mem``,
-        ``folders``, ``project``, ``group``, ``time_limit``, ``begin_at``). A request the schema
-        refuses raises pydantic's ``ValidationError`` before anything is sent."""
+        ``command``, ``env``, ``priority``, ``priority_class``, ``gpu_model``, ``apps``,
+        ``gpu_mem``, ``folders``, ``project``, ``group``, ``time_limit``, ``begin_at``). A
+        request the schema refuses raises pydantic's ``ValidationError`` before anything is
+        sent."""
         body = _request_of(request, image, shape).model_dump(mode="json")
         return self._call("POST", "/sessions", list[schemas.sessions.SessionPublic], json=body)
 
@@ -423,6 +425,24 @@ class Client(StorageCalls, SshCalls, ProjectCalls):
     def delete_preset(self, name: str) -> None:
         self._call("DELETE", f"/presets/{name}", None)
 
+    def list_priority_classes(self) -> list[PriorityClassPublic]:
+        """Priority classes, highest rank first (every user)."""
+        return self._call("GET", "/priority-classes",
+                          list[schemas.priorities.PriorityClassPublic])
+
+    def create_priority_class(self, name: str, rank: int, **values: Any) -> PriorityClassPublic:
+        """Add a class (admins): ``min_runtime_s``, ``grace_s``, ``preempt_interactive``,
+        ``default``."""
+        return self._call("POST", "/priority-classes", schemas.priorities.PriorityClassPublic,
+                          json={"name": name, "rank": rank, **values})
+
+    def update_priority_class(self, name: str, **values: Any) -> PriorityClassPublic:
+        return self._call("PATCH", f"/priority-classes/{name}",
+                          schemas.priorities.PriorityClassPublic, json=values)
+
+    def delete_priority_class(self, name: str) -> None:
+        self._call("DELETE", f"/priority-classes/{name}", None)
+
     def set_user_policy(self, username: str, **limits: Any) -> PolicyPublic:
         """Give a user their own policy (``user-<name>``) with these limits, creating it once."""
         user = self.find_user(username)
@@ -612,6 +632,7 @@ class SessionShape(TypedDict, total=False):
     command: list[str] | None
     env: dict[str, str]
     priority: int
+    priority_class: str | None
     gpu_model: str | None
     apps: list[str]
     gpu_mem: int | str | None

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         monitoring,
         nodes,
         presets,
+        priorities,
         projects,
         runs,
         sessions,
@@ -33,7 +34,8 @@ if TYPE_CHECKING:
     )
 
 __all__ = ["agents", "apps", "common", "config", "health", "images", "models", "monitoring",
-           "nodes", "presets", "projects", "runs", "sessions", "ssh", "storage", "users"]
+           "nodes", "presets", "priorities", "projects", "runs", "sessions", "ssh", "storage",
+           "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -30,6 +30,7 @@ from gpuslice.manager.api.routes import (
     nodes,
     policies,
     presets,
+    priorities,
     projects,
     run_calls,
     runs,
@@ -71,9 +72,9 @@ LOGIN_PATH = f"{API_PREFIX}/auth/login"
 # Every API router, in the order they are matched (the edge learns their routes from here).
 # Matched in this order, one route after another: the agents' calls first, as with many nodes
 # they are most of the requests (matched after eight routers, a heartbeat took ~30% more CPU).
-ROUTES = (agents, health, auth, users, policies, presets, sessions, apps, images, nodes,
-          monitoring, folders, models, model_store, session_calls, run_calls, runs, config, ssh,
-          projects)
+ROUTES = (agents, health, auth, users, policies, presets, priorities, sessions, apps, images,
+          nodes, monitoring, folders, models, model_store, session_calls, run_calls, runs, config,
+          ssh, projects)
 # Requests are purged this long after their expiry (their waiter died with its manager).
 _REQUEST_GRACE = timedelta(minutes=1)
 # Seconds between retention passes (each purges a bounded batch).

@@ -8,6 +8,11 @@ script succeeds saves its save directory to the model store under the run's name
 the script's exit code, so the session's result is the script's; a save that fails after a
 successful script is a failure (exit code 70), since the model was the point.
 
+A run that is preempted gets SIGTERM (passed on to the script) and
+``GPUSLICE_PREEMPT_GRACE_S`` seconds before SIGKILL to write a checkpoint into its save
+directory; it starts again from the queue in the same code directory, so the script finds its
+checkpoint where it left it.
+
 The platform's own downtime never costs the output: while the node's agent or the manager
 cannot answer (stopped, restarting, unreachable), it says so in its log ("waiting for the
 manager to save output/") and tries again, doubling its wait up to ``MAX_DELAY``, for up to
@@ -64,6 +69,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         return _say(f"cannot enter {args.dir}: {exc.strerror}", 2)
     _say(f"running {shlex.join(command)} in {args.dir}")
+    if os.path.isdir(args.save_dir) and os.listdir(args.save_dir):
+        # a run started again (preempted, then back from the queue): its output is in its
+        # folder still, with whatever checkpoint the script left there
+        _say(f"{args.save_dir}/ holds {len(os.listdir(args.save_dir))} entries from before "
+             "(a checkpoint the script can resume from)")
     started = time.monotonic()
     code = _run(command)
     ran = time.monotonic() - started

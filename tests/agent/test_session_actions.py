@@ -133,3 +133,55 @@ async def test_a_stop_whose_end_cannot_be_told_leaves_the_container_for_the_next
     steps.died(SID)
     await step  # the link error is for the next pass to retry, not raised
     assert "remove" not in docker.calls and SID not in steps.reported
+
+
+class Requeueing(Manager):
+    """A manager that queued the session again at its end (preempted): the logs that follow
+    are for a session no longer on this node (404)."""
+
+    async def report(self, session_id: str, report: StateReport) -> str:
+        if report.logs is not None:
+            raise LinkError(f"session {session_id} is not assigned to this node", status=404)
+        return await super().report(session_id, report)
+
+
+def _assignment(requeued: int, grace: int | None = 7) -> Any:
+    from gpuslice.common.schemas.agents import Assignment
+
+    return Assignment.model_validate({
+        "session_id": SID, "name": "train", "owner": "alice", "image": "base", "type": "batch",
+        "command": ["true"], "env": {}, "status": "SCHEDULED", "desired": "running",
+        "resources": {"gpu": 0, "cpu": 1000, "mem": 2**30}, "slices": [],
+        "stop_grace_s": grace, "requeued": requeued})
+
+
+async def test_a_preempted_session_is_stopped_with_its_class_grace_and_starts_anew(
+    tmp_path: Path,
+) -> None:
+    """Issue 32: the stop takes the session's grace (its class's), the logs of a session the
+    manager queued again at its end are no one's news (no retry, its container removed), and
+    once the session is placed here again (a higher ``requeued``) its earlier end no longer
+    keeps its new start from happening."""
+    graces: list[int] = []
+    docker, manager = CleaningDocker(), Requeueing()
+
+    async def stop_container(container_id: str, grace_s: int = 10) -> None:
+        graces.append(grace_s)
+        await docker.cleaned.wait()
+
+    docker.stop_container = stop_container  # type: ignore[method-assign]
+    steps = actions(tmp_path, docker, manager)
+    steps.renew([_assignment(0)])
+    step = asyncio.create_task(steps.do(STOP, _assignment(0)))
+    await until(lambda: graces)
+    steps.died(SID)  # told: the manager queues it again
+    await until(lambda: manager.reports)
+    docker.cleaned.set()
+    await step
+    assert graces == [7]
+    assert docker.calls == ["remove"]  # the late logs' 404 did not stop the clean-up
+    assert steps.reported[SID] is SessionStatus.TERMINATED
+    steps.renew([_assignment(0)])  # the same start: its end stands
+    assert steps.reported[SID] is SessionStatus.TERMINATED
+    steps.renew([_assignment(1)])  # queued again and placed here: a new start
+    assert SID not in steps.reported

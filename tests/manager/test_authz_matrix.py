@@ -88,6 +88,10 @@ ACCESS: dict[str, Access] = {
     "POST /api/v1/presets": ADMIN,
     "PATCH /api/v1/presets/{name}": ADMIN,
     "DELETE /api/v1/presets/{name}": ADMIN,
+    "GET /api/v1/priority-classes": USER,  # users pick one at launch
+    "POST /api/v1/priority-classes": ADMIN,
+    "PATCH /api/v1/priority-classes/{name}": ADMIN,
+    "DELETE /api/v1/priority-classes/{name}": ADMIN,
     "GET /api/v1/config": ADMIN,
     "POST /api/v1/config/import": ADMIN,
     "POST /api/v1/sessions": USER,
@@ -196,6 +200,8 @@ BODIES: dict[str, Any] = {
     "POST /api/v1/presets": {"name": "new-preset", "cpu": 1, "mem": "1g"},
     "POST /api/v1/ssh-keys": {"key": SSH_KEY},
     "PATCH /api/v1/presets/{name}": {"cpu": 0.5},
+    "POST /api/v1/priority-classes": {"name": "new-class", "rank": 5},
+    "PATCH /api/v1/priority-classes/{name}": {"rank": 3},
     "POST /api/v1/agents/me/sessions/{session_id}/run/saving": {"script_s": 1.5},
     "POST /api/v1/projects": {"name": "new-project"},
     "POST /api/v1/projects/{name}/members": {"username": "dave"},
@@ -265,6 +271,8 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
     join = (await admin.post("/api/v1/join-tokens", json={"name": "j"})).json()
     r = await admin.post("/api/v1/presets", json={"name": "doomed", "cpu": 1, "mem": "1g"})
     assert r.status_code == 201, r.text
+    r = await admin.post("/api/v1/priority-classes", json={"name": "doomed", "rank": 1})
+    assert r.status_code == 201, r.text
     users = {u["username"]: u["id"] for u in (await admin.get("/api/v1/users")).json()}
     r = await alice.post("/api/v1/ssh-keys", json={"key": SSH_KEY.replace(" t", " alice")})
     assert r.status_code == 201, r.text
@@ -288,6 +296,8 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
         "DELETE /api/v1/images/aliases/{name}:name": "al",
         "PATCH /api/v1/presets/{name}:name": "small",
         "DELETE /api/v1/presets/{name}:name": "doomed",
+        "PATCH /api/v1/priority-classes/{name}:name": "normal",
+        "DELETE /api/v1/priority-classes/{name}:name": "doomed",
         "PATCH /api/v1/images/{name}:name": image, "DELETE /api/v1/images/{name}:name": image,
         "POST /api/v1/sessions/{session_id}/apps/{name}/start:name": "terminal",
         "node": spare_node.node_id, "username": "dave",

@@ -181,3 +181,27 @@ async def test_projects_and_groups_travel_with_the_configuration(
     bad = {"projects": [{"name": "cv", "members": ["nobody"]}]}
     r = await admin.post("/api/v1/config/import", json=bad)
     assert r.status_code == 422 and r.json()["field"] == "projects.0.members", r.text
+
+
+async def test_priority_classes_travel_with_the_configuration(admin: Client) -> None:
+    """Issue 32: priority classes are configuration; the document's default replaces the
+    manager's; importing the same document again changes nothing."""
+    exported = await _export(admin)
+    assert exported["priority_classes"] == [
+        {"name": "normal", "rank": 0, "min_runtime_s": 600, "grace_s": 30,
+         "preempt_interactive": False, "default": True}]
+    doc = {"priority_classes": [
+        {"name": "high", "rank": 10, "min_runtime_s": 0, "grace_s": 10},
+        {"name": "batch", "rank": 1, "preempt_interactive": True, "default": True}]}
+    r = await admin.post("/api/v1/config/import", json=doc)
+    assert r.status_code == 200, r.text
+    assert r.json()["sections"]["priority_classes"] == {"created": 2, "updated": 0,
+                                                        "unchanged": 0}
+    listed = (await admin.get("/api/v1/priority-classes")).json()
+    assert [(c["name"], c["rank"], c["default"]) for c in listed] == [
+        ("high", 10, False), ("batch", 1, True), ("normal", 0, False)]
+    again = await admin.post("/api/v1/config/import", json=doc)
+    assert again.json()["sections"]["priority_classes"] == {"created": 0, "updated": 0,
+                                                            "unchanged": 2}
+    assert [c["name"] for c in (await _export(admin))["priority_classes"]] == [
+        "batch", "high", "normal"]

@@ -129,3 +129,35 @@ async def test_every_user_gets_a_personal_project_with_their_sessions_in_it(
         assert session == [("~bob", "")]  # it asked for no group: any its project may use
     finally:
         await engine.dispose()
+
+
+async def test_existing_sessions_join_the_default_priority_class(database_url: str) -> None:
+    """0027 (issue 32): an upgraded platform gets the default class "normal" (rank 0) and every
+    session it has is in it, never preempted or queued again so far."""
+    engine = make_engine(database_url)
+    users = sa.table("users", *(sa.column(c) for c in (
+        "id", "username", "password_hash", "role", "is_active", "created_at")))
+    sessions = sa.table("sessions", *(sa.column(c) for c in (
+        "id", "name", "owner_id", "image", "type", "env", "priority", "pool", "gpu", "cpu",
+        "mem", "folders", "status", "status_reason", "created_at", "updated_at")))
+    try:
+        await migrate.upgrade(engine, "0022")
+        now = utcnow()
+        async with engine.begin() as conn:
+            await conn.execute(sa.insert(users).values(
+                id="u1", username="alice", password_hash="x", role="user", is_active=True,
+                created_at=now))
+            await conn.execute(sa.insert(sessions).values(
+                id="s1", name="old", owner_id="u1", image="python:3.11", type="batch",
+                env="{}", priority=0, pool="default", gpu=500, cpu=1000, mem=1024, folders="[]",
+                status="RUNNING", status_reason="running", created_at=now, updated_at=now))
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            classes = (await conn.execute(sa.text(
+                "SELECT name, rank, is_default FROM priority_classes"))).all()
+            got = (await conn.execute(sa.text(
+                "SELECT priority_class, preemptions, preempted_by FROM sessions"))).all()
+        assert [tuple(r) for r in classes] == [("normal", 0, True)]
+        assert [tuple(r) for r in got] == [("normal", 0, None)]
+    finally:
+        await engine.dispose()

@@ -220,6 +220,11 @@ class FolderMount(BaseModel):
     read_only: bool
 
 
+# In a session's environment: the seconds it has between SIGTERM and SIGKILL when stopped
+# (preempted, or stopped by its owner), its priority class's grace: time to checkpoint.
+GRACE_VAR = "GPUSLICE_PREEMPT_GRACE_S"
+
+
 class Assignment(BaseModel):
     """A session the node must run (or stop: `desired` is `stopped` when it is TERMINATING)."""
 
@@ -246,6 +251,16 @@ class Assignment(BaseModel):
     mounts: list[FolderMount] = Field(
         default_factory=list, max_length=64,
         description="Storage folders to mount (dot-folders of the owner included).",
+    )
+    stop_grace_s: int | None = Field(
+        default=None, ge=0, le=3600,
+        description="Seconds between SIGTERM and SIGKILL when it is stopped (its priority "
+        "class's grace); null: the agent's own `stop_grace_s`.",
+    )
+    requeued: int = Field(
+        default=0, ge=0,
+        description="Times it was preempted and queued again: a higher count than the agent "
+        "saw is a new start of the session, whatever end it told of the earlier one.",
     )
 
 

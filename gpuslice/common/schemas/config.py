@@ -3,8 +3,8 @@
 What an admin set up, by name (never by database id, so it moves between clusters): resource
 policies, users (password hashes only when asked), image aliases, the image catalog's
 curation (allow list, visibility, owner), the launch dialog's resource presets, projects
-(quotas, groups, members) and nodes' resource groups. Sessions, nodes and history are not
-configuration: backups (`gpuslice admin backup`) hold those.
+(quotas, groups, members), nodes' resource groups and the priority classes. Sessions, nodes
+and history are not configuration: backups (`gpuslice admin backup`) hold those.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpuslice.common.schemas.images import ALIAS_PATTERN
 from gpuslice.common.schemas.presets import PresetCreate
+from gpuslice.common.schemas.priorities import PriorityClassCreate
 from gpuslice.common.schemas.projects import GroupName, ProjectName, ProjectQuotas
 from gpuslice.common.schemas.users import USERNAME_PATTERN, PolicyCreate, Role
 
@@ -81,6 +82,12 @@ class NodeGroupConfig(_Strict):
     group: GroupName
 
 
+class PriorityClassConfig(PriorityClassCreate):
+    """A priority class by name (rank, minimum runtime, grace, interactive rule, default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 class ConfigDocument(_Strict):
     """Everything `config import` applies; every list is optional, entries merge by name."""
 
@@ -97,6 +104,7 @@ class ConfigDocument(_Strict):
         default_factory=list, max_length=100_000,
         description="Nodes' resource groups; a node this manager does not have is noted.",
     )
+    priority_classes: list[PriorityClassConfig] = Field(default_factory=list, max_length=1_000)
     left_out: list[str] = Field(
         default_factory=list, max_length=100_000,
         description="Export: entries left out because they break today's rules (stored before "

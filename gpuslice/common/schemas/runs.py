@@ -25,6 +25,7 @@ from pydantic import (
 from gpuslice.common.limits import PRIORITY_BOUND
 from gpuslice.common.schemas.common import ResourcesIn, ResourcesPublic
 from gpuslice.common.schemas.models import FilePath, ModelPublic
+from gpuslice.common.schemas.priorities import PRIORITY_CLASS_PATTERN
 from gpuslice.common.schemas.projects import GroupName
 from gpuslice.common.schemas.sessions import (
     EnvVars,
@@ -77,6 +78,12 @@ class RunCreate(Timing):
         default=None, max_length=80, description="The project it runs in (default: personal)."
     )
     group: GroupName | None = Field(default=None, description="The resource group to run in.")
+    priority_class: str | None = Field(
+        default=None, pattern=PRIORITY_CLASS_PATTERN,
+        description="Its priority class (none: the default). A run of a lower class may be "
+        "preempted: it is stopped and queued again, and its script finds its checkpoints in "
+        "`save_dir` when it starts again.",
+    )
     save_var: Annotated[str | None, AfterValidator(_check_var)] = Field(
         default=None,
         description="A Python script's global variable whose object, when the script ends, is "

@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BaseModel, Field, field_validator, model_va
 from gpuslice.common.limits import CREATE_COUNT_MAX, DEFAULT_TYPE, PRIORITY_BOUND
 from gpuslice.common.resources import ResourceError
 from gpuslice.common.schemas.common import Number, ResourcesIn, ResourcesPublic
+from gpuslice.common.schemas.priorities import PRIORITY_CLASS_PATTERN
 from gpuslice.common.schemas.projects import GroupName
 from gpuslice.common.schemas.storage import (
     MAX_SESSION_FOLDERS,
@@ -154,6 +155,12 @@ class SessionCreate(Timing):
         le=PRIORITY_BOUND,
         description="Higher runs first; bounded by the user's resource policy.",
     )
+    priority_class: str | None = Field(
+        default=None, pattern=PRIORITY_CLASS_PATTERN,
+        description="Its priority class (GET /api/v1/priority-classes lists them; none: the "
+        "default class). It ranks before `priority`; a higher class may preempt lower-class "
+        "batch sessions.",
+    )
     apps: list[Annotated[str, Field(max_length=32)]] = Field(
         default_factory=list, max_length=32,
         description="Apps of the image to start as soon as the session runs, e.g. "
@@ -256,6 +263,10 @@ class SessionPublic(BaseModel):
     command: list[str] | None
     env: dict[str, str]
     priority: int
+    priority_class: str | None = Field(default=None, description="Its priority class.")
+    preemptions: int = Field(
+        default=0, description="How many times it was preempted and queued again."
+    )
     resources: ResourcesPublic
     gpu_model: str | None
     project: str | None = Field(default=None, description="The project it runs in.")

@@ -240,6 +240,22 @@ class SessionRow(Base):
     command: Mapped[list[str] | None] = mapped_column(JSON)
     env: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
     priority: Mapped[int] = mapped_column(Integer, default=0)
+    # Its priority class by name (NULL: none existed when it was made; ranks 0, as the
+    # default would). The class's rank orders the queue before ``priority``.
+    priority_class: Mapped[str | None] = mapped_column(String(64))
+    # Preemption (services/scheduling/preemption.py). A victim: the winner's id while it is
+    # TERMINATING because of it, then back to PENDING; ``preemptions`` counts those returns.
+    preempted_by: Mapped[str | None] = mapped_column(String(36))
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    # Why it was last preempted ("preempted by alice's train-3 (priority high)"): its waiting
+    # reason starts with it while it is back in the queue.
+    preempt_reason: Mapped[str | None] = mapped_column(Text)
+    # A winner: the node whose capacity its victims free, held for it until it is placed,
+    # and the device slices planned there ([[device index, milli-fGPU], ...]).
+    held_node_id: Mapped[str | None] = mapped_column(String(36))
+    held_slices: Mapped[list[list[int]] | None] = mapped_column(JSON)
+    # When it last became RUNNING (a class's minimum runtime counts from here).
+    running_since: Mapped[datetime | None] = mapped_column(UTCDateTime)
     pool: Mapped[str] = mapped_column(String(64), default="default")
     # The project it runs in (projects.py); NULL only for rows from before projects. ``pool``:
     # the resource group it asked for, or "" for any its project may use.
@@ -593,6 +609,23 @@ class BackupRow(Base):
     entries: Mapped[int] = mapped_column(BigInteger)
     bytes: Mapped[int] = mapped_column(BigInteger)
     database_only: Mapped[bool] = mapped_column(Boolean)
+
+
+class PriorityClassRow(Base):
+    """A priority class (services/priorities.py): its rank orders the queue, and a waiting
+    session of a higher rank may preempt batch sessions of lower ones; one row is the default
+    (at most one: services/priorities.py keeps it so)."""
+
+    __tablename__ = "priority_classes"
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    rank: Mapped[int] = mapped_column(Integer)
+    min_runtime_s: Mapped[int] = mapped_column(Integer, default=600)
+    grace_s: Mapped[int] = mapped_column(Integer, default=30)
+    preempt_interactive: Mapped[bool] = mapped_column(Boolean, default=False)
+    is_default: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
 class ResourcePresetRow(Base):

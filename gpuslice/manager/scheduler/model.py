@@ -32,6 +32,7 @@ class WaitCode(StrEnum):
     RESERVED = "reserved"  # capacity it could use is held for a request waiting longer
     NO_NODE = "no_node"  # no schedulable node matches (pool, GPU model) at all
     BEGIN = "begin"  # asked to start later (``--begin``); set by the manager, not the core
+    PREEMPTING = "preempting"  # lower-priority sessions are stopping for it; capacity held
 
 
 @dataclass(slots=True)

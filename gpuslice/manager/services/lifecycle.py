@@ -36,7 +36,8 @@ LEGAL: dict[SessionStatus, frozenset[SessionStatus]] = {
     S.SCHEDULED: frozenset({S.PREPARING, S.RUNNING, S.TERMINATING, S.TERMINATED, S.ERROR}),
     S.PREPARING: frozenset({S.RUNNING, S.TERMINATING, S.TERMINATED, S.ERROR}),
     S.RUNNING: frozenset({S.TERMINATING, S.TERMINATED, S.ERROR}),
-    S.TERMINATING: frozenset({S.TERMINATED, S.ERROR}),
+    # back to PENDING: a preempted session whose container is gone, queued again
+    S.TERMINATING: frozenset({S.TERMINATED, S.ERROR, S.PENDING}),
     S.TERMINATED: frozenset(),
     S.ERROR: frozenset(),
     S.CANCELLED: frozenset(),
@@ -69,6 +70,11 @@ async def transition(
     if to is not S.PENDING:
         fields.setdefault("wait_code", None)
         fields.setdefault("queue_position", None)
+    if to is S.RUNNING:
+        fields.setdefault("running_since", now)
+    if current is S.PENDING:  # placed or ended: capacity held for it is its no more
+        fields.setdefault("held_node_id", None)
+        fields.setdefault("held_slices", None)
     result = await db.execute(
         update(SessionRow)
         .where(SessionRow.id == row.id, SessionRow.status == current)
@@ -78,8 +84,9 @@ async def transition(
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise StaleStatus(f"session {row.name} changed status meanwhile; try again")
     await _append_history(db, [row], current, to, reason, now)
-    node_id = fields.get("node_id", row.node_id)
     releases = current in HOLDING and to not in HOLDING
+    # a release is from the node it held (a session queued again leaves it: node_id NULL)
+    node_id = row.node_id if releases else fields.get("node_id", row.node_id)
     if node_id is not None and (releases or not node_reported):
         await _touch_node(db, row, node_id, releases, bump=not node_reported)
         if not node_reported:
@@ -105,22 +112,23 @@ def running_since() -> ScalarSelect[datetime]:
     )
 
 
-async def note(db: AsyncSession, row: SessionRow, reason: str) -> None:
+async def note(db: AsyncSession, row: SessionRow, reason: str, **values: Any) -> None:
     """Something that happened to a session whose status stays (its node made its container
     again: a restart): a line in its status history and its reason, only while it holds the
-    status it held when loaded (``StaleStatus`` otherwise)."""
+    status it held when loaded (``StaleStatus`` otherwise); ``values`` are set with it."""
     current = SessionStatus(row.status)
     now = utcnow()
     result = await db.execute(
         update(SessionRow)
         .where(SessionRow.id == row.id, SessionRow.status == current)
-        .values(status_reason=reason, updated_at=now)
+        .values(status_reason=reason, updated_at=now, **values)
         .execution_options(synchronize_session=False)
     )
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise StaleStatus(f"session {row.name} changed status meanwhile; try again")
     await _append_history(db, [row], current, current, reason, now)
-    set_committed_value(row, "status_reason", reason)
+    for key, value in {"status_reason": reason, **values}.items():
+        set_committed_value(row, key, value)
     log.info("session %s: %s: %s", row.name, current.value, reason,
              extra={"session_id": row.id, "node_id": row.node_id})
 
@@ -162,6 +170,9 @@ async def transition_many(
     if to is not S.PENDING:
         fields.setdefault("wait_code", None)
         fields.setdefault("queue_position", None)
+    if current is S.PENDING:  # placed or ended: capacity held for them is theirs no more
+        fields.setdefault("held_node_id", None)
+        fields.setdefault("held_slices", None)
     moved = (await db.execute(
         update(SessionRow)
         .where(SessionRow.id.in_(ids), SessionRow.status == current)

@@ -14,7 +14,7 @@ from gpuslice.common.schemas.users import Role, UserCreate, UserPublic, UserUpda
 from gpuslice.manager.db.models import ResourcePolicyRow, UserRow
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.security import hash_password, new_password
-from gpuslice.manager.services import presets
+from gpuslice.manager.services import presets, priorities
 from gpuslice.manager.services.auth import end_tokens
 from gpuslice.manager.services.projects.service import personal_project
 from gpuslice.manager.services.storage import grants
@@ -99,7 +99,7 @@ async def ensure_admin(
     sessionmaker: async_sessionmaker[AsyncSession], username: str, data_dir: Path
 ) -> Path | None:
     """On first start (no users), create an admin; its password goes to a 0600 file, not the log.
-    The platform's default resource preset is made with it (one transaction).
+    The platform's default resource preset and priority class are made with it (one transaction).
 
     Returns the credentials file when an admin was created now.
     """
@@ -114,6 +114,7 @@ async def ensure_admin(
             )
         )
         presets.add_default(db)
+        priorities.add_default(db)
         try:
             await db.commit()
         except IntegrityError:  # another manager created it first

@@ -24,12 +24,14 @@ from gpuslice.common.schemas.config import (
     ImageConfig,
     PolicyConfig,
     PresetConfig,
+    PriorityClassConfig,
     SectionResult,
     UserConfig,
 )
 from gpuslice.manager.db.models import (
     ImageAliasRow,
     ImageRow,
+    PriorityClassRow,
     ResourcePolicyRow,
     ResourcePresetRow,
     UserRow,
@@ -233,8 +235,42 @@ class Presets:
         await db.flush()
 
 
+class PriorityClasses:
+    name = "priority_classes"
+    _FIELDS = ("rank", "min_runtime_s", "grace_s", "preempt_interactive")
+
+    async def export(self, db: AsyncSession, *, password_hashes: bool,
+                     left_out: list[str]) -> list[Any]:
+        rows = await db.scalars(select(PriorityClassRow).order_by(PriorityClassRow.name))
+        return _entries(rows, lambda r: PriorityClassConfig(
+            name=r.name, default=r.is_default, **{k: getattr(r, k) for k in self._FIELDS},
+        ), lambda r: f"priority_classes: {r.name!r}", left_out)
+
+    async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
+        _unique(doc.priority_classes, "priority_classes", lambda c: c.name)
+        defaults = [c.name for c in doc.priority_classes if c.default]
+        if len(defaults) > 1:
+            raise InvalidRequest(
+                f"priority_classes: {len(defaults)} defaults ({', '.join(defaults)}); at most "
+                "one class is the default", field="priority_classes")
+        if defaults:  # the document's default replaces this manager's
+            await db.execute(update(PriorityClassRow).where(
+                PriorityClassRow.name != defaults[0]).values(is_default=False))
+        for item in doc.priority_classes:
+            values: dict[str, Any] = {k: getattr(item, k) for k in self._FIELDS}
+            if defaults:  # else this manager's default stays (the platform keeps one)
+                values["is_default"] = item.default
+            row = await db.scalar(
+                select(PriorityClassRow).where(PriorityClassRow.name == item.name))
+            if row is None:
+                db.add(PriorityClassRow(name=item.name, **{"is_default": False, **values}))
+            outcome.count(self.name, row is None, row is not None and _apply(row, values))
+        await db.flush()
+
+
 # In the order they are merged: a section after those it refers to (users name policies).
-SECTIONS: tuple[Section, ...] = (Policies(), Users(), Aliases(), Images(), Presets())
+SECTIONS: tuple[Section, ...] = (Policies(), Users(), Aliases(), Images(), Presets(),
+                                 PriorityClasses())
 
 
 def _entries(rows: Iterable[R], build: Callable[[R], Any], label: Callable[[R], str],

@@ -24,6 +24,7 @@ from gpuslice.common import text
 from gpuslice.common.images import ImageMeta
 from gpuslice.common.resources import slice_fraction, sm_percent
 from gpuslice.common.schemas.agents import (
+    GRACE_VAR,
     Assignment,
     Assignments,
     FolderMount,
@@ -35,7 +36,7 @@ from gpuslice.common.waits import wait_event
 from gpuslice.manager.db.models import AllocationRow, NodeRow, SessionRow, UserRow
 from gpuslice.manager.errors import IllegalTransition, StaleStatus
 from gpuslice.manager.events import Hub
-from gpuslice.manager.services import channel
+from gpuslice.manager.services import channel, priorities
 from gpuslice.manager.services.apps import catalog as apps_catalog
 from gpuslice.manager.services.images.reports import pulls_for, removals_for
 from gpuslice.manager.services.lifecycle import transition
@@ -115,9 +116,11 @@ async def _build(
     metas = {image: await apps_catalog.image_meta(db, image)
              for image in {row.image for row, _owner in sendable if row.start_apps}}
     folders = await mounts.assignment_mounts(db, [row for row, _owner in sendable])
+    graces = {name: rule.grace_s for name, rule in (await priorities.rules(db)).items()}
     answer = Assignments(
         node_id=node_id, version=version,
-        sessions=[_assignment(row, owner, row.image in pulls, metas, folders.get(row.id, []))
+        sessions=[_assignment(row, owner, row.image in pulls, metas, folders.get(row.id, []),
+                              graces.get(row.priority_class or ""))
                   for row, owner in sendable],
         requests=await channel.deliver(db, node_id) if deliver else [],
         remove_images=await removals_for(db, node_id),
@@ -147,15 +150,20 @@ async def _end(db: AsyncSession, unsendable: list[SessionRow]) -> None:
 
 def _assignment(
     row: SessionRow, owner: str, pull: bool, metas: dict[str, ImageMeta],
-    folders: list[FolderMount],
+    folders: list[FolderMount], grace_s: int | None = None,
 ) -> Assignment:
+    """``grace_s``: its priority class's grace between SIGTERM and SIGKILL, told to the
+    session too (``GPUSLICE_PREEMPT_GRACE_S``) so a script knows how long it has to
+    checkpoint; ``None``: the agent's own (no class)."""
     status = SessionStatus(row.status)
     apps = []
     if row.start_apps and row.app_secret and row.image in metas:  # to start once it runs
         apps = apps_catalog.launches(row.id, row.app_secret, metas[row.image], row.start_apps)
     return Assignment(
         session_id=row.id, name=row.name, owner=owner, image=row.image,
-        type=SessionType(row.type), command=row.command, env=row.env, status=status,
+        type=SessionType(row.type), command=row.command, status=status,
+        env=row.env if grace_s is None else {**row.env, GRACE_VAR: str(grace_s)},
+        stop_grace_s=grace_s, requeued=row.preemptions or 0,
         desired="stopped" if status is SessionStatus.TERMINATING else "running",
         resources=ExactResources(gpu=row.gpu, cpu=row.cpu, mem=row.mem),
         slices=[_slice(a) for a in row.allocations if a.released_at is None],

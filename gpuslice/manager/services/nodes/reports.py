@@ -26,6 +26,7 @@ _FINAL_REPORTS = (S.TERMINATED, S.ERROR)
 _REPORTED_COLUMNS = load_only(
     SessionRow.id, SessionRow.name, SessionRow.owner_id, SessionRow.type, SessionRow.status,
     SessionRow.status_reason, SessionRow.node_id, SessionRow.cpu, SessionRow.mem,
+    SessionRow.gpu_mem, SessionRow.preempted_by, SessionRow.preemptions,
     raiseload=True,
 )
 
@@ -77,7 +78,9 @@ async def _apply_report(db: AsyncSession, row: SessionRow, body: StateReport) ->
             await note(db, row, body.reason or "restarted by its node")
         return
     logs: dict[str, Any] = {"final_logs": body.logs} if body.logs is not None else {}
-    if body.status is S.TERMINATED:
+    if current is S.TERMINATING and row.preempted_by is not None:
+        await _requeue(db, row)
+    elif body.status is S.TERMINATED:
         result, reason = _ended(row, body)
         await transition(
             db, row, S.TERMINATED, reason, node_reported=True, result=result,
@@ -86,6 +89,19 @@ async def _apply_report(db: AsyncSession, row: SessionRow, body: StateReport) ->
     else:
         await transition(db, row, S.ERROR, body.reason or "failed on the node",
                          node_reported=True, **logs)
+
+
+async def _requeue(db: AsyncSession, row: SessionRow) -> None:
+    """A preempted session whose container is gone: back to PENDING with its place in the
+    queue (its ``created_at`` is kept), its capacity released for the winner that holds it.
+    Its output in its folders stays; it starts again by itself."""
+    await transition(
+        db, row, S.PENDING, f"{row.status_reason}; back in the queue in its place",
+        node_reported=True, node_id=None, preempted_by=None, running_since=None,
+        preemptions=(row.preemptions or 0) + 1, result=None, exit_code=None,
+        # asked by GPU memory: its slice is chosen again where it lands next
+        **({"gpu": 0} if row.gpu_mem else {}),
+    )
 
 
 async def _progress(db: AsyncSession, session_id: str, reason: str) -> None:

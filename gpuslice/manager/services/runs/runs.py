@@ -98,6 +98,7 @@ def _session(body: RunCreate, check: bool = False) -> SessionCreate:
             image=body.image, resources=body.resources, name=body.name,
             type=SessionType.BATCH, command=command,
             env={**body.env, "GPUSLICE_RUN_NAME": body.name}, priority=body.priority,
+            priority_class=body.priority_class,
             folders=others if check else [RUNS_FOLDER, *others], project=body.project,
             group=body.group, time_limit=body.time_limit, begin_at=body.begin_at,
         )

@@ -10,6 +10,7 @@ they changed.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -40,10 +41,12 @@ from gpuslice.manager.scheduler import (
     Request,
     SchedulerConfig,
     UserState,
-    schedule,
 )
+from gpuslice.manager.services import priorities
 from gpuslice.manager.services.policies import quota_of
+from gpuslice.manager.services.priorities import ClassRule
 from gpuslice.manager.services.projects.launch import ANY_GROUP, project_states
+from gpuslice.manager.services.scheduling import preemption
 from gpuslice.manager.services.scheduling.allocation import (
     DeviceRef,
     DeviceRefs,
@@ -73,9 +76,13 @@ class Snapshot:
     devices: DeviceRefs
     projects: dict[str, UserState] = field(default_factory=dict)  # by name: those with quotas
     project_rows: dict[str, ProjectRow] = field(default_factory=dict)  # by id (detached)
+    classes: dict[str, ClassRule] = field(default_factory=dict)  # priority classes by name
+    # winners holding capacity whose victims were still stopping when this was read
+    stopping: set[str] = field(default_factory=set)
 
     def requests(self) -> list[Request]:
-        """The PENDING sessions as the core sees them, each with its project and groups."""
+        """The PENDING sessions as the core sees them, each with its project, groups and
+        class."""
         alive = {n.pool for n in self.nodes}
         # one (pool, pools) per (group asked, project): shared by its requests, not rebuilt
         groups: dict[tuple[str, str | None], tuple[str, frozenset[str] | None]] = {}
@@ -85,7 +92,7 @@ class Snapshot:
             key = (row.pool, row.project_id)
             if key not in groups:
                 groups[key] = request_groups(row.pool, project, alive)
-            out.append(queued_request(row, project, groups[key]))
+            out.append(queued_request(row, project, groups[key], self.classes))
         return out
 
 
@@ -99,13 +106,20 @@ async def run_pass(
             return PassStats()
         now = utcnow()
         later = not_yet(snap.pending.values(), now)  # --begin: not in the queue yet
-        requests = [r for r in snap.requests() if r.id not in later]
+        requests = {r.id: r for r in snap.requests() if r.id not in later}
         if config.policy is Policy.BACKFILL and requests:
             await attach_running(db, snap.nodes, now)
             await db.commit()
-        result = schedule(requests, snap.nodes, snap.users, config, now.timestamp(),
-                          snap.projects)
+        result = preemption.schedule_with_holds(
+            list(requests.values()), snap.nodes, snap.users, config, now.timestamp(),
+            preemption.holds_of(snap.pending), snap.projects,
+        )
         stats = await _apply(db, snap, result)
+        if result.waiting:
+            # the cluster as this pass left it (read again only if it placed anything, and
+            # only if some waiting session may preempt at all)
+            nodes = alive_nodes if result.placements else None
+            await preemption.preempt(db, result, snap, requests, nodes, config)
         result.waiting.update(later)
         await _write_waiting(db, snap, result)
     if stats.conflicts:
@@ -126,16 +140,22 @@ async def load_snapshot(db: AsyncSession, *, nodes: bool = False) -> Snapshot:
         )
     ).all()
     pending = [row for row, _policy in queued]
+    # Before the nodes: on PostgreSQL each statement reads its own committed state, and a
+    # victim seen stopping here has not released capacity the nodes' read could then show
+    # free; one gone by here did release it before that read (a hold is dropped only when
+    # its victims are gone and the capacity they freed was seen).
+    stopping = await preemption.still_stopping(db, pending)
     alive, devices = await _alive(db) if pending or nodes else ([], {})
     # only owners with a policy have a quota to load (the usual case: none, no query)
     limited = {row.owner_id for row, policy in queued if policy is not None}
     users = await user_states(db, limited) if limited else {}
     project_ids = {row.project_id for row in pending if row.project_id is not None}
     projects, project_rows = await project_states(db, project_ids) if project_ids else ({}, {})
+    classes = await priorities.rules(db) if pending else {}
     await db.commit()
     db.expunge_all()  # detached: a rollback later in the pass must not expire them
     return Snapshot(alive, {row.id: row for row in pending}, users, devices, projects,
-                    project_rows)
+                    project_rows, classes, stopping)
 
 
 # What a pass reads of each PENDING session: what the core decides on, what placing it writes
@@ -147,7 +167,8 @@ _QUEUED_COLUMNS = load_only(
     SessionRow.status, SessionRow.status_reason, SessionRow.wait_code,
     SessionRow.queue_position, SessionRow.node_id, SessionRow.created_at,
     SessionRow.project_id, SessionRow.time_limit, SessionRow.begin_at,
-    raiseload=True,
+    SessionRow.priority_class, SessionRow.held_node_id, SessionRow.held_slices,
+    SessionRow.preempt_reason, raiseload=True,
 )
 
 
@@ -224,12 +245,16 @@ async def _alive(db: AsyncSession) -> tuple[list[Node], DeviceRefs]:
 def queued_request(
     row: SessionRow, project: ProjectRow | None = None,
     groups: tuple[str, frozenset[str] | None] | None = None,
+    classes: Mapping[str, ClassRule] | None = None,
 ) -> Request:
     """A PENDING session as the scheduler core sees it. ``groups``: its (pool, pools) from
-    ``request_groups`` (default: the group it asked for, any meaning "default")."""
+    ``request_groups`` (default: the group it asked for, any meaning "default"); its class's
+    rank (``classes``: the priority classes by name) orders it first, then its own priority."""
+    rule = (classes or {}).get(row.priority_class or "")
+    priority = preemption.ranked(rule.rank if rule is not None else 0, row.priority)
     return session_request(
         row.id, row.owner_id, row.created_at.timestamp(), Resources(row.gpu, row.cpu, row.mem),
-        gpu_mem=row.gpu_mem, priority=row.priority, gpu_model=row.gpu_model,
+        gpu_mem=row.gpu_mem, priority=priority, gpu_model=row.gpu_model,
         groups=groups or request_groups(row.pool, project, set()),
         project=None if project is None else project.name, time_limit=row.time_limit,
     )
@@ -316,10 +341,16 @@ async def _apply(db: AsyncSession, snap: Snapshot, result: PassResult) -> PassSt
 
 
 async def _write_waiting(db: AsyncSession, snap: Snapshot, result: PassResult) -> None:
-    changes = [
-        {"sid": w.request_id, "reason": w.reason, "code": str(w.code), "pos": w.position or None}
+    said = {
+        w.request_id: preemption.waiting_reason(snap.pending[w.request_id], w.reason)
         for w in result.waiting.values()
-        if _changed(snap.pending[w.request_id], w.reason, str(w.code), w.position or None)
+    }
+    changes = [
+        {"sid": w.request_id, "reason": said[w.request_id], "code": str(w.code),
+         "pos": w.position or None}
+        for w in result.waiting.values()
+        if _changed(snap.pending[w.request_id], said[w.request_id], str(w.code),
+                    w.position or None)
     ]
     if not changes:
         return

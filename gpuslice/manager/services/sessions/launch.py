@@ -17,9 +17,10 @@ from gpuslice.manager.db.base import new_id, utcnow
 from gpuslice.manager.db.models import ProjectRow, ResourcePolicyRow, SessionRow, UserRow
 from gpuslice.manager.errors import InvalidRequest, StaleStatus
 from gpuslice.manager.scheduler import Quota, check_request
+from gpuslice.manager.services import priorities
 from gpuslice.manager.services.apps import catalog as apps_catalog
 from gpuslice.manager.services.images import catalog
-from gpuslice.manager.services.lifecycle import record_created, transition
+from gpuslice.manager.services.lifecycle import note, record_created, transition
 from gpuslice.manager.services.policies import quota_of
 from gpuslice.manager.services.projects.launch import launch_project, project_quota
 from gpuslice.manager.services.scheduling.passes import alive_nodes, asked_request
@@ -46,6 +47,7 @@ async def create_sessions(
     # SQLite): the PENDING count cannot be passed by two creates racing.
     await db.execute(update(UserRow).where(UserRow.id == user.id).values(id=UserRow.id))
     checked = await check_create(db, user, body, settings)
+    klass = await priorities.resolve(db, body.priority_class)
     now = utcnow()
     limit = time_limit_for(body, bounds_for(user, settings.sessions))
     begin_at = check_begin(body.begin_at, now)
@@ -55,6 +57,7 @@ async def create_sessions(
             id=new_id(), name=_name(body, i), owner_id=user.id, image=checked.image,
             type=body.type, command=body.command, env=env, priority=body.priority,
             time_limit=limit, begin_at=begin_at,
+            priority_class=klass.name if klass is not None else None,
             gpu=body.resources.gpu, cpu=body.resources.cpu, mem=body.resources.mem,
             gpu_mem=body.resources.gpu_mem, folders=checked.folders,
             project_id=checked.project.id, pool=checked.pool,
@@ -94,6 +97,7 @@ async def check_create(
     await _check_pending(db, user, policy, body.count, settings.sessions.max_pending)
     _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
     project, pool = await launch_project(db, user, body.project, body.group)
+    await priorities.resolve(db, body.priority_class)
     image = await catalog.resolve(
         db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
     )
@@ -147,6 +151,9 @@ async def _destroy_one(db: AsyncSession, row: SessionRow, reason: str) -> None:
     status = SessionStatus(row.status)
     if status is SessionStatus.PENDING:
         await transition(db, row, SessionStatus.CANCELLED, reason)
+    elif status is SessionStatus.TERMINATING and row.preempted_by is not None:
+        # a preempted session stopped by its owner too: it ends, not back in the queue
+        await note(db, row, reason, preempted_by=None)
     elif status not in FINAL and status is not SessionStatus.TERMINATING:
         await transition(db, row, SessionStatus.TERMINATING, reason)
 

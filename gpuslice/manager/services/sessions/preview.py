@@ -9,6 +9,7 @@ the answer holds counts and a reason only: no other user's sessions or names.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from decimal import Decimal
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -16,12 +17,18 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpuslice.common.resources import fgpu_decimal
 from gpuslice.common.schemas.sessions import GpuModelShape, SessionCreate, SessionPreview
 from gpuslice.manager.db.models import UserRow
-from gpuslice.manager.scheduler import Node, schedule
+from gpuslice.manager.scheduler import Node
+from gpuslice.manager.services import priorities
 from gpuslice.manager.services.projects.launch import project_states
 from gpuslice.manager.services.scheduling.passes import (
     asked_request,
     load_snapshot,
     user_states,
+)
+from gpuslice.manager.services.scheduling.preemption import (
+    holds_of,
+    ranked,
+    schedule_with_holds,
 )
 from gpuslice.manager.services.sessions.launch import check_create
 from gpuslice.manager.settings import ManagerSettings
@@ -44,12 +51,18 @@ async def preview(
         projects.update((await project_states(db, {project.id}))[0])
     await db.commit()
     now = time.time()
-    mine = [asked_request(body, f"{_PREFIX}{i}", user_id, now + i * 1e-6, project,
-                          checked.pool, snap.nodes)
-            for i in range(body.count)]
+    classes = snap.classes or await priorities.rules(db)
+    klass = await priorities.resolve(db, body.priority_class)
+    rule = classes.get(klass.name) if klass is not None else None
+    mine = [replace(r, priority=ranked(rule.rank if rule else 0, r.priority))
+            for r in (asked_request(body, f"{_PREFIX}{i}", user_id, now + i * 1e-6, project,
+                                    checked.pool, snap.nodes)
+                      for i in range(body.count))]
+    if not snap.classes:  # no queue: the snapshot read no classes
+        snap.classes = classes
     queue = snap.requests() + mine
-    result = schedule(queue, snap.nodes, users, settings.scheduler.core_config(), now,
-                      projects)
+    result = schedule_with_holds(queue, snap.nodes, users, settings.scheduler.core_config(),
+                                 now, holds_of(snap.pending), projects)
     placed = {p.request_id for p in result.placements}
     fits = sum(1 for r in mine if r.id in placed)
     first = next((result.waiting[r.id] for r in mine if r.id in result.waiting), None)

@@ -206,7 +206,8 @@ def _public(
     return SessionPublic(
         id=row.id, name=scrub(row.name), owner_id=row.owner_id, owner=owner_name,
         image=scrub(row.image), type=SessionType(row.type), command=scrub(row.command),
-        env=scrub(row.env), priority=row.priority,
+        env=scrub(row.env), priority=row.priority, priority_class=row.priority_class,
+        preemptions=row.preemptions or 0,
         resources=ResourcesPublic.of(row.gpu, row.cpu, row.mem, row.gpu_mem),
         gpu_model=scrub(row.gpu_model), project=project, group=row.pool or None,
         status=status, status_reason=scrub(row.status_reason),
@@ -260,7 +261,8 @@ _PUBLIC_COLUMNS = (
     SessionRow.status_reason, SessionRow.wait_code, SessionRow.queue_position,
     SessionRow.result, SessionRow.exit_code, SessionRow.node_id, SessionRow.created_at,
     SessionRow.updated_at, SessionRow.folders, SessionRow.purged_at, SessionRow.pool,
-    SessionRow.time_limit, SessionRow.begin_at, SessionRow.ends_at,
+    SessionRow.time_limit, SessionRow.begin_at, SessionRow.ends_at, SessionRow.priority_class,
+    SessionRow.preemptions,
 )
 
 

@@ -56,6 +56,10 @@ export function detailPage(main, parts) {
       ["Created", when(s.created_at)], ["Id", s.id],
     ];
     if (s.result) rows.push(["Result", s.result + " (exit code " + s.exit_code + ")"]);
+    if (s.priority_class) {
+      rows.push(["Priority", s.priority_class + (s.preemptions ? " (preempted " + s.preemptions +
+        (s.preemptions === 1 ? " time)" : " times)") : "")]);
+    }
     if (s.folders.length) rows.push(["Folders", s.folders.map((f) => f.name + (f.read_only ? " (ro)" : "")).join(", ")]);
     if (s.time_limit) rows.push(["Time limit", span(s.time_limit)]);
     if (s.ends_at) rows.push(["Ends", when(s.ends_at) + " (" + timeText(s) + ")"]);

@@ -1,0 +1,55 @@
+"""Priority classes: admin-defined ranks a session runs at, and what preemption may do to it."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+PRIORITY_CLASS_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+RANK_BOUND = 1000
+MAX_MIN_RUNTIME_S = 30 * 24 * 3600
+MAX_GRACE_S = 3600
+
+
+class PriorityClassCreate(BaseModel):
+    """A priority class. A waiting session of a higher rank may preempt (stop, then queue again)
+    RUNNING batch sessions of a lower one that ran at least their class's minimum runtime."""
+
+    name: str = Field(pattern=PRIORITY_CLASS_PATTERN, description="e.g. `high`.")
+    rank: int = Field(ge=0, le=RANK_BOUND, description="Higher runs first and may preempt lower.")
+    min_runtime_s: int = Field(
+        default=600, ge=0, le=MAX_MIN_RUNTIME_S,
+        description="Sessions of this class are never preempted before running this long.",
+    )
+    grace_s: int = Field(
+        default=30, ge=0, le=MAX_GRACE_S,
+        description="Seconds between SIGTERM and SIGKILL when a session of this class is "
+        "stopped (GPUSLICE_PREEMPT_GRACE_S inside it), so a script can checkpoint.",
+    )
+    preempt_interactive: bool = Field(
+        default=False,
+        description="Interactive sessions of this class may be preempted too (never by default).",
+    )
+    default: bool = Field(default=False, description="The class of sessions that name none.")
+
+
+class PriorityClassUpdate(BaseModel):
+    """Change some of a class's values (omitted ones are kept)."""
+
+    rank: int | None = Field(default=None, ge=0, le=RANK_BOUND)
+    min_runtime_s: int | None = Field(default=None, ge=0, le=MAX_MIN_RUNTIME_S)
+    grace_s: int | None = Field(default=None, ge=0, le=MAX_GRACE_S)
+    preempt_interactive: bool | None = None
+    default: bool | None = Field(default=None, description="true: make it the default.")
+
+
+class PriorityClassPublic(BaseModel):
+    id: str
+    name: str
+    rank: int
+    min_runtime_s: int
+    grace_s: int
+    preempt_interactive: bool
+    default: bool = False
+    created_at: datetime

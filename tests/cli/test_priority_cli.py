@@ -1,0 +1,44 @@
+"""`gpuslice admin priority-class …` and `--priority CLASS` (issue 32): an admin manages the
+priority classes from the CLI, a user launches in one; errors are one line."""
+
+from __future__ import annotations
+
+import json
+
+from .conftest import IMAGE, Manager
+
+
+def test_an_admin_manages_classes_and_a_session_names_one(manager: Manager) -> None:
+    made = manager.cli("admin", "priority-class", "create", "high", "--rank", "10",
+                       "--min-runtime", "60", "--grace", "20")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip() == ("created priority class high: rank 10, minimum runtime 60s, "
+                                   "grace 20s, interactive sessions kept")
+    made = manager.cli("admin", "priority-class", "set", "high", "--preempt-interactive",
+                       "--json")
+    assert made.returncode == 0 and json.loads(made.stdout)["preempt_interactive"], made.stderr
+    listed = json.loads(manager.cli("admin", "priority-class", "list", "--json").stdout)
+    assert [(c["name"], c["rank"], c["default"]) for c in listed] == [
+        ("high", 10, False), ("normal", 0, True)]
+    table = manager.cli("admin", "priority-class", "list").stdout
+    assert "high" in table and "preemptible" in table and "yes" in table
+    run = manager.cli("session", "create", "--image", IMAGE, "--priority", "high", "--json")
+    assert run.returncode == 0, run.stderr
+    [session] = json.loads(run.stdout)
+    assert (session["priority_class"], session["priority"]) == ("high", 0)
+    # a number is still the priority within the class (the default one here)
+    run = manager.cli("session", "create", "--image", IMAGE, "--priority", "3", "--json")
+    [session] = json.loads(run.stdout)
+    assert (session["priority_class"], session["priority"]) == ("normal", 3)
+
+
+def test_bad_classes_are_one_line(manager: Manager) -> None:
+    bad = manager.cli("session", "create", "--image", IMAGE, "--priority", "urgent")
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "no priority class 'urgent'; the classes are: normal" in bad.stderr, bad.stderr
+    bad = manager.cli("admin", "priority-class", "create", "x", "--rank", "5000")
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert "rank" in bad.stderr.lower()
+    missing = manager.cli("admin", "priority-class", "delete", "nope")
+    assert missing.returncode != 0 and "no priority class 'nope'" in missing.stderr
