@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:5432/gpuslice
 
-.PHONY: up test test-loaded test-sqlite test-pg test-pg-manager test-pg-cluster lint bench host host-test images images-ml venv web
+.PHONY: up test test-ml test-loaded test-sqlite test-pg test-pg-manager test-pg-cluster lint bench host host-test images images-ml venv web
 
 venv: $(VENV)/.installed
 
@@ -29,6 +29,11 @@ images: venv
 # not in CI (GBs each). GPUSLICE_TORCH_INDEX=<PyTorch's CPU wheel index> builds CPU PyTorch.
 images-ml: images
 	bash scripts/build-images-ml.sh
+
+# The framework images' own tests (each prints its version and trains on its slice): not in
+# `make test`, as the images are not built there.
+test-ml: images-ml
+	GPUSLICE_TEST_ML_IMAGES=1 $(PY) -m pytest -q -p no:cacheprovider tests/images/test_ml_images.py
 
 # The browser terminal's xterm.js, from npm at the versions web/terminal/package-lock.json pins.
 web:

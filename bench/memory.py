@@ -69,13 +69,15 @@ def _fill(database: Path, count: int) -> None:
             at = (base + timedelta(seconds=i)).strftime("%Y-%m-%d %H:%M:%S.%f")  # as SQLAlchemy
             rows.append((sid, f"old-{i}", owner, "gpuslice/base:0.1.0", "batch",
                          '["python3", "train.py"]', f'{{"SEED": "{i}"}}', 0, "default", 500,
-                         1000, 2**30, "TERMINATED", "exited with code 0", "SUCCESS", 0, at, at))
+                         1000, 2**30, "TERMINATED", "exited with code 0", "SUCCESS", 0, 0, at,
+                         at))
             history += [(sid, owner, None, "PENDING", "created", at),
                         (sid, owner, "RUNNING", "TERMINATED", "exited with code 0", at)]
         db.executemany(
             "INSERT INTO sessions (id, name, owner_id, image, type, command, env, priority, "
-            "pool, gpu, cpu, mem, status, status_reason, result, exit_code, created_at, "
-            "updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            "pool, gpu, cpu, mem, status, status_reason, result, exit_code, preemptions, "
+            "created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "?, ?)", rows)
         db.executemany(
             "INSERT INTO status_history (session_id, owner_id, from_status, to_status, reason, "
             "at) VALUES (?, ?, ?, ?, ?, ?)", history)

@@ -209,11 +209,14 @@ def test_the_dialog_at_390_px_and_by_keyboard(plat: Platform, browser: Any, alic
     page.wait_for_selector("#launch-dialog")
     assert focused_id(page) == "launch-env"
     focused = []
-    for _ in range(3):
+    for _ in range(5):
         page.keyboard.press("Tab")
         focused.append(focused_id(page))
-    assert focused == ["launch-version", "launch-image", "launch-preset"], focused
-    for selector in ("#launch-dialog", "#launch-submit", "#launch-image", "#launch-preset"):
+    # the environment, then the project and its resource group (issue 32), then the preset
+    assert focused == ["launch-version", "launch-image", "launch-project", "launch-group",
+                       "launch-preset"], focused
+    for selector in ("#launch-dialog", "#launch-submit", "#launch-image", "#launch-project",
+                     "#launch-preset"):
         box = page.locator(selector).bounding_box()
         assert box and box["x"] >= 0 and box["x"] + box["width"] <= 390, (selector, box)
     shot(page, "390px")
