@@ -18,6 +18,7 @@ from gpuslice.cli.output import (
     table,
 )
 from gpuslice.client import Client
+from gpuslice.common.timelimits import format_limit
 
 if TYPE_CHECKING:
     from gpuslice.common.schemas.projects import ProjectPublic
@@ -34,6 +35,10 @@ ModelOpt = Annotated[list[str] | None, typer.Option(
     "--gpu-model", help="fGPU of one GPU model at once, MODEL=N, e.g. a100=4 (repeat).")]
 GroupsOpt = Annotated[list[str] | None, typer.Option(
     "--group", help="A resource group it may use (repeat; none: any).")]
+DefaultTimeOpt = Annotated[str | None, typer.Option(
+    "--default-time", help="Time limit of its sessions that name no --time, e.g. 2h, 1:30:00.")]
+MaxTimeOpt = Annotated[str | None, typer.Option(
+    "--max-time", help="The longest --time its sessions may ask for, e.g. 1d.")]
 
 
 @app.command("create")
@@ -41,12 +46,13 @@ GroupsOpt = Annotated[list[str] | None, typer.Option(
 def project_create(
     name: str, gpu: GpuOpt = None, cpu: CpuOpt = None, memory: MemOpt = None,
     sessions: SessionsOpt = None, storage: StorageOpt = None, gpu_model: ModelOpt = None,
-    group: GroupsOpt = None,
+    group: GroupsOpt = None, default_time: DefaultTimeOpt = None, max_time: MaxTimeOpt = None,
     description: Annotated[str, typer.Option(help="What it is for.")] = "",
     as_json: JsonOpt = False,
 ) -> None:
-    """Make a project, with its quotas and the resource groups it may use."""
+    """Make a project, with its quotas, the resource groups it may use and its time limits."""
     quotas = _quotas(gpu, cpu, memory, sessions, storage, gpu_model, group)
+    quotas |= {"default_time_limit": default_time, "max_time_limit": max_time}
     with Client.from_config() as client:
         _show(client.create_project(name, description=description, **quotas), as_json)
 
@@ -56,10 +62,12 @@ def project_create(
 def project_set(
     name: str, gpu: GpuOpt = None, cpu: CpuOpt = None, memory: MemOpt = None,
     sessions: SessionsOpt = None, storage: StorageOpt = None, gpu_model: ModelOpt = None,
-    group: GroupsOpt = None, as_json: JsonOpt = False,
+    group: GroupsOpt = None, default_time: DefaultTimeOpt = None, max_time: MaxTimeOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
-    """Replace a project's quotas and groups (what is not given: no limit)."""
+    """Replace a project's quotas, groups and time limits (what is not given: no limit)."""
     quotas = _quotas(gpu, cpu, memory, sessions, storage, gpu_model, group)
+    quotas |= {"default_time_limit": default_time, "max_time_limit": max_time}
     with Client.from_config() as client:
         _show(client.update_project(name, **quotas), as_json)
 
@@ -131,4 +139,6 @@ def _show(project: ProjectPublic, as_json: bool) -> None:
     body = project.model_dump(mode="json", exclude={"id", "created_at"})
     for key, value in body.items():
         shown = json.dumps(value) if isinstance(value, dict | list) else value
+        if key in ("default_time_limit", "max_time_limit") and value is not None:
+            shown = format_limit(value)  # as --time takes it, not seconds
         console.print(f"{key}: {'-' if value is None else shown}", markup=False)

@@ -27,7 +27,8 @@ class ProjectCalls:
 
     def create_project(self, name: str, **quotas: Any) -> ProjectPublic:
         """A project with quotas (``max_gpu``, ``max_cpu``, ``max_mem``, ``max_sessions``,
-        ``max_storage``, ``max_gpu_models``) and ``groups`` it may use (admins)."""
+        ``max_storage``, ``max_gpu_models``), ``groups`` it may use and its sessions'
+        ``default_time_limit`` and ``max_time_limit`` (seconds or ``2h``) (admins)."""
         return self._call("POST", "/projects", schemas.projects.ProjectPublic,
                           json={"name": name, **quotas})
 

@@ -188,12 +188,13 @@ class SessionSettings(BaseModel):
     default_time_limit: int | None = Field(
         default=None, ge=1, le=MAX_TIME_LIMIT,
         description="Seconds a session may run once RUNNING when it asks for no time limit "
-        "(none: no limit).",
+        "(none: no limit); a project's own default replaces it.",
     )
     max_time_limit: int | None = Field(
         default=None, ge=1, le=MAX_TIME_LIMIT,
         description="The longest time limit a session may ask for, in seconds (none: any; "
-        "with a maximum, a session that asks for none gets the default, else this).",
+        "with a maximum, a session that asks for none gets the default, else this); a "
+        "project's own maximum holds too, the smaller wins.",
     )
     time_limit_warning: int = Field(
         default=300, ge=0, le=86400,

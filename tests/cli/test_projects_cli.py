@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from .conftest import Manager
+from .conftest import IMAGE, Manager
 
 
 def test_an_admin_manages_a_project_from_the_cli(manager: Manager) -> None:
@@ -42,6 +42,35 @@ def test_bad_project_input_is_one_line(manager: Manager) -> None:
         (("admin", "project", "add", "nope", "alice"), "no project nope"),
         (("node", "set-group", "nope", "a100"), "no node nope"),
         (("usage", "--by", "team"), "--by: 'team': use user or project"),
+    ):
+        bad = manager.cli(*args)
+        assert bad.returncode != 0 and "Traceback" not in bad.stderr, bad.stderr
+        assert bad.stderr.startswith("error: ") and len(bad.stderr.strip().splitlines()) == 1, \
+            bad.stderr
+        assert needle in bad.stderr, bad.stderr
+
+
+def test_an_admin_sets_a_projects_time_limits_from_the_cli(manager: Manager) -> None:
+    made = manager.cli("admin", "project", "create", "vision", "--default-time", "2h",
+                       "--max-time", "1d", "--json")
+    assert made.returncode == 0, made.stderr
+    body = json.loads(made.stdout)
+    assert (body["default_time_limit"], body["max_time_limit"]) == (7200, 86400)
+    shown = manager.cli("admin", "project", "show", "vision")
+    assert "default_time_limit: 2h" in shown.stdout and "max_time_limit: 1d" in shown.stdout, \
+        shown.stdout
+    run = manager.cli("session", "create", "--image", IMAGE, "--project", "vision", "--json")
+    assert json.loads(run.stdout)[0]["time_limit"] == 7200, run.stderr
+    changed = manager.cli("admin", "project", "set", "vision", "--max-time", "1:30:00", "--json")
+    assert json.loads(changed.stdout)["max_time_limit"] == 5400, changed.stderr
+    assert json.loads(changed.stdout)["default_time_limit"] is None  # set replaces them all
+    for args, needle in (
+        (("session", "create", "--image", IMAGE, "--project", "vision", "--time", "2h"),
+         "at most 1h30m (the maximum of project vision)"),
+        (("admin", "project", "set", "vision", "--default-time", "2h", "--max-time", "1h"),
+         "2h is longer than the maximum 1h"),
+        (("admin", "project", "set", "vision", "--max-time", "soon"),
+         "'soon' is not a time limit"),
     ):
         bad = manager.cli(*args)
         assert bad.returncode != 0 and "Traceback" not in bad.stderr, bad.stderr

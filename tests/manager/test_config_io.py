@@ -163,7 +163,8 @@ async def test_projects_and_groups_travel_with_the_configuration(
     assert exported["projects"] == [{
         "name": "vision", "description": "", "members": ["alice"], "max_sessions": None,
         "max_gpu": 8, "max_cpu": None, "max_mem": 64 * 1024**3, "max_storage": None,
-        "max_gpu_models": None, "groups": ["a100"]}]
+        "max_gpu_models": None, "groups": ["a100"], "default_time_limit": None,
+        "max_time_limit": None}]
     assert exported["groups"] == [{"node": "n1", "group": "a100"}]
     again = await admin.post("/api/v1/config/import", json=exported)
     assert again.status_code == 200, again.text
@@ -181,6 +182,28 @@ async def test_projects_and_groups_travel_with_the_configuration(
     bad = {"projects": [{"name": "cv", "members": ["nobody"]}]}
     r = await admin.post("/api/v1/config/import", json=bad)
     assert r.status_code == 422 and r.json()["field"] == "projects.0.members", r.text
+
+
+async def test_projects_time_limits_travel_with_the_configuration(admin: Client) -> None:
+    """Issue 32: a project's default and maximum time limit are exported in seconds and
+    imported in any form `--time` takes; a bad one names its entry and nothing is written."""
+    r = await admin.post("/api/v1/projects", json={"name": "vision", "default_time_limit": "2h",
+                                                    "max_time_limit": "1d"})
+    assert r.status_code == 201, r.text
+    [entry] = (await _export(admin))["projects"]
+    assert (entry["default_time_limit"], entry["max_time_limit"]) == (7200, 86400)
+    doc = {"projects": [{**entry, "max_time_limit": "3d"},
+                        {"name": "nlp", "default_time_limit": "1:30:00"}]}
+    r = await admin.post("/api/v1/config/import", json=doc)
+    assert r.status_code == 200, r.text
+    assert r.json()["sections"]["projects"] == {"created": 1, "updated": 1, "unchanged": 0}
+    got = {p["name"]: (p["default_time_limit"], p["max_time_limit"])
+           for p in (await admin.get("/api/v1/projects")).json()}
+    assert (got["vision"], got["nlp"]) == ((7200, 3 * 86400), (5400, None))
+    bad = {"projects": [{"name": "cv"}, {"name": "nlp", "max_time_limit": "soon"}]}
+    r = await admin.post("/api/v1/config/import", json=bad)
+    assert r.status_code == 422 and r.json()["field"] == "projects.1.max_time_limit", r.text
+    assert "cv" not in {p["name"] for p in (await admin.get("/api/v1/projects")).json()}
 
 
 async def test_priority_classes_travel_with_the_configuration(admin: Client) -> None:

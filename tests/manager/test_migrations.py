@@ -161,3 +161,28 @@ async def test_existing_sessions_join_the_default_priority_class(database_url: s
         assert [tuple(r) for r in got] == [("normal", 0, None)]
     finally:
         await engine.dispose()
+
+
+async def test_existing_projects_keep_the_settings_time_limits(database_url: str) -> None:
+    """0028 (issue 32): a project made before has no time limits of its own (NULL: the settings'
+    default and maximum apply to it, as before), and the columns go on downgrade."""
+    engine = make_engine(database_url)
+    try:
+        await migrate.upgrade(engine, "0027")
+        async with engine.begin() as conn:
+            await conn.execute(sa.text(
+                "INSERT INTO projects (id, name, description, created_at) VALUES "
+                "('p1', 'vision', '', :now)"), {"now": utcnow()})
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            got = (await conn.execute(sa.text(
+                "SELECT name, default_time_limit, max_time_limit FROM projects"))).all()
+        assert [tuple(r) for r in got] == [("vision", None, None)]
+        await migrate.downgrade(engine, "0027")
+        async with engine.connect() as conn:
+            columns = await conn.run_sync(
+                lambda c: {col["name"] for col in inspect(c).get_columns("projects")})
+            kept = (await conn.execute(sa.text("SELECT name FROM projects"))).all()
+        assert "max_time_limit" not in columns and [tuple(r) for r in kept] == [("vision",)]
+    finally:
+        await engine.dispose()

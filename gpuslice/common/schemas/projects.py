@@ -6,10 +6,19 @@ import re
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, Field
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    ValidationInfo,
+    model_validator,
+)
 
+from gpuslice.common.resources import ResourceError
 from gpuslice.common.schemas.common import CpuIn, FgpuIn, MemIn, Number
 from gpuslice.common.text import Line
+from gpuslice.common.timelimits import format_limit, parse_time_limit
 
 # Admins' project names and resource groups (`a100`, `t4`, `cpu`); a personal project is
 # "~<username>", which no admin's name can be.
@@ -28,6 +37,19 @@ def _named(what: str) -> AfterValidator:
 
 ProjectName = Annotated[str, _named("project")]
 GroupName = Annotated[str, _named("resource group")]
+
+
+def _time_limit(value: object, info: ValidationInfo) -> object:
+    # the same forms and bounds as `--time` (30m, 2h, 1d, 1:30:00); an int is already seconds
+    if value is None:
+        return value
+    try:
+        return parse_time_limit(value, field=info.field_name or "time_limit")
+    except ResourceError as exc:
+        raise ValueError(exc.message) from None
+
+
+TimeLimitIn = Annotated[int, BeforeValidator(_time_limit), Field(ge=1, le=365 * 86400)]
 
 
 class ProjectQuotas(BaseModel):
@@ -49,6 +71,23 @@ class ProjectQuotas(BaseModel):
         default=None, max_length=64,
         description="The resource groups its sessions may run in (omit: any).",
     )
+    default_time_limit: TimeLimitIn | None = Field(
+        default=None, description="Seconds (or 30m, 2h, 1d, 1:30:00) its sessions get when "
+        "they name no time limit (omit: the settings' default).",
+    )
+    max_time_limit: TimeLimitIn | None = Field(
+        default=None, description="The longest time limit its sessions may name (omit: the "
+        "settings' maximum alone; both hold, the smaller wins).",
+    )
+
+    @model_validator(mode="after")
+    def _default_within_max(self) -> ProjectQuotas:
+        # a default above the maximum would be cut to it on every launch: say so at once
+        low, high = self.default_time_limit, self.max_time_limit
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"the default time limit {format_limit(low)} is longer than the "
+                             f"maximum {format_limit(high)}")
+        return self
 
 
 class ProjectCreate(ProjectQuotas):
@@ -88,6 +127,12 @@ class ProjectPublic(BaseModel):
     max_storage: int | None
     max_gpu_models: dict[str, Number] | None
     groups: list[str] | None = Field(description="Resource groups it may use (null: any).")
+    default_time_limit: int | None = Field(
+        default=None, description="Seconds its sessions get when they name none (null: the "
+        "settings' default).")
+    max_time_limit: int | None = Field(
+        default=None, description="The longest time limit in seconds its sessions may name "
+        "(null: the settings' maximum alone).")
     usage: ProjectUsage
     created_at: datetime
 

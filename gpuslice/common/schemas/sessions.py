@@ -98,7 +98,7 @@ class Timing(BaseModel):
         default=None, ge=1, le=MAX_TIME_LIMIT,
         description="Seconds it may run once RUNNING; then it is ended with that reason (a "
         "warning signal comes a few minutes before). Also `30m`, `2h`, `1d`, `1:30:00` or "
-        "Slurm's minutes (`90`). None: the admin's default, if any.",
+        "Slurm's minutes (`90`). None: its project's default, else the admin's, if any.",
     )
     begin_at: datetime | None = Field(
         default=None,

@@ -40,6 +40,10 @@ class ProjectRow(Base):
     max_gpu_models: Mapped[dict[str, int] | None] = mapped_column(JSON)
     # The resource groups its sessions may run in; NULL: any.
     groups: Mapped[list[str] | None] = mapped_column(JSON)
+    # Seconds: what its sessions get when they name no --time, and the most they may name;
+    # NULL: the settings' (sessions.default_time_limit / max_time_limit) alone apply.
+    default_time_limit: Mapped[int | None] = mapped_column(Integer)
+    max_time_limit: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

@@ -105,5 +105,6 @@ def _quotas(row: ProjectRow) -> dict[str, Any]:
         "max_cpu": units(row.max_cpu), "max_mem": row.max_mem, "max_storage": row.max_storage,
         "max_gpu_models": None if row.max_gpu_models is None else {
             k: units(v) for k, v in row.max_gpu_models.items()},
-        "groups": row.groups,
+        "groups": row.groups, "default_time_limit": row.default_time_limit,
+        "max_time_limit": row.max_time_limit,
     }

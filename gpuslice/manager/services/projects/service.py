@@ -23,7 +23,7 @@ from gpuslice.manager.db.models import ProjectMemberRow, ProjectRow, SessionRow,
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 
 QUOTA_FIELDS = ("max_sessions", "max_gpu", "max_cpu", "max_mem", "max_storage",
-                "max_gpu_models", "groups")
+                "max_gpu_models", "groups", "default_time_limit", "max_time_limit")
 
 
 async def create_project(db: AsyncSession, body: ProjectCreate) -> ProjectPublic:
@@ -138,7 +138,8 @@ async def public(db: AsyncSession, row: ProjectRow) -> ProjectPublic:
         max_mem=row.max_mem, max_storage=row.max_storage,
         max_gpu_models=None if models is None else {
             k: fgpu_decimal(v) for k, v in models.items()},
-        groups=row.groups,
+        groups=row.groups, default_time_limit=row.default_time_limit,
+        max_time_limit=row.max_time_limit,
         usage=ProjectUsage(sessions=count, gpu=fgpu_decimal(used.gpu),
                            cpu=fgpu_decimal(used.cpu), mem=used.mem),
         created_at=row.created_at,

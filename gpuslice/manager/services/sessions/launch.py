@@ -49,7 +49,7 @@ async def create_sessions(
     checked = await check_create(db, user, body, settings)
     klass = await priorities.resolve(db, body.priority_class)
     now = utcnow()
-    limit = time_limit_for(body, bounds_for(user, settings.sessions))
+    limit = time_limit_for(body, bounds_for(checked.project, settings.sessions))
     begin_at = check_begin(body.begin_at, now)
     env = body.env if limit is None else {**body.env, ENV_TIME_LIMIT: str(limit)}
     rows = [
@@ -102,7 +102,8 @@ async def check_create(
         db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
     )
     await _check_feasible(db, body, quota_of(policy), settings, project, pool)
-    time_limit_for(body, bounds_for(user, settings.sessions))  # refused here, as in a preview
+    # refused here, as in a preview: the project's maximum and the settings' both hold
+    time_limit_for(body, bounds_for(project, settings.sessions))
     check_begin(body.begin_at, utcnow())
     start_apps = apps_catalog.check_startable(image.meta, body.apps, image.reference)
     folders = await mounts.resolve(db, user, body.folders)

@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 from gpuslice.common.schemas.sessions import SessionCreate
 from gpuslice.common.timelimits import format_limit
-from gpuslice.manager.db.models import UserRow
+from gpuslice.manager.db.models import ProjectRow
 from gpuslice.manager.errors import InvalidRequest
 from gpuslice.manager.settings import SessionSettings
 
@@ -23,12 +23,16 @@ class Bounds:
     source: str  # names the setting, for the error
 
 
-def bounds_for(user: UserRow, settings: SessionSettings) -> Bounds:
-    """The default and maximum time limit for ``user``'s sessions. Settings-wide today; a
-    project's own default and maximum (once sessions run in projects) replace these here."""
-    del user  # per-project bounds will be looked up by the session's project
-    return Bounds(settings.default_time_limit, settings.max_time_limit,
-                  "sessions.max_time_limit")
+def bounds_for(project: ProjectRow, settings: SessionSettings) -> Bounds:
+    """The default and maximum time limit for sessions in ``project``: its own default if it
+    has one, else the settings'; of the two maxima the smaller (both hold), named in the error.
+    """
+    default = (project.default_time_limit if project.default_time_limit is not None
+               else settings.default_time_limit)
+    theirs, ours = project.max_time_limit, settings.max_time_limit
+    if theirs is not None and (ours is None or theirs <= ours):
+        return Bounds(default, theirs, f"the maximum of project {project.name}")
+    return Bounds(default, ours, "sessions.max_time_limit")
 
 
 def time_limit_for(body: SessionCreate, bounds: Bounds) -> int | None:
