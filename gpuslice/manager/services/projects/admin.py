@@ -1,4 +1,4 @@
-"""Renaming and deleting projects, and what removing a member does to their queued sessions.
+"""Renaming and deleting projects (admins).
 
 Everything that belongs to a project refers to it by id (sessions, folders, members, priority
 classes' limits, usage through its sessions), so a rename changes one column and keeps all of it.
@@ -47,10 +47,17 @@ async def delete_project(db: AsyncSession, viewer: UserRow, name: str) -> None:
     if held:
         raise Conflict(f"project {row.name} still has {'; '.join(held)}", field="name",
                        code="project_in_use")
-    await db.execute(update(SessionRow).where(SessionRow.project_id == row.id)
+    project_name = row.name
+    await db.execute(update(SessionRow).where(SessionRow.project_id == row.id,
+                                              SessionRow.status.in_(list(FINAL)))
                      .values(project_id=None))
     await db.delete(row)
-    await db.commit()
+    try:
+        await db.commit()
+    except IntegrityError:  # a session made in it meanwhile (its RESTRICT key)
+        await db.rollback()
+        raise Conflict(f"project {project_name} got a new session meanwhile; it still has "
+                       "sessions not ended", field="name", code="project_in_use") from None
 
 
 def _not_personal(row: ProjectRow, verb: str) -> ProjectRow:

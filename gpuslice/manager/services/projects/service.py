@@ -106,6 +106,9 @@ async def remove_member(db: AsyncSession, viewer: UserRow, name: str, username: 
             await db.rollback()
             db.expunge_all()
             viewer = await db.get(UserRow, viewer_id) or viewer
+    else:
+        raise StaleStatus(f"{username}'s sessions in {name} kept changing; try again",
+                          field="username")
     return await public(db, row)
 
 
