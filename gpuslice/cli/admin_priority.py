@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuslice.cli.output import JsonOpt, console, friendly, print_json, table
+from gpuslice.cli.output import CliError, JsonOpt, console, friendly, print_json, table
 from gpuslice.client import Client
 
 if TYPE_CHECKING:
@@ -27,6 +27,9 @@ InteractiveOpt = Annotated[bool | None, typer.Option(
     "--preempt-interactive/--keep-interactive",
     help="Whether its interactive sessions may be preempted too (kept by default).")]
 
+ProjectsOpt = Annotated[list[str] | None, typer.Option(
+    "--project", help="A project whose sessions may use it (repeat; none given: every project).")]
+
 
 @app.command("list")
 @friendly
@@ -37,10 +40,10 @@ def class_list(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json([c.model_dump(mode="json") for c in classes])
         return
-    table(["name", "rank", "min runtime", "grace", "interactive", "default"],
+    table(["name", "rank", "min runtime", "grace", "interactive", "default", "projects"],
           [(c.name, c.rank, f"{c.min_runtime_s}s", f"{c.grace_s}s",
-            "preemptible" if c.preempt_interactive else "kept", "yes" if c.default else "")
-           for c in classes])
+            "preemptible" if c.preempt_interactive else "kept", "yes" if c.default else "",
+            ", ".join(c.projects) or "any") for c in classes])
 
 
 @app.command("create")
@@ -52,10 +55,12 @@ def class_create(
     preempt_interactive: InteractiveOpt = None,
     default: Annotated[bool, typer.Option("--default", help="Sessions naming none get it.")]
     = False,
+    project: ProjectsOpt = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Add a class."""
-    values = _values(min_runtime, grace, preempt_interactive) | {"default": default}
+    """Add a class (usable by every project, or only those given with --project)."""
+    values: dict[str, object] = dict(_values(min_runtime, grace, preempt_interactive))
+    values |= {"default": default, "projects": project or []}
     with Client.from_config() as client:
         _show(client.create_priority_class(name, rank, **values), "created", as_json)
 
@@ -68,10 +73,17 @@ def class_set(
     min_runtime: MinRuntimeOpt = None, grace: GraceOpt = None,
     preempt_interactive: InteractiveOpt = None,
     default: Annotated[bool, typer.Option("--default", help="Make it the default.")] = False,
+    project: ProjectsOpt = None,
+    any_project: Annotated[bool, typer.Option(
+        "--any-project", help="Let every project use it again.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Change a class's values, or make it the default."""
-    values = _values(min_runtime, grace, preempt_interactive)
+    """Change a class's values, who may use it, or make it the default."""
+    if project and any_project:
+        raise CliError("--project and --any-project: give one of them", 2)
+    values: dict[str, object] = dict(_values(min_runtime, grace, preempt_interactive))
+    if project or any_project:
+        values["projects"] = project or []
     values |= ({"rank": rank} if rank is not None else {}) | ({"default": True} if default
                                                               else {})
     with Client.from_config() as client:
@@ -100,4 +112,6 @@ def _show(klass: PriorityClassPublic, verb: str, as_json: bool) -> None:
     interactive = "preemptible" if klass.preempt_interactive else "kept"
     console.print(f"{verb} priority class {klass.name}: rank {klass.rank}, minimum runtime "
                   f"{klass.min_runtime_s}s, grace {klass.grace_s}s, interactive sessions "
-                  f"{interactive}" + (" (default)" if klass.default else ""), markup=False)
+                  f"{interactive}" + (" (default)" if klass.default else "")
+                  + (f", projects {', '.join(klass.projects)}" if klass.projects else ""),
+                  markup=False)

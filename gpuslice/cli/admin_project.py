@@ -72,6 +72,30 @@ def project_set(
         _show(client.update_project(name, **quotas), as_json)
 
 
+@app.command("rename")
+@friendly
+def project_rename(name: str, new_name: str, as_json: JsonOpt = False) -> None:
+    """Rename a project: its members, quotas, sessions, folders and usage stay with it."""
+    with Client.from_config() as client:
+        project = client.rename_project(name, new_name)
+    if as_json:
+        print_json(project.model_dump(mode="json"))
+        return
+    console.print(f"renamed project {name} to {project.name}", markup=False)
+
+
+@app.command("delete")
+@friendly
+def project_delete(name: str, as_json: JsonOpt = False) -> None:
+    """Delete a project that has no sessions not ended, no folders and no runs."""
+    with Client.from_config() as client:
+        client.delete_project(name)
+    if as_json:
+        print_json({"deleted": name})
+        return
+    console.print(f"deleted project {name}", markup=False)
+
+
 @app.command("add")
 @friendly
 def project_add(name: str, username: str, as_json: JsonOpt = False) -> None:
@@ -83,7 +107,8 @@ def project_add(name: str, username: str, as_json: JsonOpt = False) -> None:
 @app.command("remove")
 @friendly
 def project_remove(name: str, username: str, as_json: JsonOpt = False) -> None:
-    """Take USERNAME out of the project (their running sessions keep running)."""
+    """Take USERNAME out of the project: their queued sessions in it are cancelled, running
+    ones keep running."""
     with Client.from_config() as client:
         _show(client.remove_project_member(name, username), as_json)
 

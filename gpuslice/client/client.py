@@ -432,11 +432,12 @@ class Client(StorageCalls, SshCalls, ProjectCalls):
 
     def create_priority_class(self, name: str, rank: int, **values: Any) -> PriorityClassPublic:
         """Add a class (admins): ``min_runtime_s``, ``grace_s``, ``preempt_interactive``,
-        ``default``."""
+        ``default``, ``projects`` (the names of those that may use it; none: all)."""
         return self._call("POST", "/priority-classes", schemas.priorities.PriorityClassPublic,
                           json={"name": name, "rank": rank, **values})
 
     def update_priority_class(self, name: str, **values: Any) -> PriorityClassPublic:
+        """Change a class (admins); ``projects=[...]`` replaces who may use it, ``[]``: all."""
         return self._call("PATCH", f"/priority-classes/{name}",
                           schemas.priorities.PriorityClassPublic, json=values)
 

@@ -37,6 +37,15 @@ class ProjectCalls:
         return self._call("PUT", f"/projects/{name}", schemas.projects.ProjectPublic,
                           json=quotas)
 
+    def rename_project(self, name: str, new_name: str) -> ProjectPublic:
+        """Rename a project; all it has stays with it (admins)."""
+        return self._call("POST", f"/projects/{name}/rename", schemas.projects.ProjectPublic,
+                          json={"name": new_name})
+
+    def delete_project(self, name: str) -> None:
+        """Delete a project nothing holds (admins; a 409 names what does)."""
+        self._call("DELETE", f"/projects/{name}", None)
+
     def add_project_member(self, name: str, username: str) -> ProjectPublic:
         return self._call("POST", f"/projects/{name}/members", schemas.projects.ProjectPublic,
                           json={"username": username})

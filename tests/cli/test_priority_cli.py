@@ -42,3 +42,30 @@ def test_bad_classes_are_one_line(manager: Manager) -> None:
     assert "rank" in bad.stderr.lower()
     missing = manager.cli("admin", "priority-class", "delete", "nope")
     assert missing.returncode != 0 and "no priority class 'nope'" in missing.stderr
+
+
+def test_an_admin_limits_a_class_to_projects(manager: Manager) -> None:
+    for name in ("vision", "nlp"):
+        assert manager.cli("admin", "project", "create", name).returncode == 0
+    made = manager.cli("admin", "priority-class", "create", "high", "--rank", "10",
+                       "--project", "vision", "--project", "nlp")
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.strip().endswith("interactive sessions kept, projects nlp, vision")
+    table = manager.cli("admin", "priority-class", "list").stdout
+    line = next(x for x in table.splitlines() if x.strip().startswith("high"))
+    assert "nlp, vision" in line, table
+    assert "any" in next(x for x in table.splitlines() if x.strip().startswith("normal"))
+    bad = manager.cli("session", "create", "--image", IMAGE, "--priority", "high")
+    assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert ("project ~admin may not use priority class high; the classes it may use: normal"
+            in bad.stderr), bad.stderr
+    ok = manager.cli("session", "create", "--image", IMAGE, "--priority", "high",
+                     "--project", "vision", "--json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)[0]["priority_class"] == "high", ok.stderr
+    changed = manager.cli("admin", "priority-class", "set", "high", "--project", "nlp", "--json")
+    assert json.loads(changed.stdout)["projects"] == ["nlp"], changed.stderr
+    changed = manager.cli("admin", "priority-class", "set", "high", "--any-project", "--json")
+    assert json.loads(changed.stdout)["projects"] == [], changed.stderr
+    both = manager.cli("admin", "priority-class", "set", "high", "--any-project",
+                       "--project", "nlp")
+    assert both.returncode == 2 and "give one of them" in both.stderr, both.stderr

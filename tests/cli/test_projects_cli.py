@@ -77,3 +77,32 @@ def test_an_admin_sets_a_projects_time_limits_from_the_cli(manager: Manager) -> 
         assert bad.stderr.startswith("error: ") and len(bad.stderr.strip().splitlines()) == 1, \
             bad.stderr
         assert needle in bad.stderr, bad.stderr
+
+
+def test_an_admin_renames_and_deletes_a_project_from_the_cli(manager: Manager) -> None:
+    assert manager.cli("admin", "user", "create", "alice", "--password",
+                       "password-alice").returncode == 0
+    assert manager.cli("admin", "project", "create", "vision").returncode == 0
+    assert manager.cli("admin", "project", "add", "vision", "alice").returncode == 0
+    renamed = manager.cli("admin", "project", "rename", "vision", "cv")
+    assert renamed.returncode == 0 and renamed.stdout.strip() == "renamed project vision to cv", \
+        renamed.stderr
+    shown = json.loads(manager.cli("admin", "project", "show", "cv", "--json").stdout)
+    assert (shown["name"], shown["members"]) == ("cv", ["alice"])
+    held = manager.cli("folder", "create", "images", "--project", "cv")
+    assert held.returncode == 0, held.stderr
+    for args, needle in (
+        (("admin", "project", "delete", "cv"), "project cv still has 1 folder(s)"),
+        (("admin", "project", "rename", "~alice", "mine"),
+         "~alice is a personal project: it follows its user and cannot be renamed"),
+        (("admin", "project", "delete", "vision"), "no project vision"),
+    ):
+        bad = manager.cli(*args)
+        assert bad.returncode != 0 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+        assert needle in bad.stderr, bad.stderr
+    assert manager.cli("admin", "project", "create", "spare").returncode == 0
+    gone = manager.cli("admin", "project", "delete", "spare", "--json")
+    assert gone.returncode == 0 and json.loads(gone.stdout) == {"deleted": "spare"}, gone.stderr
+    names = [p["name"] for p in json.loads(manager.cli("admin", "project", "list",
+                                                        "--json").stdout)]
+    assert "spare" not in names and "cv" in names

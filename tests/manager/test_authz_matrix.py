@@ -155,6 +155,8 @@ ACCESS: dict[str, Access] = {
     "GET /api/v1/projects": USER,  # those one may launch in
     "GET /api/v1/projects/{name}": OWNER,  # its members and admins
     "PUT /api/v1/projects/{name}": ADMIN,
+    "POST /api/v1/projects/{name}/rename": ADMIN,
+    "DELETE /api/v1/projects/{name}": ADMIN,
     "POST /api/v1/projects/{name}/members": ADMIN,
     "DELETE /api/v1/projects/{name}/members/{username}": ADMIN,
     "GET /api/v1/groups": USER,  # the launch dialog shows each group's free capacity
@@ -205,6 +207,7 @@ BODIES: dict[str, Any] = {
     "POST /api/v1/agents/me/sessions/{session_id}/run/saving": {"script_s": 1.5},
     "POST /api/v1/projects": {"name": "new-project"},
     "POST /api/v1/projects/{name}/members": {"username": "dave"},
+    "POST /api/v1/projects/{name}/rename": {"name": "renamed-team"},
     "PUT /api/v1/nodes/{node}/group": {"group": "default"},
 }
 QUERIES: dict[str, dict[str, str]] = {
@@ -281,6 +284,9 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
     assert r.status_code == 201, r.text
     r = await admin.post("/api/v1/projects/alice-team/members", json={"username": "alice"})
     assert r.status_code == 200, r.text
+    for spare in ("spare-team", "doomed-team"):  # the ones rename and DELETE change
+        r = await admin.post("/api/v1/projects", json={"name": spare})
+        assert r.status_code == 201, r.text
     clients = {
         "anonymous": client_for(app),  # `anon` keeps the login cookies of the logins above
         "revoked": client_for(app, revoked), "owner": alice,
@@ -298,6 +304,8 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
         "DELETE /api/v1/presets/{name}:name": "doomed",
         "PATCH /api/v1/priority-classes/{name}:name": "normal",
         "DELETE /api/v1/priority-classes/{name}:name": "doomed",
+        "POST /api/v1/projects/{name}/rename:name": "spare-team",
+        "DELETE /api/v1/projects/{name}:name": "doomed-team",
         "PATCH /api/v1/images/{name}:name": image, "DELETE /api/v1/images/{name}:name": image,
         "POST /api/v1/sessions/{session_id}/apps/{name}/start:name": "terminal",
         "node": spare_node.node_id, "username": "dave",

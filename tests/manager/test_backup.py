@@ -55,6 +55,8 @@ async def populated(
     assert (await admin.post("/api/v1/folders", json={"name": "images", "project": "vision"})
             ).status_code == 201
     await admin.put("/api/v1/nodes/node-1/group", json={"group": "a100"})
+    assert (await admin.post("/api/v1/priority-classes", json={
+        "name": "vision-high", "rank": 5, "projects": ["vision"]})).status_code == 201
     ended = (await create(bob, resources={"gpu": 0, "cpu": 1, "mem": "1g"}))[0]["id"]
     await wait_until(bob, [ended], lambda s: s[0]["status"] == "RUNNING")
     await bob.post("/api/v1/sessions/destroy", json={"ids": [ended]})
@@ -84,7 +86,8 @@ async def test_a_backup_restores_every_row_of_every_table(
     before = await contents(source)
     assert all(before[name] for name in ("users", "sessions", "status_history", "allocations",
                                          "api_tokens", "image_aliases", "resource_policies",
-                                         "projects", "project_members"))
+                                         "projects", "project_members",
+                                         "priority_class_projects"))
 
     target = f"sqlite+aiosqlite:///{tmp_path / 'restored.db'}"
     restored = await restore(file, target)

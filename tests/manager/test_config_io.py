@@ -212,7 +212,7 @@ async def test_priority_classes_travel_with_the_configuration(admin: Client) -> 
     exported = await _export(admin)
     assert exported["priority_classes"] == [
         {"name": "normal", "rank": 0, "min_runtime_s": 600, "grace_s": 30,
-         "preempt_interactive": False, "default": True}]
+         "preempt_interactive": False, "default": True, "projects": []}]
     doc = {"priority_classes": [
         {"name": "high", "rank": 10, "min_runtime_s": 0, "grace_s": 10},
         {"name": "batch", "rank": 1, "preempt_interactive": True, "default": True}]}
@@ -228,3 +228,35 @@ async def test_priority_classes_travel_with_the_configuration(admin: Client) -> 
                                                             "unchanged": 2}
     assert [c["name"] for c in (await _export(admin))["priority_classes"]] == [
         "batch", "high", "normal"]
+
+
+async def test_which_projects_may_use_a_class_travels_with_the_configuration(
+    admin: Client,
+) -> None:
+    """Issue 32: a class limited to some projects is exported with their names and imported
+    after the projects (a document may make both); an unknown project names its entry."""
+    for name in ("vision", "nlp"):
+        assert (await admin.post("/api/v1/projects", json={"name": name})).status_code == 201
+    r = await admin.post("/api/v1/priority-classes",
+                         json={"name": "high", "rank": 10, "projects": ["vision", "nlp"]})
+    assert r.status_code == 201, r.text
+    exported = await _export(admin)
+    [high] = [c for c in exported["priority_classes"] if c["name"] == "high"]
+    assert high["projects"] == ["nlp", "vision"]
+    again = await admin.post("/api/v1/config/import", json=exported)
+    assert again.json()["sections"]["priority_classes"]["unchanged"] == 2, again.text
+    doc = {"projects": [{"name": "cv"}],
+           "priority_classes": [{**high, "projects": ["cv"]},
+                                {"name": "team", "rank": 3, "projects": ["cv", "nlp"]}]}
+    r = await admin.post("/api/v1/config/import", json=doc)
+    assert r.status_code == 200, r.text
+    assert r.json()["sections"]["priority_classes"] == {"created": 1, "updated": 1,
+                                                        "unchanged": 0}
+    listed = {c["name"]: c["projects"] for c in (await admin.get("/api/v1/priority-classes")
+                                                 ).json()}
+    assert listed == {"high": ["cv"], "team": ["cv", "nlp"], "normal": []}
+    bad = {"priority_classes": [{"name": "x", "rank": 1, "projects": ["nowhere"]}]}
+    r = await admin.post("/api/v1/config/import", json=bad)
+    assert r.status_code == 422 and r.json()["field"] == "priority_classes.0.projects", r.text
+    assert r.json()["message"] == "priority_classes.0: projects: no project 'nowhere'"
+    assert "x" not in {c["name"] for c in (await admin.get("/api/v1/priority-classes")).json()}

@@ -186,3 +186,29 @@ async def test_existing_projects_keep_the_settings_time_limits(database_url: str
         assert "max_time_limit" not in columns and [tuple(r) for r in kept] == [("vision",)]
     finally:
         await engine.dispose()
+
+
+async def test_existing_priority_classes_stay_usable_by_every_project(database_url: str) -> None:
+    """0029 (issue 32): classes made before are limited to no project (every project may use
+    them); the table of limits goes on downgrade and the classes stay."""
+    engine = make_engine(database_url)
+    try:
+        await migrate.upgrade(engine, "0028")
+        async with engine.begin() as conn:
+            await conn.execute(sa.text(
+                "INSERT INTO priority_classes (id, name, rank, min_runtime_s, grace_s, "
+                "preempt_interactive, is_default, created_at) VALUES "
+                "('c1', 'high', 10, 0, 30, false, false, :now)"), {"now": utcnow()})
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            limits = (await conn.execute(sa.text(
+                "SELECT count(*) FROM priority_class_projects"))).scalar()
+        assert limits == 0
+        await migrate.downgrade(engine, "0028")
+        async with engine.connect() as conn:
+            tables = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
+            kept = (await conn.execute(sa.text("SELECT name FROM priority_classes"))).all()
+        assert "priority_class_projects" not in tables
+        assert ("high",) in [tuple(r) for r in kept]
+    finally:
+        await engine.dispose()

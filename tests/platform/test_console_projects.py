@@ -51,6 +51,7 @@ def test_an_admin_makes_a_project_and_its_member_launches_in_it(
     admin.fill("#new-project", "Bad Name")
     admin.click("text=Create project")
     until(lambda: "lowercase letters" in admin.inner_text("#err-project"), 30, "the name's rule")
+    _time_limits_rename_and_delete(plat, admin)
 
     page = open_console(plat, browser, "alice")
     page.click("#launch")
@@ -78,3 +79,33 @@ def test_an_admin_makes_a_project_and_its_member_launches_in_it(
     until(lambda: "project vision" in page.inner_text("#session-rows"), 60, "the reason shown")
     shot(page, "project-quota-reason")
     destroy_all(alice)
+
+
+def _time_limits_rename_and_delete(plat: Platform, admin: Any) -> None:
+    """The admin sets vision's time limits (its quota and groups stay), is told a bad one in a
+    line, renames a spare project and deletes it (the page accepts the confirmation)."""
+    admin.select_option("#limits-project", "vision")
+    admin.fill("#limits-default", "2h")
+    admin.fill("#limits-max", "1d")
+    admin.click("text=Set time limits")
+    row = '#projects tr[data-name="vision"]'
+    until(lambda: admin.inner_text(f"{row} .max-time") == "1d", 30, "vision's maximum time")
+    assert admin.inner_text(f"{row} .default-time") == "2h"
+    assert "of 1 fGPU" in admin.inner_text(row)  # PUT replaces all: the quota was sent along
+    assert admin.input_value("#limits-default") == "2h"  # the form shows what is set
+    shot(admin, "admin-project-time-limits")
+    admin.fill("#limits-max", "1h")
+    admin.click("text=Set time limits")
+    until(lambda: "longer than the maximum" in admin.inner_text("#err-limits"), 30,
+          "the default longer than the maximum refused")
+    assert admin.inner_text(f"{row} .max-time") == "1d"
+    admin.fill("#new-project", "spare")
+    admin.click("text=Create project")
+    admin.wait_for_selector('#projects tr[data-name="spare"]')
+    admin.select_option("#rename-project", "spare")
+    admin.fill("#rename-to", "old-spare")
+    admin.click("text=Rename project")
+    admin.wait_for_selector('#projects tr[data-name="old-spare"]')
+    admin.click('[aria-label="Delete old-spare"]')
+    admin.wait_for_selector('#projects tr[data-name="old-spare"]', state="detached")
+    assert admin.query_selector('[aria-label="Delete ~admin"]') is None  # personal: no button

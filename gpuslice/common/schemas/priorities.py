@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import BaseModel, Field
 
@@ -10,6 +11,9 @@ PRIORITY_CLASS_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 RANK_BOUND = 1000
 MAX_MIN_RUNTIME_S = 30 * 24 * 3600
 MAX_GRACE_S = 3600
+MAX_PROJECTS = 1000
+# A project by name: an admin's ("vision") or a personal one ("~alice").
+ProjectRef = Annotated[str, Field(min_length=1, max_length=80)]
 
 
 class PriorityClassCreate(BaseModel):
@@ -32,6 +36,10 @@ class PriorityClassCreate(BaseModel):
         description="Interactive sessions of this class may be preempted too (never by default).",
     )
     default: bool = Field(default=False, description="The class of sessions that name none.")
+    projects: list[ProjectRef] = Field(
+        default_factory=list, max_length=MAX_PROJECTS,
+        description="The projects whose sessions may use it (by name); empty: every project.",
+    )
 
 
 class PriorityClassUpdate(BaseModel):
@@ -42,6 +50,10 @@ class PriorityClassUpdate(BaseModel):
     grace_s: int | None = Field(default=None, ge=0, le=MAX_GRACE_S)
     preempt_interactive: bool | None = None
     default: bool | None = Field(default=None, description="true: make it the default.")
+    projects: list[ProjectRef] | None = Field(
+        default=None, max_length=MAX_PROJECTS,
+        description="Replace the projects that may use it (by name); []: every project.",
+    )
 
 
 class PriorityClassPublic(BaseModel):
@@ -52,4 +64,6 @@ class PriorityClassPublic(BaseModel):
     grace_s: int
     preempt_interactive: bool
     default: bool = False
+    # The projects whose sessions may use it, by name; empty: every project.
+    projects: list[str] = Field(default_factory=list)
     created_at: datetime

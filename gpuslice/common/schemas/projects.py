@@ -105,6 +105,13 @@ class ProjectMember(BaseModel):
     username: Line = Field(min_length=1, max_length=64)
 
 
+class ProjectRename(BaseModel):
+    """A project's new name: its members, quotas, sessions, folders and usage stay with it
+    (they refer to its id)."""
+
+    name: ProjectName = Field(description="Lowercase letters, digits, . _ -")
+
+
 class ProjectUsage(BaseModel):
     """What the project's allocated sessions hold now."""
 

@@ -59,3 +59,16 @@ class ProjectMemberRow(Base):
         ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
+class PriorityClassProjectRow(Base):
+    """A project whose sessions may use a priority class; a class with none: every project."""
+
+    __tablename__ = "priority_class_projects"
+
+    class_id: Mapped[str] = mapped_column(
+        ForeignKey("priority_classes.id", ondelete="CASCADE"), primary_key=True
+    )
+    project_id: Mapped[str] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True, index=True
+    )

@@ -7,13 +7,18 @@ Invariants: at most one class is the default (making one the default clears the 
 same transaction); a class in use by a session that is not over, or the default, cannot be
 deleted, so every unfinished session's class exists. A session names its class; its rank is
 read at every pass, so an admin's change of rank applies to the queue at once.
+
+A class may be limited to some projects (``priority_class_projects``, by project id, so a
+rename keeps it; none: every project). A session or run naming a class its project may not use
+is refused at creation, naming those it may. The default class is never limited: sessions that
+name no class get it, whatever their project.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -23,8 +28,9 @@ from gpuslice.common.schemas.priorities import (
     PriorityClassUpdate,
 )
 from gpuslice.common.schemas.sessions import FINAL
-from gpuslice.manager.db.models import PriorityClassRow, SessionRow
-from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
+from gpuslice.manager.db.models import PriorityClassRow, ProjectRow, SessionRow
+from gpuslice.manager.db.project_models import PriorityClassProjectRow
+from gpuslice.manager.errors import Conflict, Forbidden, InvalidRequest, NotFound
 
 DEFAULT = {"name": "normal", "rank": 0, "min_runtime_s": 600, "grace_s": 30,
            "preempt_interactive": False}
@@ -57,9 +63,12 @@ async def rules(db: AsyncSession) -> dict[str, ClassRule]:
             for r in rows}
 
 
-async def resolve(db: AsyncSession, name: str | None) -> PriorityClassRow | None:
+async def resolve(
+    db: AsyncSession, name: str | None, project: ProjectRow | None = None
+) -> PriorityClassRow | None:
     """The class a new session gets: the one named (``InvalidRequest`` naming those that exist
-    when there is none of that name), else the default (``None`` when there is none)."""
+    when there is none of that name; ``Forbidden`` naming those ``project`` may use when it may
+    not use that one), else the default (``None`` when there is none)."""
     if name is None:
         return await db.scalar(select(PriorityClassRow).where(PriorityClassRow.is_default))
     row = await db.scalar(select(PriorityClassRow).where(PriorityClassRow.name == name))
@@ -69,14 +78,50 @@ async def resolve(db: AsyncSession, name: str | None) -> PriorityClassRow | None
         known = ", ".join(names) if names else "none exist"
         raise InvalidRequest(f"no priority class {name!r}; the classes are: {known}",
                              field="priority_class", code="unknown_priority_class")
+    if project is not None:
+        await _check_usable(db, row, project)
     return row
 
 
 async def list_classes(db: AsyncSession) -> list[PriorityClassPublic]:
     """Every class, highest rank first, then by name."""
-    rows = await db.scalars(select(PriorityClassRow).order_by(
-        PriorityClassRow.rank.desc(), PriorityClassRow.name))
-    return [public(row) for row in rows]
+    rows = (await db.scalars(select(PriorityClassRow).order_by(
+        PriorityClassRow.rank.desc(), PriorityClassRow.name))).all()
+    limits = await project_names(db)
+    return [public(row, limits.get(row.id, [])) for row in rows]
+
+
+async def project_names(db: AsyncSession) -> dict[str, list[str]]:
+    """Each limited class's projects by name (class id → sorted names)."""
+    pairs = (await db.execute(
+        select(PriorityClassProjectRow.class_id, ProjectRow.name)
+        .join(ProjectRow, ProjectRow.id == PriorityClassProjectRow.project_id)
+        .order_by(ProjectRow.name))).tuples()
+    names: dict[str, list[str]] = {}
+    for class_id, name in pairs:
+        names.setdefault(class_id, []).append(name)
+    return names
+
+
+async def set_projects(db: AsyncSession, row: PriorityClassRow, names: list[str]) -> list[str]:
+    """Limit ``row`` to the projects ``names`` (empty: every project); the sorted names.
+    An unknown name is refused naming it; the default class cannot be limited."""
+    wanted = sorted(set(names))
+    if wanted and row.is_default:
+        raise InvalidRequest(f"{row.name} is the default class, which every project may use: "
+                             "make another one the default first", field="projects",
+                             code="default_class_limited")
+    found = dict((await db.execute(select(ProjectRow.name, ProjectRow.id).where(
+        ProjectRow.name.in_(wanted)))).tuples().all())
+    missing = [n for n in wanted if n not in found]
+    if missing:
+        raise InvalidRequest(f"projects: no project {missing[0]!r}", field="projects",
+                             code="unknown_project")
+    await db.flush()  # a new class's id
+    await db.execute(delete(PriorityClassProjectRow).where(
+        PriorityClassProjectRow.class_id == row.id))
+    db.add_all(PriorityClassProjectRow(class_id=row.id, project_id=found[n]) for n in wanted)
+    return wanted
 
 
 async def create_class(db: AsyncSession, body: PriorityClassCreate) -> PriorityClassPublic:
@@ -86,12 +131,13 @@ async def create_class(db: AsyncSession, body: PriorityClassCreate) -> PriorityC
                            **{k: getattr(body, k) for k in _FIELDS})
     db.add(row)
     try:
+        projects = await set_projects(db, row, body.projects)
         await db.commit()
     except IntegrityError:
         await db.rollback()
         raise Conflict(f"priority class {body.name!r} already exists", field="name",
                        code="priority_class_exists") from None
-    return public(row)
+    return public(row, projects)
 
 
 async def update_class(
@@ -109,8 +155,15 @@ async def update_class(
         if body.default:
             await _clear_default(db)
         row.is_default = body.default
+    projects = (await project_names(db)).get(row.id, [])
+    if body.projects is not None:
+        projects = await set_projects(db, row, body.projects)
+    elif row.is_default and projects:
+        raise InvalidRequest(f"{name} may be used by {', '.join(projects)} only; the default "
+                             "class is every project's: --any-project first",
+                             field="default", code="default_class_limited")
     await db.commit()
-    return public(row)
+    return public(row, projects)
 
 
 async def delete_class(db: AsyncSession, name: str) -> None:
@@ -127,11 +180,27 @@ async def delete_class(db: AsyncSession, name: str) -> None:
     await db.commit()
 
 
-def public(row: PriorityClassRow) -> PriorityClassPublic:
+def public(row: PriorityClassRow, projects: list[str]) -> PriorityClassPublic:
     return PriorityClassPublic(
         id=row.id, name=row.name, default=row.is_default, created_at=row.created_at,
-        **{k: getattr(row, k) for k in _FIELDS},
+        projects=projects, **{k: getattr(row, k) for k in _FIELDS},
     )
+
+
+async def _check_usable(db: AsyncSession, row: PriorityClassRow, project: ProjectRow) -> None:
+    limits = await db.execute(select(PriorityClassProjectRow.class_id,
+                                     PriorityClassProjectRow.project_id))
+    allowed: dict[str, set[str]] = {}
+    for class_id, project_id in limits.tuples():
+        allowed.setdefault(class_id, set()).add(project_id)
+    if row.id not in allowed or project.id in allowed[row.id]:
+        return
+    usable = (await db.scalars(select(PriorityClassRow.name).where(
+        PriorityClassRow.id.not_in([c for c, ps in allowed.items() if project.id not in ps]))
+        .order_by(PriorityClassRow.rank.desc(), PriorityClassRow.name))).all()
+    raise Forbidden(f"project {project.name} may not use priority class {row.name}; the "
+                    f"classes it may use: {', '.join(usable) or 'none'}",
+                    field="priority_class", code="priority_class_not_allowed")
 
 
 async def _clear_default(db: AsyncSession) -> None:

@@ -9,9 +9,11 @@ from gpuslice.common.schemas.projects import (
     ProjectCreate,
     ProjectMember,
     ProjectPublic,
+    ProjectRename,
     ProjectUpdate,
 )
 from gpuslice.manager.api.deps import AdminUser, CurrentUser, DbDep, HubDep
+from gpuslice.manager.services.projects import admin as projects_admin
 from gpuslice.manager.services.projects import groups, service
 
 router = APIRouter(tags=["projects"])
@@ -43,6 +45,22 @@ async def update_project(
     return await service.update_project(db, admin, name, body)
 
 
+@router.post("/projects/{name}/rename")
+async def rename_project(
+    name: str, body: ProjectRename, db: DbDep, admin: AdminUser
+) -> ProjectPublic:
+    """Give a project another name; its members, quotas, sessions, folders and usage stay
+    with it (admins only; personal projects cannot be renamed)."""
+    return await projects_admin.rename_project(db, admin, name, body.name)
+
+
+@router.delete("/projects/{name}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_project(name: str, db: DbDep, admin: AdminUser) -> None:
+    """Delete a project no unended session, folder or run holds (409 naming what does;
+    admins only; personal projects cannot be deleted)."""
+    await projects_admin.delete_project(db, admin, name)
+
+
 @router.post("/projects/{name}/members")
 async def add_member(
     name: str, body: ProjectMember, db: DbDep, admin: AdminUser
@@ -53,7 +71,8 @@ async def add_member(
 
 @router.delete("/projects/{name}/members/{username}")
 async def remove_member(name: str, username: str, db: DbDep, admin: AdminUser) -> ProjectPublic:
-    """Take a user out of the project; their running sessions keep running (admins only)."""
+    """Take a user out of the project: their queued sessions in it are cancelled, running ones
+    keep running (admins only)."""
     return await service.remove_member(db, admin, name, username)
 
 

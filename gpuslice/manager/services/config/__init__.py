@@ -3,7 +3,8 @@
 Invariants:
 
 - **By name, never by id**: policies, users, aliases, images, presets, projects (members by
-  username) and nodes' resource groups (by node name) are matched by their names, so
+  username), priority classes (the projects that may use them by name) and nodes' resource
+  groups (by node name) are matched by their names, so
   a document moves between clusters and importing it twice changes nothing the second time.
 - **All or nothing**: an import is one transaction; the first invalid entry (a policy or owner
   that does not exist, a duplicate, a malformed reference) is a 422 naming it
@@ -30,10 +31,11 @@ from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.errors import InvalidRequest
 from gpuslice.manager.services.config.projects import NodeGroups, Projects
 from gpuslice.manager.services.config.sections import SECTIONS as BASE_SECTIONS
-from gpuslice.manager.services.config.sections import Outcome, Section
+from gpuslice.manager.services.config.sections import Outcome, PriorityClasses, Section
 
-# Projects after users (they name members); groups name nodes, which no section makes.
-SECTIONS: tuple[Section, ...] = (*BASE_SECTIONS, Projects(), NodeGroups())
+# Projects after users (they name members); groups name nodes, which no section makes;
+# priority classes after projects (a class names the projects that may use it).
+SECTIONS: tuple[Section, ...] = (*BASE_SECTIONS, Projects(), NodeGroups(), PriorityClasses())
 
 
 async def export_config(db: AsyncSession, *, password_hashes: bool = False) -> ConfigDocument:

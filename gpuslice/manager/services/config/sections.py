@@ -37,7 +37,7 @@ from gpuslice.manager.db.models import (
     UserRow,
 )
 from gpuslice.manager.errors import InvalidRequest
-from gpuslice.manager.services import policies
+from gpuslice.manager.services import policies, priorities
 from gpuslice.manager.services.images.catalog import reference_or_error
 from gpuslice.manager.services.storage import grants
 
@@ -242,8 +242,10 @@ class PriorityClasses:
     async def export(self, db: AsyncSession, *, password_hashes: bool,
                      left_out: list[str]) -> list[Any]:
         rows = await db.scalars(select(PriorityClassRow).order_by(PriorityClassRow.name))
+        limits = await priorities.project_names(db)
         return _entries(rows, lambda r: PriorityClassConfig(
-            name=r.name, default=r.is_default, **{k: getattr(r, k) for k in self._FIELDS},
+            name=r.name, default=r.is_default, projects=limits.get(r.id, []),
+            **{k: getattr(r, k) for k in self._FIELDS},
         ), lambda r: f"priority_classes: {r.name!r}", left_out)
 
     async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
@@ -256,21 +258,38 @@ class PriorityClasses:
         if defaults:  # the document's default replaces this manager's
             await db.execute(update(PriorityClassRow).where(
                 PriorityClassRow.name != defaults[0]).values(is_default=False))
-        for item in doc.priority_classes:
+        limits = await priorities.project_names(db)
+        for index, item in enumerate(doc.priority_classes):
             values: dict[str, Any] = {k: getattr(item, k) for k in self._FIELDS}
             if defaults:  # else this manager's default stays (the platform keeps one)
                 values["is_default"] = item.default
             row = await db.scalar(
                 select(PriorityClassRow).where(PriorityClassRow.name == item.name))
+            created = row is None
             if row is None:
-                db.add(PriorityClassRow(name=item.name, **{"is_default": False, **values}))
-            outcome.count(self.name, row is None, row is not None and _apply(row, values))
+                row = PriorityClassRow(name=item.name, **{"is_default": False, **values})
+                db.add(row)
+            changed = not created and _apply(row, values)
+            if sorted(set(item.projects)) != limits.get(row.id, []):
+                await _class_projects(db, row, item.projects, index)
+                changed = True
+            outcome.count(self.name, created, changed)
         await db.flush()
 
 
-# In the order they are merged: a section after those it refers to (users name policies).
-SECTIONS: tuple[Section, ...] = (Policies(), Users(), Aliases(), Images(), Presets(),
-                                 PriorityClasses())
+# In the order they are merged: a section after those it refers to (users name policies);
+# priority classes name projects, so they come after them (config/__init__.py).
+SECTIONS: tuple[Section, ...] = (Policies(), Users(), Aliases(), Images(), Presets())
+
+
+async def _class_projects(db: AsyncSession, row: PriorityClassRow, names: list[str],
+                          index: int) -> None:
+    """``priorities.set_projects``, its refusal naming the document's entry."""
+    try:
+        await priorities.set_projects(db, row, names)
+    except InvalidRequest as err:
+        raise InvalidRequest(f"priority_classes.{index}: {err.message}",
+                             field=f"priority_classes.{index}.projects") from None
 
 
 def _entries(rows: Iterable[R], build: Callable[[R], Any], label: Callable[[R], str],

@@ -17,10 +17,11 @@ from gpuslice.common.schemas.projects import (
     ProjectUpdate,
     ProjectUsage,
 )
-from gpuslice.common.schemas.sessions import HOLDING
+from gpuslice.common.schemas.sessions import HOLDING, SessionStatus
 from gpuslice.common.schemas.users import Role
 from gpuslice.manager.db.models import ProjectMemberRow, ProjectRow, SessionRow, UserRow
-from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
+from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound, StaleStatus
+from gpuslice.manager.services.lifecycle import transition
 
 QUOTA_FIELDS = ("max_sessions", "max_gpu", "max_cpu", "max_mem", "max_storage",
                 "max_gpu_models", "groups", "default_time_limit", "max_time_limit")
@@ -89,11 +90,25 @@ async def add_member(db: AsyncSession, viewer: UserRow, name: str, username: str
 
 async def remove_member(db: AsyncSession, viewer: UserRow, name: str, username: str
                         ) -> ProjectPublic:
-    """Running sessions of the user in the project keep running; new ones are refused."""
-    row, user = await _project_and_user(db, viewer, name, username)
-    await db.execute(delete(ProjectMemberRow).where(
-        ProjectMemberRow.project_id == row.id, ProjectMemberRow.user_id == user.id))
-    await db.commit()
+    """Their PENDING sessions in the project end (CANCELLED, "removed from project <name>") in
+    the same transaction, so none starts afterwards; placed and RUNNING ones keep running; new
+    ones are refused."""
+    for _attempt in range(3):
+        row, user = await _project_and_user(db, viewer, name, username)
+        await db.execute(delete(ProjectMemberRow).where(
+            ProjectMemberRow.project_id == row.id, ProjectMemberRow.user_id == user.id))
+        try:
+            await _cancel_pending(db, row, user.id)
+            await db.commit()
+            break
+        except StaleStatus:  # the scheduler placed one meanwhile: it runs on; look again
+            viewer_id = viewer.id
+            await db.rollback()
+            db.expunge_all()
+            viewer = await db.get(UserRow, viewer_id) or viewer
+    else:
+        raise StaleStatus(f"{username}'s sessions in {name} kept changing; try again",
+                          field="username")
     return await public(db, row)
 
 
@@ -182,6 +197,15 @@ async def _project_and_user(
     if user is None:
         raise NotFound(f"no user {username}", field="username")
     return row, user
+
+
+async def _cancel_pending(db: AsyncSession, project: ProjectRow, user_id: str) -> None:
+    rows = (await db.scalars(select(SessionRow).where(
+        SessionRow.project_id == project.id, SessionRow.owner_id == user_id,
+        SessionRow.status == SessionStatus.PENDING))).all()
+    for row in rows:
+        await transition(db, row, SessionStatus.CANCELLED,
+                         f"removed from project {project.name}")
 
 
 async def _member_ids(db: AsyncSession, project_id: str) -> set[str]:
