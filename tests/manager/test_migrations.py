@@ -186,3 +186,21 @@ async def test_existing_projects_keep_the_settings_time_limits(database_url: str
         assert "max_time_limit" not in columns and [tuple(r) for r in kept] == [("vision",)]
     finally:
         await engine.dispose()
+
+
+async def test_app_ports_start_empty_and_go_on_downgrade(database_url: str) -> None:
+    """0029 (issue 31): no app had a port before `apps.port_range`, so the table starts empty
+    (existing sessions keep their name-based origins), and it goes on downgrade."""
+    engine = make_engine(database_url)
+    try:
+        await migrate.upgrade(engine, "0028")
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            rows = (await conn.execute(sa.text("SELECT port FROM app_ports"))).all()
+        assert rows == []
+        await migrate.downgrade(engine, "0028")
+        async with engine.connect() as conn:
+            tables = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
+        assert "app_ports" not in tables and "app_entries" in tables
+    finally:
+        await engine.dispose()
