@@ -8,9 +8,11 @@ would): the apps get the other three, in order, and a fourth app finds the range
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -69,6 +71,7 @@ def settings(tmp_path: Path, database_url: str, first_port: int) -> ManagerSetti
         sessions={"allowed_images": [IMAGE], "log_timeout": 3},
         apps={"dial_back_timeout": 5, "port_range": f"{first_port}-{first_port + SPAN - 1}",
               "console_url": "http://localhost:8080"},
+        auth={"password_check_nice": 0},  # the login form's check: not behind the others' load
     )
 
 
@@ -221,3 +224,59 @@ async def test_each_app_port_takes_its_own_cookie_only(
         query = httpx.URL(r.headers["location"]).query.decode()
         wrong = await web.get(f"http://127.0.0.1:{nb}/_gpuslice/enter?{query}")
         assert wrong.status_code == 422 and wrong.json()["code"] == "enter_code_invalid"
+
+
+BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("GPUSLICE_ARTIFACTS", Path(__file__).parents[1] / "artifacts"))
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    executable = next((b for b in BROWSERS if os.path.exists(b)), None)
+    async_api = pytest.importorskip("playwright.async_api")
+    if executable is None:
+        pytest.skip("no Chromium (tools/host-setup.sh --browser installs it)")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    async with async_api.async_playwright() as driver:
+        chromium = await driver.chromium.launch(executable_path=executable,
+                                                args=["--no-sandbox"])
+        yield chromium
+        await chromium.close()
+
+
+async def test_chromium_opens_each_app_at_its_own_port_with_its_own_cookie(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent, browser: Any,
+    first_port: int
+) -> None:
+    sid = await running(admin)
+    manager = f"http://localhost:{url.rsplit(':', 1)[1]}"
+    page = await browser.new_page()
+    # the login page first (its form may only lead to the manager's origin: CSP form-action)
+    await page.goto(f"{manager}/login?next=/")
+    await page.fill("#u", "admin")
+    await page.fill("#p", _admin_password(app))
+    await page.click("button")
+    await page.wait_for_url(f"{manager}/", timeout=scaled(60) * 1000)
+    await page.goto(f"{manager}/s/{sid}/echo/headers")  # where the console's launcher links
+    echo, nb = first_port + 1, first_port + 2
+    try:
+        await page.wait_for_url(f"http://localhost:{echo}/headers", timeout=scaled(60) * 1000)
+    except Exception:  # where it stopped, and what it showed
+        raise AssertionError(f"at {page.url}: {(await page.inner_text('body'))[:500]}") from None
+    assert '"target":"/headers"' in (await page.inner_text("body")).replace(" ", "")
+    await page.screenshot(path=str(ARTIFACTS / "ports-echo.png"))
+    await page.goto(f"{manager}/s/{sid}/notebook/tree")
+    await page.wait_for_url(f"http://localhost:{nb}/tree", timeout=scaled(30) * 1000)
+    # the browser sent the login and both apps' cookies to notebook's port: none reached it
+    assert "Cookie" not in sent(agent.opened[-1]) and agent.opened[-1]["app"]["name"] == \
+        "notebook"
+    cookies = {c["name"]: c for c in await page.context.cookies()}
+    assert set(cookies) == {"gpuslice_login", f"gpuslice_app_{echo}", f"gpuslice_app_{nb}"}
+    assert all(c["httpOnly"] and c["domain"] == "localhost" for c in cookies.values())
+    reached = await page.evaluate("""async (api) => {
+        try {
+            const r = await fetch(api, {credentials: "include"});
+            return "status " + r.status + ": " + await r.text();
+        } catch (err) { return "refused: " + err; }
+    }""", f"{manager}/api/v1/sessions")
+    assert reached.startswith("refused") and sid not in reached, reached
