@@ -182,6 +182,12 @@ async def test_each_app_port_takes_its_own_cookie_only(
     make_user: UserFactory
 ) -> None:
     sid = await running(admin)
+    # no port for those the app is not open to
+    async with httpx.AsyncClient(base_url=url) as web:
+        assert (await web.get(f"/s/{sid}/echo/")).status_code == 401
+    assert await upgrade(f"{url.replace('http', 'ws')}/s/{sid}/echo/", {}) == 404
+    async with app.state.sessionmaker() as db:
+        assert (await db.execute(select(AppPortRow))).all() == []
     login = (await admin.post("/api/v1/auth/login", json={
         "username": "admin", "password": _admin_password(app)})).cookies["gpuslice_login"]
     echo, echo_cookie = await _enter(url, sid, "echo", login)

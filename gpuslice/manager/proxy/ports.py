@@ -30,7 +30,7 @@ from uvicorn.server import ServerState
 from gpuslice.common.schemas.apps import AppList, AppPublic
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.manager.db.models import AppPortRow, SessionRow
-from gpuslice.manager.errors import Unavailable
+from gpuslice.manager.errors import Conflict, Unavailable
 from gpuslice.manager.server import options
 from gpuslice.manager.services.apps.catalog import TERMINAL
 from gpuslice.manager.services.apps.origins import AppOrigin
@@ -116,10 +116,11 @@ class AppPorts:
             db.add(AppPortRow(port=port, session_id=at.session_id, app=at.app))
             try:
                 await db.commit()
-            except IntegrityError:  # another replica recorded it first
+            except IntegrityError:  # the session is gone, or another replica took the port
                 await db.rollback()
                 await self._close(port)
-                continue
+                raise Conflict(f"no port could be recorded for {at.app}: open it again",
+                               code="app_port_conflict") from None
             return port
         raise Unavailable(
             f"no free port left in apps.port_range ({self.settings.apps.port_range}): all are "

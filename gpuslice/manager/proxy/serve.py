@@ -71,12 +71,13 @@ async def serve_app_socket(ws: WebSocket, session_id: str, app: str) -> None:
         await deny(ws, NotFound(f"the terminal's WebSocket is /api/v1/sessions/{session_id}"
                                 "/terminal", code="unknown_app"))
         return
-    try:
-        url = await _Parts(ws).origin("https" if ws.url.scheme == "wss" else "http",
-                                      ws.url.port, session_id, app)
-    except DomainError as err:
-        await deny(ws, err)
+    parts = _Parts(ws)
+    if parts.ports is not None:  # a port is given to those the app is open to, over HTTP
+        await deny(ws, NotFound(f"apps are served at their own origin: open /s/{session_id}/"
+                                f"{app}/ for its URL", code="app_moved"))
         return
+    url = origins.origin("https" if ws.url.scheme == "wss" else "http", ws.url.port,
+                         session_id, app, parts.settings.apps)
     await deny(ws, NotFound(f"apps are served at their own origin: {url}/", code="app_moved"))
 
 
