@@ -286,7 +286,7 @@ class AppsSettings(BaseModel):
         "valid.",
     )
     port_range: str = Field(
-        default="", pattern=r"^(\d{4,5}-\d{4,5})?$",
+        default="",
         description="Where neither *.localhost nor a wildcard domain works: each app opened "
         "gets a port of this range (e.g. 20000-20999), its origin http(s)://<port_host>:<port>; "
         "empty (the default): apps are at <app>--<session>.<domain>.",
@@ -300,11 +300,11 @@ class AppsSettings(BaseModel):
     @field_validator("port_range")
     @classmethod
     def _port_range(cls, value: str) -> str:
-        if value:
-            low, high = (int(part) for part in value.split("-"))
-            if not 1024 <= low <= high <= 65535:
-                raise ValueError("apps.port_range is FIRST-LAST, 1024 <= FIRST <= LAST <= 65535 "
-                                 f"(got {value!r})")
+        low, _, high = value.partition("-")
+        if value and not (low.isdigit() and high.isdigit()
+                          and 1024 <= int(low) <= int(high) <= 65535):
+            raise ValueError("apps.port_range is FIRST-LAST, e.g. 20000-20999, with "
+                             f"1024 <= FIRST <= LAST <= 65535 (got {value!r})")
         return value
 
     def ports(self) -> range | None:
