@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from sqlalchemy import select
 
 from gpuslice.manager.db.models import AppPortRow
+from gpuslice.manager.proxy import ports
 from gpuslice.manager.proxy.ports import AppPorts
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.conftest import IMAGE, UserFactory
@@ -179,8 +180,9 @@ async def _enter(url: str, sid: str, app_name: str, login: str) -> tuple[int, st
 
 async def test_each_app_port_takes_its_own_cookie_only(
     app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent,
-    make_user: UserFactory
+    make_user: UserFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(ports, "PER_SESSION", 2)
     sid = await running(admin)
     # no port for those the app is not open to
     async with httpx.AsyncClient(base_url=url) as web:
@@ -193,6 +195,11 @@ async def test_each_app_port_takes_its_own_cookie_only(
     echo, echo_cookie = await _enter(url, sid, "echo", login)
     nb, nb_cookie = await _enter(url, sid, "notebook", login)
     assert echo != nb
+    # one session cannot take the whole range (any port number is an app)
+    async with httpx.AsyncClient(base_url=url, headers=admin.headers) as web:
+        capped = await web.get(f"/s/{sid}/8123/")
+        assert capped.status_code == 503 and capped.json()["code"] == "no_app_port"
+        assert "this session has 2 app ports already" in capped.json()["message"]
     # a browser sends a host's cookies to all its ports: each port takes its own only
     both = f"gpuslice_app_{echo}={echo_cookie}; gpuslice_app_{nb}={nb_cookie}"
     async with httpx.AsyncClient() as web:

@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 SCOPE_KEY = "gpuslice.app_port"  # the app port a request came in on (absent: the manager's)
 # How soon a port is closed after its session stops running (the gate refuses it meanwhile).
 SWEEP_INTERVAL = 2.0
+# Any port number of a session is an app: without a cap, one user opening ports 1, 2, 3… would
+# take the whole range from everyone.
+PER_SESSION = 32
 _CLOSE_WAIT = 5.0  # seconds open connections get to end when a port is closed
 
 
@@ -109,7 +112,13 @@ class AppPorts:
                 return await self._allocate(db, at)
 
     async def _allocate(self, db: AsyncSession, at: AppOrigin) -> int:
-        taken = set((await db.execute(select(AppPortRow.port))).scalars())
+        rows = (await db.execute(select(AppPortRow.port, AppPortRow.session_id))).all()
+        if sum(1 for _, owner in rows if owner == at.session_id) >= PER_SESSION:
+            raise Unavailable(
+                f"this session has {PER_SESSION} app ports already, the most one session gets "
+                "(apps.port_range is shared by all): they are freed when the session ends",
+                code="no_app_port")
+        taken = {port for port, _ in rows}
         for port in self.range:
             if port in taken or port in self._open or not await self._listen(port, at):
                 continue
