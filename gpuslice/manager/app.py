@@ -47,6 +47,7 @@ from gpuslice.manager.loops import LoopState, supervise
 from gpuslice.manager.proxy import pages
 from gpuslice.manager.proxy import routes as proxy_routes
 from gpuslice.manager.proxy.dispatch import ProxyDispatch
+from gpuslice.manager.proxy.ports import SWEEP_INTERVAL, AppPorts
 from gpuslice.manager.services import channel, retention
 from gpuslice.manager.services.apps.access import Gate
 from gpuslice.manager.services.apps.links import LinkPool
@@ -156,6 +157,10 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     await app.state.model_store.start()
     app.state.schema_head = migrate.head()
     app.state.login_throttle = LoginThrottle.of(settings.auth)
+    app.state.app_ports = None
+    if settings.apps.ports() is not None:  # one port per app: listened on again at once
+        app.state.app_ports = AppPorts(app, settings, sessionmaker)
+        await app.state.app_ports.restore()
     try:
         loops = _start_loops(app)
         try:
@@ -167,6 +172,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             await asyncio.gather(*loops, return_exceptions=True)
             await app.state.links.close()
             await app.state.activity.close()
+            if app.state.app_ports is not None:
+                await app.state.app_ports.close()
     finally:
         await app.state.model_store.close()
         app.state.login_throttle.checks.close()
@@ -240,7 +247,11 @@ def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
     uploads = supervise("model uploads", purge_uploads,
                         interval=min(3600.0, settings.model_store.upload_timeout / 4),
                         database_url=url)
+    ports = [] if app.state.app_ports is None else [asyncio.create_task(supervise(
+        "app ports", app.state.app_ports.sweep, interval=SWEEP_INTERVAL, database_url=url),
+        name="gpuslice-app-ports")]
     return [
+        *ports,
         asyncio.create_task(scheduler, name="gpuslice-scheduler"),
         asyncio.create_task(sweeper, name="gpuslice-node-sweep"),
         asyncio.create_task(purger, name="gpuslice-retention"),

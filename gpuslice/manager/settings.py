@@ -285,6 +285,34 @@ class AppsSettings(BaseModel):
         description="Seconds the single-use code that hands a login to an app's origin is "
         "valid.",
     )
+    port_range: str = Field(
+        default="",
+        description="Where neither *.localhost nor a wildcard domain works: each app opened "
+        "gets a port of this range (e.g. 20000-20999), its origin http(s)://<port_host>:<port>; "
+        "empty (the default): apps are at <app>--<session>.<domain>.",
+    )
+    port_host: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9.-]{1,253}$|^\[[0-9a-fA-F:.]+\]$",
+        description="The manager's host name as browsers reach it, in apps' port URLs; "
+        "default: apps.console_url's host, else localhost.",
+    )
+
+    @field_validator("port_range")
+    @classmethod
+    def _port_range(cls, value: str) -> str:
+        low, _, high = value.partition("-")
+        if value and not (low.isdigit() and high.isdigit()
+                          and 1024 <= int(low) <= int(high) <= 65535):
+            raise ValueError("apps.port_range is FIRST-LAST, e.g. 20000-20999, with "
+                             f"1024 <= FIRST <= LAST <= 65535 (got {value!r})")
+        return value
+
+    def ports(self) -> range | None:
+        """The ports of ``port_range``; None when apps have name-based origins."""
+        if not self.port_range:
+            return None
+        low, high = (int(part) for part in self.port_range.split("-"))
+        return range(low, high + 1)
 
 
 class RegistrySettings(BaseModel):

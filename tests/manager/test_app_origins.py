@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
+
 from gpuslice.manager.services.apps import origins
 from gpuslice.manager.services.apps.origins import AppOrigin
 from gpuslice.manager.settings import AppsSettings
@@ -35,3 +38,11 @@ def test_urls_name_the_origin_with_the_port_people_reached() -> None:
         f"http://jupyter--{SID}.apps.gpu.example.com:443/"
     assert origins.console_url("https", 8443, cluster) == "https://gpu.example.com"
     assert origins.console_url("http", 8080, plain) == "http://localhost:8080"
+
+
+def test_a_port_range_is_first_last_of_unprivileged_ports() -> None:
+    assert AppsSettings().ports() is None  # the default: name-based origins
+    assert AppsSettings(port_range="20000-20002").ports() == range(20000, 20003)
+    for bad in ("20-10", "abc", "30000-20000", "20000-70000", "20000"):
+        with pytest.raises(ValidationError, match="apps.port_range is FIRST-LAST"):
+            AppsSettings(port_range=bad)

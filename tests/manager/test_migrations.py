@@ -212,3 +212,21 @@ async def test_existing_priority_classes_stay_usable_by_every_project(database_u
         assert ("high",) in [tuple(r) for r in kept]
     finally:
         await engine.dispose()
+
+
+async def test_app_ports_start_empty_and_go_on_downgrade(database_url: str) -> None:
+    """0030 (issue 31): no app had a port before `apps.port_range`, so the table starts empty
+    (existing sessions keep their name-based origins), and it goes on downgrade."""
+    engine = make_engine(database_url)
+    try:
+        await migrate.upgrade(engine, "0029")
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            rows = (await conn.execute(sa.text("SELECT port FROM app_ports"))).all()
+        assert rows == []
+        await migrate.downgrade(engine, "0029")
+        async with engine.connect() as conn:
+            tables = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
+        assert "app_ports" not in tables and "app_entries" in tables
+    finally:
+        await engine.dispose()

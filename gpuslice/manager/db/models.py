@@ -662,6 +662,19 @@ class AppEntryRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 
+class AppPortRow(Base):
+    """The port an app of a session is served on while ``apps.port_range`` is set
+    (``proxy/ports.py``): kept while the session lives, so its URL survives a restart."""
+
+    __tablename__ = "app_ports"
+    __table_args__ = (UniqueConstraint("session_id", "app", name="uq_app_ports_session_app"),)
+
+    port: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    session_id: Mapped[str] = mapped_column(ForeignKey("sessions.id", ondelete="CASCADE"))
+    app: Mapped[str] = mapped_column(String(40))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+
+
 class SshKeyRow(Base):
     """A user's SSH public key: the only kind of key a session's SSH server accepts for its
     owner (services/ssh). ``public_key`` is ``<type> <base64>``, the comment left out."""

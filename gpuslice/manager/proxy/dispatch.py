@@ -4,7 +4,8 @@ Every request to an app passes here (a page loads dozens), and the API's router 
 each of its routes against the path, then resolve a handler's dependencies: most of the
 proxy's own work. This middleware looks at the ``Host`` first: a request for an app's origin
 (``<app>--<session>.<apps.domain>``) is the app's, whatever its path, and never reaches the
-API or the console. On the manager's own origin it takes the ``/s/`` prefix (the terminal's
+API or the console; so is any request on an app's own port (``apps.port_range``,
+``ports.py``). On the manager's own origin it takes the ``/s/`` prefix (the terminal's
 page, and the way into an app's origin); everything else goes on to the API unchanged. It sits
 inside the app's error handling, so an unexpected failure is still the one ``internal_error``
 answer.
@@ -19,7 +20,9 @@ from starlette.responses import RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
 
-from gpuslice.manager.proxy import serve
+from gpuslice.manager.api.errors import deny
+from gpuslice.manager.errors import NotFound
+from gpuslice.manager.proxy import pages, ports, serve
 from gpuslice.manager.services.apps import origins
 
 PREFIX = "/s/"
@@ -36,6 +39,9 @@ class ProxyDispatch:
         kind = scope["type"]
         if kind not in ("http", "websocket"):
             await self.app(scope, receive, send)
+            return
+        if ports.SCOPE_KEY in scope:  # an app's port (apps.port_range): all of it is the app's
+            await self._port_app(scope, receive, send, scope[ports.SCOPE_KEY])
             return
         at = self._origin(scope)
         if at is not None:
@@ -65,6 +71,20 @@ class ProxyDispatch:
             if key == b"host":
                 return origins.parse_host(value.decode("latin-1"), self.domain)
         return None
+
+    async def _port_app(self, scope: Scope, receive: Receive, send: Send, port: int) -> None:
+        registry: ports.AppPorts | None = getattr(scope["app"].state, "app_ports", None)
+        at = registry.at(port) if registry is not None else None
+        if at is None:  # closed as its session ended, a request already on its way
+            gone = NotFound(f"no app is served on port {port} any more: open it again from "
+                            "the console", code="unknown_app")
+            if scope["type"] == "websocket":
+                await deny(WebSocket(scope, receive, send), gone)
+                return
+            await pages.error(Request(scope, receive), 404, gone.code, gone.message)(
+                scope, receive, send)
+            return
+        await self._origin_app(scope, receive, send, at)
 
     async def _origin_app(self, scope: Scope, receive: Receive, send: Send,
                           at: origins.AppOrigin) -> None:

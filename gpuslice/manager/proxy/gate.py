@@ -50,7 +50,7 @@ async def authorize_at_origin(conn: HTTPConnection, gate: Gate, at: AppOrigin, *
     token = bearer(conn)
     if token:
         return await gate.route(token, at.session_id, at.app)
-    cookie = conn.cookies.get(origins.COOKIE)
+    cookie = conn.cookies.get(origins.cookie_name(at))
     if not cookie:
         raise Unauthorized("enter the app from the console (or send `Authorization: Bearer "
                            "<token>`)")

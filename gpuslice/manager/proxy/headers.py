@@ -16,6 +16,7 @@ origin becomes a path on its origin.
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from starlette.requests import HTTPConnection
@@ -35,6 +36,12 @@ _REPLACED = frozenset({
 # would be doubles).
 _DROPPED = frozenset({"date", "server"})
 _OURS = frozenset({browser.COOKIE, origins.COOKIE})
+_APP_PORT_COOKIE = re.compile(rf"^{origins.COOKIE}_[0-9]+$")  # app ports' (apps.port_range)
+
+
+def ours(name: str) -> bool:
+    """Whether a cookie of this name is one of ours (never to an app, nor from one)."""
+    return name in _OURS or _APP_PORT_COOKIE.match(name) is not None
 
 
 def upstream(conn: HTTPConnection, route: AppRoute, *, body: bool) -> list[Header]:
@@ -100,7 +107,7 @@ def without_our_cookies(values: list[str]) -> str:
     left)."""
     kept = [
         part.strip() for value in values for part in value.split(";")
-        if part.strip() and part.split("=", 1)[0].strip() not in _OURS
+        if part.strip() and not ours(part.split("=", 1)[0].strip())
     ]
     return "; ".join(kept)
 
@@ -109,7 +116,7 @@ def confine_cookie(value: str) -> str | None:
     """A ``Set-Cookie`` value with no ``Domain`` (host-only: this app's origin alone);
     ``None`` for a cookie named like ours."""
     first, *attributes = value.split(";")
-    if first.split("=", 1)[0].strip() in _OURS:
+    if ours(first.split("=", 1)[0].strip()):
         return None
     kept = [a.strip() for a in attributes
             if a.strip() and a.partition("=")[0].strip().lower() != "domain"]

@@ -14,6 +14,7 @@ from gpuslice.manager.api.errors import deny, status_of
 from gpuslice.manager.errors import DomainError, NotFound, Unauthorized
 from gpuslice.manager.proxy import gate, headers, http, pages, sockets
 from gpuslice.manager.proxy.gate import authorize, authorize_at_origin
+from gpuslice.manager.proxy.ports import AppPorts
 from gpuslice.manager.services.apps import origins
 from gpuslice.manager.services.apps.access import AppRoute, Gate
 from gpuslice.manager.services.apps.catalog import TERMINAL
@@ -35,6 +36,13 @@ class _Parts:
         self.pool: LinkPool = state.links
         self.meter: ActivityMeter = state.activity
         self.settings: ManagerSettings = state.settings
+        self.ports: AppPorts | None = getattr(state, "app_ports", None)  # apps.port_range
+
+    async def origin(self, scheme: str, port: int | None, session_id: str, app: str) -> str:
+        """The app's origin: its own port's with ``apps.port_range``, else by name."""
+        if self.ports is not None:
+            return self.ports.url(scheme, await self.ports.port_of(session_id, app))
+        return origins.origin(scheme, port, session_id, app, self.settings.apps)
 
 
 async def serve_http(request: Request, session_id: str, app: str, rest: str) -> Response:
@@ -63,8 +71,13 @@ async def serve_app_socket(ws: WebSocket, session_id: str, app: str) -> None:
         await deny(ws, NotFound(f"the terminal's WebSocket is /api/v1/sessions/{session_id}"
                                 "/terminal", code="unknown_app"))
         return
+    parts = _Parts(ws)
+    if parts.ports is not None:  # a port is given to those the app is open to, over HTTP
+        await deny(ws, NotFound(f"apps are served at their own origin: open /s/{session_id}/"
+                                f"{app}/ for its URL", code="app_moved"))
+        return
     url = origins.origin("https" if ws.url.scheme == "wss" else "http", ws.url.port,
-                         session_id, app, _Parts(ws).settings.apps)
+                         session_id, app, parts.settings.apps)
     await deny(ws, NotFound(f"apps are served at their own origin: {url}/", code="app_moved"))
 
 
@@ -81,8 +94,10 @@ async def serve_origin_http(request: Request, at: AppOrigin) -> Response:
         return await http.relay(request, route, parts.pool, parts.meter)
     except Unauthorized as err:
         if request.method == "GET" and pages.wants_html(request):  # enter by the manager
-            console = origins.console_url(browser.scheme(request), request.url.port,
-                                          parts.settings.apps)
+            console = (parts.ports.console_url(browser.scheme(request))
+                       if at.port is not None and parts.ports is not None else
+                       origins.console_url(browser.scheme(request), request.url.port,
+                                           parts.settings.apps))
             return RedirectResponse(f"{console}/s/{at.session_id}/{at.app}"
                                     f"{headers.target(request)}", status_code=303)
         return pages.error(request, 401, err.code, err.message)
@@ -126,8 +141,8 @@ async def serve_terminal(ws: WebSocket, session_id: str, terminal: str | None, r
 async def _into_origin(request: Request, route: AppRoute, parts: _Parts, rest: str) -> Response:
     """A redirect to the app's origin; a browser's GET carries a fresh single-use code that
     hands its login over (a program sends its bearer token there itself)."""
-    base = origins.origin(browser.scheme(request), request.url.port, route.session_id,
-                          route.app.name, parts.settings.apps)
+    base = await parts.origin(browser.scheme(request), request.url.port, route.session_id,
+                              route.app.name)
     target = rest + (f"?{request.url.query}" if request.url.query else "")
     if gate.bearer(request) is not None or request.method not in ("GET", "HEAD"):
         return RedirectResponse(base + target, status_code=307)
@@ -148,8 +163,9 @@ async def _entered(request: Request, at: AppOrigin, parts: _Parts) -> Response:
         target = "/"  # a path on this origin, never a redirect elsewhere
     response = RedirectResponse(target, status_code=303, headers=_PRIVATE)
     # Host-only (no Domain): sent to this app's origin alone, never to another app or the
-    # manager; it lives as long as the browser, and no longer than the login on the server.
-    response.set_cookie(origins.COOKIE, cookie, path="/", httponly=True, samesite="lax",
+    # manager (on an app port, to every port of the host: named for its port, and good for
+    # its app only); it lives as long as the browser, and no longer than the login on the server.
+    response.set_cookie(origins.cookie_name(at), cookie, path="/", httponly=True, samesite="lax",
                         secure=browser.scheme(request) == "https")
     return response
 

@@ -10,6 +10,7 @@ from gpuslice.common.schemas.apps import AppList, AppPublic
 from gpuslice.common.schemas.streams import TERMINAL_ID
 from gpuslice.manager.api.deps import ChannelDep, CurrentUser, DbDep, SettingsDep
 from gpuslice.manager.proxy import serve, tunnels
+from gpuslice.manager.proxy.ports import AppPorts
 from gpuslice.manager.services.apps import states
 
 router = APIRouter(prefix="/sessions", tags=["apps"])
@@ -22,8 +23,10 @@ async def list_apps(session_id: str, request: Request, db: DbDep, user: CurrentU
     """The apps of a RUNNING session (its terminal, and its image's), each with its state
     (`stopped`, `starting`, `ready`, `failed`) and the URL a browser opens it at. Its owner's
     (admins': with `apps.admin_access`); 409 `not_running`."""
-    return await states.list_apps(channel, db, user, session_id, settings,
-                                  str(request.base_url))
+    listed = await states.list_apps(channel, db, user, session_id, settings,
+                                    str(request.base_url))
+    ports: AppPorts | None = request.app.state.app_ports  # apps.port_range: a port each
+    return listed if ports is None else await ports.with_urls(listed, request.url.scheme)
 
 
 @router.post("/{session_id}/apps/{name}/start")
@@ -31,8 +34,11 @@ async def start_app(session_id: str, name: AppName, request: Request, db: DbDep,
                     user: CurrentUser, channel: ChannelDep, settings: SettingsDep) -> AppPublic:
     """Start an app unless it runs, and wait until it answers (up to its start timeout): its
     state `ready` and URL; 409 `app_failed` with its exit code and last lines."""
-    return await states.start_app(channel, db, user, session_id, name, settings,
-                                  str(request.base_url))
+    started = await states.start_app(channel, db, user, session_id, name, settings,
+                                     str(request.base_url))
+    ports: AppPorts | None = request.app.state.app_ports
+    return started if ports is None else await ports.with_url(started, session_id,
+                                                              request.url.scheme)
 
 
 @router.websocket("/{session_id}/terminal")

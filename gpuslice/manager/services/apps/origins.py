@@ -43,10 +43,19 @@ _HOST = re.compile(
 
 @dataclass(frozen=True, slots=True)
 class AppOrigin:
-    """The app and session a request's ``Host`` names."""
+    """The app and session a request's ``Host`` names (or, with ``apps.port_range``, the
+    port it came in on: ``port``)."""
 
     app: str
     session_id: str
+    port: int | None = None
+
+
+def cookie_name(at: AppOrigin) -> str:
+    """The origin's cookie: ``gpuslice_app``, or on an app port ``gpuslice_app_<port>``
+    (browsers send a host's cookies to all its ports: one name per port keeps each app's
+    own, and its value opens that port's app only)."""
+    return COOKIE if at.port is None else f"{COOKIE}_{at.port}"
 
 
 def parse_host(host: str, domain: str) -> AppOrigin | None:
