@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -156,3 +157,22 @@ async def create(client: Client, expect: int = 201, **body: Any) -> Any:
     r = await client.post("/api/v1/sessions", json=body)
     assert r.status_code == expect, r.text
     return r.json()
+
+
+BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("GPUSLICE_ARTIFACTS", Path(__file__).parents[1] / "artifacts"))
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Any]:
+    """Chromium, driven by Playwright (skipped where neither Debian build is installed)."""
+    executable = next((b for b in BROWSERS if os.path.exists(b)), None)
+    async_api = pytest.importorskip("playwright.async_api")
+    if executable is None:
+        pytest.skip("no Chromium (tools/host-setup.sh --browser installs it)")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    async with async_api.async_playwright() as driver:
+        chromium = await driver.chromium.launch(executable_path=executable,
+                                                args=["--no-sandbox"])
+        yield chromium
+        await chromium.close()

@@ -8,7 +8,6 @@ would): the apps get the other three, in order, and a fourth app finds the range
 from __future__ import annotations
 
 import asyncio
-import os
 import socket
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -23,7 +22,7 @@ from gpuslice.manager.db.models import AppPortRow
 from gpuslice.manager.proxy import ports
 from gpuslice.manager.proxy.ports import AppPorts
 from gpuslice.manager.settings import ManagerSettings, load_settings
-from tests.manager.conftest import IMAGE, UserFactory
+from tests.manager.conftest import ARTIFACTS, IMAGE, UserFactory
 from tests.manager.fake_agent import FakeAgent
 from tests.manager.test_proxy import _admin_password, node, running, sent, token_of, upgrade
 from tests.ports import free_port
@@ -237,24 +236,6 @@ async def test_each_app_port_takes_its_own_cookie_only(
         query = httpx.URL(r.headers["location"]).query.decode()
         wrong = await web.get(f"http://127.0.0.1:{nb}/_gpuslice/enter?{query}")
         assert wrong.status_code == 422 and wrong.json()["code"] == "enter_code_invalid"
-
-
-BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
-ARTIFACTS = Path(os.environ.get("GPUSLICE_ARTIFACTS", Path(__file__).parents[1] / "artifacts"))
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Any]:
-    executable = next((b for b in BROWSERS if os.path.exists(b)), None)
-    async_api = pytest.importorskip("playwright.async_api")
-    if executable is None:
-        pytest.skip("no Chromium (tools/host-setup.sh --browser installs it)")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    async with async_api.async_playwright() as driver:
-        chromium = await driver.chromium.launch(executable_path=executable,
-                                                args=["--no-sandbox"])
-        yield chromium
-        await chromium.close()
 
 
 async def test_chromium_opens_each_app_at_its_own_port_with_its_own_cookie(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import html
 from pathlib import Path
+from urllib.parse import quote
 
 from starlette.requests import HTTPConnection
 from starlette.responses import HTMLResponse, JSONResponse, Response
@@ -18,6 +19,7 @@ from gpuslice.common.schemas.streams import AgentReply, Failed
 STATIC = Path(__file__).with_name("static")  # /assets: the terminal's script, style, xterm.js
 CSP = ("default-src 'none'; style-src 'unsafe-inline'; form-action 'self'; "
        "frame-ancestors 'none'; base-uri 'none'")
+_URL_SAFE = "/?&=%:@!$'()*+,;~-._"  # what a local path keeps as it is
 _STYLE = ("body{font-family:system-ui,sans-serif;max-width:42rem;margin:4rem auto;padding:0 1rem}"
           "label{display:block;margin:.8rem 0 .2rem}input{font-size:1rem;padding:.3rem}"
           "pre{background:#f4f4f4;padding:.8rem;overflow:auto}.error{color:#a00}")
@@ -63,6 +65,17 @@ def login(next_path: str, problem: str = "", status: int = 200) -> Response:
         "<p><button type=submit>Log in</button></p></form>"
     )
     return page("Log in: gpuslice", form, status)
+
+
+def onwards(next_path: str) -> Response:
+    """After the login form: on to ``next_path`` by a new navigation (a refresh), not a
+    redirect of the form's post. Chromium holds a form post's redirects to ``form-action``,
+    and ``/s/<session>/<app>/`` goes on to the app's own origin, which 'self' does not allow."""
+    target = html.escape(next_path, quote=True)
+    response = page("Logged in: gpuslice",
+                    f"<h1>Logged in</h1><p><a href=\"{target}\">Continue</a></p>")
+    response.headers["Refresh"] = f"0; url={quote(next_path, safe=_URL_SAFE)}"
+    return response
 
 
 def page(title: str, body: str, status: int = 200) -> Response:

@@ -41,7 +41,9 @@ async def login_form(request: Request) -> Response:
                                           request.app.state.login_throttle, address)
     except DomainError as err:
         return pages.login(next_path, err.message, status_of(err))
-    response = RedirectResponse(next_path, status_code=303)
+    # an app's path goes on to the app's own origin: not as the form post's redirect
+    response = (pages.onwards(next_path) if next_path.startswith("/s/")
+                else RedirectResponse(next_path, status_code=303))
     browser.set_login_cookie(response, request, token, row.expires_at)
     return response
 
