@@ -40,3 +40,21 @@ def free_port(host: str = "127.0.0.1") -> int:
                 continue
             return port
     raise RuntimeError(f"no free port between {_LOWEST} and {top} after 200 tries")
+
+
+def free_span(count: int, host: str = "127.0.0.1") -> int:
+    """The first of ``count`` consecutive ports nothing listens on now (a port range for the
+    manager to allocate from)."""
+    for _ in range(50):
+        first = free_port(host)
+        probes = [socket.socket() for _ in range(count)]
+        try:
+            for offset, probe in enumerate(probes):
+                probe.bind((host, first + offset))
+            return first
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+    raise RuntimeError(f"no {count} consecutive free ports after 50 tries")

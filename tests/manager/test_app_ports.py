@@ -22,35 +22,19 @@ from gpuslice.manager.db.models import AppPortRow
 from gpuslice.manager.proxy import ports
 from gpuslice.manager.proxy.ports import AppPorts
 from gpuslice.manager.settings import ManagerSettings, load_settings
+from tests.browser import CALL_API_WITH_COOKIES
 from tests.manager.conftest import ARTIFACTS, IMAGE, UserFactory
 from tests.manager.fake_agent import FakeAgent
 from tests.manager.test_proxy import _admin_password, node, running, sent, token_of, upgrade
-from tests.ports import free_port
+from tests.ports import free_port, free_span
 from tests.waits import await_for, scaled
 
 SPAN = 4
 
 
-def _free_span() -> int:
-    """The first of SPAN consecutive ports nothing listens on now."""
-    for _ in range(50):
-        first = free_port()
-        probes = [socket.socket() for _ in range(SPAN)]
-        try:
-            for offset, probe in enumerate(probes):
-                probe.bind(("127.0.0.1", first + offset))
-            return first
-        except OSError:
-            continue
-        finally:
-            for probe in probes:
-                probe.close()
-    raise AssertionError("no free span of ports")
-
-
 @pytest.fixture
 def first_port() -> int:
-    return _free_span()
+    return free_span(SPAN)
 
 
 @pytest.fixture
@@ -267,10 +251,5 @@ async def test_chromium_opens_each_app_at_its_own_port_with_its_own_cookie(
     cookies = {c["name"]: c for c in await page.context.cookies()}
     assert set(cookies) == {"gpuslice_login", f"gpuslice_app_{echo}", f"gpuslice_app_{nb}"}
     assert all(c["httpOnly"] and c["domain"] == "localhost" for c in cookies.values())
-    reached = await page.evaluate("""async (api) => {
-        try {
-            const r = await fetch(api, {credentials: "include"});
-            return "status " + r.status + ": " + await r.text();
-        } catch (err) { return "refused: " + err; }
-    }""", f"{manager}/api/v1/sessions")
+    reached = await page.evaluate(CALL_API_WITH_COOKIES, f"{manager}/api/v1/sessions")
     assert reached.startswith("refused") and sid not in reached, reached

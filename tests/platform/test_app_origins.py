@@ -15,13 +15,13 @@ import json
 import os
 import re
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.browser import CALL_API_WITH_COOKIES, until
 from tests.platform import origins
 from tests.platform.conftest import Platform, run_up
 from tests.waits import scaled
@@ -49,20 +49,6 @@ def browser() -> Iterator[Any]:
         chromium = driver.chromium.launch(executable_path=executable, args=["--no-sandbox"])
         yield chromium
         chromium.close()
-
-
-def until(check: Any, timeout: float, what: str) -> Any:
-    """Poll ``check`` from here (the pages' CSP forbids wait_for_function's evaluation)."""
-    deadline = time.monotonic() + scaled(timeout)
-    while True:
-        try:
-            got = check()
-        except Exception:  # not on the page yet
-            got = None
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.3)
 
 
 def shot(page: Any, name: str) -> None:
@@ -146,12 +132,7 @@ def test_the_mlflow_guide_as_written_and_a_server_on_any_port(plat: Platform,
     shot(served, "http-server-8123")
 
     # 6. what an app's page cannot do
-    reached = served.evaluate("""async (api) => {
-        try {
-            const r = await fetch(api, {credentials: "include"});
-            return "status " + r.status + ": " + await r.text();
-        } catch (err) { return "refused: " + err; }
-    }""", f"{manager}/api/v1/sessions")
+    reached = served.evaluate(CALL_API_WITH_COOKIES, f"{manager}/api/v1/sessions")
     assert reached.startswith("refused") and sid not in reached, reached
     socket = served.evaluate("""(url) => new Promise((done) => {
         const ws = new WebSocket(url);

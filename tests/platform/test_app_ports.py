@@ -8,15 +8,15 @@ by default).
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.browser import CALL_API_WITH_COOKIES
 from tests.platform.conftest import Platform, run_up
 from tests.platform.test_app_origins import ARTIFACTS, browser, log_in, until
-from tests.ports import free_port
+from tests.ports import free_span
 from tests.waits import scaled
 
 pytestmark = pytest.mark.docker
@@ -29,25 +29,9 @@ SERVE = ("import subprocess, sys; open('" + MARKER + "', 'w').write('hi'); "
          "start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)")
 
 
-def _free_span() -> int:
-    for _ in range(50):
-        first = free_port()
-        probes = [socket.socket() for _ in range(SPAN)]
-        try:
-            for offset, probe in enumerate(probes):
-                probe.bind(("127.0.0.1", first + offset))
-            return first
-        except OSError:
-            continue
-        finally:
-            for probe in probes:
-                probe.close()
-    raise AssertionError("no free span of ports")
-
-
 @pytest.fixture(scope="module")
 def span() -> range:
-    first = _free_span()
+    first = free_span(SPAN)
     return range(first, first + SPAN)
 
 
@@ -89,12 +73,7 @@ def test_the_launcher_opens_a_server_at_its_own_port(plat: Platform, browser: An
     cookies = {c["name"]: c for c in context.cookies() if c["name"].startswith("gpuslice_")}
     assert set(cookies) == {"gpuslice_login", f"gpuslice_app_{port}"}
     assert cookies[f"gpuslice_app_{port}"]["httpOnly"]
-    reached = served.evaluate("""async (api) => {
-        try {
-            const r = await fetch(api, {credentials: "include"});
-            return "status " + r.status + ": " + await r.text();
-        } catch (err) { return "refused: " + err; }
-    }""", f"{manager}/api/v1/sessions")
+    reached = served.evaluate(CALL_API_WITH_COOKIES, f"{manager}/api/v1/sessions")
     assert reached.startswith("refused") and sid not in reached, reached
     context.close()
     plat.ok("session", "destroy", sid)

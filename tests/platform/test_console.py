@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from gpuslice.client import Client
+from tests.browser import until
 from tests.platform.conftest import Platform, run_up
 from tests.waits import scaled
 
@@ -80,21 +81,6 @@ def open_console(plat: Platform, browser: Any, username: str, password: str = PA
         raise AssertionError(f"{username}'s console never showed the sessions at {page.url}: "
                              f"{page.inner_text('body')[:500]!r}") from None
     return page
-
-
-def until(check: Any, timeout: float = 30.0, what: str = "") -> Any:
-    """Poll ``check`` from here (the console's CSP forbids the evaluation wait_for_function
-    uses) until it returns something true."""
-    deadline = time.monotonic() + scaled(timeout)
-    while True:
-        try:
-            got = check()
-        except Exception:  # not on the page yet
-            got = None
-        if got:
-            return got
-        assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
-        time.sleep(0.2)
 
 
 def rows(page: Any) -> list[dict[str, str]]:
