@@ -158,6 +158,9 @@ class _Planner:
                 if room is None or not room.could_fit(req):
                     continue
                 lower = [c for c in self.by_node[node_id] if c.rank < winner.rank]
+                if best is not None and _cannot_beat(best[0], _least_victims(req, node, lower),
+                                                     self.lowest):
+                    continue
                 found = _fewest(req, node, lower, config, now)
                 if found is None:
                     continue
@@ -222,6 +225,59 @@ def _room_of(node: Node, lower: list[Candidate]) -> _Room:
         models[d.model, cap] = (max(largest, f), whole + (f >= cap))
     return _Room(node.cpu - node.cpu_used + sum(c.resources.cpu for c in lower),
                  node.mem - node.mem_used + sum(c.resources.mem for c in lower), models)
+
+
+def _cannot_beat(best: tuple[int, int, bool, str, str], least: int, lowest: int) -> bool:
+    """Whether a node needing at least ``least`` victims, met later in the order the score
+    breaks ties by, could not beat ``best``: more victims, or as many and ``best``'s already
+    of the lowest rank."""
+    return least > best[0] or (least == best[0] and best[1] == lowest)
+
+
+def _least_victims(req: Request, node: Node, lower: list[Candidate]) -> int:
+    """A lower bound on the victims ``req`` needs on ``node`` (``_fewest`` never finds fewer):
+    the fewest of the largest candidates that could make room in cpu, in memory, and on one
+    device (a slice) or whole devices; at least one."""
+    res = req.resources
+    least = max(1, _count_to(res.cpu - (node.cpu - node.cpu_used),
+                             [c.resources.cpu for c in lower]),
+                _count_to(res.mem - (node.mem - node.mem_used), [c.resources.mem for c in lower]))
+    cap = node.device_capacity
+    if req.gpu_mem or res.gpu == 0 or (res.gpu > cap and res.gpu % cap):
+        return least
+    on: dict[int, list[int]] = {d.index: [] for d in node.devices}
+    for c in lower:
+        for index, gpu in c.slices:
+            if index in on:
+                on[index].append(gpu)
+    wanted = req.gpu_model.casefold() if req.gpu_model else None
+    devices = [d for d in node.devices if wanted is None or wanted in d.model.casefold()]
+    if res.gpu <= cap:  # one slice: the device needing the fewest
+        one = min((_count_to(res.gpu - (cap - d.used), on[d.index]) for d in devices),
+                  default=_NEVER)
+        return max(least, one)
+    # whole devices: clearing each takes every candidate on it; one candidate may hold several
+    clear = sorted(len(on[d.index]) for d in devices if cap - d.used + sum(on[d.index]) >= cap)
+    k = res.gpu // cap
+    if len(clear) < k:
+        return _NEVER
+    widest = max((len(c.slices) for c in lower), default=1) or 1
+    return max(least, -(-sum(clear[:k]) // widest))
+
+
+_NEVER = 1 << 30  # more victims than any node has: it cannot be made to fit
+
+
+def _count_to(need: int, amounts: list[int]) -> int:
+    """The fewest of ``amounts`` (largest first) adding up to ``need`` (``_NEVER``: none)."""
+    if need <= 0:
+        return 0
+    total = 0
+    for i, amount in enumerate(sorted(amounts, reverse=True), 1):
+        total += amount
+        if total >= need:
+            return i
+    return _NEVER
 
 
 def _fewest(
