@@ -17,7 +17,7 @@ refuse (slices, whole GPUs, GPU memory, cpu and memory all follow the core's rul
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from gpuslice.common.resources import Resources
 from gpuslice.manager.scheduler.core import schedule
@@ -106,6 +106,14 @@ class _Room:
     cpu: int
     mem: int
     models: dict[tuple[str, int], tuple[int, int]]
+    # for ``_least_victims``: the candidates' cpu and memory, largest first; their slices on
+    # each device, largest first; the most devices one candidate holds
+    cpus: list[int] = field(default_factory=list)
+    mems: list[int] = field(default_factory=list)
+    on: dict[int, list[int]] = field(default_factory=dict)
+    widest: int = 1
+    # per GPU model: how many candidates stand on each device that stopping them would clear
+    clear: dict[str, list[int]] = field(default_factory=dict)
 
     def could_fit(self, req: Request) -> bool:
         """A necessary condition for ``req`` to fit (``schedule()`` decides): most nodes fail
@@ -158,7 +166,7 @@ class _Planner:
                 if room is None or not room.could_fit(req):
                     continue
                 lower = [c for c in self.by_node[node_id] if c.rank < winner.rank]
-                if best is not None and _cannot_beat(best[0], _least_victims(req, node, lower),
+                if best is not None and _cannot_beat(best[0], _least_victims(req, node, room),
                                                      self.lowest):
                     continue
                 found = _fewest(req, node, lower, config, now)
@@ -192,7 +200,7 @@ class _Planner:
         key = (node_id, rank)
         if key not in self.rooms:
             lower = [c for c in self.by_node[node_id] if c.rank < rank]
-            self.rooms[key] = _room_of(self.work[node_id], lower) if lower else None
+            self.rooms[key] = _room_of(self.work[node_id], lower, True) if lower else None
         return self.rooms[key]
 
     def _pool_room(self, pool: str, rank: int) -> _Room:
@@ -211,20 +219,33 @@ class _Planner:
         return room
 
 
-def _room_of(node: Node, lower: list[Candidate]) -> _Room:
+def _room_of(node: Node, lower: list[Candidate], detail: bool = False) -> _Room:
+    """``node``'s room once ``lower`` are stopped (``detail``: with what ``_least_victims``
+    reads, kept per node and rank)."""
     free = {d.index: node.device_capacity - d.used for d in node.devices}
+    on: dict[int, list[int]] = {index: [] for index in free}
     for c in lower:
         for index, gpu in c.slices:
             if index in free:
                 free[index] += gpu
+                on[index].append(gpu)
     models: dict[tuple[str, int], tuple[int, int]] = {}
     cap = node.device_capacity
     for d in node.devices:
         largest, whole = models.get((d.model, cap), (0, 0))
         f = free[d.index]
         models[d.model, cap] = (max(largest, f), whole + (f >= cap))
-    return _Room(node.cpu - node.cpu_used + sum(c.resources.cpu for c in lower),
+    room = _Room(node.cpu - node.cpu_used + sum(c.resources.cpu for c in lower),
                  node.mem - node.mem_used + sum(c.resources.mem for c in lower), models)
+    if detail:
+        room.cpus = sorted((c.resources.cpu for c in lower), reverse=True)
+        room.mems = sorted((c.resources.mem for c in lower), reverse=True)
+        room.on = {index: sorted(gpus, reverse=True) for index, gpus in on.items()}
+        room.widest = max((len(c.slices) for c in lower), default=1) or 1
+        for d in node.devices:
+            if free[d.index] >= node.device_capacity:
+                room.clear.setdefault(d.model, []).append(len(on[d.index]))
+    return room
 
 
 def _cannot_beat(best: tuple[int, int, bool, str, str], least: int, lowest: int) -> bool:
@@ -234,46 +255,42 @@ def _cannot_beat(best: tuple[int, int, bool, str, str], least: int, lowest: int)
     return least > best[0] or (least == best[0] and best[1] == lowest)
 
 
-def _least_victims(req: Request, node: Node, lower: list[Candidate]) -> int:
+def _least_victims(req: Request, node: Node, room: _Room) -> int:
     """A lower bound on the victims ``req`` needs on ``node`` (``_fewest`` never finds fewer):
-    the fewest of the largest candidates that could make room in cpu, in memory, and on one
-    device (a slice) or whole devices; at least one."""
+    the fewest of the largest candidates (``room``'s, below the winner's rank) that could make
+    room in cpu, in memory, and on one device (a slice) or whole devices; at least one."""
     res = req.resources
-    least = max(1, _count_to(res.cpu - (node.cpu - node.cpu_used),
-                             [c.resources.cpu for c in lower]),
-                _count_to(res.mem - (node.mem - node.mem_used), [c.resources.mem for c in lower]))
+    least = max(1, _count_to(res.cpu - (node.cpu - node.cpu_used), room.cpus),
+                _count_to(res.mem - (node.mem - node.mem_used), room.mems))
     cap = node.device_capacity
     if req.gpu_mem or res.gpu == 0 or (res.gpu > cap and res.gpu % cap):
         return least
-    on: dict[int, list[int]] = {d.index: [] for d in node.devices}
-    for c in lower:
-        for index, gpu in c.slices:
-            if index in on:
-                on[index].append(gpu)
+    on = room.on
     wanted = req.gpu_model.casefold() if req.gpu_model else None
-    devices = [d for d in node.devices if wanted is None or wanted in d.model.casefold()]
     if res.gpu <= cap:  # one slice: the device needing the fewest
+        devices = [d for d in node.devices if wanted is None or wanted in d.model.casefold()]
         one = min((_count_to(res.gpu - (cap - d.used), on[d.index]) for d in devices),
                   default=_NEVER)
         return max(least, one)
     # whole devices: clearing each takes every candidate on it; one candidate may hold several
-    clear = sorted(len(on[d.index]) for d in devices if cap - d.used + sum(on[d.index]) >= cap)
+    clear = sorted(n for model, counts in room.clear.items()
+                   if wanted is None or wanted in model.casefold() for n in counts)
     k = res.gpu // cap
     if len(clear) < k:
         return _NEVER
-    widest = max((len(c.slices) for c in lower), default=1) or 1
-    return max(least, -(-sum(clear[:k]) // widest))
+    return max(least, -(-sum(clear[:k]) // room.widest))
 
 
 _NEVER = 1 << 30  # more victims than any node has: it cannot be made to fit
 
 
 def _count_to(need: int, amounts: list[int]) -> int:
-    """The fewest of ``amounts`` (largest first) adding up to ``need`` (``_NEVER``: none)."""
+    """The fewest of ``amounts`` (sorted largest first) adding up to ``need`` (``_NEVER``:
+    none)."""
     if need <= 0:
         return 0
     total = 0
-    for i, amount in enumerate(sorted(amounts, reverse=True), 1):
+    for i, amount in enumerate(amounts, 1):
         total += amount
         if total >= need:
             return i
