@@ -203,8 +203,10 @@ def one_pass(world: World, config: SchedulerConfig) -> tuple[list[float], int, i
         return [*times, 0.0, 0.0], len(result.placements), 0
     after = applied(world.nodes, result)  # (not timed: the manager's database work)
     start, start_cpu = time.perf_counter(), time.thread_time()
-    winners = [Winner(r, 1) for r in queue_order(world.queue) if r.priority == 1
+    # as the manager takes them: the high class's requests still waiting for capacity
+    waiting = [r for r in world.queue if r.priority == 1
                and (w := result.waiting.get(r.id)) is not None and w.code is WaitCode.CAPACITY]
+    winners = [Winner(r, 1) for r in queue_order(waiting)]
     plans = plan_preemptions(winners, world.candidates, after, config, now, MAX_PER_PASS)
     times += [time.perf_counter() - start, time.thread_time() - start_cpu]
     return times, len(result.placements), len(plans)

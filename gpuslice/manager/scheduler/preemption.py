@@ -165,10 +165,10 @@ class _Planner:
                 node = self.work[node_id]
                 if room is None or not room.could_fit(req):
                     continue
-                lower = [c for c in self.by_node[node_id] if c.rank < winner.rank]
                 if best is not None and _cannot_beat(best[0], _least_victims(req, node, room),
                                                      self.lowest):
                     continue
+                lower = [c for c in self.by_node[node_id] if c.rank < winner.rank]
                 found = _fewest(req, node, lower, config, now)
                 if found is None:
                     continue
@@ -245,6 +245,8 @@ def _room_of(node: Node, lower: list[Candidate], detail: bool = False) -> _Room:
         for d in node.devices:
             if free[d.index] >= node.device_capacity:
                 room.clear.setdefault(d.model, []).append(len(on[d.index]))
+        for counts in room.clear.values():
+            counts.sort()
     return room
 
 
@@ -273,8 +275,8 @@ def _least_victims(req: Request, node: Node, room: _Room) -> int:
                   default=_NEVER)
         return max(least, one)
     # whole devices: clearing each takes every candidate on it; one candidate may hold several
-    clear = sorted(n for model, counts in room.clear.items()
-                   if wanted is None or wanted in model.casefold() for n in counts)
+    of_model = [c for model, c in room.clear.items() if wanted is None or wanted in model.casefold()]
+    clear = of_model[0] if len(of_model) == 1 else sorted(n for c in of_model for n in c)
     k = res.gpu // cap
     if len(clear) < k:
         return _NEVER
