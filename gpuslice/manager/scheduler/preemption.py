@@ -275,7 +275,8 @@ def _least_victims(req: Request, node: Node, room: _Room) -> int:
                   default=_NEVER)
         return max(least, one)
     # whole devices: clearing each takes every candidate on it; one candidate may hold several
-    of_model = [c for model, c in room.clear.items() if wanted is None or wanted in model.casefold()]
+    of_model = [c for model, c in room.clear.items()
+                if wanted is None or wanted in model.casefold()]
     clear = of_model[0] if len(of_model) == 1 else sorted(n for c in of_model for n in c)
     k = res.gpu // cap
     if len(clear) < k:
