@@ -194,10 +194,11 @@ class _Pass:
         # By GPU memory the slice depends on the device: its smallest one counts for the quota
         # until a device is found, then the slice found there.
         want = self._least(req) if req.gpu_mem else req.resources
-        if user is not None and self._quota_blocks(req, want, user):
+        if user is not None and user.limited and self._quota_blocks(req, want, user):
             return None
         project = None if req.project is None else self.projects.get(req.project)
-        if project is not None and self._quota_blocks(req, want, project, req.project):
+        if project is not None and project.limited and self._quota_blocks(
+                req, want, project, req.project):
             return None
         shape = _shape(req)
         found = None if shape in self.failed else self.state.find(req)
@@ -239,8 +240,9 @@ class _Pass:
     def _larger_blocks(
         self, req: Request, got: Resources, user: Usage | None, project: Usage | None
     ) -> bool:
-        return (user is not None and self._quota_blocks(req, got, user)) or (
-            project is not None and self._quota_blocks(req, got, project, req.project)
+        return (user is not None and user.limited and self._quota_blocks(req, got, user)) or (
+            project is not None and project.limited
+            and self._quota_blocks(req, got, project, req.project)
         )
 
     def _quota_blocks(

@@ -22,6 +22,14 @@ class Usage:
     mem: int = 0  # bytes
 
     models: dict[str, int] | None = None  # milli-fGPU per model part of ``quota.gpu_models``
+    # whether ``quota`` limits sessions, fGPU, cpu or memory at all: a pass skips the check for
+    # the (many) users without one
+    limited: bool = False
+
+    def __post_init__(self) -> None:
+        q = self.quota
+        self.limited = not (q.max_sessions is None and q.max_gpu is None and q.max_cpu is None
+                            and q.max_mem is None)
 
     def add(self, res: Resources, model: str | None = None) -> None:
         self.sessions += 1
