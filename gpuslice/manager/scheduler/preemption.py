@@ -194,7 +194,11 @@ class _Planner:
             self.by_node[node_id].remove(v)
         _take(node, plan.placement)
         self.rooms = {k: r for k, r in self.rooms.items() if k[0] != node_id}
-        self.pools = {k: r for k, r in self.pools.items() if k[0] != node.pool}
+        # A group's room is only an upper bound: for ranks above every victim's, the node's
+        # room only shrank (its victims were counted as freeable, and the winner took room),
+        # so it stays one; below, a victim no lower rank could stop is gone: work it out again.
+        top = max(v.rank for v in victims)
+        self.pools = {k: r for k, r in self.pools.items() if k[0] != node.pool or k[1] > top}
 
     def _room(self, node_id: str, rank: int) -> _Room | None:
         key = (node_id, rank)
