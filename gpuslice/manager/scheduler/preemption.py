@@ -150,6 +150,9 @@ class _Planner:
         self.lowest = min((c.rank for c in candidates), default=0)
         self.rooms: dict[tuple[str, int], _Room | None] = {}  # (node id, rank) -> room
         self.pools: dict[tuple[str, int], _Room] = {}  # (pool, rank) -> the most of any node
+        # (pool, rank, GPU shape) -> the fewest victims any node of the pool could need for
+        # that GPU shape (cpu and memory aside), and the shape as a request
+        self.least: dict[tuple[str, int, tuple[int, str | None, int]], tuple[int, Request]] = {}
 
     def best(
         self, winner: Winner, config: SchedulerConfig, now: float,
@@ -160,7 +163,10 @@ class _Planner:
         for pool in pools:
             if not self._pool_room(pool, winner.rank).could_fit(req):
                 continue
+            least = self._pool_least(pool, winner.rank, req)
             for node_id in self.by_pool.get(pool, ()):
+                if best is not None and _cannot_beat(best[0], least, self.lowest):
+                    break  # no node left in this group could do better
                 room = self._room(node_id, winner.rank)
                 node = self.work[node_id]
                 if room is None or not room.could_fit(req):
@@ -199,6 +205,10 @@ class _Planner:
         # so it stays one; below, a victim no lower rank could stop is gone: work it out again.
         top = max(v.rank for v in victims)
         self.pools = {k: r for k, r in self.pools.items() if k[0] != node.pool or k[1] > top}
+        for key, (least, shape) in self.least.items():  # only this node's bound may be lower
+            room = self._room(node_id, key[1]) if key[0] == node.pool else None
+            if room is not None and room.could_fit(shape):
+                self.least[key] = (min(least, _least_victims(shape, node, room)), shape)
 
     def _room(self, node_id: str, rank: int) -> _Room | None:
         key = (node_id, rank)
@@ -206,6 +216,20 @@ class _Planner:
             lower = [c for c in self.by_node[node_id] if c.rank < rank]
             self.rooms[key] = _room_of(self.work[node_id], lower, True) if lower else None
         return self.rooms[key]
+
+    def _pool_least(self, pool: str, rank: int, req: Request) -> int:
+        """The fewest victims any node of ``pool`` could need for ``req``'s GPU shape."""
+        key = (pool, rank, (req.resources.gpu, req.gpu_model, req.gpu_mem))
+        found = self.least.get(key)
+        if found is None:
+            shape = replace(req, resources=Resources(req.resources.gpu, 0, 0))
+            least = _NEVER
+            for node_id in self.by_pool.get(pool, ()):
+                room = self._room(node_id, rank)
+                if room is not None and room.could_fit(shape):
+                    least = min(least, _least_victims(shape, self.work[node_id], room))
+            found = self.least[key] = (least, shape)
+        return found[0]
 
     def _pool_room(self, pool: str, rank: int) -> _Room:
         key = (pool, rank)
