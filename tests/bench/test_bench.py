@@ -80,7 +80,8 @@ BACKENDS = pytest.mark.parametrize(
 
 def test_scheduler() -> None:
     fields = run_bench("scheduler")
-    check(fields, "pass_seconds_median pass_cpu_seconds_median placements_per_second")
+    check(fields, "pass_seconds_median pass_cpu_seconds_median placements_per_second "
+          "schedule_cpu_seconds_median preempt_cpu_seconds_median preemptions")
     assert float(fields["placements_per_second"]) > 0, "the pass placed nothing"
 
 

@@ -213,3 +213,30 @@ async def test_a_higher_class_waits_ahead_of_lower_ones(
     assert (await wait_status(bob, high["id"], {"RUNNING"}))["status"] == "RUNNING"
     assert {(await alice.get(f"/api/v1/sessions/{s['id']}")).json()["status"]
             for s in lows} == {"PENDING"}
+
+
+async def test_a_session_of_any_group_preempts_in_the_group_where_a_victim_runs(
+    admin: Client, make_agent: AgentFactory, make_user: Any
+) -> None:
+    """Two resource groups; a high session that may run in either (no group asked) preempts
+    the batch session of group "a" (the interactive one in "b" is kept) and starts where its
+    victim ran."""
+    node_a = await make_agent("a-1", pool="a", devices=[gpu(0)])
+    await make_agent("b-1", pool="b", devices=[gpu(0)])
+    await _classes(admin, {"name": "high", "rank": 10})
+    alice, bob = await make_user("alice"), await make_user("bob")
+    [low] = await create(alice, name="train-a", type="batch", command=["python", "t.py"],
+                         resources={"gpu": 1}, group="a")
+    [lab] = await create(alice, name="lab-b", resources={"gpu": 1}, group="b")
+    await wait_status(alice, low["id"], {"RUNNING"})
+    await wait_status(alice, lab["id"], {"RUNNING"})
+    [win] = await create(bob, name="train-3", type="batch", command=["python", "t.py"],
+                         resources={"gpu": 1}, priority_class="high")
+    won = await wait_status(bob, win["id"], {"RUNNING"})
+    assert won["status"] == "RUNNING", won
+    assert won["placement"]["node_id"] == node_a.node_id, won
+    history = _history(won)
+    assert history[1][1].startswith("preempting train-a on node a-1"), history
+    back = await wait_status(alice, low["id"], {"PENDING"})
+    assert back["status_reason"].startswith("preempted by bob's train-3 (priority high)"), back
+    assert (await alice.get(f"/api/v1/sessions/{lab['id']}")).json()["status"] == "RUNNING"

@@ -14,10 +14,15 @@ from hypothesis import strategies as st
 
 from gpuslice.common.resources import Resources
 from gpuslice.manager.scheduler import Node, Placement, Quota, Request, SchedulerConfig, UserState
-from gpuslice.manager.scheduler.model import WaitCode
+from gpuslice.manager.scheduler.model import WaitCode, groups_of
 from gpuslice.manager.scheduler.preemption import (
     Candidate,
+    Preemption,
     Winner,
+    _copy,
+    _fewest,
+    _free,
+    _take,
     may_preempt,
     plan_preemptions,
 )
@@ -66,6 +71,35 @@ def test_a_victim_serves_one_winner_and_a_later_winner_plans_on_what_is_left() -
     assert [(p.winner, p.victims) for p in plans] == [("w1", ("low",))]
 
 
+def test_a_winner_of_several_groups_preempts_the_cheapest_victims_in_any_of_them() -> None:
+    nodes = [node("a1", pool="a"), node("b1", pool="b"), node("c1", pool="c")]
+    placed = place(nodes, req("two", 0.5, pool="a", at=1), req("two2", 0.5, pool="a", at=2),
+                   req("one", 1, pool="b", at=3), req("other", 1, pool="c", at=4))
+    candidates = [running(r, placed[r], 0, since=i) for i, r in enumerate(placed)]
+    winner = req("w", 1, pool="a", pools={"a", "b"}, at=9)
+    # one victim in "b" beats two in its own "a"; "c" is not a group it may use
+    [plan] = plan_preemptions([Winner(winner, 1)], candidates, nodes, CONFIG, 0.0)
+    assert (plan.node_id, plan.victims) == ("b1", ("one",))
+    assert plan.placement.node_id == "b1"
+    # a tie (one victim each) goes to its own group
+    placed = place(nodes := [node("a1", pool="a"), node("b1", pool="b")],
+                   req("x", 1, pool="a", at=1), req("y", 1, pool="b", at=2))
+    candidates = [running("y", placed["y"], 0), running("x", placed["x"], 0)]
+    winner = req("w", 1, pool="b", pools={"a", "b"}, at=9)
+    [plan] = plan_preemptions([Winner(winner, 1)], candidates, nodes, CONFIG, 0.0)
+    assert (plan.node_id, plan.victims) == ("b1", ("y",))
+    # one group only: the other group's victims are never taken, even when cheaper
+    only_a = req("w", 1, pool="a", at=9)
+    [plan] = plan_preemptions([Winner(only_a, 1)], candidates, nodes, CONFIG, 0.0)
+    assert plan.node_id == "a1"
+    # ... and its held capacity in the other group is where the next pass places it
+    hold = {"w": Hold("b1", Resources(0, winner.resources.cpu, winner.resources.mem),
+                      ((0, 1000),))}
+    nodes[1].devices[0].used = 0  # its victim is gone
+    result = schedule_with_holds([winner], nodes, {}, CONFIG, 0.0, hold)
+    assert [(p.request_id, p.node_id) for p in result.placements] == [("w", "b1")]
+
+
 def test_equal_ranks_never_preempt_and_the_rules_protect_interactive_and_young() -> None:
     nodes = [node("n1", gpus=1)]
     placed = place(nodes, req("low", 1))
@@ -97,6 +131,40 @@ def test_held_capacity_goes_to_its_winner_only() -> None:
 
 
 # ------------------------------------------------------------ the model
+
+
+def _every_node(winners: list[Winner], candidates: list[Candidate], nodes: list[Node],
+                now: float, limit: int = 16) -> list[Preemption]:
+    """``plan_preemptions`` the plain way: ``_fewest`` on every node of every group a winner
+    may use, the best by (victims, their highest rank, own group first, group, node)."""
+    work = {n.id: n for n in nodes}
+    left = list(candidates)
+    plans: list[Preemption] = []
+    for winner in winners:
+        if len(plans) >= limit:
+            break
+        req = winner.request
+        found = []
+        for n in sorted(work.values(), key=lambda n: n.id):
+            lower = [c for c in left if c.node_id == n.id and c.rank < winner.rank]
+            if n.pool not in groups_of(req) or not lower:
+                continue
+            fit = _fewest(req, n, lower, CONFIG, now)
+            if fit is not None:
+                placement, victims = fit
+                found.append(((len(victims), max(v.rank for v in victims), n.pool != req.pool,
+                               n.pool, n.id), placement, victims))
+        if not found:
+            continue
+        _, placement, victims = min(found, key=lambda f: f[0])
+        plans.append(Preemption(req.id, placement.node_id, tuple(sorted(v.id for v in victims)),
+                                placement))
+        node = work[placement.node_id] = _copy(work[placement.node_id])
+        for v in victims:
+            _free(node, v)
+            left.remove(v)
+        _take(node, placement)
+    return plans
 
 
 @dataclass
@@ -159,14 +227,17 @@ class World:
             if s.state == "running" and s.placement
             and may_preempt(s.batch, s.rank, 10**6, False, 10**6, 0)
         ]
-        plans = plan_preemptions(
-            [Winner(s.request, s.rank) for s in sorted(waiting, key=lambda s: -s.rank)],
-            candidates, self.cluster(), CONFIG, self.clock)
+        winners = [Winner(s.request, s.rank) for s in sorted(waiting, key=lambda s: -s.rank)]
+        plans = plan_preemptions(winners, candidates, self.cluster(), CONFIG, self.clock)
+        # its shortcuts change no answer: the same as trying every node of every group
+        assert plans == _every_node(winners, candidates, self.cluster(), self.clock)
         for plan in plans:
             self.holds[plan.winner] = Hold(
                 plan.node_id, Resources(0, plan.placement.resources.cpu,
                                         plan.placement.resources.mem),
                 tuple((x.index, x.gpu) for x in plan.placement.slices))
+            pool = next(n.pool for n in self.nodes if n.id == plan.node_id)
+            assert pool in groups_of(self.sessions[plan.winner].request), "a group it may not use"
             for v in plan.victims:
                 victim = self.sessions[v]
                 assert victim.state == "running" and victim.rank < self.sessions[plan.winner].rank
@@ -198,7 +269,10 @@ class World:
                 assert 0 <= d.used <= n.device_capacity, f"{n.id} GPU {d.index} over capacity"
         for user, u in self.users().items():
             assert self.quota.max_gpu is None or u.used.gpu <= self.quota.max_gpu, user
+        pools = {n.id: n.pool for n in self.nodes}
         for sid, s in self.sessions.items():
+            if s.placement is not None and s.state in ("running", "stopping"):
+                assert pools[s.placement.node_id] in groups_of(s.request), f"{sid} off its groups"
             if s.state == "ended":
                 assert sid in self.ended_by_user, f"{sid} was lost"
             if not s.batch:
@@ -207,7 +281,8 @@ class World:
 
 ops = st.lists(st.one_of(
     st.tuples(st.just("create"), st.integers(0, 3), st.booleans(),
-              st.sampled_from(["0.25", "0.5", "1", "2"]), st.sampled_from(["alice", "bob"])),
+              st.sampled_from(["0.25", "0.5", "1", "2"]), st.sampled_from(["alice", "bob"]),
+              st.sampled_from(["a", "b", "a,b", "b,a"])),
     st.tuples(st.just("end"), st.integers(0, 40)),
     st.tuples(st.just("stopped"), st.integers(0, 40)),
     st.tuples(st.just("pass"),),
@@ -219,15 +294,21 @@ ops = st.lists(st.one_of(
 def test_preemption_never_loses_doubles_or_over_allocates(
     steps: list[tuple], max_gpu: int | None
 ) -> None:
-    world = World([node("n1", gpus=2, fgpu_per_gpu=1), node("n2", gpus=1, fgpu_per_gpu=2)],
+    """Over two resource groups ("a": n1 and n3, "b": n2), requests of one group or of both:
+    a winner may preempt in any group it may use and in no other."""
+    world = World([node("n1", gpus=2, fgpu_per_gpu=1, pool="a"),
+                   node("n2", gpus=1, fgpu_per_gpu=2, pool="b"),
+                   node("n3", gpus=1, fgpu_per_gpu=1, pool="a")],
                   Quota(max_gpu=max_gpu))
     for step in steps:
         ids = sorted(world.sessions)
         if step[0] == "create":
-            _, rank, batch, gpu, user = step
+            _, rank, batch, gpu, user, where = step
             sid = f"s{len(world.sessions):02d}"
+            groups = where.split(",")
             world.sessions[sid] = Session(
-                req(sid, gpu, user=user, at=float(len(world.sessions)), priority=rank * 1000),
+                req(sid, gpu, user=user, at=float(len(world.sessions)), priority=rank * 1000,
+                    pool=groups[0], pools=set(groups) if len(groups) > 1 else None),
                 rank, batch)
         elif step[0] == "end" and ids:
             world.end(ids[step[1] % len(ids)])

@@ -28,7 +28,14 @@ from gpuslice.manager.scheduler.model import (
     Waiting,
     groups_of,
 )
-from gpuslice.manager.scheduler.reasons import Usage, capacity_reason, model_block, quota_block
+from gpuslice.manager.scheduler.reasons import (
+    QuotaOver,
+    Usage,
+    capacity_reason,
+    model_block,
+    quota_over,
+    quota_text,
+)
 from gpuslice.manager.scheduler.reservations import (
     Hold,
     hold_start,
@@ -45,6 +52,9 @@ Shape = tuple[str | frozenset[str], str | None, int, int, int, int]
 # waiting request (a pass leaves up to the whole queue waiting).
 _FIFO = (WaitCode.FIFO, "")
 _CAPACITY = (WaitCode.CAPACITY, "")
+# A request's outcome: its code and reason, or for a quota wait whose quota (None: the user's,
+# else the project's name) and by how much, put in words at the end of the pass.
+Outcome = tuple[WaitCode, str | tuple[str | None, QuotaOver]]
 
 
 def queue_order(queue: Iterable[Request]) -> list[Request]:
@@ -118,7 +128,7 @@ class _Pass:
         # only projects with a quota: a request of any other project skips the check
         self.projects = _usages(projects)
         self.placed: PassResult = PassResult()
-        self.outcome: dict[str, tuple[WaitCode, str]] = {}  # request id -> code, quota text
+        self.outcome: dict[str, Outcome] = {}  # request id -> code, quota wait
         self.failed: set[Shape] = set()
         self.holds: dict[str, Hold] = {}  # request id -> capacity held for it
         self.head_held: set[str] = set()  # pools whose first waiting request holds capacity
@@ -184,10 +194,11 @@ class _Pass:
         # By GPU memory the slice depends on the device: its smallest one counts for the quota
         # until a device is found, then the slice found there.
         want = self._least(req) if req.gpu_mem else req.resources
-        if user is not None and self._quota_blocks(req, want, user):
+        if user is not None and user.limited and self._quota_blocks(req, want, user):
             return None
         project = None if req.project is None else self.projects.get(req.project)
-        if project is not None and self._quota_blocks(req, want, project, req.project):
+        if project is not None and project.limited and self._quota_blocks(
+                req, want, project, req.project):
             return None
         shape = _shape(req)
         found = None if shape in self.failed else self.state.find(req)
@@ -229,19 +240,19 @@ class _Pass:
     def _larger_blocks(
         self, req: Request, got: Resources, user: Usage | None, project: Usage | None
     ) -> bool:
-        return (user is not None and self._quota_blocks(req, got, user)) or (
-            project is not None and self._quota_blocks(req, got, project, req.project)
+        return (user is not None and user.limited and self._quota_blocks(req, got, user)) or (
+            project is not None and project.limited
+            and self._quota_blocks(req, got, project, req.project)
         )
 
     def _quota_blocks(
         self, req: Request, want: Resources, usage: Usage, project: str | None = None
     ) -> bool:
         """Whether ``usage``'s quota (the user's, or ``project``'s) keeps ``req`` waiting."""
-        whose = "user quota" if project is None else f"project {project}"
-        blocked = quota_block(want, usage, whose)
-        if blocked is not None:
-            self.outcome[req.id] = (WaitCode.QUOTA, blocked)
-        return blocked is not None
+        over = quota_over(want, usage)
+        if over is not None:
+            self.outcome[req.id] = (WaitCode.QUOTA, (project, over))
+        return over is not None
 
     def _least(self, req: Request) -> Resources:
         """A request by GPU memory with the smallest slice any matching device would give."""
@@ -377,13 +388,18 @@ class _Pass:
         """Attach a reason and a queue position (per pool, 1-based) to every waiting request."""
         positions: dict[str, int] = defaultdict(int)
         explained: dict[Shape, tuple[WaitCode, str]] = {}
+        worded: dict[tuple[str | None, QuotaOver], str] = {}
         held_pools = {h.node.node.pool for h in self.holds.values()}
         for req in order:
             if req.id not in self.outcome:
                 continue
             positions[req.pool] += 1
             position = positions[req.pool]
-            code, text = self.outcome[req.id]
+            code, why = self.outcome[req.id]
+            if isinstance(why, str):
+                text = why
+            else:  # a quota wait: in words once per distinct one
+                text = worded.get(why) or worded.setdefault(why, _quota_words(*why))
             if code is WaitCode.FIFO:
                 ahead = position - 1
                 text = f"waiting behind {ahead} earlier session{'s' if ahead != 1 else ''} (fifo)"
@@ -412,6 +428,10 @@ class _Pass:
             return ("; some capacity is held for sessions ahead of it (a session whose time "
                     "limit ends before that capacity is needed may use it)")
         return ""
+
+
+def _quota_words(project: str | None, over: QuotaOver) -> str:
+    return quota_text("user quota" if project is None else f"project {project}", over)
 
 
 def _usages(states: Mapping[str, UserState]) -> dict[str, Usage]:

@@ -22,6 +22,14 @@ class Usage:
     mem: int = 0  # bytes
 
     models: dict[str, int] | None = None  # milli-fGPU per model part of ``quota.gpu_models``
+    # whether ``quota`` limits sessions, fGPU, cpu or memory at all: a pass skips the check for
+    # the (many) users without one
+    limited: bool = False
+
+    def __post_init__(self) -> None:
+        q = self.quota
+        self.limited = not (q.max_sessions is None and q.max_gpu is None and q.max_cpu is None
+                            and q.max_mem is None)
 
     def add(self, res: Resources, model: str | None = None) -> None:
         self.sessions += 1
@@ -46,20 +54,45 @@ def model_block(gpu: int, model: str, usage: Usage, whose: str) -> str | None:
     return None
 
 
-def quota_block(want: Resources, user: Usage, whose: str = "user quota") -> str | None:
-    """The quota that keeps a request for ``want`` from starting now, or None if it allows it.
-    ``whose`` names the quota in the reason ("user quota", "project vision")."""
+# Which limit a request is over, what is in use, the limit and what it asks: kept by a pass
+# for each request its quota holds back, and put in words only at its end (``quota_text``),
+# once per distinct one (a pass may hold back tens of thousands, mostly alike).
+QuotaOver = tuple[str, int, int, int]
+_UNITS: dict[str, tuple[Callable[[int], str], str]] = {
+    "gpu": (format_fgpu, " fGPU"), "cpu": (format_cpu, " CPU"), "mem": (format_mem, " of memory"),
+}
+
+
+def quota_over(want: Resources, user: Usage) -> QuotaOver | None:
+    """The quota that keeps a request for ``want`` from starting now, or None if it allows it."""
     quota = user.quota
     if quota.max_sessions is not None and user.sessions + 1 > quota.max_sessions:
-        return f"{whose}: {user.sessions} of {quota.max_sessions} sessions in use"
+        return ("sessions", user.sessions, quota.max_sessions, 1)
     # plain comparisons first: this runs for every request a pass tries
     if quota.max_gpu is not None and user.gpu + want.gpu > quota.max_gpu:
-        return _over_quota(whose, user.gpu, quota.max_gpu, want.gpu, format_fgpu, " fGPU")
+        return ("gpu", user.gpu, quota.max_gpu, want.gpu)
     if quota.max_cpu is not None and user.cpu + want.cpu > quota.max_cpu:
-        return _over_quota(whose, user.cpu, quota.max_cpu, want.cpu, format_cpu, " CPU")
+        return ("cpu", user.cpu, quota.max_cpu, want.cpu)
     if quota.max_mem is not None and user.mem + want.mem > quota.max_mem:
-        return _over_quota(whose, user.mem, quota.max_mem, want.mem, format_mem, " of memory")
+        return ("mem", user.mem, quota.max_mem, want.mem)
     return None
+
+
+def quota_text(whose: str, over: QuotaOver) -> str:
+    """``quota_over``'s answer in words; ``whose`` names the quota ("user quota", "project
+    vision")."""
+    what, used, limit, asked = over
+    if what == "sessions":
+        return f"{whose}: {used} of {limit} sessions in use"
+    fmt, unit = _UNITS[what]
+    return _over_quota(whose, used, limit, asked, fmt, unit)
+
+
+def quota_block(want: Resources, user: Usage, whose: str = "user quota") -> str | None:
+    """The quota that keeps a request for ``want`` from starting now, in words, or None if it
+    allows it. ``whose`` names the quota in the reason ("user quota", "project vision")."""
+    over = quota_over(want, user)
+    return None if over is None else quota_text(whose, over)
 
 
 def capacity_reason(state: ClusterState, req: Request) -> tuple[WaitCode, str]:

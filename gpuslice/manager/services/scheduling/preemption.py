@@ -99,8 +99,8 @@ def schedule_with_holds(
     if not holders:
         return schedule(requests, nodes, users, config, now, projects)
     projects = dict(projects or {})
-    work = {n.id: _copy(by_id[n.id]) for n in nodes if any(
-        holds[r.id].node_id == n.id for r in holders)}
+    held_on = {holds[r.id].node_id for r in holders}
+    work = {node_id: _copy(by_id[node_id]) for node_id in held_on}
     users = dict(users)
     placed = PassResult()
     left: list[Request] = []
@@ -123,10 +123,13 @@ def schedule_with_holds(
             left.append(req)
     for req in left:
         _add(work[holds[req.id].node_id], holds[req.id])
-    others = [r for r in requests if r.id not in {h.id for h in holders}]
+    holder_ids = {h.id for h in holders}
+    others = [r for r in requests if r.id not in holder_ids]
     rest = schedule(others, [work.get(n.id, n) for n in nodes], users, config, now, projects)
     placed.placements.extend(rest.placements)
     placed.waiting.update(rest.waiting)
+    if not left:  # the rest's positions are already right: no holder waits among them
+        return placed
     for req in left:
         name = work[holds[req.id].node_id].name
         placed.waiting[req.id] = Waiting(req.id, WaitCode.PREEMPTING, holding(name), 0)
