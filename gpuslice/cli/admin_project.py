@@ -107,8 +107,9 @@ def project_add(name: str, username: str, as_json: JsonOpt = False) -> None:
 @app.command("remove")
 @friendly
 def project_remove(name: str, username: str, as_json: JsonOpt = False) -> None:
-    """Take USERNAME out of the project: their queued sessions in it are cancelled, running
-    ones keep running."""
+    """Take USERNAME out of the project (queued sessions cancelled, running ones kept).
+
+    Waiting ones end CANCELLED: "removed from project NAME"; running ones go on."""
     with Client.from_config() as client:
         _show(client.remove_project_member(name, username), as_json)
 
