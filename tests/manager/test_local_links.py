@@ -1,0 +1,131 @@
+"""Links to an agent in the manager's own process (`gpuslice up`): in memory, with no channel
+request and no dial-back, served by the real agent's link code (``agent/streams/link.py``)
+reaching a real HTTP server. The node's fake agent never dials back, so any request that took
+the dialled path would end in a 504."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from typing import cast
+
+import aiohttp
+import httpx
+import pytest
+from aiohttp import web
+from fastapi import FastAPI
+
+from gpuslice.agent.streams.apps import Addresses, AppSupervisor
+from gpuslice.agent.streams.http import Upstream
+from gpuslice.agent.streams.link import serve_link
+from gpuslice.agent.streams.memory import ManagerEnd, pipe
+from gpuslice.agent.streams.tcp import Tunnels
+from gpuslice.agent.streams.terminals import Terminals
+from gpuslice.common.schemas.agents import AppLaunch
+from tests.manager.test_proxy import node, on, running, settings, url  # noqa: F401
+from tests.ports import free_port
+
+MiB = 1024 * 1024
+
+
+class _Upstream(Upstream):
+    """The real agent's upstream, pointed at the test's server; notes each session asked."""
+
+    asked: list[str]
+    port: int
+
+    async def url(self, session_id: str, app: AppLaunch, target: str, scheme: str) -> str:
+        self.asked.append(session_id)
+        return f"{scheme}://127.0.0.1:{self.port}{target}"
+
+
+class LocalAgent:
+    """What `gpuslice up`'s agent offers the pool (``StreamService.open_local``), serving
+    each link with the agent's own ``serve_link``."""
+
+    def __init__(self, client: aiohttp.ClientSession, port: int) -> None:
+        self.client, self.port = client, port
+        self.opened: list[str] = []  # the session of each link, as the pool named it
+        self.asked: list[str] = []  # the session each exchange was served for
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    def open_local(self, session_id: str, idle: float, ping: float) -> ManagerEnd:
+        manager_end, agent_end = pipe()
+        self.opened.append(session_id)
+        upstream = _Upstream(cast(Addresses, None), cast(AppSupervisor, None), self.client)
+        object.__setattr__(upstream, "asked", self.asked)
+        object.__setattr__(upstream, "port", self.port)
+        serving = serve_link(agent_end, session_id, upstream, cast(Terminals, None),
+                             cast(Tunnels, None), idle=idle, ping=ping)
+        task = asyncio.create_task(serving)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return manager_end
+
+
+async def _bytes(request: web.Request) -> web.StreamResponse:
+    size = int(request.query["n"])
+    response = web.StreamResponse(headers={"Content-Length": str(size)})
+    await response.prepare(request)
+    block = bytes(range(256)) * 4096  # 1 MiB
+    while size:
+        await response.write(block[:min(size, len(block))])
+        size -= min(size, len(block))
+    return response
+
+
+async def _echo(request: web.Request) -> web.Response:
+    return web.Response(body=await request.read())
+
+
+async def _where(request: web.Request) -> web.Response:
+    return web.json_response({"path": request.path_qs})
+
+
+@pytest.fixture
+async def app_port() -> AsyncIterator[int]:
+    server = web.Application(client_max_size=8 * MiB)
+    server.router.add_get("/bytes", _bytes)
+    server.router.add_post("/echo", _echo)
+    server.router.add_get("/{tail:.*}", _where)
+    runner = web.AppRunner(server)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    yield port
+    await runner.cleanup()
+
+
+async def test_a_local_agent_serves_links_in_memory_each_for_its_own_session(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, app_port: int  # noqa: F811
+) -> None:
+    silent = await node(app, admin, url, dials=False)
+    async with aiohttp.ClientSession() as client:
+        local = LocalAgent(client, app_port)
+        app.state.links.local(silent.node_id, local)
+        try:
+            first, second = await running(admin), await running(admin)
+            async with httpx.AsyncClient(base_url=url, headers=admin.headers,
+                                         timeout=60) as person:
+                for sid in (first, second, first):
+                    r = await person.get("/who?x=1", headers=on(url, sid, "echo"))
+                    assert r.status_code == 200 and r.json() == {"path": "/who?x=1"}, r.text
+                # one link per session, the first reused; each served only its own session
+                assert local.opened == [first, second]
+                assert local.asked == [first, second, first]
+
+                body = bytes(range(256)) * (12 * 1024)  # 3 MiB up, streamed
+                r = await person.post("/echo", content=body, headers=on(url, first, "echo"))
+                assert r.status_code == 200 and r.content == body
+                size = 40 * MiB  # down, streamed through the bounded lanes
+                r = await person.get(f"/bytes?n={size}", headers=on(url, second, "echo"))
+                expected = hashlib.sha256((bytes(range(256)) * 4096) * 40).hexdigest()
+                assert r.status_code == 200 and hashlib.sha256(r.content).hexdigest() == expected
+            assert silent.links == []  # nothing went through the channel
+        finally:
+            app.state.links.local(silent.node_id, None)
+            await silent.stop()
+            for task in list(local.tasks):
+                task.cancel()
+            await asyncio.gather(*local.tasks, return_exceptions=True)
