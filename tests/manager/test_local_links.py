@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 from collections.abc import AsyncIterator
 from typing import cast
 
@@ -20,11 +21,16 @@ from gpuslice.agent.streams.apps import Addresses, AppSupervisor
 from gpuslice.agent.streams.http import Upstream
 from gpuslice.agent.streams.link import serve_link
 from gpuslice.agent.streams.memory import ManagerEnd, pipe
+from gpuslice.agent.streams.ports import SessionPorts
 from gpuslice.agent.streams.tcp import Tunnels
 from gpuslice.agent.streams.terminals import Terminals
+from gpuslice.client.errors import ApiError
+from gpuslice.client.tunnel import Tunnel, tunnel_url
 from gpuslice.common.schemas.agents import AppLaunch
-from tests.manager.test_proxy import node, on, running, settings, url  # noqa: F401
+from tests.manager.fake_agent import FakeAgent
+from tests.manager.test_proxy import node, on, running, settings, token_of, url  # noqa: F401
 from tests.ports import free_port
+from tests.waits import scaled
 
 MiB = 1024 * 1024
 
@@ -40,6 +46,17 @@ class _Upstream(Upstream):
         return f"{scheme}://127.0.0.1:{self.port}{target}"
 
 
+class _Here:
+    """Where the agent finds a session's ports (Docker's answer, in the real agent): this
+    machine, outside any namespace."""
+
+    async def of(self, session_id: str, *, fresh: bool = False) -> str:
+        return "127.0.0.1"
+
+    async def pid_of(self, session_id: str) -> None:
+        return None
+
+
 class LocalAgent:
     """What `gpuslice up`'s agent offers the pool (``StreamService.open_local``), serving
     each link with the agent's own ``serve_link``."""
@@ -49,6 +66,8 @@ class LocalAgent:
         self.opened: list[str] = []  # the session of each link, as the pool named it
         self.asked: list[str] = []  # the session each exchange was served for
         self.tasks: set[asyncio.Task[None]] = set()
+        here = _Here()
+        self.tunnels = Tunnels(cast(Addresses, here), cast(SessionPorts, here))
 
     def open_local(self, session_id: str, idle: float, ping: float) -> ManagerEnd:
         manager_end, agent_end = pipe()
@@ -57,7 +76,7 @@ class LocalAgent:
         object.__setattr__(upstream, "asked", self.asked)
         object.__setattr__(upstream, "port", self.port)
         serving = serve_link(agent_end, session_id, upstream, cast(Terminals, None),
-                             cast(Tunnels, None), idle=idle, ping=ping)
+                             self.tunnels, idle=idle, ping=ping)
         task = asyncio.create_task(serving)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
@@ -84,6 +103,39 @@ async def _where(request: web.Request) -> web.Response:
 
 
 @pytest.fixture
+async def local(app: FastAPI, url: str, admin: httpx.AsyncClient,  # noqa: F811
+                app_port: int) -> AsyncIterator[tuple[LocalAgent, FakeAgent]]:
+    """The node's agent in the manager's process; its fake twin never dials back."""
+    silent = await node(app, admin, url, dials=False)
+    async with aiohttp.ClientSession() as client:
+        agent = LocalAgent(client, app_port)
+        app.state.links.local(silent.node_id, agent)
+        try:
+            yield agent, silent
+        finally:
+            app.state.links.local(silent.node_id, None)
+            await silent.stop()
+            for task in list(agent.tasks):
+                task.cancel()
+            await asyncio.gather(*agent.tasks, return_exceptions=True)
+
+
+async def _echo_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    while data := await reader.read(MiB):
+        writer.write(data)
+        await writer.drain()
+    writer.close()
+
+
+@pytest.fixture
+async def echo_port() -> AsyncIterator[int]:
+    """A TCP echo server: what it reads it writes back, and closes at the client's end."""
+    server = await asyncio.start_server(_echo_conn, "127.0.0.1", 0)
+    yield server.sockets[0].getsockname()[1]
+    server.close()
+
+
+@pytest.fixture
 async def app_port() -> AsyncIterator[int]:
     server = web.Application(client_max_size=8 * MiB)
     server.router.add_get("/bytes", _bytes)
@@ -98,34 +150,63 @@ async def app_port() -> AsyncIterator[int]:
 
 
 async def test_a_local_agent_serves_links_in_memory_each_for_its_own_session(
-    app: FastAPI, url: str, admin: httpx.AsyncClient, app_port: int  # noqa: F811
+    url: str, admin: httpx.AsyncClient, local: tuple[LocalAgent, FakeAgent]  # noqa: F811
 ) -> None:
-    silent = await node(app, admin, url, dials=False)
-    async with aiohttp.ClientSession() as client:
-        local = LocalAgent(client, app_port)
-        app.state.links.local(silent.node_id, local)
-        try:
-            first, second = await running(admin), await running(admin)
-            async with httpx.AsyncClient(base_url=url, headers=admin.headers,
-                                         timeout=60) as person:
-                for sid in (first, second, first):
-                    r = await person.get("/who?x=1", headers=on(url, sid, "echo"))
-                    assert r.status_code == 200 and r.json() == {"path": "/who?x=1"}, r.text
-                # one link per session, the first reused; each served only its own session
-                assert local.opened == [first, second]
-                assert local.asked == [first, second, first]
+    agent, silent = local
+    first, second = await running(admin), await running(admin)
+    async with httpx.AsyncClient(base_url=url, headers=admin.headers, timeout=60) as person:
+        for sid in (first, second, first):
+            r = await person.get("/who?x=1", headers=on(url, sid, "echo"))
+            assert r.status_code == 200 and r.json() == {"path": "/who?x=1"}, r.text
+        # one link per session, the first reused; each served only its own session
+        assert agent.opened == [first, second]
+        assert agent.asked == [first, second, first]
 
-                body = bytes(range(256)) * (12 * 1024)  # 3 MiB up, streamed
-                r = await person.post("/echo", content=body, headers=on(url, first, "echo"))
-                assert r.status_code == 200 and r.content == body
-                size = 40 * MiB  # down, streamed through the bounded lanes
-                r = await person.get(f"/bytes?n={size}", headers=on(url, second, "echo"))
-                expected = hashlib.sha256((bytes(range(256)) * 4096) * 40).hexdigest()
-                assert r.status_code == 200 and hashlib.sha256(r.content).hexdigest() == expected
-            assert silent.links == []  # nothing went through the channel
-        finally:
-            app.state.links.local(silent.node_id, None)
-            await silent.stop()
-            for task in list(local.tasks):
-                task.cancel()
-            await asyncio.gather(*local.tasks, return_exceptions=True)
+        body = bytes(range(256)) * (12 * 1024)  # 3 MiB up, streamed
+        r = await person.post("/echo", content=body, headers=on(url, first, "echo"))
+        assert r.status_code == 200 and r.content == body
+        size = 40 * MiB  # down, streamed through the bounded lanes
+        r = await person.get(f"/bytes?n={size}", headers=on(url, second, "echo"))
+        expected = hashlib.sha256((bytes(range(256)) * 4096) * 40).hexdigest()
+        assert r.status_code == 200 and hashlib.sha256(r.content).hexdigest() == expected
+    assert silent.links == []  # nothing went through the channel
+
+
+async def test_port_forwarding_over_a_local_link_carries_100_mib_intact(
+    url: str, admin: httpx.AsyncClient, local: tuple[LocalAgent, FakeAgent],  # noqa: F811
+    echo_port: int,
+) -> None:
+    agent, silent = local
+    sid = await running(admin)
+    token = await token_of(admin)
+    tunnel = await Tunnel.open(tunnel_url(url, sid, echo_port), token)
+    sent, got = hashlib.sha256(), hashlib.sha256()
+    size = 100 * MiB
+
+    async def up() -> None:
+        block = os.urandom(MiB)
+        for _ in range(size // MiB):
+            sent.update(block)
+            await tunnel.send(block)
+        await tunnel.end()
+
+    async def down() -> int:
+        count = 0
+        while (data := await tunnel.receive()) is not None:
+            got.update(data)
+            count += len(data)
+        return count
+
+    async with asyncio.timeout(scaled(120)):
+        _, count = await asyncio.gather(up(), down())
+    await tunnel.close()
+    assert count == size and got.hexdigest() == sent.hexdigest() and not tunnel.broken
+    assert agent.opened == [sid] and silent.links == []
+    # refusals still come before any upgrade: a closed port, someone else's session
+    closed = free_port()
+    with pytest.raises(ApiError) as refused:
+        await Tunnel.open(tunnel_url(url, sid, closed), token)
+    assert refused.value.code == "port_closed"
+    with pytest.raises(ApiError) as refused:
+        await Tunnel.open(tunnel_url(url, sid, echo_port), None)
+    assert refused.value.status == 401
