@@ -33,6 +33,7 @@ from tests.ports import free_port
 from tests.waits import scaled
 
 MiB = 1024 * 1024
+READ_BUFSIZE = 2**18  # as the agent's own client (StreamService.client)
 
 
 class _Upstream(Upstream):
@@ -107,7 +108,7 @@ async def local(app: FastAPI, url: str, admin: httpx.AsyncClient,  # noqa: F811
                 app_port: int) -> AsyncIterator[tuple[LocalAgent, FakeAgent]]:
     """The node's agent in the manager's process; its fake twin never dials back."""
     silent = await node(app, admin, url, dials=False)
-    async with aiohttp.ClientSession() as client:
+    async with aiohttp.ClientSession(read_bufsize=READ_BUFSIZE) as client:
         agent = LocalAgent(client, app_port)
         app.state.links.local(silent.node_id, agent)
         try:
