@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import os
 from collections.abc import AsyncIterator
 from typing import cast
@@ -27,6 +28,8 @@ from gpuslice.agent.streams.terminals import Terminals
 from gpuslice.client.errors import ApiError
 from gpuslice.client.tunnel import Tunnel, tunnel_url
 from gpuslice.common.schemas.agents import AppLaunch
+from gpuslice.common.schemas.streams import OpenHttp
+from gpuslice.manager.proxy.http import SMALL
 from tests.manager.fake_agent import FakeAgent
 from tests.manager.test_proxy import node, on, running, settings, token_of, url  # noqa: F401
 from tests.ports import free_port
@@ -211,3 +214,26 @@ async def test_port_forwarding_over_a_local_link_carries_100_mib_intact(
     with pytest.raises(ApiError) as refused:
         await Tunnel.open(tunnel_url(url, sid, echo_port), None)
     assert refused.value.status == 401
+
+
+async def test_a_small_answer_comes_in_one_message_when_the_manager_takes_it(
+    app_port: int,
+) -> None:
+    async with aiohttp.ClientSession(read_bufsize=READ_BUFSIZE) as client:
+        agent = LocalAgent(client, app_port)
+        launch = AppLaunch(name="echo", port=app_port, command=[])
+        manager_end = agent.open_local("s1", idle=5, ping=20)
+        received = []
+        async with asyncio.timeout(scaled(10)):
+            for whole in (SMALL, 0):  # this manager; one that does not know `whole`
+                ask = OpenHttp(app=launch, method="GET", target="/who", whole=whole)
+                await manager_end.send_text(ask.model_dump_json())
+                received.append(await manager_end.receive())
+                if whole == 0:
+                    received += [await manager_end.receive(), await manager_end.receive()]
+            await manager_end.close()
+    head, _, body = received[0]["bytes"].partition(b"\n")
+    assert json.loads(head)["status"] == 200 and json.loads(body) == {"path": "/who"}
+    assert [m.get("bytes") or json.loads(m["text"])["op"] for m in received[1:]] == [
+        "head", body, "end"]
+    assert agent.asked == ["s1", "s1"]  # one link carried both exchanges
