@@ -14,11 +14,6 @@ from gpuslice.manager.settings import AppsSettings, ServerSettings
 # After the hub is closed, requests still open get this long to finish before uvicorn
 # cancels them.
 GRACEFUL_SHUTDOWN_S = 5
-# uvicorn's sans-I/O WebSockets (websockets' protocol objects on uvicorn's own transport): a
-# port-forwarding or proxied WebSocket byte costs less CPU than through the legacy server's
-# stream reader (bench/port_forward.py); it still stops reading while a message waits for
-# the app, so a slow consumer holds the sender back.
-WS_PROTOCOL = "websockets-sansio"
 
 
 class ManagerServer(uvicorn.Server):
@@ -72,7 +67,7 @@ def options(apps: AppsSettings, server: ServerSettings) -> dict[str, Any]:
         # compression (the proxy passes messages on: compressing each hop costs more CPU
         # than it saves on a LAN).
         ws_ping_interval=apps.ping_interval, ws_ping_timeout=apps.ping_timeout,
-        ws=WS_PROTOCOL, ws_max_size=apps.max_message, ws_per_message_deflate=False,
+        ws_max_size=apps.max_message, ws_per_message_deflate=False,
         # the process's own logging (one line per event, text or JSON) carries uvicorn's
         log_config=None,
         **tls,

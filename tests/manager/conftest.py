@@ -16,7 +16,6 @@ from fastapi import FastAPI
 
 from gpuslice.manager import security
 from gpuslice.manager.app import create_app
-from gpuslice.manager.server import WS_PROTOCOL
 from gpuslice.manager.services.users import CREDENTIALS_FILE
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.fake_agent import FakeAgent
@@ -64,8 +63,7 @@ async def base_url(app: FastAPI) -> AsyncIterator[str]:
     """The app served over real HTTP (uvicorn, in this test's event loop), for clients that
     need a socket: event streams, the CLI in a subprocess."""
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning",
-                       ws=WS_PROTOCOL)  # as the manager's own server
+        uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", log_level="warning")
     )
     task = asyncio.create_task(server.serve())
     while not server.started:

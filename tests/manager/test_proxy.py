@@ -21,7 +21,6 @@ from websockets.exceptions import InvalidStatus
 
 from gpuslice.common.images import LABEL_APPS
 from gpuslice.manager.db.models import AgentRequestRow, SessionRow
-from gpuslice.manager.server import WS_PROTOCOL
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.conftest import IMAGE, UserFactory, client_for, create
 from tests.manager.fake_agent import FakeAgent
@@ -51,8 +50,7 @@ async def url(app: FastAPI) -> AsyncIterator[str]:
     """The app served by uvicorn on a free port (its lifespan is the `app` fixture's)."""
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
-                                           log_level="warning", ws_max_size=64 * 1024**2,
-                                           ws=WS_PROTOCOL))  # as the manager's own server
+                                           log_level="warning", ws_max_size=64 * 1024**2))
     serving = asyncio.create_task(server.serve())
     async with asyncio.timeout(scaled(30)):
         while not server.started:
