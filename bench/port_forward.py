@@ -5,7 +5,8 @@ subprocess, and a session of the base image running a small server (standard lib
 connection that sends ``get N`` gets N bytes, one that sends ``put N`` and N bytes gets
 ``ok``. Direct: the server at its container's address, from this machine. Forwarded:
 `gpuslice session port-forward` (a process, as a user runs it) listening here; each connection
-crosses the CLI, the manager and the link the agent dialled back. Both are measured in
+crosses the CLI, the manager's WebSocket and the link to the agent (in memory: `gpuslice up`
+runs the agent in the manager's process). Both are measured in
 alternating rounds so that both see the same machine load; each figure is the median.
 
     python bench/port_forward.py [--rounds 3] [--size-mib 200] [--short]

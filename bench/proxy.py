@@ -6,11 +6,12 @@ subprocess. The app: ``tests/platform/echo_app.py`` (standard library HTTP/1.1 s
 keep-alive) in a session of a throwaway image built FROM the base image. Direct: the app at its
 container's address, from this machine. Proxy: the app's own origin on the manager,
 ``echo--<session>.apps.localhost:<port>`` (asked at 127.0.0.1 with that ``Host``: Python does
-not resolve ``*.localhost``), which reaches the app through the agent (a link the agent dialled
-back). Both are asked by the same
-client (httpx, one kept-alive connection each), in alternating blocks so that both see the
-same machine load. Memory: the RSS of the `gpuslice up` process (manager and agent together:
-an upper bound for the manager), sampled every 20 ms during the proxied download.
+not resolve ``*.localhost``), which reaches the app through the agent (under `gpuslice up`
+its link is in memory, the agent running in the manager's process; remote agents dial a
+WebSocket back). Both are asked by the same client (httpx, one kept-alive connection each),
+in alternating blocks so that both see the same machine load. Memory: the RSS of the
+`gpuslice up` process (manager and agent together: an upper bound for the manager), sampled
+every 20 ms during the proxied download.
 
     python bench/proxy.py [--requests 1000] [--downloads 3] [--size-mib 100] [--short]
 

@@ -42,6 +42,7 @@ from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 from gpuslice.common.resources import parse_mem
 
 if TYPE_CHECKING:
+    from gpuslice.agent.service import Agent
     from gpuslice.manager.settings import ManagerSettings
 
 DEFAULT_DATA_DIR = Path("~/.local/share/gpuslice")
@@ -179,12 +180,14 @@ async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Ser
     link = ManagerLink(url, agent_settings.data_dir, transport=InProcess(running.app))
     agent = Agent(agent_settings, link=link, say=say)
     serving = running.task
+    node_id: str | None = None
     agent_task = asyncio.create_task(agent.run(stop))
     try:
         ready = asyncio.create_task(agent.ready.wait())
         await asyncio.wait([agent_task, ready], return_when=asyncio.FIRST_COMPLETED)
         ready.cancel()
         if agent.ready.is_set():  # up means ready: a session asked for now gets placed
+            node_id = _serve_links_in_process(running, agent)
             _announce(say, url, options, cli_note, credentials, settings)
             notify.ready(f"up at {url} (node {options.node_name} joined)")
         done, _ = await asyncio.wait([agent_task, serving, asyncio.create_task(stop.wait())],
@@ -198,9 +201,21 @@ async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Ser
             raise CliError("the manager stopped unexpectedly (its log is above)")
     finally:
         say("stopping (session containers keep running)")
+        if node_id is not None:
+            running.app.state.links.local(node_id, None)
         stop.set()
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await agent_task
+
+
+def _serve_links_in_process(running: Serving, agent: Agent) -> str | None:
+    """The local agent serves its node's links through memory, not a loopback WebSocket it
+    dials back (`services/apps/links.py`); its node id, to undo that when it stops."""
+    credential = agent.link.credential
+    if credential is None:
+        return None
+    running.app.state.links.local(credential.node_id, agent.streams)
+    return credential.node_id
 
 
 async def _image_unless_stopped(stop: asyncio.Event, say: Callable[[str], None]) -> bool:

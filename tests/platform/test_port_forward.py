@@ -12,6 +12,7 @@ import subprocess
 import threading
 import uuid
 
+import httpx
 import pytest
 import websockets.sync.client as ws_client
 from websockets.exceptions import InvalidStatus
@@ -188,6 +189,34 @@ def test_an_echo_and_100_mib_pass_byte_for_byte_and_forwarding_ends_with_the_ses
     held.close()
     with pytest.raises(ConnectionRefusedError):  # and nothing listens any more
         connect(port).close()
+
+
+def test_an_agent_of_its_own_process_carries_forwarding_and_apps_on_its_dialled_link(
+    split_platform: Platform, base_image: str,
+) -> None:
+    """`gpuslice up` links its agent in memory; an agent process of its own (any other node)
+    dials a WebSocket back: the same bytes, the same small and streamed answers."""
+    plat, client = split_platform, split_platform.client()
+    sid = plat.session("remote", base_image, "--cpu", "0.5", "--mem", "256m")
+    start_echo(client, sid)
+    files = ("import os; os.makedirs('/tmp/www'); open('/tmp/www/small', 'w').write('hi'); "
+             "open('/tmp/www/big', 'wb').write(bytes(range(256)) * 1024)")
+    assert client.exec(sid, ["python3", "-c", files]).exit_code == 0
+    start(client, sid, 8000, "python3", "-m", "http.server", "8000", "--directory", "/tmp/www")
+    process, [port] = forward(plat, "remote", f"0:{ECHO_PORT}", "--address", "127.0.0.1")
+    with connect(port) as conn:
+        conn.sendall(b"over the dialled link\n")
+        assert receive_exactly(conn, 22) == b"over the dialled link\n"
+    sent, received = transfer(port, 16 * MiB)
+    assert received == sent
+    process.stop()
+
+    app = {"Authorization": f"Bearer {client.token}",
+           "Host": f"8000--{sid}.apps.localhost:{plat.port}"}
+    small = httpx.get(f"{plat.url}/small", headers=app, timeout=scaled(60))  # one message
+    assert (small.status_code, small.text) == (200, "hi")
+    big = httpx.get(f"{plat.url}/big", headers=app, timeout=scaled(60))  # 256 KiB, streamed
+    assert big.status_code == 200 and big.content == bytes(range(256)) * 1024
 
 
 def test_port_forwarding_is_refused_to_others_and_for_what_does_not_run(

@@ -23,8 +23,9 @@ from gpuslice.agent.runtime import DockerRuntime
 from gpuslice.agent.streams.apps import Addresses, AppSupervisor
 from gpuslice.agent.streams.http import Upstream
 from gpuslice.agent.streams.link import serve_link
+from gpuslice.agent.streams.memory import ManagerEnd, pipe
 from gpuslice.agent.streams.ports import SessionPorts
-from gpuslice.agent.streams.socket import LinkSocket
+from gpuslice.agent.streams.socket import LinkSocket, WebSocketLink
 from gpuslice.agent.streams.tcp import Tunnels
 from gpuslice.agent.streams.terminals import Terminals
 from gpuslice.common.schemas.agents import AppLaunch, AppsAnswer, AppsAsk, StreamAsk
@@ -61,13 +62,27 @@ class StreamService:
             # often, find a manager gone silent (its pong is due within the manager's interval).
             heartbeat=2 * ask.ping_ms / 1000, max_msg_size=0, compress=0,
         ) as ws:
-            link = LinkSocket(ws)
-            try:
-                upstream = Upstream(self.addresses, self.apps, client)
-                await serve_link(link, session_id, upstream, self.terminals, self.tunnels,
-                                 idle=ask.idle_ms / 1000, ping=ask.ping_ms / 1000)
-            finally:
-                await link.close()
+            await self._serve(WebSocketLink(ws), session_id, ask.idle_ms / 1000,
+                              ask.ping_ms / 1000)
+
+    def open_local(self, session_id: str, idle: float, ping: float) -> ManagerEnd:
+        """A link for ``session_id`` in this process (the manager's own, under `gpuslice up`):
+        the manager's end of an in-memory pipe whose other end is served here as a dialled
+        link would be, for that session only."""
+        manager_end, agent_end = pipe()
+        task = asyncio.create_task(self._serve(agent_end, session_id, idle, ping))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return manager_end
+
+    async def _serve(self, link: LinkSocket, session_id: str, idle: float,
+                     ping: float) -> None:
+        try:
+            upstream = Upstream(self.addresses, self.apps, self.client())
+            await serve_link(link, session_id, upstream, self.terminals, self.tunnels,
+                             idle=idle, ping=ping)
+        finally:
+            await link.close()
 
     async def states(self, session_id: str, ask: AppsAsk) -> AppsAnswer:
         """The apps' states, after starting ``ask.start`` (waiting for it) when asked; with

@@ -77,10 +77,15 @@ async def serve_http(ws: LinkSocket, session_id: str, ask: OpenHttp,
         return False
     async with response:
         head = HttpHead(status=response.status, headers=_headers(response.raw_headers))
-        await ws.send_str(head.model_dump_json())
-        while chunk := await response.content.read(CHUNK):
-            await ws.send_bytes(chunk)
-    await ws.send_str(END)
+        size = response.content_length
+        if size is not None and size <= ask.whole:  # small: head and body in one message
+            whole = await response.read()
+            await ws.send_bytes(head.model_dump_json().encode() + b"\n" + whole)
+        else:
+            await ws.send_str(head.model_dump_json())
+            while chunk := await response.content.read(CHUNK):
+                await ws.send_bytes(chunk)
+            await ws.send_str(END)
     # An app may answer before reading the whole body: the rest is still on the link.
     return body is None or body.done
 

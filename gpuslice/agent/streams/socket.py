@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Protocol
 
 import aiohttp
 
@@ -20,7 +21,28 @@ _ENDED = (aiohttp.WSMsgType.CLOSE, aiohttp.WSMsgType.CLOSING, aiohttp.WSMsgType.
 _CLOSED = aiohttp.WSMessage(aiohttp.WSMsgType.CLOSED, None, None)
 
 
-class LinkSocket:
+class LinkSocket(Protocol):
+    """A link's agent end, as the streams use it: the dialled-back WebSocket
+    (:class:`WebSocketLink`), or the in-process pipe of an agent in the manager's process
+    (``memory.py``)."""
+
+    async def receive(self, timeout: float | None = None) -> aiohttp.WSMessage: ...
+
+    def __aiter__(self) -> LinkSocket: ...
+
+    async def __anext__(self) -> aiohttp.WSMessage: ...
+
+    async def send_str(self, data: str) -> None: ...
+
+    async def send_bytes(self, data: bytes) -> None: ...
+
+    @property
+    def close_code(self) -> int | None: ...
+
+    async def close(self, code: int = 1000) -> None: ...
+
+
+class WebSocketLink:
     """The dialled-back WebSocket: messages to take, bytes and text to send."""
 
     def __init__(self, ws: aiohttp.ClientWebSocketResponse) -> None:
@@ -35,7 +57,7 @@ class LinkSocket:
             return _CLOSED
         return await asyncio.wait_for(self._inbox.get(), timeout)
 
-    def __aiter__(self) -> LinkSocket:
+    def __aiter__(self) -> WebSocketLink:
         return self
 
     async def __anext__(self) -> aiohttp.WSMessage:

@@ -53,7 +53,10 @@ def without_hop_by_hop(headers: list[Header]) -> list[Header]:
 
 class OpenHttp(BaseModel):
     """One HTTP request for an app; its body (when ``body``) follows as binary frames, then
-    :class:`End`."""
+    :class:`End`. The answer: :class:`HttpHead`, the body as binary frames, :class:`End`; or,
+    when its Content-Length is at most ``whole``, all in one binary message (the
+    :class:`HttpHead` JSON, a newline, the body): one frame instead of three for a small
+    answer. An agent that does not know ``whole`` streams every answer, which is still right."""
 
     op: Literal["http"] = "http"
     app: AppLaunch
@@ -61,6 +64,8 @@ class OpenHttp(BaseModel):
     target: str = Field(max_length=65536, description="Path and query, as the app sees them.")
     headers: list[Header] = Field(default_factory=list, max_length=256)
     body: bool = False
+    whole: int = Field(default=0, ge=0, le=1 << 20,
+                       description="Answers up to this many bytes may come in one message.")
 
 
 class OpenWebSocket(BaseModel):

@@ -18,6 +18,7 @@ from gpuslice.manager.services.apps.links import Link, LinkClosed, LinkPool
 from gpuslice.manager.services.apps.traffic import ActivityMeter
 
 REPLIES: TypeAdapter[AgentReply] = TypeAdapter(AgentReply)
+HEADS: TypeAdapter[HttpHead] = TypeAdapter(HttpHead)
 SMALL = 64 * 1024  # answers up to this size are read whole before they are passed on
 
 
@@ -28,7 +29,7 @@ async def relay(request: Request, route: AppRoute, pool: LinkPool,
     meter.touch(route.session_id)
     body = _has_body(request)
     ask = OpenHttp(app=route.launch, method=request.method, target=headers.target(request),
-                   headers=headers.upstream(request, route, body=body), body=body)
+                   headers=headers.upstream(request, route, body=body), body=body, whole=SMALL)
     link = await pool.acquire(route.node_id, route.session_id, f"session {route.session_name}",
                               reuse=True)
     try:
@@ -38,7 +39,7 @@ async def relay(request: Request, route: AppRoute, pool: LinkPool,
                 if chunk:
                     await link.send_bytes(chunk)
             await link.send_text(End().model_dump_json())
-        reply = await reply_of(link)
+        reply, whole = await _answer(link)
     except BaseException:
         pool.discard(link)
         raise
@@ -48,7 +49,10 @@ async def relay(request: Request, route: AppRoute, pool: LinkPool,
     raw = [(k.lower().encode("latin-1"), v.encode("latin-1"))
            for k, v in headers.downstream(reply.headers, route)]
     response: Response
-    if _length(reply) <= SMALL:  # read it whole: cheaper than streaming a few bytes
+    if whole is not None:  # the agent sent it all in one message: the link is free again
+        pool.release(link)
+        response = Response(whole, status_code=reply.status)
+    elif _length(reply) <= SMALL:  # read it whole: cheaper than streaming a few bytes
         response = Response(b"".join([chunk async for chunk in _body(link, pool)]),
                             status_code=reply.status)
     else:
@@ -65,13 +69,33 @@ def _length(head: HttpHead) -> int:
     return 2**63
 
 
+async def _answer(link: Link) -> tuple[HttpHead | Failed | AgentReply, bytes | None]:
+    """The agent's answer: its head, with the whole body when it came in one message (head
+    JSON, newline, body: a small answer, ``OpenHttp.whole``), else ``None`` (it follows)."""
+    try:
+        message = await link.receive()
+    except LinkClosed as exc:
+        return _dropped(exc), None
+    if isinstance(message, bytes):
+        head, newline, body = message.partition(b"\n")
+        if not newline:
+            return Failed(status=502, code="agent_error",
+                          message="the agent answered out of step"), None
+        return HEADS.validate_json(head), body
+    return REPLIES.validate_json(message), None
+
+
+def _dropped(exc: LinkClosed) -> Failed:
+    return Failed(status=502, code="agent_unreachable",
+                  message=f"the session's agent dropped the stream ({exc})")
+
+
 async def reply_of(link: Link) -> HttpHead | Failed | AgentReply:
     """The agent's first answer on a link; a link that closes first is a failure."""
     try:
         message = await link.receive()
     except LinkClosed as exc:
-        return Failed(status=502, code="agent_unreachable",
-                      message=f"the session's agent dropped the stream ({exc})")
+        return _dropped(exc)
     if isinstance(message, bytes):
         return Failed(status=502, code="agent_error", message="the agent answered out of step")
     return REPLIES.validate_json(message)

@@ -13,6 +13,12 @@ milliseconds; an idle link costs nothing). The agent closes a link idle for ``ap
 the pool only reuses links idle for less, so a reused link is never one the agent is closing.
 WebSockets and terminals keep their link to the end, then it closes.
 
+An agent running in this very process (`gpuslice up`) registers with :meth:`LinkPool.local`:
+its node's links are then in-memory pipes (``agent/streams/memory.py``) it serves at once, for
+the session the manager names, with no channel request, no dial-back and no WebSocket. The
+rest holds as for a dialled link: one session per link, the same messages, bounded lanes
+(back-pressure), reuse, ``apps.max_links``. Agents on other nodes dial back as always.
+
 Each link has one reader (:meth:`Link.pump`, the agent endpoint's own task) filling a small
 queue: a slow consumer stops the reading, and TCP carries the back-pressure to the agent, so
 a download never piles up in the manager's memory.
@@ -47,6 +53,12 @@ class Socket(Protocol):
     async def send_bytes(self, data: bytes) -> None: ...
 
     async def close(self, code: int = 1000, reason: str | None = None) -> None: ...
+
+
+class LocalAgent(Protocol):
+    """An agent in this process: opens a link for a session of its node, in memory."""
+
+    def open_local(self, session_id: str, idle: float, ping: float) -> Socket: ...
 
 
 class LinkClosed(Exception):
@@ -127,6 +139,15 @@ class LinkPool:
         self._idle: dict[str, list[Link]] = {}  # by session
         self._open: dict[str, int] = {}  # links per session, in use or idle
         self._closing: set[asyncio.Task[None]] = set()
+        self._local: dict[str, LocalAgent] = {}  # node id -> the agent in this process
+
+    def local(self, node_id: str, agent: LocalAgent | None) -> None:
+        """``agent`` (in this process) serves node ``node_id``'s links from now on; ``None``:
+        no longer (it stopped), its node's links are dialled back again."""
+        if agent is None:
+            self._local.pop(node_id, None)
+        else:
+            self._local[node_id] = agent
 
     async def acquire(self, node_id: str, session_id: str, about: str, *,
                       reuse: bool) -> Link:
@@ -140,6 +161,9 @@ class LinkPool:
         if self._open.get(session_id, 0) >= self.settings.max_links:
             raise Conflict(f"{about} has {self.settings.max_links} streams open, the most "
                            "allowed (apps.max_links); close some", code="too_many_streams")
+        agent = self._local.get(node_id)
+        if agent is not None:
+            return self._open_local(agent, node_id, session_id)
         return await self._dial(node_id, session_id, about)
 
     def release(self, link: Link) -> None:
@@ -154,6 +178,21 @@ class LinkPool:
         """A link that may be out of step (a stream cut short): close it, in its own task (the
         caller may be being cancelled)."""
         self._later(link.close(code))
+
+    def _open_local(self, agent: LocalAgent, node_id: str, session_id: str) -> Link:
+        """A link to the agent in this process, read by a task of its own."""
+        socket = agent.open_local(session_id, self.settings.link_idle,
+                                  self.settings.ping_interval)
+        link = Link(socket, node_id, session_id)
+        self._open[session_id] = self._open.get(session_id, 0) + 1
+        self._later(self._pump(link))
+        return link
+
+    async def _pump(self, link: Link) -> None:
+        try:
+            await link.pump()
+        finally:
+            self._forget(link)
 
     async def attach(self, request_id: str, socket: Socket, node_id: str,
                      session_id: str) -> None:
