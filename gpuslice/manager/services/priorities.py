@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -188,15 +188,14 @@ def public(row: PriorityClassRow, projects: list[str]) -> PriorityClassPublic:
 
 
 async def _check_usable(db: AsyncSession, row: PriorityClassRow, project: ProjectRow) -> None:
-    limits = await db.execute(select(PriorityClassProjectRow.class_id,
-                                     PriorityClassProjectRow.project_id))
-    allowed: dict[str, set[str]] = {}
-    for class_id, project_id in limits.tuples():
-        allowed.setdefault(class_id, set()).add(project_id)
-    if row.id not in allowed or project.id in allowed[row.id]:
+    limited_to = set((await db.scalars(select(PriorityClassProjectRow.project_id).where(
+        PriorityClassProjectRow.class_id == row.id))).all())
+    if not limited_to or project.id in limited_to:
         return
+    limited = select(PriorityClassProjectRow.class_id)
+    its_own = limited.where(PriorityClassProjectRow.project_id == project.id)
     usable = (await db.scalars(select(PriorityClassRow.name).where(
-        PriorityClassRow.id.not_in([c for c, ps in allowed.items() if project.id not in ps]))
+        or_(PriorityClassRow.id.not_in(limited), PriorityClassRow.id.in_(its_own)))
         .order_by(PriorityClassRow.rank.desc(), PriorityClassRow.name))).all()
     raise Forbidden(f"project {project.name} may not use priority class {row.name}; the "
                     f"classes it may use: {', '.join(usable) or 'none'}",
