@@ -88,13 +88,6 @@ def quota_text(whose: str, over: QuotaOver) -> str:
     return _over_quota(whose, used, limit, asked, fmt, unit)
 
 
-def quota_block(want: Resources, user: Usage, whose: str = "user quota") -> str | None:
-    """The quota that keeps a request for ``want`` from starting now, in words, or None if it
-    allows it. ``whose`` names the quota in the reason ("user quota", "project vision")."""
-    over = quota_over(want, user)
-    return None if over is None else quota_text(whose, over)
-
-
 def capacity_reason(state: ClusterState, req: Request) -> tuple[WaitCode, str]:
     """Why nothing in the request's resource groups can take it now (naming the groups when
     they are other than the default one)."""
