@@ -24,8 +24,9 @@ from gpuslice.common.versions import VERSION_HEADER
 from gpuslice.manager.api.parking import Parked, Parking
 from gpuslice.manager.errors import NotFound
 from gpuslice.manager.services.nodes import assignments
-from tests.manager.conftest import AgentFactory, Client, client_for
+from tests.manager.conftest import AgentFactory, Client, client_for, create
 from tests.manager.test_channel import _ask, _node_with_session
+from tests.waits import await_for
 
 POLLS = 20
 
@@ -41,25 +42,44 @@ def _route_stacks() -> int:
 
 
 async def test_a_waiting_long_poll_holds_no_session_and_no_route_stack(
-    make_agent: AgentFactory,
+    admin: Client, make_agent: AgentFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     agent = await make_agent(auto_run=False)
     version = (await agent.client.get("/api/v1/agents/me/assignments",
                                       params={"wait": 0})).json()["version"]
+    parked = 0  # this test's polls now waiting for the node to change
+    real_wait = assignments.wait_event
+
+    async def counted(event: asyncio.Event, timeout: float) -> bool:
+        nonlocal parked
+        ours = timeout > 10  # the fake agent's own long-poll waits 5 s at most
+        parked += ours
+        try:
+            return await real_wait(event, timeout)
+        finally:
+            parked -= ours
+
+    monkeypatch.setattr(assignments, "wait_event", counted)
     gc.collect()
     sessions_before = _live(AsyncSession)
     polls = [asyncio.create_task(agent.client.get(
-        "/api/v1/agents/me/assignments", params={"since": version, "wait": 3}))
+        "/api/v1/agents/me/assignments", params={"since": version, "wait": 60}))
         for _ in range(POLLS)]
-    await asyncio.sleep(0.5)  # all parked: nothing changes on the node
-    assert not any(p.done() for p in polls)
+
+    async def all_parked() -> bool:
+        return parked == POLLS
+
+    await await_for(all_parked, 30, "every long-poll waiting")
     gc.collect()
     # Before parking, each waiting poll held two sessions and FastAPI's whole stack.
     assert _live(AsyncSession) - sessions_before < POLLS // 2
     assert _route_stacks() == 0
+    [s] = await create(admin, resources={"gpu": 0.5})  # the node changes: every poll answers
     answers = await asyncio.gather(*polls)
     for r in answers:  # the answer is a route's: its body, its status, the version headers
-        assert r.status_code == 200 and r.json()["version"] == version
+        assert r.status_code == 200
+        assert r.json()["version"] != version
+        assert [a["session_id"] for a in r.json()["sessions"]] == [s["id"]]
         assert r.headers["content-type"] == "application/json"
         assert VERSION_HEADER.lower() in r.headers
 
