@@ -11,10 +11,14 @@ alternating rounds so that both see the same machine load; each figure is the me
 
     python bench/port_forward.py [--rounds 3] [--size-mib 200] [--short]
 
+Floor: two relays in a row, as the CLI and the manager are, each the least a Python hop does
+(``bench/_floors.py tcp``: raw TCP, no framing, no login), measured in the same rounds;
+``floor_ratio`` is the smaller of its two directions' ratios to direct.
+
 Last line: ``download_mib_s=… download_mib_s_direct=… upload_mib_s=… upload_mib_s_direct=…
-throughput_ratio=… intact=1``; ``throughput_ratio`` is the smaller of the two directions'
-forwarded/direct ratios. Target: throughput_ratio ≥ 0.5. ``intact``: every transfer carried
-all its bytes.
+throughput_ratio=… download_mib_s_floor=… upload_mib_s_floor=… floor_ratio=… intact=1``;
+``throughput_ratio`` is the smaller of the two directions' forwarded/direct ratios. Target:
+throughput_ratio ≥ 0.5. ``intact``: every transfer carried all its bytes.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import time
 import uuid
 from pathlib import Path
 
+from _floors import running
 from _local import forget_node, free_port, parse_args
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,7 +113,11 @@ def run(client: Client, data_dir: Path, args: argparse.Namespace) -> None:
         assert forwarder.stderr is not None
         line = forwarder.stderr.readline()
         assert "Forwarding from" in line, line
-        figures = measure(direct, ("127.0.0.1", local), args.size_mib * MiB, args.rounds)
+        # The floor: two relays in a row, as the CLI and the manager are.
+        with running("tcp", f"{direct[0]}:{direct[1]}") as second, \
+                running("tcp", f"127.0.0.1:{second}") as first:
+            figures = measure(direct, ("127.0.0.1", local), ("127.0.0.1", first),
+                              args.size_mib * MiB, args.rounds)
     finally:
         forwarder.terminate()
         forwarder.wait(30)
@@ -116,14 +125,17 @@ def run(client: Client, data_dir: Path, args: argparse.Namespace) -> None:
     print(" ".join(f"{k}={v}" for k, v in figures.items()))
 
 
-def measure(direct: tuple[str, int], forwarded: tuple[str, int], size: int,
-            rounds: int) -> dict[str, float | int]:
-    rates: dict[str, list[float]] = {k: [] for k in ("get", "get_direct", "put", "put_direct")}
+def measure(direct: tuple[str, int], forwarded: tuple[str, int], floor: tuple[str, int],
+            size: int, rounds: int) -> dict[str, float | int]:
+    rates: dict[str, list[float]] = {f"{verb}{path}": [] for verb in ("get", "put")
+                                     for path in ("", "_direct", "_floor")}
     transfer(forwarded, "get", MiB)  # warm: the CLI, the manager's route, the agent's link
+    transfer(floor, "get", MiB)
     for _ in range(rounds):
         for verb in ("get", "put"):
             rates[f"{verb}_direct"].append(transfer(direct, verb, size))
             rates[verb].append(transfer(forwarded, verb, size))
+            rates[f"{verb}_floor"].append(transfer(floor, verb, size))
     median = {k: statistics.median(v) for k, v in rates.items()}
     return {
         "download_mib_s": round(median["get"], 1),
@@ -132,6 +144,10 @@ def measure(direct: tuple[str, int], forwarded: tuple[str, int], size: int,
         "upload_mib_s_direct": round(median["put_direct"], 1),
         "throughput_ratio": round(min(median["get"] / median["get_direct"],
                                       median["put"] / median["put_direct"]), 2),
+        "download_mib_s_floor": round(median["get_floor"], 1),
+        "upload_mib_s_floor": round(median["put_floor"], 1),
+        "floor_ratio": round(min(median["get_floor"] / median["get_direct"],
+                                 median["put_floor"] / median["put_direct"]), 2),
         "intact": 1,  # transfer() asserts every byte came
     }
 

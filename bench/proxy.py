@@ -15,9 +15,15 @@ every 20 ms during the proxied download.
 
     python bench/proxy.py [--requests 1000] [--downloads 3] [--size-mib 100] [--short]
 
-Last line: ``small_p50_ms=… small_p50_direct_ms=… latency_ratio=… small_p99_ms=…
-small_p99_direct_ms=… download_mib_s=… download_mib_s_direct=… throughput_ratio=…
-rss_growth_mib=…``. Targets: latency_ratio ≤ 1.5, throughput_ratio ≥ 0.8, rss_growth_mib < 50.
+Floor: the least one Python hop costs here (``bench/_floors.py http``: uvicorn, httptools and
+uvloop as the manager serves, aiohttp's client as the agent asks, and nothing else), asked in
+the same blocks; ``floor_ratio`` is its median over direct's, the ratio no Python proxy on this
+machine gets under.
+
+Last line: ``small_p50_ms=… small_p50_direct_ms=… latency_ratio=… small_p50_floor_ms=…
+floor_ratio=… small_p99_ms=… small_p99_direct_ms=… download_mib_s=… download_mib_s_direct=…
+throughput_ratio=… rss_growth_mib=…``. Targets: latency_ratio ≤ 1.5, throughput_ratio ≥ 0.8,
+rss_growth_mib < 50.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from pathlib import Path
 
 import aiodocker
 import httpx
+from _floors import running
 from _local import forget_node, free_port, parse_args
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,12 +93,15 @@ def run(client: Client, pid: int, tag: str, args: argparse.Namespace) -> None:
     port = client.url.rsplit(":", 1)[1]
     auth = {"Authorization": f"Bearer {client.token}",
             "Host": f"echo--{session.id}.apps.localhost:{port}"}
-    with httpx.Client(timeout=60) as plain, httpx.Client(headers=auth, timeout=60) as via:
-        small = {"direct": [], "proxy": []}  # type: dict[str, list[float]]
+    with httpx.Client(timeout=60) as plain, httpx.Client(headers=auth, timeout=60) as via, \
+            running("http", direct) as floor_port:
+        floor = f"http://127.0.0.1:{floor_port}"
+        small = {"direct": [], "proxy": [], "floor": []}  # type: dict[str, list[float]]
         blocks = 10
         for _ in range(blocks):
             small["direct"] += _latencies(plain, f"{direct}/small", args.requests // blocks)
             small["proxy"] += _latencies(via, f"{proxied}/small", args.requests // blocks)
+            small["floor"] += _latencies(plain, f"{floor}/small", args.requests // blocks)
         size = args.size_mib * MiB
         rates = {"direct": [], "proxy": []}  # type: dict[str, list[float]]
         growth = []
@@ -105,6 +115,9 @@ def run(client: Client, pid: int, tag: str, args: argparse.Namespace) -> None:
         "small_p50_direct_ms": _ms(statistics.median(small["direct"])),
         "latency_ratio": round(statistics.median(small["proxy"])
                                / statistics.median(small["direct"]), 2),
+        "small_p50_floor_ms": _ms(statistics.median(small["floor"])),
+        "floor_ratio": round(statistics.median(small["floor"])
+                             / statistics.median(small["direct"]), 2),
         "small_p99_ms": _ms(_p99(small["proxy"])),
         "small_p99_direct_ms": _ms(_p99(small["direct"])),
         "download_mib_s": round(statistics.median(rates["proxy"]), 1),
