@@ -182,16 +182,17 @@ def test_throughput(base_image: str) -> None:
 @pytest.mark.docker
 def test_proxy(base_image: str) -> None:
     fields = run_bench("proxy", "--image", base_image)
-    check(fields, "small_p50_ms small_p50_direct_ms latency_ratio small_p99_ms "
-                  "small_p99_direct_ms download_mib_s download_mib_s_direct throughput_ratio "
-                  "rss_growth_mib")
+    check(fields, "small_p50_ms small_p50_direct_ms latency_ratio small_p50_floor_ms "
+                  "floor_ratio small_p99_ms small_p99_direct_ms download_mib_s "
+                  "download_mib_s_direct throughput_ratio rss_growth_mib")
 
 
 @pytest.mark.docker
 def test_port_forward(base_image: str) -> None:
     fields = run_bench("port_forward", "--image", base_image)
     check(fields, "download_mib_s download_mib_s_direct upload_mib_s upload_mib_s_direct "
-                  "throughput_ratio", intact=1)
+                  "throughput_ratio download_mib_s_floor upload_mib_s_floor floor_ratio",
+          intact=1)
 
 
 @pytest.mark.docker
