@@ -363,6 +363,7 @@ def _announce(say: Callable[[str], None], url: str, options: UpOptions, cli_note
               credentials: Path, settings: ManagerSettings) -> None:
     say("")
     say("gpuslice is up")
+    say(f"  console      {url}/  (in a browser)")
     say(f"  API          {url}/api/v1  (docs: {url}/docs)")
     say(f"  admin login  in {credentials} (readable only by you)")
     say(f"  CLI          {cli_note}: try `gpuslice session create --gpu 0.5`")

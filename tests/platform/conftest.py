@@ -111,6 +111,7 @@ class Platform:
         up = Process([*prefix, *self.up_argv()], self.env | (env or {}))
         self.processes.append(up)
         up.wait_for("gpuslice is up")
+        up.wait_for(f"console      {self.url}/")  # where a newcomer opens a browser
         up.wait_for(f"agent {self.node}: joined")
         return up
 
