@@ -10,6 +10,7 @@ command module. The stand-ins sit in ``commands`` from the start, so listings, t
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -44,7 +45,26 @@ class Lazy:
             single.command(name)(found)
             command = typer.main.get_command(single)
         command.name = name
+        _reflow_tree(command)
         return command
+
+
+def reflow(text: str | None) -> str | None:
+    """Help text whose paragraphs are each one line: Typer's rich mode keeps a docstring's
+    line breaks, so a terminal narrower or wider than the source showed it ragged (a lone
+    "the" on a line of its own). A paragraph marked ``\b`` (click's "do not rewrap") stays."""
+    if not text:
+        return text
+    paragraphs = inspect.cleandoc(text).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else " ".join(p.split("\n"))
+                       for p in paragraphs)
+
+
+def _reflow_tree(command: Any) -> None:
+    command.help = reflow(command.help)
+    for sub in getattr(command, "commands", {}).values():
+        if not isinstance(sub, _StandIn):
+            _reflow_tree(sub)
 
 
 class LazyGroup(TyperGroup):

@@ -33,3 +33,23 @@ def test_a_group_with_one_command_stays_a_group() -> None:
 def test_a_mistyped_command_gets_a_suggestion() -> None:
     done = CliRunner().invoke(app, ["sesion", "list"])
     assert done.exit_code == 2 and "Did you mean 'session'" in done.output
+
+
+def _groups(command: object, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    subs = getattr(command, "commands", {})
+    return ([path] if subs else []) + [
+        found for name, sub in subs.items() for found in _groups(sub, (*path, name))]
+
+
+@pytest.mark.parametrize("name", [n for n in COMMANDS if hasattr(COMMANDS[n].load(n),
+                                                                  "commands")])
+def test_a_groups_listing_flows_each_command_line_to_the_width(name: str) -> None:
+    """A docstring's line breaks are not the terminal's: on a wide terminal, every command
+    of every group (nested ones too) has its first paragraph on one line."""
+    for path in _groups(COMMANDS[name].load(name), (name,)):
+        listed = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "400"})
+        assert listed.exit_code == 0, listed.output
+        panel = listed.output.split("─ Commands ─", 1)[1].split("╰", 1)[0]
+        rows = [line.strip("│ ").rstrip() for line in panel.splitlines()[1:] if line.strip()]
+        continued = [row for row in rows if row.startswith(" ") or len(row.split()) < 2]
+        assert rows and not continued, f"gpuslice {' '.join(path)} --help:\n{listed.output}"
