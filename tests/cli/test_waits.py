@@ -32,6 +32,7 @@ from tests.manager.conftest import (  # noqa: F401 (fixtures)
     make_agent,
     settings,
 )
+from tests.waits import scaled
 
 DOOMED = "image python:3.11 could not be pulled: manifest unknown"
 
@@ -58,7 +59,7 @@ class Cli:
 
     async def session(self, name: str, statuses: set[str]) -> dict[str, Any]:
         """The session of this name once it is in one of ``statuses``."""
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(scaled(30)):
             while True:
                 r = await self.api.get("/api/v1/sessions", params={"name": name})
                 found = r.json()["items"]

@@ -62,8 +62,10 @@ class FakeAgent:
         ws_url: str | None = None,
         apps_answer: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         pool: str | None = None,
+        poll_wait: float = 5,
     ) -> None:
         self.pool = pool  # its resource group (None: the manager's default)
+        self.poll_wait = poll_wait  # seconds its long-poll asks the manager to wait at most
         self.client = client
         self.join_token = join_token
         self.name = name
@@ -153,7 +155,7 @@ class FakeAgent:
     async def _follow(self) -> None:
         version: int | None = None
         while not self._stopping:
-            params: dict[str, Any] = {"wait": 5}
+            params: dict[str, Any] = {"wait": self.poll_wait}
             if version is not None:
                 params["since"] = version
             r = await self.client.get("/api/v1/agents/me/assignments", params=params)

@@ -12,6 +12,7 @@ import pytest
 
 from gpuslice.common.images import LABEL_APPS
 from tests.manager.conftest import AgentFactory, UserFactory, create
+from tests.waits import Deadline
 
 IMAGE = "apps:1"
 APPS = [
@@ -36,12 +37,13 @@ def failing(request: dict[str, Any]) -> dict[str, Any]:
 
 async def running(client: httpx.AsyncClient, **body: Any) -> str:
     [session] = await create(client, image=IMAGE, resources={"cpu": 1, "mem": "1g"}, **body)
-    for _ in range(200):
-        r = await client.get(f"/api/v1/sessions/{session['id']}")
-        if r.json()["status"] == "RUNNING":
-            return str(session["id"])
+    deadline = Deadline(10)
+    while (r := await client.get(f"/api/v1/sessions/{session['id']}")).json()["status"] != (
+            "RUNNING"):
+        if deadline.passed:
+            raise AssertionError(r.json())
         await asyncio.sleep(0.05)
-    raise AssertionError(r.json())
+    return str(session["id"])
 
 
 @pytest.fixture

@@ -9,17 +9,18 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 
 from gpuslice.common.schemas.agents import ExecAnswer, ExecAsk, LogsAnswer, LogsAsk
-from gpuslice.manager.db.models import NodeRow
+from gpuslice.manager.db.models import AgentRequestRow, NodeRow
 from gpuslice.manager.errors import Conflict
+from gpuslice.manager.services import channel as channel_module
 from gpuslice.manager.services.channel import Channel
 from gpuslice.manager.services.nodes.assignments import long_poll
 from tests.manager.conftest import AgentFactory, Client, create
 from tests.manager.fake_agent import FakeAgent, requests_of
 from tests.manager.helpers import wait_status
-from tests.waits import scaled
+from tests.waits import await_for, scaled
 
 
 async def _node_with_session(admin: Client, make_agent: AgentFactory) -> tuple[FakeAgent, str]:
@@ -40,12 +41,35 @@ async def _first_request(agent: FakeAgent, timeout: float = 2.0) -> dict[str, An
     raise AssertionError("no request reached the agent")
 
 
+class _Clock:
+    """``time`` for the channel's waiters: the real monotonic clock plus ``offset``."""
+
+    offset = 0.0
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+
 def _ask(app: FastAPI, node_id: str, session_id: str, timeout: float) -> asyncio.Task[Any]:
     channel: Channel = app.state.channel
     question = ExecAsk(command=["true"], timeout_ms=1000)
     return asyncio.create_task(
         channel.ask(node_id, question, ExecAnswer, timeout=timeout, session_id=session_id)
     )
+
+
+async def _asked(app: FastAPI, node_id: str, session_id: str,
+                 timeout: float) -> asyncio.Task[Any]:
+    """:func:`_ask`, once its request is stored: the node's next answer carries it."""
+    waiting = _ask(app, node_id, session_id, timeout)
+
+    async def stored() -> bool:
+        async with app.state.sessionmaker() as db:
+            count = select(func.count()).where(AgentRequestRow.node_id == node_id)
+            return bool(await db.scalar(count))
+
+    await await_for(stored, 10, "the request stored")
+    return waiting
 
 
 async def test_a_request_is_delivered_in_one_answer_only(
@@ -83,12 +107,18 @@ async def test_an_answer_of_another_kind_is_refused_and_the_request_stays_open(
 
 
 async def test_a_request_nobody_awaits_cannot_be_answered(
-    app: FastAPI, admin: Client, make_agent: AgentFactory
+    app: FastAPI, admin: Client, make_agent: AgentFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     agent, sid = await _node_with_session(admin, make_agent)
-    waiting = _ask(app, agent.node_id, sid, timeout=0.3)
+    # The waiter's clock, moved on once the agent has the request: it gives up then, however
+    # long the delivery took (a short real timeout could expire before it on a loaded machine).
+    later = _Clock()
+    monkeypatch.setattr(channel_module, "time", later)
+    waiting = _ask(app, agent.node_id, sid, timeout=60)
     request = await _first_request(agent)
-    assert await waiting is None  # the waiter gave up: the request is gone with it
+    later.offset = 120.0  # its next look (within `assignment_poll`) is past its deadline
+    # the waiter gave up: the request is gone with it (still within its expiry)
+    assert await asyncio.wait_for(waiting, scaled(5)) is None
     r = await agent.answer(request["id"], "exec", {"exit_code": 0})
     assert r.status_code == 404 and r.json()["code"] == "not_found"
     r = await agent.answer("no-such-request", "logs", {"logs": ""})
@@ -103,12 +133,12 @@ async def test_asking_a_lost_node_is_a_conflict_at_once(
         await db.execute(update(NodeRow).values(status="LOST"))
         await db.commit()
     channel: Channel = app.state.channel
-    started = time.monotonic()
+    # At once: an ask that waited for the agent would take its whole hour-long timeout.
     with pytest.raises(Conflict) as failed:
-        await channel.ask(agent.node_id, LogsAsk(tail=1), LogsAnswer, timeout=5,
-                          session_id=sid, about="session x")
+        async with asyncio.timeout(scaled(10)):
+            await channel.ask(agent.node_id, LogsAsk(tail=1), LogsAnswer, timeout=3600,
+                              session_id=sid, about="session x")
     assert failed.value.code == "node_lost" and "session x" in failed.value.message
-    assert time.monotonic() - started < 1.0
     assert not any(requests_of(a, "logs") for a in agent.seen)
 
 
@@ -119,7 +149,7 @@ async def test_a_long_poll_whose_agent_hung_up_delivers_nothing(
     # handed to it would be lost while the restarted agent polls beside it.
     agent, sid = await _node_with_session(admin, make_agent)
     await agent.stop()  # nobody takes requests in the background any more
-    waiting = _ask(app, agent.node_id, sid, timeout=5)
+    waiting = await _asked(app, agent.node_id, sid, timeout=60)  # in time for both polls
 
     async def gone() -> bool:
         return True
@@ -147,14 +177,15 @@ async def test_a_change_another_replica_made_reaches_a_parked_long_poll(
             .returning(NodeRow.assignment_version)
         )).scalars().all()
         await db.commit()
-    parked = asyncio.create_task(long_poll(sessionmaker, hub, agent.node_id, version, 20))
-    await asyncio.sleep(1.2)  # a few of the watcher's looks: nothing moved, it stays parked
+    # An hour's wait: an answer within the bound below is the watcher's, never the wait's end.
+    parked = asyncio.create_task(long_poll(sessionmaker, hub, agent.node_id, version, 3600))
+    # A bounded look (it can only pass too easily on a slow machine): a few of the watcher's
+    # looks, nothing moved, it stays parked.
+    await asyncio.sleep(1.2)
     assert not parked.done()
-    started = time.monotonic()
     async with sessionmaker() as db:  # as another replica would: no wake-up in this hub
         await db.execute(update(NodeRow).where(NodeRow.id == agent.node_id)
                          .values(assignment_version=version + 1))
         await db.commit()
-    answer = await asyncio.wait_for(parked, scaled(5))
+    answer = await asyncio.wait_for(parked, scaled(5))  # the watcher's interval is 0.5 s
     assert answer.version == version + 1
-    assert time.monotonic() - started < 2.0  # the watcher's interval, not the 20 s wait

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from gpuslice.manager.settings import ManagerSettings
+from tests.waits import Deadline
 
 from .conftest import AgentFactory, Client, UserFactory, create
 
@@ -321,13 +322,15 @@ async def test_assignments_follow_grants(make_user: UserFactory, make_agent: Age
 
 async def _mounts_of(agent: Any, session_id: str, until: Any = None) -> list[dict[str, Any]]:
     """The session's mounts in its node's assignments, once it is placed (and ``until`` holds)."""
-    for _ in range(100):
+    deadline = Deadline(10)
+    while True:
         r = await agent.client.get("/api/v1/agents/me/assignments", params={"wait": 0})
         found = [s for s in r.json()["sessions"] if s["session_id"] == session_id]
         if found and (until is None or until(found[0]["mounts"])):
             return found[0]["mounts"]
+        if deadline.passed:
+            raise AssertionError(f"{session_id} not assigned as expected: {r.json()}")
         await asyncio.sleep(0.1)
-    raise AssertionError(f"{session_id} not assigned as expected: {r.json()}")
 
 
 async def test_what_sessions_write_past_the_quota_is_measured_and_reported(

@@ -8,6 +8,7 @@ from typing import Any
 
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.fake_agent import FakeAgent, GiB
+from tests.waits import Deadline
 
 SKLEARN = "gpuslice/sklearn:1.5"
 LABELS = {
@@ -166,8 +167,8 @@ async def test_rescan_asks_nodes_to_report_at_once(
 
 
 async def _until(check: Any, timeout: float = 5.0) -> None:
-    for _ in range(int(timeout / 0.02)):
-        if check():
-            return
+    deadline = Deadline(timeout)
+    while not check():
+        if deadline.passed:
+            raise AssertionError(f"condition not reached within {deadline.seconds:.0f}s")
         await asyncio.sleep(0.02)
-    raise AssertionError("condition not reached")

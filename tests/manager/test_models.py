@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -19,6 +20,7 @@ from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.s3 import s3_server
 
 from .conftest import IMAGE, AgentFactory, Client, UserFactory, create
+from .helpers import wait_status
 
 __all__ = ["s3_server"]
 
@@ -112,11 +114,30 @@ async def test_another_user_cannot_list_presign_or_fetch(make_user: UserFactory,
     assert (await bob.post(f"/api/v1/model-uploads/{upload}/complete")).status_code == 404
 
 
+class _HeldClock:
+    """The local store's ``time``: the real clock, held still at ``now`` once that is set."""
+
+    def __init__(self) -> None:
+        self.now: float | None = None
+
+    def time(self) -> float:
+        return time.time() if self.now is None else self.now
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
 async def test_presigned_urls_are_scoped_and_expire(
-    make_user: UserFactory, app: FastAPI, settings: ManagerSettings
+    make_user: UserFactory, app: FastAPI, settings: ManagerSettings,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     alice = await make_user("alice")
     saved = await save(alice, "resnet")
+    # The local store's clock stands still from the signing on: a URL good for 1 second is
+    # used within it however slow the machine, then expires when the clock moves on.
+    clock = _HeldClock()
+    monkeypatch.setattr(local_store, "time", clock)
+    clock.now = time.time()
     r = await alice.post("/api/v1/models/resnet/presign", params={"ttl": 1})
     urls = r.json()["urls"]
     assert set(urls) == set(FILES)
@@ -131,7 +152,7 @@ async def test_presigned_urls_are_scoped_and_expire(
     tampered = urls["model.txt"].replace("model.txt", "ckpt/step-1.bin")
     r = await fetch(app, tampered)
     assert r.status_code == 403 and "signature does not match" in r.json()["message"]
-    await asyncio.sleep(2.1)
+    clock.now += 2.1  # past the second it was signed for, rounded up
     r = await fetch(app, urls["model.txt"])
     assert r.status_code == 403 and "expired" in r.json()["message"]
 
@@ -144,10 +165,7 @@ async def test_a_session_saves_for_its_owner_only_through_its_node(
     other = await make_agent("node-2", devices=[])
     [session] = await create(alice, resources={"cpu": 1, "mem": "1g", "gpu": 0.5})
     sid = session["id"]
-    for _ in range(100):
-        if (await alice.get(f"/api/v1/sessions/{sid}")).json()["status"] == "RUNNING":
-            break
-        await asyncio.sleep(0.1)
+    assert (await wait_status(alice, sid, {"RUNNING"}))["status"] == "RUNNING"
     base = f"/api/v1/agents/me/sessions/{sid}/models"
     body = {"name": "run-1", "files": [{"path": "model.txt", "size": 3}]}
     assert (await other.client.post(f"{base}/uploads", json=body)).status_code == 404

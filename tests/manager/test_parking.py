@@ -25,7 +25,7 @@ from gpuslice.manager.api.parking import Parked, Parking
 from gpuslice.manager.errors import NotFound
 from gpuslice.manager.services.nodes import assignments
 from tests.manager.conftest import AgentFactory, Client, client_for, create
-from tests.manager.test_channel import _ask, _node_with_session
+from tests.manager.test_channel import _asked, _node_with_session
 from tests.waits import await_for
 
 POLLS = 20
@@ -92,8 +92,7 @@ async def test_a_long_poll_whose_agent_hung_up_delivers_nothing_through_the_api(
     # waits for the next poll instead of being lost.
     agent, sid = await _node_with_session(admin, make_agent)
     await agent.stop()
-    waiting = _ask(app, agent.node_id, sid, timeout=5)
-    await asyncio.sleep(0.1)
+    waiting = await _asked(app, agent.node_id, sid, timeout=60)  # in time for both polls
     sent: list[Message] = []
     incoming: list[Message] = [{"type": "http.request", "body": b"", "more_body": False},
                 {"type": "http.disconnect"}]  # the agent is gone by the time it is answered

@@ -25,7 +25,7 @@ from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.manager.conftest import IMAGE, UserFactory, client_for, create
 from tests.manager.fake_agent import FakeAgent
 from tests.ports import free_port
-from tests.waits import scaled
+from tests.waits import Deadline, scaled
 
 APPS_IMAGE = "apps:1"
 APPS = [
@@ -81,12 +81,13 @@ async def agent(app: FastAPI, admin: httpx.AsyncClient, url: str) -> AsyncIterat
 
 async def running(client: httpx.AsyncClient, image: str = APPS_IMAGE) -> str:
     [session] = await create(client, image=image, resources={"cpu": 1, "mem": "1g"})
-    for _ in range(600):
-        r = await client.get(f"/api/v1/sessions/{session['id']}")
-        if r.json()["status"] == "RUNNING":
-            return str(session["id"])
+    deadline = Deadline(30)
+    while (r := await client.get(f"/api/v1/sessions/{session['id']}")).json()["status"] != (
+            "RUNNING"):
+        if deadline.passed:
+            raise AssertionError(f"not RUNNING: {r.json()}")
         await asyncio.sleep(0.05)
-    raise AssertionError(f"not RUNNING: {r.json()}")
+    return str(session["id"])
 
 
 async def token_of(client: httpx.AsyncClient) -> str:
@@ -153,12 +154,10 @@ async def test_http_reaches_the_app_at_its_origin_without_our_credentials(
     assert len(agent.links) == 1
     assert (await admin.get(f"/api/v1/sessions/{sid}")).status_code == 200
     async with app.state.sessionmaker() as db:  # people's app traffic is use of the session
-        for _ in range(50):
-            if (await db.get(SessionRow, sid, populate_existing=True)).last_activity_at:
-                break
+        deadline = Deadline(5)
+        while not (await db.get(SessionRow, sid, populate_existing=True)).last_activity_at:
+            assert not deadline.passed, "no activity recorded"
             await asyncio.sleep(0.1)
-        else:
-            raise AssertionError("no activity recorded")
 
 
 async def test_cookies_of_an_app_stay_on_its_origin(

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from tests.waits import Deadline
+
 from .conftest import IMAGE, AgentFactory, Client, UserFactory
 from .fake_agent import gpu
 from .test_folders import folder, tar_of
@@ -30,12 +32,14 @@ async def start(client: Client, name: str, expect: int = 201, **body: Any) -> An
 
 
 async def until(client: Client, run: str, status: str) -> dict[str, Any]:
-    for _ in range(100):
-        got = (await client.get(f"/api/v1/runs/{run}")).json()
+    deadline = Deadline(10)
+    while True:
+        got: dict[str, Any] = (await client.get(f"/api/v1/runs/{run}")).json()
         if got["status"] == status:
             return got
+        if deadline.passed:
+            raise AssertionError(f"run {run} is {got['status']}, not {status}")
         await asyncio.sleep(0.1)
-    raise AssertionError(f"run {run} is {got['status']}, not {status}")
 
 
 async def test_a_run_on_a_slice_by_gpu_memory(make_user: UserFactory,

@@ -24,7 +24,7 @@ from gpuslice.common.schemas.agents import Heartbeat, NodeRegister, StateReport
 from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.session_tools import TOOLS_DIR
 from tests.s3 import s3_server
-from tests.waits import scaled
+from tests.waits import Deadline, scaled
 
 from .conftest import Client, UserFactory, create
 from .test_models import settings
@@ -62,9 +62,9 @@ async def served(
     await link.connect(NodeRegister(join_token=token, name="node-t"))
     await link.heartbeat(Heartbeat(cpu=8000, mem=16 * GiB))
     [session] = await create(alice, resources={"cpu": 1, "mem": "1g"})
-    for _ in range(100):
-        if (await link.assignments(None, 0))[0].sessions:
-            break
+    deadline = Deadline(10)
+    while not (await link.assignments(None, 0))[0].sessions:
+        assert not deadline.passed, "the session never reached its node"
         await asyncio.sleep(0.1)
     await link.report(session["id"], StateReport(status=SessionStatus.RUNNING))
     endpoint = SessionEndpoint(work / "files", _Data(), link, user="1000:1000")

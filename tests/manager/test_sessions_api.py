@@ -8,6 +8,7 @@ import pytest
 
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.fake_agent import gpu
+from tests.waits import await_for
 
 
 @pytest.mark.parametrize(
@@ -210,14 +211,13 @@ async def test_destroying_a_pending_session_cancels_it_at_once(admin: Client) ->
 
 
 async def test_pending_without_nodes_says_why(admin: Client) -> None:
-    import asyncio
-
     [s] = await create(admin, resources={"gpu": 0.5})
-    for _ in range(100):
-        body = (await admin.get(f"/api/v1/sessions/{s['id']}")).json()
-        if body["wait_code"]:
-            break
-        await asyncio.sleep(0.02)
+
+    async def said() -> dict[str, Any] | None:  # once the scheduler's pass looked at it
+        body: dict[str, Any] = (await admin.get(f"/api/v1/sessions/{s['id']}")).json()
+        return body if body["wait_code"] else None
+
+    body = await await_for(said, 10, "a reason for the wait")
     assert body["status"] == "PENDING" and body["wait_code"] == "no_node"
     assert body["queue_position"] == 1 and body["status_reason"]
 

@@ -7,9 +7,11 @@ import json
 from typing import Any
 
 import httpx
+import pytest
 
+from gpuslice.manager.services.sessions import stream
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
-from tests.waits import scaled
+from tests.waits import await_for, scaled
 
 
 async def _events(
@@ -32,13 +34,28 @@ async def _events(
 
 
 async def test_stream_follows_status_changes(
-    base_url: str, admin: Client, make_user: UserFactory, make_agent: AgentFactory
+    base_url: str, admin: Client, make_user: UserFactory, make_agent: AgentFactory,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     await make_agent()
     alice, bob = await make_user("alice"), await make_user("bob")
     token = alice.headers["Authorization"].split()[1]
+    waits = 0  # the streams' waits for news begun so far: hers is the only stream
+    real_wait = stream.wait_event
+
+    async def counted(event: asyncio.Event, timeout: float) -> bool:
+        nonlocal waits
+        waits += 1
+        return await real_wait(event, timeout)
+
+    monkeypatch.setattr(stream, "wait_event", counted)
     reader = asyncio.create_task(_events(base_url, token, want=4))
-    await asyncio.sleep(0.3)  # the stream is open
+
+    async def following() -> bool:  # "from now on" is fixed: what follows reaches her
+        assert not reader.done(), reader
+        return waits > 0
+
+    await await_for(following, 30, "the stream open and waiting for news")
     await create(bob)  # not hers: never in her stream
     [s] = await create(alice, resources={"gpu": 0.5})
     events = await asyncio.wait_for(reader, scaled(5))
@@ -48,6 +65,6 @@ async def test_stream_follows_status_changes(
 
     # Resuming after an event id replays what followed it.
     replay = await asyncio.wait_for(
-        _events(base_url, token, want=2, params={"since": events[1]["id"]}), 5
+        _events(base_url, token, want=2, params={"since": events[1]["id"]}), scaled(5)
     )
     assert [e["status"] for e in replay] == ["PREPARING", "RUNNING"]

@@ -27,7 +27,7 @@ from gpuslice.client import Client
 from gpuslice.client.terminal import Terminal
 from tests.platform import app_image, origins
 from tests.platform.conftest import GPUSLICE, Platform, run_up
-from tests.waits import scaled
+from tests.waits import scaled, wait_for
 
 # JupyterLab, MLflow and a browser: in the docker lane this module shares a process with the
 # other one that starts them (tests/conftest.py SAME_PROCESS), never side by side
@@ -187,6 +187,13 @@ def test_terminal_runs_a_shell_that_survives_a_reconnect(plat: Platform) -> None
         assert again.exit_code == 7
 
 
+def command_lines(plat: Platform, session: str) -> list[str]:
+    """The command lines of the processes running in the session now."""
+    listing = plat.cli("session", "exec", session, "--", "sh", "-c",
+                       "for f in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $f; echo; done")
+    return [line.strip() for line in listing.stdout.splitlines()]
+
+
 def test_session_shell_is_interactive_and_returns_the_exit_status(plat: Platform) -> None:
     needs_image(NOTEBOOK)
     plat.session("cli-shell", NOTEBOOK, "--cpu", "0.5", "--mem", "1g")
@@ -197,7 +204,9 @@ def test_session_shell_is_interactive_and_returns_the_exit_status(plat: Platform
     try:
         expect(main, b"$ ")
         os.write(main, b"sleep 300\n")
-        time.sleep(1.0)
+        # Ctrl-C once the sleep runs (sent sooner, it would only clear the shell's line)
+        wait_for(lambda: "sleep 300" in command_lines(plat, "cli-shell"), 60,
+                 "the shell's sleep 300 running")
         os.write(main, b"\x03")  # Ctrl-C, in raw mode: the remote TTY interrupts the sleep
         os.write(main, b"echo status=$?\n")
         expect(main, b"status=130")

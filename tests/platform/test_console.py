@@ -291,12 +291,16 @@ def test_users_see_only_their_own_and_an_admin_sees_all(
     alice.wait(mine.id, {"RUNNING"}, timeout=scaled(60))
 
     page = open_console(plat, browser, "bob")
-    time.sleep(1.5)  # a live list would have shown it by now
+    until(lambda: page.inner_text("#session-count"), 30, "bob's list loaded")  # its count
+    # A bounded look (it can only pass too easily on a slow machine): a live list would have
+    # shown it by now.
+    time.sleep(1.5)
     assert all(r["id"] != mine.id for r in rows(page))
+    users["bob"].create_folder("bob-data")  # his own: once it shows, the list has loaded
     page.goto(f"{plat.url}/#/folders")
-    page.wait_for_selector("#folders")
-    time.sleep(0.5)
+    until(lambda: "bob-data" in page.inner_text("#folders"), 30, "bob's folders loaded")
     assert "alice-data" not in page.inner_text("#folders")
+    users["bob"].delete_folder("bob-data")
     page.goto(f"{plat.url}/#/sessions/{mine.id}")
     try:  # the page asks the API once the route's module has loaded: slow on a loaded machine
         until(lambda: "no session" in page.inner_text("main").lower(), 30, "a 404 for bob")

@@ -47,7 +47,7 @@ def test_killed_during_a_create_of_ten_makes_all_or_none(split_platform: Platfor
         env=plat.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         _wait_connected(create.pid, plat.port)  # the request is in, stuck behind the lock
-        time.sleep(0.5)
+        time.sleep(0.5)  # a bounded look: the create cannot end while the lock is held
         assert create.poll() is None
         again = kill_manager(plat)
     finally:
