@@ -253,3 +253,25 @@ async def test_chromium_opens_each_app_at_its_own_port_with_its_own_cookie(
     assert all(c["httpOnly"] and c["domain"] == "localhost" for c in cookies.values())
     reached = await page.evaluate(CALL_API_WITH_COOKIES, f"{manager}/api/v1/sessions")
     assert reached.startswith("refused") and sid not in reached, reached
+
+
+async def test_a_restart_on_a_narrower_range_listens_on_no_port_outside_it(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent, first_port: int,
+    settings: ManagerSettings,
+) -> None:
+    """An admin narrows apps.port_range (to give ports back to other programs) and restarts:
+    the manager no longer listens outside the range; the app gets a port of the range."""
+    sid = await running(admin)
+    listed = (await admin.get(f"/api/v1/sessions/{sid}/apps")).json()["apps"]
+    echo = first_port + 1
+    assert {a["name"]: a["url"] for a in listed}["echo"] == f"http://localhost:{echo}/"
+    await app.state.app_ports.close()
+    narrower = settings.model_copy(update={"apps": settings.apps.model_copy(update={
+        "port_range": f"{first_port + 2}-{first_port + SPAN - 1}"})})
+    app.state.app_ports = AppPorts(app, narrower, app.state.sessionmaker)
+    await app.state.app_ports.restore()
+    assert await _refused(echo)
+    listed = (await admin.get(f"/api/v1/sessions/{sid}/apps")).json()["apps"]
+    urls = {a["name"]: a["url"] for a in listed}
+    assert urls["notebook"] == f"http://localhost:{first_port + 2}/"  # in the range: kept
+    assert urls["echo"] == f"http://localhost:{first_port + 3}/"

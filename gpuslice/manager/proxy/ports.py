@@ -161,13 +161,14 @@ class AppPorts:
         return str(getattr(self.app.state, "bind_host", "127.0.0.1"))
 
     async def restore(self) -> None:
-        """After a (re)start: listen again on the ports of RUNNING sessions; forget the
-        others."""
+        """After a (re)start: listen again on the ports of RUNNING sessions that are still
+        in the range (it may have been narrowed meanwhile); forget the others."""
         async with self._lock, self.sessionmaker() as db:
             rows = (await db.execute(select(AppPortRow, SessionRow.status).join(
                 SessionRow, SessionRow.id == AppPortRow.session_id))).all()
             for row, status in rows:
-                if status != SessionStatus.RUNNING or not await self._listen(
+                kept = status == SessionStatus.RUNNING and row.port in self.range
+                if not kept or not await self._listen(
                         row.port, AppOrigin(row.app, row.session_id, None)):
                     await db.delete(row)
             await db.commit()
