@@ -275,3 +275,34 @@ async def test_a_restart_on_a_narrower_range_listens_on_no_port_outside_it(
     urls = {a["name"]: a["url"] for a in listed}
     assert urls["notebook"] == f"http://localhost:{first_port + 2}/"  # in the range: kept
     assert urls["echo"] == f"http://localhost:{first_port + 3}/"
+
+
+async def test_an_app_port_names_its_session_to_no_one_the_app_is_not_open_to(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent, first_port: int,
+    make_user: UserFactory,
+) -> None:
+    """A browser on an app's port without its cookie is sent to the console's way into the
+    app, which names the session: only if its login opens the app. Anyone else (no login,
+    another user's login or token) gets an answer naming nothing: a port of the range is not
+    a way to learn others' sessions and apps."""
+    sid = await running(admin)
+    await admin.get(f"/api/v1/sessions/{sid}/apps")  # its apps get their ports
+    echo = first_port + 1
+    html = {"Accept": "text/html"}
+    bob = await token_of(await make_user("bob"))
+    login = (await admin.post("/api/v1/auth/login", json={
+        "username": "admin", "password": _admin_password(app)})).cookies["gpuslice_login"]
+    async with httpx.AsyncClient() as web:
+        for cookie in ("", f"gpuslice_login={bob}", f"gpuslice_login={login}x"):
+            r = await web.get(f"http://127.0.0.1:{echo}/lab", headers={**html, "Cookie": cookie})
+            assert r.status_code == 401, (cookie, r.headers)
+            assert sid not in r.text and "echo" not in r.text, r.text
+        r = await web.get(f"http://127.0.0.1:{echo}/lab", headers={
+            **html, "Cookie": f"gpuslice_login={login}"})
+        assert r.status_code == 303
+        assert r.headers["location"] == f"http://localhost:8080/s/{sid}/echo/lab"
+        # another user's token: not found, and not told which session is there
+        r = await web.get(f"http://127.0.0.1:{echo}/lab", headers={
+            "Authorization": f"Bearer {bob}"})
+        assert r.status_code == 404 and sid not in r.text, r.text
+        assert r.json()["message"] == f"no app of yours is served on port {echo}"
