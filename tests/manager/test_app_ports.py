@@ -306,3 +306,29 @@ async def test_an_app_port_names_its_session_to_no_one_the_app_is_not_open_to(
             "Authorization": f"Bearer {bob}"})
         assert r.status_code == 404 and sid not in r.text, r.text
         assert r.json()["message"] == f"no app of yours is served on port {echo}"
+
+
+async def test_a_full_range_leaves_the_app_list_whole(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent, first_port: int,
+) -> None:
+    """The list of a session's apps gives each a port while the range has one; once none is
+    left (taken by other sessions, or by this one's own listening processes: each is an
+    app), the rest keep the manager's way in, which says so when opened, and the list (with
+    the terminal) still loads: not a 503 for the whole of it."""
+    served = [{"port": p, "process": "worker"} for p in (9001, 9002, 9003)]
+    agent.apps_answer = lambda request: {
+        "apps": [{"name": a["name"], "state": "ready"} for a in request["ask"]["apps"]],
+        "ports": served}
+    sid = await running(admin)
+    r = await admin.get(f"/api/v1/sessions/{sid}/apps")
+    assert r.status_code == 200, r.text
+    urls = {a["name"]: a["url"] for a in r.json()["apps"]}
+    assert urls["terminal"] == f"http://manager/s/{sid}/terminal/"
+    assert urls["echo"] == f"http://localhost:{first_port + 1}/"
+    assert urls["notebook"] == f"http://localhost:{first_port + 2}/"
+    assert urls["9001"] == f"http://localhost:{first_port + 3}/"
+    assert urls["9002"] == f"http://manager/s/{sid}/9002/"  # no port left for it
+    bearer = {"Authorization": f"Bearer {await token_of(admin)}"}
+    async with httpx.AsyncClient(base_url=url, headers=bearer) as web:
+        full = await web.get(f"/s/{sid}/9002/")
+        assert full.status_code == 503 and full.json()["code"] == "no_app_port"

@@ -203,13 +203,21 @@ class AppPorts:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(listener.server.wait_closed(), _CLOSE_WAIT)
 
-    async def with_urls(self, listed: AppList, scheme: str) -> AppList:
+    async def with_urls(self, listed: AppList, scheme: str, base_url: str) -> AppList:
         """The listing with each app's port URL (the terminal stays the manager's page)."""
-        apps = [await self.with_url(app, listed.session_id, scheme) for app in listed.apps]
+        apps = [await self.with_url(app, listed.session_id, scheme, base_url)
+                for app in listed.apps]
         return listed.model_copy(update={"apps": apps})
 
-    async def with_url(self, app: AppPublic, session_id: str, scheme: str) -> AppPublic:
+    async def with_url(self, app: AppPublic, session_id: str, scheme: str,
+                       base_url: str) -> AppPublic:
+        """The app with its port's URL; with no port left for it, the manager's way in
+        (``/s/<session>/<app>/``, which says so when opened): a full range is no reason
+        to fail a whole listing."""
         if app.name == TERMINAL:
             return app
-        port = await self.port_of(session_id, app.name)
-        return app.model_copy(update={"url": self.url(scheme, port) + "/"})
+        try:
+            url = self.url(scheme, await self.port_of(session_id, app.name)) + "/"
+        except Unavailable:
+            url = f"{base_url.rstrip('/')}/s/{session_id}/{app.name}/"
+        return app.model_copy(update={"url": url})
