@@ -253,3 +253,82 @@ async def test_chromium_opens_each_app_at_its_own_port_with_its_own_cookie(
     assert all(c["httpOnly"] and c["domain"] == "localhost" for c in cookies.values())
     reached = await page.evaluate(CALL_API_WITH_COOKIES, f"{manager}/api/v1/sessions")
     assert reached.startswith("refused") and sid not in reached, reached
+
+
+async def test_a_restart_on_a_narrower_range_listens_on_no_port_outside_it(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent, first_port: int,
+    settings: ManagerSettings,
+) -> None:
+    """An admin narrows apps.port_range (to give ports back to other programs) and restarts:
+    the manager no longer listens outside the range; the app gets a port of the range."""
+    sid = await running(admin)
+    listed = (await admin.get(f"/api/v1/sessions/{sid}/apps")).json()["apps"]
+    echo = first_port + 1
+    assert {a["name"]: a["url"] for a in listed}["echo"] == f"http://localhost:{echo}/"
+    await app.state.app_ports.close()
+    narrower = settings.model_copy(update={"apps": settings.apps.model_copy(update={
+        "port_range": f"{first_port + 2}-{first_port + SPAN - 1}"})})
+    app.state.app_ports = AppPorts(app, narrower, app.state.sessionmaker)
+    await app.state.app_ports.restore()
+    assert await _refused(echo)
+    listed = (await admin.get(f"/api/v1/sessions/{sid}/apps")).json()["apps"]
+    urls = {a["name"]: a["url"] for a in listed}
+    assert urls["notebook"] == f"http://localhost:{first_port + 2}/"  # in the range: kept
+    assert urls["echo"] == f"http://localhost:{first_port + 3}/"
+
+
+async def test_an_app_port_names_its_session_to_no_one_the_app_is_not_open_to(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent, first_port: int,
+    make_user: UserFactory,
+) -> None:
+    """A browser on an app's port without its cookie is sent to the console's way into the
+    app, which names the session: only if its login opens the app. Anyone else (no login,
+    another user's login or token) gets an answer naming nothing: a port of the range is not
+    a way to learn others' sessions and apps."""
+    sid = await running(admin)
+    await admin.get(f"/api/v1/sessions/{sid}/apps")  # its apps get their ports
+    echo = first_port + 1
+    html = {"Accept": "text/html"}
+    bob = await token_of(await make_user("bob"))
+    login = (await admin.post("/api/v1/auth/login", json={
+        "username": "admin", "password": _admin_password(app)})).cookies["gpuslice_login"]
+    async with httpx.AsyncClient() as web:
+        for cookie in ("", f"gpuslice_login={bob}", f"gpuslice_login={login}x"):
+            r = await web.get(f"http://127.0.0.1:{echo}/lab", headers={**html, "Cookie": cookie})
+            assert r.status_code == 401, (cookie, r.headers)
+            assert sid not in r.text and "echo" not in r.text, r.text
+        r = await web.get(f"http://127.0.0.1:{echo}/lab", headers={
+            **html, "Cookie": f"gpuslice_login={login}"})
+        assert r.status_code == 303
+        assert r.headers["location"] == f"http://localhost:8080/s/{sid}/echo/lab"
+        # another user's token: not found, and not told which session is there
+        r = await web.get(f"http://127.0.0.1:{echo}/lab", headers={
+            "Authorization": f"Bearer {bob}"})
+        assert r.status_code == 404 and sid not in r.text, r.text
+        assert r.json()["message"] == f"no app of yours is served on port {echo}"
+
+
+async def test_a_full_range_leaves_the_app_list_whole(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent, first_port: int,
+) -> None:
+    """The list of a session's apps gives each a port while the range has one; once none is
+    left (taken by other sessions, or by this one's own listening processes: each is an
+    app), the rest keep the manager's way in, which says so when opened, and the list (with
+    the terminal) still loads: not a 503 for the whole of it."""
+    served = [{"port": p, "process": "worker"} for p in (9001, 9002, 9003)]
+    agent.apps_answer = lambda request: {
+        "apps": [{"name": a["name"], "state": "ready"} for a in request["ask"]["apps"]],
+        "ports": served}
+    sid = await running(admin)
+    r = await admin.get(f"/api/v1/sessions/{sid}/apps")
+    assert r.status_code == 200, r.text
+    urls = {a["name"]: a["url"] for a in r.json()["apps"]}
+    assert urls["terminal"] == f"http://manager/s/{sid}/terminal/"
+    assert urls["echo"] == f"http://localhost:{first_port + 1}/"
+    assert urls["notebook"] == f"http://localhost:{first_port + 2}/"
+    assert urls["9001"] == f"http://localhost:{first_port + 3}/"
+    assert urls["9002"] == f"http://manager/s/{sid}/9002/"  # no port left for it
+    bearer = {"Authorization": f"Bearer {await token_of(admin)}"}
+    async with httpx.AsyncClient(base_url=url, headers=bearer) as web:
+        full = await web.get(f"/s/{sid}/9002/")
+        assert full.status_code == 503 and full.json()["code"] == "no_app_port"

@@ -260,3 +260,21 @@ async def test_which_projects_may_use_a_class_travels_with_the_configuration(
     assert r.status_code == 422 and r.json()["field"] == "priority_classes.0.projects", r.text
     assert r.json()["message"] == "priority_classes.0: projects: no project 'nowhere'"
     assert "x" not in {c["name"] for c in (await admin.get("/api/v1/priority-classes")).json()}
+
+
+async def test_an_import_cannot_make_a_limited_class_the_default(admin: Client) -> None:
+    """The default class is every project's: a document making a class the default while it
+    keeps the class's project limits is refused, as `priority-class set --default` is (an
+    unchanged limit was not looked at, and a limited class became the default)."""
+    assert (await admin.post("/api/v1/projects", json={"name": "vision"})).status_code == 201
+    r = await admin.post("/api/v1/priority-classes",
+                         json={"name": "team", "rank": 3, "projects": ["vision"]})
+    assert r.status_code == 201, r.text
+    doc = {"priority_classes": [{"name": "team", "rank": 3, "default": True,
+                                 "projects": ["vision"]}]}
+    r = await admin.post("/api/v1/config/import", json=doc)
+    assert r.status_code == 422 and r.json()["field"] == "priority_classes.0.projects", r.text
+    assert r.json()["message"].startswith("priority_classes.0: team is the default class")
+    listed = {c["name"]: (c["default"], c["projects"]) for c in (await admin.get(
+        "/api/v1/priority-classes")).json()}
+    assert listed == {"team": (False, ["vision"]), "normal": (True, [])}

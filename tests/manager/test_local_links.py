@@ -87,14 +87,23 @@ class LocalAgent:
         return manager_end
 
 
+_WRITERS = {"ended": 0, "cut": 0}  # /bytes answers ended, and those cut off by the reader
+
+
 async def _bytes(request: web.Request) -> web.StreamResponse:
     size = int(request.query["n"])
     response = web.StreamResponse(headers={"Content-Length": str(size)})
     await response.prepare(request)
     block = bytes(range(256)) * 4096  # 1 MiB
-    while size:
-        await response.write(block[:min(size, len(block))])
-        size -= min(size, len(block))
+    try:
+        while size:
+            await response.write(block[:min(size, len(block))])
+            size -= min(size, len(block))
+    except ConnectionError:
+        _WRITERS["cut"] += 1
+        raise
+    finally:
+        _WRITERS["ended"] += 1
     return response
 
 
@@ -141,6 +150,7 @@ async def echo_port() -> AsyncIterator[int]:
 
 @pytest.fixture
 async def app_port() -> AsyncIterator[int]:
+    _WRITERS.update(ended=0, cut=0)
     server = web.Application(client_max_size=8 * MiB)
     server.router.add_get("/bytes", _bytes)
     server.router.add_post("/echo", _echo)
@@ -237,3 +247,25 @@ async def test_a_small_answer_comes_in_one_message_when_the_manager_takes_it(
     assert [m.get("bytes") or json.loads(m["text"])["op"] for m in received[1:]] == [
         "head", body, "end"]
     assert agent.asked == ["s1", "s1"]  # one link carried both exchanges
+
+
+
+async def test_a_download_the_client_left_stops_at_the_app(
+    url: str, admin: httpx.AsyncClient, local: tuple[LocalAgent, FakeAgent],  # noqa: F811
+    app_port: int,
+) -> None:
+    """A client that leaves in the middle of a big answer: the manager stops reading the link
+    and the app's answer is cut off (a dialled link's behaviour), not read to its end at
+    memory speed for nobody (an endless answer: forever)."""
+    sid = await running(admin)
+    async with httpx.AsyncClient(base_url=url, headers=admin.headers, timeout=60) as person:
+        async with person.stream("GET", f"/bytes?n={1024 * 1024 * MiB}",  # 1 TiB
+                                 headers=on(url, sid, "echo")) as r:
+            assert r.status_code == 200, await r.aread()
+            async for _chunk in r.aiter_raw():
+                break
+        async with asyncio.timeout(scaled(10)):
+            while not _WRITERS["ended"]:
+                await asyncio.sleep(0.05)
+    assert _WRITERS["cut"] == 1
+

@@ -193,3 +193,25 @@ async def test_a_removed_members_queued_sessions_end_and_running_ones_go_on(
     assert (await alice.get(f"/api/v1/sessions/{running['id']}")).json()["status"] == "RUNNING"
     assert (await alice.get(f"/api/v1/sessions/{mine['id']}")).json()["status"] == "PENDING"
     assert (await alice.get(f"/api/v1/sessions/{queued['id']}")).json()["status"] == "CANCELLED"
+
+
+async def test_a_user_listing_classes_learns_of_no_project_but_their_own(
+    admin: Client, make_user: UserFactory
+) -> None:
+    alice = await make_user("alice")
+    bob = await make_user("bob")
+    await bob.get("/api/v1/projects")  # his personal project, ~bob
+    await _project(admin, "vision", "alice")
+    await _project(admin, "secret", "bob")
+    for body in ({"name": "team", "rank": 5, "projects": ["vision", "secret"]},
+                 {"name": "bobs", "rank": 6, "projects": ["~bob"]}):
+        r = await admin.post("/api/v1/priority-classes", json=body)
+        assert r.status_code == 201, r.text
+    r = await alice.get("/api/v1/priority-classes")
+    assert r.status_code == 200
+    assert "secret" not in r.text and "bob" not in r.text, r.text
+    # what she may use, limited to her projects as before; the rest for everyone
+    assert {c["name"]: c["projects"] for c in r.json()} == {"team": ["vision"], "normal": []}
+    listed = {c["name"]: c["projects"] for c in (await admin.get(
+        "/api/v1/priority-classes")).json()}
+    assert listed == {"bobs": ["~bob"], "team": ["secret", "vision"], "normal": []}

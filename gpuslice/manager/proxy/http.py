@@ -56,7 +56,7 @@ async def relay(request: Request, route: AppRoute, pool: LinkPool,
         response = Response(b"".join([chunk async for chunk in _body(link, pool)]),
                             status_code=reply.status)
     else:
-        response = StreamingResponse(_body(link, pool), status_code=reply.status)
+        response = StreamingResponse(_body(link, pool, request), status_code=reply.status)
     response.raw_headers = raw
     return response
 
@@ -101,12 +101,18 @@ async def reply_of(link: Link) -> HttpHead | Failed | AgentReply:
     return REPLIES.validate_json(message)
 
 
-async def _body(link: Link, pool: LinkPool) -> AsyncIterator[bytes]:
+async def _body(link: Link, pool: LinkPool, request: Request | None = None
+                ) -> AsyncIterator[bytes]:
     clean = False
     try:
         while True:
             item = await link.receive()
             if isinstance(item, bytes):
+                # The client left: stop here. Starlette's own watch cancels this only once it
+                # finds it waiting, which a link as fast as an in-memory one may never let
+                # happen (every chunk is there already): the answer was read to its end.
+                if request is not None and await request.is_disconnected():
+                    return
                 yield item
             else:
                 clean = isinstance(REPLIES.validate_json(item), End)

@@ -161,13 +161,14 @@ class AppPorts:
         return str(getattr(self.app.state, "bind_host", "127.0.0.1"))
 
     async def restore(self) -> None:
-        """After a (re)start: listen again on the ports of RUNNING sessions; forget the
-        others."""
+        """After a (re)start: listen again on the ports of RUNNING sessions that are still
+        in the range (it may have been narrowed meanwhile); forget the others."""
         async with self._lock, self.sessionmaker() as db:
             rows = (await db.execute(select(AppPortRow, SessionRow.status).join(
                 SessionRow, SessionRow.id == AppPortRow.session_id))).all()
             for row, status in rows:
-                if status != SessionStatus.RUNNING or not await self._listen(
+                kept = status == SessionStatus.RUNNING and row.port in self.range
+                if not kept or not await self._listen(
                         row.port, AppOrigin(row.app, row.session_id, None)):
                     await db.delete(row)
             await db.commit()
@@ -202,13 +203,21 @@ class AppPorts:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(listener.server.wait_closed(), _CLOSE_WAIT)
 
-    async def with_urls(self, listed: AppList, scheme: str) -> AppList:
+    async def with_urls(self, listed: AppList, scheme: str, base_url: str) -> AppList:
         """The listing with each app's port URL (the terminal stays the manager's page)."""
-        apps = [await self.with_url(app, listed.session_id, scheme) for app in listed.apps]
+        apps = [await self.with_url(app, listed.session_id, scheme, base_url)
+                for app in listed.apps]
         return listed.model_copy(update={"apps": apps})
 
-    async def with_url(self, app: AppPublic, session_id: str, scheme: str) -> AppPublic:
+    async def with_url(self, app: AppPublic, session_id: str, scheme: str,
+                       base_url: str) -> AppPublic:
+        """The app with its port's URL; with no port left for it, the manager's way in
+        (``/s/<session>/<app>/``, which says so when opened): a full range is no reason
+        to fail a whole listing."""
         if app.name == TERMINAL:
             return app
-        port = await self.port_of(session_id, app.name)
-        return app.model_copy(update={"url": self.url(scheme, port) + "/"})
+        try:
+            url = self.url(scheme, await self.port_of(session_id, app.name)) + "/"
+        except Unavailable:
+            url = f"{base_url.rstrip('/')}/s/{session_id}/{app.name}/"
+        return app.model_copy(update={"url": url})

@@ -94,15 +94,41 @@ async def serve_origin_http(request: Request, at: AppOrigin) -> Response:
         return await http.relay(request, route, parts.pool, parts.meter)
     except Unauthorized as err:
         if request.method == "GET" and pages.wants_html(request):  # enter by the manager
+            on_port = at.port is not None and parts.ports is not None
+            if on_port and not await _login_opens(request, parts.gate, at):
+                # the way in names the session, which the port's URL does not: not to anyone
+                return pages.error(request, 401, err.code, err.message)
             console = (parts.ports.console_url(browser.scheme(request))
-                       if at.port is not None and parts.ports is not None else
+                       if on_port and parts.ports is not None else
                        origins.console_url(browser.scheme(request), request.url.port,
                                            parts.settings.apps))
             return RedirectResponse(f"{console}/s/{at.session_id}/{at.app}"
                                     f"{headers.target(request)}", status_code=303)
         return pages.error(request, 401, err.code, err.message)
     except DomainError as err:
+        err = _unnamed(err, at)
         return pages.error(request, status_of(err), err.code, err.message)
+
+
+def _unnamed(err: DomainError, at: AppOrigin) -> DomainError:
+    """An app port's URL names no session: one the caller may not see is not named to them
+    (``no session <id>``) either."""
+    if at.port is not None and isinstance(err, NotFound) and err.field == "session_id":
+        return NotFound(f"no app of yours is served on port {at.port}", code="unknown_app")
+    return err
+
+
+async def _login_opens(request: Request, gate: Gate, at: AppOrigin) -> bool:
+    """Whether the manager's login cookie the browser sent (a host's cookies go to all its
+    ports) is one the app is open to."""
+    login = request.cookies.get(browser.COOKIE)
+    if not login:
+        return False
+    try:
+        await gate.route(login, at.session_id, at.app)
+    except DomainError:
+        return False
+    return True
 
 
 async def serve_origin_socket(ws: WebSocket, at: AppOrigin) -> None:
@@ -113,7 +139,7 @@ async def serve_origin_socket(ws: WebSocket, at: AppOrigin) -> None:
         route = await authorize_at_origin(ws, parts.gate, at, writes=True)
         link, subprotocol = await sockets.open_app_socket(ws, route, parts.pool)
     except DomainError as err:
-        await deny(ws, err)
+        await deny(ws, _unnamed(err, at))
         return
     await ws.accept(subprotocol=subprotocol)
     await sockets.relay(ws, link, parts.pool, parts.meter, route.session_id, terminal=False)

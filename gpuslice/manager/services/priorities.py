@@ -28,9 +28,11 @@ from gpuslice.common.schemas.priorities import (
     PriorityClassUpdate,
 )
 from gpuslice.common.schemas.sessions import FINAL
-from gpuslice.manager.db.models import PriorityClassRow, ProjectRow, SessionRow
+from gpuslice.common.schemas.users import Role
+from gpuslice.manager.db.models import PriorityClassRow, ProjectRow, SessionRow, UserRow
 from gpuslice.manager.db.project_models import PriorityClassProjectRow
 from gpuslice.manager.errors import Conflict, Forbidden, InvalidRequest, NotFound
+from gpuslice.manager.services.projects.service import member_of
 
 DEFAULT = {"name": "normal", "rank": 0, "min_runtime_s": 600, "grace_s": 30,
            "preempt_interactive": False}
@@ -83,12 +85,18 @@ async def resolve(
     return row
 
 
-async def list_classes(db: AsyncSession) -> list[PriorityClassPublic]:
-    """Every class, highest rank first, then by name."""
+async def list_classes(db: AsyncSession, viewer: UserRow) -> list[PriorityClassPublic]:
+    """Every class, highest rank first, then by name. A user who is no admin sees those a
+    project of theirs may use, limited to their own projects' names: never another's."""
     rows = (await db.scalars(select(PriorityClassRow).order_by(
         PriorityClassRow.rank.desc(), PriorityClassRow.name))).all()
     limits = await project_names(db)
-    return [public(row, limits.get(row.id, [])) for row in rows]
+    if viewer.role == Role.ADMIN:
+        return [public(row, limits.get(row.id, [])) for row in rows]
+    mine = set((await db.scalars(select(ProjectRow.name).where(
+        ProjectRow.id.in_(member_of(viewer))))).all())
+    shown = [(row, [n for n in limits.get(row.id, []) if n in mine]) for row in rows]
+    return [public(row, names) for row, names in shown if names or row.id not in limits]
 
 
 async def project_names(db: AsyncSession) -> dict[str, list[str]]:

@@ -26,7 +26,8 @@ async def list_apps(session_id: str, request: Request, db: DbDep, user: CurrentU
     listed = await states.list_apps(channel, db, user, session_id, settings,
                                     str(request.base_url))
     ports: AppPorts | None = request.app.state.app_ports  # apps.port_range: a port each
-    return listed if ports is None else await ports.with_urls(listed, request.url.scheme)
+    return listed if ports is None else await ports.with_urls(listed, request.url.scheme,
+                                                              str(request.base_url))
 
 
 @router.post("/{session_id}/apps/{name}/start")
@@ -37,8 +38,8 @@ async def start_app(session_id: str, name: AppName, request: Request, db: DbDep,
     started = await states.start_app(channel, db, user, session_id, name, settings,
                                      str(request.base_url))
     ports: AppPorts | None = request.app.state.app_ports
-    return started if ports is None else await ports.with_url(started, session_id,
-                                                              request.url.scheme)
+    return started if ports is None else await ports.with_url(
+        started, session_id, request.url.scheme, str(request.base_url))
 
 
 @router.websocket("/{session_id}/terminal")

@@ -14,9 +14,10 @@ router = APIRouter(prefix="/priority-classes", tags=["priority-classes"])
 
 
 @router.get("")
-async def list_classes(db: DbDep, _user: CurrentUser) -> list[PriorityClassPublic]:
-    """Priority classes, highest rank first (every user: they pick one at launch)."""
-    return await priorities.list_classes(db)
+async def list_classes(db: DbDep, user: CurrentUser) -> list[PriorityClassPublic]:
+    """Priority classes, highest rank first (every user: they pick one at launch; those no
+    project of theirs may use are not listed to them)."""
+    return await priorities.list_classes(db, user)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED)

@@ -270,7 +270,9 @@ class PriorityClasses:
                 row = PriorityClassRow(name=item.name, **{"is_default": False, **values})
                 db.add(row)
             changed = not created and _apply(row, values)
-            if sorted(set(item.projects)) != limits.get(row.id, []):
+            wanted = sorted(set(item.projects))
+            # unchanged limits are still refused to a class the document makes the default
+            if wanted != limits.get(row.id, []) or (row.is_default and wanted):
                 await _class_projects(db, row, item.projects, index)
                 changed = True
             outcome.count(self.name, created, changed)

@@ -8,7 +8,7 @@ import { bytes, clear, errorLine, fgpu, h, num } from "./dom.js";
 const of = (used, limit, f) => (limit === null || limit === undefined ? f(used) : f(used) + " of " + f(limit));
 const QUOTAS = ["max_sessions", "max_gpu", "max_cpu", "max_mem", "max_storage", "max_gpu_models", "groups"];
 
-// Seconds as `--time` takes them and the CLI shows them: 2h, 1h30m, 1d (format_limit).
+// Seconds as the CLI shows them: 2h, 1h30m, 1d (format_limit).
 export function limitText(seconds) {
   if (seconds === null || seconds === undefined) return "–";
   const parts = [[86400, "d"], [3600, "h"], [60, "m"], [1, "s"]];
@@ -19,6 +19,12 @@ export function limitText(seconds) {
     return n ? n + unit : "";
   }).join("");
   return out || "0s";
+}
+
+// Seconds as `--time` takes them back (one unit: 90m, not 1h30m), for the form's inputs.
+export function limitInput(seconds) {
+  const unit = [[86400, "d"], [3600, "h"], [60, "m"]].find(([size]) => seconds % size === 0);
+  return unit ? seconds / unit[0] + unit[1] : seconds + "s";
 }
 
 // PUT replaces every quota: send the project's own with the new time limits (empty: none).
@@ -37,8 +43,8 @@ function limitsForm(projects, act) {
   const problem = errorLine("err-limits");
   const fill = () => {
     const p = own.find((x) => x.name === target.value);
-    dflt.value = p && p.default_time_limit !== null ? limitText(p.default_time_limit) : "";
-    max.value = p && p.max_time_limit !== null ? limitText(p.max_time_limit) : "";
+    dflt.value = p && p.default_time_limit !== null ? limitInput(p.default_time_limit) : "";
+    max.value = p && p.max_time_limit !== null ? limitInput(p.max_time_limit) : "";
   };
   target.addEventListener("change", fill);
   fill();
