@@ -2,7 +2,8 @@
 
 Plain module (no pydantic), so CLI commands can use it without importing the schemas.
 
-- A time limit: ``30m``, ``2h``, ``1d``, ``90s``; or Slurm's ``MM``, ``MM:SS``, ``HH:MM:SS``,
+- A time limit: ``30m``, ``2h``, ``1d``, ``90s``, or several units (``1h30m``, as
+  :func:`format_limit` shows one); or Slurm's ``MM``, ``MM:SS``, ``HH:MM:SS``,
   ``D-HH``, ``D-HH:MM``, ``D-HH:MM:SS`` (a bare number is minutes, as in Slurm).
 - A start: ``22:00`` (the next such time, today or tomorrow), ``+1h`` / ``now+90m``, or an ISO
   date (``2026-12-01``, ``2026-12-01T22:00``, with an offset or in the local time zone).
@@ -17,7 +18,10 @@ from gpuslice.common.resources import ResourceError
 
 MAX_TIME_LIMIT = 365 * 86400
 _UNITS = {"s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
-_SUFFIXED = re.compile(r"^(\d+)\s*(s|min|m|h|d)$", re.I)
+# One unit or several, largest first: 30m, 2h, 1h30m, 1d2h, "2h 30m" (as format_limit shows
+# a limit, so what the CLI shows can be typed back).
+_SUFFIXED = re.compile(r"^(?:(\d+)\s*d\s*)?(?:(\d+)\s*h\s*)?(?:(\d+)\s*(?:min|m)\s*)?"
+                       r"(?:(\d+)\s*s)?$", re.I)
 _SLURM = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
 _CLOCK = re.compile(r"^(\d{1,2}):(\d{2})(?::(\d{2}))?$")
 _TIME_HELP = "use e.g. 30m, 2h, 1d, 90 (minutes) or 1:30:00"
@@ -68,8 +72,9 @@ def format_limit(seconds: int) -> str:
 
 def _seconds(text: str, field: str) -> int:
     match = _SUFFIXED.match(text)
-    if match:
-        return int(match[1]) * _UNITS[match[2].lower()]
+    if match and any(match.groups()):
+        days, hours, minutes, secs = (int(g or 0) for g in match.groups())
+        return days * 86400 + hours * 3600 + minutes * 60 + secs
     match = _SLURM.match(text)
     if not match:
         raise ResourceError(field, f"{field}: {text!r} is not a time limit; {_TIME_HELP}")

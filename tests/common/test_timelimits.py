@@ -17,6 +17,7 @@ NOW = datetime(2026, 11, 26, 21, 0, tzinfo=UTC)
     ("90", 5400),  # a bare number is minutes, as in Slurm
     ("5:30", 330), ("1:30:00", 5400), ("1-12", 129600), ("2-03:04", 183840),
     ("2-03:04:05", 183845), (7200, 7200),  # an int is seconds (the API's JSON number)
+    ("1h30m", 5400), ("1d2h", 93600), ("2h 30m", 9000), ("1H5M10S", 3910),
 ])
 def test_slurm_forms(text: str | int, seconds: int) -> None:
     assert parse_time_limit(text) == seconds
@@ -34,6 +35,17 @@ def test_anything_else_is_one_line_saying_what_is_allowed(text: str, message: st
     with pytest.raises(ResourceError) as err:
         parse_time_limit(text)
     assert err.value.message == message
+
+
+@pytest.mark.parametrize("seconds", [90, 2700, 5400, 86400 + 7200, 3 * 86400 + 61])
+def test_what_the_cli_shows_can_be_typed_back(seconds: int) -> None:
+    assert parse_time_limit(format_limit(seconds)) == seconds
+
+
+@pytest.mark.parametrize("text", ["h", "30m2h", "1h1h", "m30"])
+def test_units_out_of_order_or_without_a_number_are_refused(text: str) -> None:
+    with pytest.raises(ResourceError, match="is not a time limit"):
+        parse_time_limit(text)
 
 
 @pytest.mark.parametrize(("text", "expected"), [
