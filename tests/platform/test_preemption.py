@@ -72,8 +72,8 @@ def test_a_preempted_run_resumes_from_its_checkpoint_and_succeeds(
     platform.ok("session", "create", "--name", "urgent", "--type", "batch", "--command",
                 "sleep 3", "--gpu", "2", "--cpu", "0.25", "--mem", "256m",
                 "--priority", "high")
-    preempted = platform.wait_reason("resumable", "preempted by admin's urgent (priority high)",
-                                     60)
+    preempted = platform.wait_reason(
+        "resumable", "preempted by your session urgent (priority high)", 60)
     assert preempted["status"] in ("TERMINATING", "PENDING", "SCHEDULED", "PREPARING",
                                    "RUNNING"), preempted
     urgent = platform.wait_status("urgent", {"TERMINATED"}, 120)
@@ -97,7 +97,7 @@ def test_a_preempted_run_resumes_from_its_checkpoint_and_succeeds(
     assert "output/ holds" in logs  # gpuslice-run saw the checkpoint kept for it
     session = json.loads(platform.ok("session", "show", "resumable", "--json"))
     steps = [(h["status"], h["reason"]) for h in session["history"]]
-    reason = "preempted by admin's urgent (priority high)"
+    reason = "preempted by your session urgent (priority high)"
     assert ("TERMINATING", reason) in steps, steps
     assert ("PENDING", f"{reason}; back in the queue in its place") in steps, steps
     assert session["preemptions"] == 1

@@ -10,7 +10,9 @@ placements are applied, calls ``preempt``:
    per winner records the winner's hold (``held_node_id``, ``held_slices``: guarded by
    ``held_node_id IS NULL``, so two schedulers never both preempt for one winner) and moves
    each victim RUNNING → TERMINATING through ``transition()`` with the reason ("preempted by
-   alice's train-3 (priority high)") and ``preempted_by``. Its agent stops it with its class's
+   a session of another user (priority high)", or "by your session train-3" when one user's
+   session preempts another of theirs: no one learns another user's session names from a
+   reason) and ``preempted_by``. Its agent stops it with its class's
    grace (SIGTERM, then SIGKILL).
 2. When the agent reports the victim's container gone, ``nodes.reports`` moves it TERMINATING
    → PENDING (its ``created_at`` unchanged: its place in the queue), which releases its
@@ -38,7 +40,7 @@ from sqlalchemy.orm import load_only
 
 from gpuslice.common.resources import Resources
 from gpuslice.common.schemas.sessions import SessionStatus, SessionType
-from gpuslice.manager.db.models import AllocationRow, SessionRow, UserRow
+from gpuslice.manager.db.models import AllocationRow, SessionRow
 from gpuslice.manager.errors import IllegalTransition, StaleStatus
 from gpuslice.manager.scheduler import (
     Node,
@@ -196,10 +198,22 @@ async def preempt(
     return done
 
 
-def victim_reason(owner: str, winner: SessionRow) -> str:
-    """A victim's reason, e.g. "preempted by alice's train-3 (priority high)"."""
+def victim_reason(winner: SessionRow, victim: SessionRow) -> str:
+    """A victim's reason, as its owner reads it: the winner is named only to its own owner
+    ("preempted by your session train-3 (priority high)")."""
     klass = winner.priority_class or "default"
-    return f"preempted by {owner}'s {winner.name} (priority {klass})"
+    if winner.owner_id == victim.owner_id:
+        return f"preempted by your session {winner.name} (priority {klass})"
+    return f"preempted by a session of another user (priority {klass})"
+
+
+def victims_named(winner: SessionRow, victims: Sequence[SessionRow]) -> str:
+    """The victims as the winner's owner reads them: their own by name, others' counted."""
+    own = [v.name for v in victims if v.owner_id == winner.owner_id]
+    others = len(victims) - len(own)
+    if others:
+        own.append(f"{others} session{'s' if others > 1 else ''} of other users")
+    return ", ".join(own)
 
 
 def waiting_reason(row: SessionRow, reason: str) -> str:
@@ -223,8 +237,6 @@ async def _apply(
     victims: list[SessionRow],
 ) -> bool:
     """The winner's hold and its victims' stop, all in one transaction, or nothing."""
-    owner = await db.scalar(select(UserRow.username).where(UserRow.id == winner.owner_id))
-    reason = victim_reason(owner or "?", winner)
     try:
         got = await db.execute(
             update(SessionRow)
@@ -236,9 +248,10 @@ async def _apply(
         if got.rowcount != 1:  # type: ignore[attr-defined]
             raise StaleStatus(f"session {winner.name} is placed or preempting already")
         for victim in victims:
+            reason = victim_reason(winner, victim)
             await transition(db, victim, SessionStatus.TERMINATING, reason,
                              preempted_by=winner.id, preempt_reason=reason)
-        names = ", ".join(v.name for v in victims)
+        names = victims_named(winner, victims)
         await note(db, winner, f"preempting {names} on node {node_name}: waiting for "
                                f"{'it' if len(victims) == 1 else 'them'} to stop; the capacity "
                                "is held for it")
@@ -247,6 +260,9 @@ async def _apply(
         await db.rollback()
         log.info("preemption for %s not applied: %s", winner.id, exc)
         return False
+    # The whole story for admins (the reasons above tell each owner only their own part).
+    log.info("session %s (%s) preempts %s on node %s", winner.id, winner.priority_class,
+             ", ".join(v.id for v in victims), node_name)
     return True
 
 
