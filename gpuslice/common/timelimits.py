@@ -73,8 +73,8 @@ def format_limit(seconds: int) -> str:
 def _seconds(text: str, field: str) -> int:
     match = _SUFFIXED.match(text)
     if match and any(match.groups()):
-        days, hours, minutes, secs = (int(g or 0) for g in match.groups())
-        return days * 86400 + hours * 3600 + minutes * 60 + secs
+        d, h, m, s = (int(g or 0) for g in match.groups())
+        return d * 86400 + h * 3600 + m * 60 + s
     match = _SLURM.match(text)
     if not match:
         raise ResourceError(field, f"{field}: {text!r} is not a time limit; {_TIME_HELP}")
