@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import Connection, inspect
+from sqlalchemy.exc import IntegrityError
 
 from gpuslice.manager.db import migrate
 from gpuslice.manager.db.base import Base, utcnow
@@ -228,5 +230,35 @@ async def test_app_ports_start_empty_and_go_on_downgrade(database_url: str) -> N
         async with engine.connect() as conn:
             tables = await conn.run_sync(lambda c: set(inspect(c).get_table_names()))
         assert "app_ports" not in tables and "app_entries" in tables
+    finally:
+        await engine.dispose()
+
+
+async def test_a_projects_folders_hold_it_in_the_database(database_url: str) -> None:
+    """0031: a project with a folder cannot be deleted, even by a statement that skipped the
+    service's checks (its folder was cascaded away before); downgrade brings the old key."""
+    engine = make_engine(database_url)
+    try:
+        await migrate.upgrade(engine, "0030")
+        now = utcnow()
+        async with engine.begin() as conn:
+            await conn.execute(sa.text(
+                "INSERT INTO projects (id, name, description, created_at) "
+                "VALUES ('p1', 'vision', '', :now)"), {"now": now})
+            await conn.execute(sa.text(
+                "INSERT INTO folders (id, name, scope, owner_id, project_id, created_at) "
+                "VALUES ('f1', 'images', 'shared', NULL, 'p1', :now)"), {"now": now})
+        await migrate.upgrade(engine)
+        with pytest.raises(IntegrityError):
+            async with engine.begin() as conn:
+                await conn.execute(sa.text("DELETE FROM projects WHERE id = 'p1'"))
+        async with engine.connect() as conn:
+            kept = (await conn.execute(sa.text("SELECT id FROM folders"))).all()
+        assert [tuple(r) for r in kept] == [("f1",)]
+        await migrate.downgrade(engine, "0030")
+        async with engine.begin() as conn:
+            await conn.execute(sa.text("DELETE FROM projects WHERE id = 'p1'"))
+            gone = (await conn.execute(sa.text("SELECT id FROM folders"))).all()
+        assert gone == []
     finally:
         await engine.dispose()

@@ -4,7 +4,11 @@ limit a priority class to some projects, and remove a member whose sessions stil
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
+
+from gpuslice.manager.services.projects import admin as projects_admin
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.fake_agent import gpu
 from tests.manager.helpers import wait_status, wait_until
@@ -215,3 +219,29 @@ async def test_a_user_listing_classes_learns_of_no_project_but_their_own(
     listed = {c["name"]: c["projects"] for c in (await admin.get(
         "/api/v1/priority-classes")).json()}
     assert listed == {"bobs": ["~bob"], "team": ["secret", "vision"], "normal": []}
+
+
+async def test_a_folder_made_while_its_project_is_deleted_keeps_the_project(
+    admin: Client, make_user: UserFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The delete checks for folders, then deletes: a folder made in between (another
+    admin's request) was cascaded away with the project's row. The database refuses now."""
+    await make_user("alice")
+    await _project(admin, "vision", "alice")
+    images = (await admin.post("/api/v1/folders", json={"name": "images",
+                                                         "project": "vision"})).json()
+    checked = projects_admin._holders
+    calls = 0
+
+    async def before_the_folder(db: Any, project_id: str) -> list[str]:
+        nonlocal calls
+        calls += 1  # the first look happened before the folder was made
+        return [] if calls == 1 else await checked(db, project_id)
+
+    monkeypatch.setattr(projects_admin, "_holders", before_the_folder)
+    r = await admin.delete("/api/v1/projects/vision")
+    assert r.status_code == 409 and r.json()["message"] == (
+        "project vision got new sessions or folders meanwhile; it still has 1 folder(s)"), r.text
+    assert (await admin.get("/api/v1/projects/vision")).status_code == 200
+    kept = {f["id"]: f["project"] for f in (await admin.get("/api/v1/folders")).json()}
+    assert kept[images["id"]] == "vision"

@@ -490,8 +490,9 @@ class FolderRow(Base):
     measured_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     # The project whose members see and mount it (a shared folder, no owner); NULL: none.
+    # It holds the project: a project with folders cannot be deleted (migration 0031).
     project_id: Mapped[str | None] = mapped_column(
-        ForeignKey("projects.id", ondelete="CASCADE"), index=True
+        ForeignKey("projects.id", ondelete="RESTRICT"), index=True
     )
 
     @property

@@ -47,17 +47,19 @@ async def delete_project(db: AsyncSession, viewer: UserRow, name: str) -> None:
     if held:
         raise Conflict(f"project {row.name} still has {'; '.join(held)}", field="name",
                        code="project_in_use")
-    project_name = row.name
+    project_name, row_id = row.name, row.id
     await db.execute(update(SessionRow).where(SessionRow.project_id == row.id,
                                               SessionRow.status.in_(list(FINAL)))
                      .values(project_id=None))
     await db.delete(row)
     try:
         await db.commit()
-    except IntegrityError:  # a session made in it meanwhile (its RESTRICT key)
+    except IntegrityError:  # a session or folder made in it meanwhile (their RESTRICT keys)
         await db.rollback()
-        raise Conflict(f"project {project_name} got a new session meanwhile; it still has "
-                       "sessions not ended", field="name", code="project_in_use") from None
+        held = await _holders(db, row_id)
+        raise Conflict(f"project {project_name} got new sessions or folders meanwhile; it "
+                       f"still has {'; '.join(held) or 'them'}", field="name",
+                       code="project_in_use") from None
 
 
 def _not_personal(row: ProjectRow, verb: str) -> ProjectRow:
