@@ -280,6 +280,23 @@ async def test_refusals_are_http_answers_never_an_upgrade(
             app.state.settings.apps.admin_access = False
 
 
+async def test_a_port_that_is_not_a_number_is_a_one_line_422(
+    url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    # '²' and '٥' are digits to str.isdigit() but not to int(): that was a 500 and a traceback
+    sid = await running(admin)
+    ws = "ws" + url.removeprefix("http") + f"/api/v1/sessions/{sid}/ports/"
+    auth = {"Authorization": f"Bearer {await token_of(admin)}"}
+    for port in ("%C2%B2", "%D9%A5%D9%A0%D9%A0%D9%A0", "0", "65536", "x"):
+        assert await upgrade(ws + port, auth) == 422, port
+    async with httpx.AsyncClient(base_url=url, headers=auth) as web:
+        r = await web.get(f"/api/v1/sessions/{sid}/ports/%C2%B2", headers={
+            "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    assert r.status_code == 422 and r.json()["code"] == "bad_port", r.text
+    assert r.json()["message"] == "'²' is not a port: a port is a number from 1 to 65535"
+
+
 async def enter(url: str, sid: str, name: str, login_cookie: str) -> str:
     """What a browser does: the manager's origin hands the login over by a code, the app's
     origin trades it for its own cookie (returned)."""
