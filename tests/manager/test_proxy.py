@@ -297,6 +297,23 @@ async def test_a_port_that_is_not_a_number_is_a_one_line_422(
     assert r.json()["message"] == "'²' is not a port: a port is a number from 1 to 65535"
 
 
+async def test_a_terminal_asked_with_a_bad_size_is_a_one_line_422(
+    url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    # FastAPI's own answer to a WebSocket's bad query was a bare 403, as if it were not hers
+    sid = await running(admin)
+    ws = "ws" + url.removeprefix("http") + f"/api/v1/sessions/{sid}/terminal"
+    auth = {"Authorization": f"Bearer {await token_of(admin)}"}
+    for query in ("?rows=0", "?cols=abc", "?terminal=..%2Fx"):
+        assert await upgrade(ws + query, auth) == 422, query
+    async with httpx.AsyncClient(base_url=url, headers=auth) as web:
+        r = await web.get(f"/api/v1/sessions/{sid}/terminal?rows=0", headers={
+            "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    assert r.status_code == 422 and r.json()["code"] == "validation_error", r.text
+    assert r.json()["field"] == "rows" and "\n" not in r.json()["message"]
+
+
 async def enter(url: str, sid: str, name: str, login_cookie: str) -> str:
     """What a browser does: the manager's origin hands the login over by a code, the app's
     origin trades it for its own cookie (returned)."""
