@@ -180,6 +180,21 @@ async def test_cookies_of_an_app_stay_on_its_origin(
         assert "oops: no config" in failed.json()["message"]
 
 
+async def test_a_redirect_to_the_apps_own_url_stays_on_its_origin(
+    url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    # http://localhost:<port>//evil.example/ is a path of the app's; as '//evil.example/' it
+    # was another site: a link to the app's origin led wherever its path said
+    sid = await running(admin)
+    auth = on(url, sid, "echo", Authorization=f"Bearer {await token_of(admin)}")
+    async with httpx.AsyncClient(headers=auth) as web:
+        for path, moved in (("/docs/slash", "/docs/"), ("//evil.example/slash", "/evil.example/"),
+                            ("/%5Cevil.example/slash", "/%5Cevil.example/"),
+                            ("/\\evil.example/slash", "/evil.example/")):
+            r = await web.get(httpx.URL(url + path))
+            assert r.headers["location"] == moved, path
+
+
 # ------------------------------------------------------------------ WebSockets
 
 
