@@ -116,7 +116,8 @@ def _with_hint(err: ApiError) -> str:
 
 
 def fail(message: str, code: int = 1) -> None:
-    err_console.print(f"error: {message}", markup=False)
+    # a message may quote what others wrote (an app's last lines): never control sequences
+    err_console.print(f"error: {_CONTROL.sub(chr(0xFFFD), message)}", markup=False)
     raise typer.Exit(code)
 
 
