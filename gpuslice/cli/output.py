@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -21,6 +22,7 @@ from gpuslice.common.resources import MiB, ResourceError, format_mem, parse_mem
 console = Console(highlight=False, soft_wrap=True,
                   width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but tab and newline
 
 # The `--json` option of every listing.
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
@@ -114,7 +116,8 @@ def _with_hint(err: ApiError) -> str:
 
 
 def fail(message: str, code: int = 1) -> None:
-    err_console.print(f"error: {message}", markup=False)
+    # a message may quote what others wrote (an app's last lines): never control sequences
+    err_console.print(f"error: {_CONTROL.sub(chr(0xFFFD), message)}", markup=False)
     raise typer.Exit(code)
 
 
@@ -129,6 +132,7 @@ def print_json(data: Any) -> None:
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | None = None) -> None:
     from rich.table import Table  # only commands that print a table pay for it
+    from rich.text import Text
 
     out = Table(title=title, show_edge=False, header_style="bold")
     for i, column in enumerate(columns):
@@ -136,7 +140,9 @@ def table(columns: Sequence[str], rows: Iterable[Sequence[Any]], title: str | No
         # can be copied; the others fold when the terminal is narrow.
         out.add_column(column, overflow="fold", no_wrap=i == 0)
     for row in rows:
-        out.add_row(*("" if v is None else str(v) for v in row))
+        # Cells carry what others wrote (a process's name in a session, a message): shown as
+        # text, never as Rich markup nor as the terminal's control sequences
+        out.add_row(*(Text(_CONTROL.sub("\ufffd", "" if v is None else str(v))) for v in row))
     console.print(out)
 
 

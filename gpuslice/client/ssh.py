@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from gpuslice.client import schemas
+from gpuslice.client.errors import ApiError
 
 if TYPE_CHECKING:
     from gpuslice.client.stream import ByteStream
@@ -29,7 +30,12 @@ class SshCalls:
         return self._call("GET", "/ssh-keys", list[schemas.ssh.SshKeyPublic])
 
     def add_ssh_key(self, key: str, name: str | None = None) -> SshKeyPublic:
-        """Register an OpenSSH public key (a ``.pub`` file's line)."""
+        """Register an OpenSSH public key (a ``.pub`` file's line). A private key is refused
+        here, before anything is sent: it never leaves this machine."""
+        if "PRIVATE KEY" in key or key.lstrip().startswith("PuTTY-User-Key-File"):
+            raise ApiError("this is a private key: give its public half, the .pub file (e.g. "
+                           "~/.ssh/id_ed25519.pub); the private key never leaves your machine",
+                           status=422, code="private_key", field="key")
         body = {"key": key, **({"name": name} if name else {})}
         return self._call("POST", "/ssh-keys", schemas.ssh.SshKeyPublic, json=body)
 

@@ -3,6 +3,7 @@
 On a link it serves what the manager opens, as the real agent's protocol says
 (``common.schemas.streams``): an HTTP exchange answered with what reached the "app" (method,
 target, headers, body size) as JSON, or a few canned answers by target (``/cookie``, ``/big``,
+``/slash``: a redirect to its own URL with a slash added,
 ``/fail``); a WebSocket that echoes every message; a terminal that echoes input and says each
 resize; an SSH stream that echoes its bytes (or, for the image ``no-sshd:1``, the real agent's
 refusal). Everything it was opened with is kept in ``agent.opened`` for the test to check.
@@ -69,6 +70,9 @@ async def _http(ws: ClientConnection, opened: dict[str, Any]) -> None:
                  ["Strict-Transport-Security", "max-age=31536000"],
                  ["Clear-Site-Data", '"cookies"'], ["Service-Worker-Allowed", "/"],
                  ["Location", f"http://localhost:{opened['app']['port']}/small"]]
+    if target.endswith("/slash"):  # an app adding a slash, on its own absolute URL
+        head.append(["Location", f"http://localhost:{opened['app']['port']}"
+                                 f"{target.removesuffix('/slash')}/"])
     if target.endswith("/big"):
         body = b"x" * BIG
     head.append(["Content-Length", str(len(body))])

@@ -107,3 +107,7 @@ async def test_the_login_page(anon: httpx.AsyncClient, settings: ManagerSettings
     assert wrong.status_code == 401 and "wrong username or password" in wrong.text
     forged = await anon.post("/login", data=form, headers={"Origin": "http://evil.example"})
     assert forged.status_code == 403 and "set-cookie" not in forged.headers
+    # more fields than the form has was a 500 (parse_qs's ValueError) and a traceback
+    crowded = await anon.post("/login", data=form | {f"x{i}": "1" for i in range(10)},
+                              headers={"Origin": ORIGIN})
+    assert crowded.status_code == 401 and "set-cookie" not in crowded.headers

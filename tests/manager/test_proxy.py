@@ -180,6 +180,21 @@ async def test_cookies_of_an_app_stay_on_its_origin(
         assert "oops: no config" in failed.json()["message"]
 
 
+async def test_a_redirect_to_the_apps_own_url_stays_on_its_origin(
+    url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    # http://localhost:<port>//evil.example/ is a path of the app's; as '//evil.example/' it
+    # was another site: a link to the app's origin led wherever its path said
+    sid = await running(admin)
+    auth = on(url, sid, "echo", Authorization=f"Bearer {await token_of(admin)}")
+    async with httpx.AsyncClient(headers=auth) as web:
+        for path, moved in (("/docs/slash", "/docs/"), ("//evil.example/slash", "/evil.example/"),
+                            ("/%5Cevil.example/slash", "/%5Cevil.example/"),
+                            ("/\\evil.example/slash", "/evil.example/")):
+            r = await web.get(httpx.URL(url + path))
+            assert r.headers["location"] == moved, path
+
+
 # ------------------------------------------------------------------ WebSockets
 
 
@@ -278,6 +293,40 @@ async def test_refusals_are_http_answers_never_an_upgrade(
                     ).status_code == 200
         finally:
             app.state.settings.apps.admin_access = False
+
+
+async def test_a_port_that_is_not_a_number_is_a_one_line_422(
+    url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    # '²' and '٥' are digits to str.isdigit() but not to int(): that was a 500 and a traceback
+    sid = await running(admin)
+    ws = "ws" + url.removeprefix("http") + f"/api/v1/sessions/{sid}/ports/"
+    auth = {"Authorization": f"Bearer {await token_of(admin)}"}
+    for port in ("%C2%B2", "%D9%A5%D9%A0%D9%A0%D9%A0", "0", "65536", "x"):
+        assert await upgrade(ws + port, auth) == 422, port
+    async with httpx.AsyncClient(base_url=url, headers=auth) as web:
+        r = await web.get(f"/api/v1/sessions/{sid}/ports/%C2%B2", headers={
+            "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    assert r.status_code == 422 and r.json()["code"] == "bad_port", r.text
+    assert r.json()["message"] == "'²' is not a port: a port is a number from 1 to 65535"
+
+
+async def test_a_terminal_asked_with_a_bad_size_is_a_one_line_422(
+    url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    # FastAPI's own answer to a WebSocket's bad query was a bare 403, as if it were not hers
+    sid = await running(admin)
+    ws = "ws" + url.removeprefix("http") + f"/api/v1/sessions/{sid}/terminal"
+    auth = {"Authorization": f"Bearer {await token_of(admin)}"}
+    for query in ("?rows=0", "?cols=abc", "?terminal=..%2Fx"):
+        assert await upgrade(ws + query, auth) == 422, query
+    async with httpx.AsyncClient(base_url=url, headers=auth) as web:
+        r = await web.get(f"/api/v1/sessions/{sid}/terminal?rows=0", headers={
+            "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+    assert r.status_code == 422 and r.json()["code"] == "validation_error", r.text
+    assert r.json()["field"] == "rows" and "\n" not in r.json()["message"]
 
 
 async def enter(url: str, sid: str, name: str, login_cookie: str) -> str:

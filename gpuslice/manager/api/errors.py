@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request, WebSocket
-from fastapi.exceptions import RequestValidationError
+from fastapi.exceptions import RequestValidationError, WebSocketRequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -43,6 +45,9 @@ ERROR_RESPONSES: dict[int | str, dict[str, object]] = {
 def install(app: FastAPI) -> None:
     app.add_exception_handler(errors.DomainError, _domain)  # type: ignore[arg-type]
     app.add_exception_handler(RequestValidationError, _validation)  # type: ignore[arg-type]
+    # A WebSocket's bad query (a terminal's rows=0): FastAPI's own answer is a bare 403
+    app.add_exception_handler(WebSocketRequestValidationError,
+                              _socket_validation)  # type: ignore[arg-type]
     app.add_exception_handler(StarletteHTTPException, _http)  # type: ignore[arg-type]
     # What a database failure raises gets its own handlers: Starlette re-raises whatever
     # reaches the catch-all one (so the server logs a traceback for each), and a database
@@ -99,7 +104,19 @@ async def _domain(_request: Request, exc: errors.DomainError) -> JSONResponse:
 
 
 async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
-    first = exc.errors()[0] if exc.errors() else {}
+    return _invalid(exc.errors())
+
+
+async def _socket_validation(websocket: WebSocket, exc: WebSocketRequestValidationError) -> None:
+    """The upgrade's answer is the one-line 422 a request gets, never a 101."""
+    try:
+        await websocket.send_denial_response(_invalid(exc.errors()))
+    except RuntimeError:  # a server without the denial extension: a bare 403
+        await websocket.close(1008)
+
+
+def _invalid(found: Sequence[Any]) -> JSONResponse:
+    first = found[0] if found else {}
     loc = [str(p) for p in first.get("loc", ()) if p not in ("body", "query", "path", "header")]
     # The message in words (the console and the CLI show it as it is); the path in `field`.
     return _answer(422, "validation_error", wording.sentence(first), ".".join(loc) or None)

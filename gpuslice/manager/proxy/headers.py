@@ -95,11 +95,22 @@ def downstream(headers: list[Header], route: AppRoute) -> list[Header]:
             if rewritten is not None:
                 out.append((key, rewritten))
         elif lower == "location":
-            local = f"http://localhost:{route.launch.port}"
-            out.append((key, value[len(local):] or "/" if value.startswith(local) else value))
+            out.append((key, own_location(value, route.launch.port)))
         else:
             out.append((key, value))
     return out
+
+
+def own_location(value: str, port: int) -> str:
+    """A redirect to the app's own ``http://localhost:<port>`` as a path on its origin; any
+    other ``Location`` as it is. The path keeps one leading slash: ``//host/…`` (or ``/\\``)
+    would be another site to the browser, where the app meant a path of its own."""
+    local = f"http://localhost:{port}"
+    rest = value[len(local):]
+    if not value.startswith(local) or rest[:1] not in ("", "/", "?", "#"):
+        return value  # another host, or another port (localhost:80001 is not :8000)
+    # one slash, whatever follows: browsers read ``\\`` as ``/`` and drop tabs
+    return "/" + rest.lstrip("/\\\t")
 
 
 def without_our_cookies(values: list[str]) -> str:

@@ -61,5 +61,8 @@ async def _form(request: Request) -> dict[str, str]:
         body += chunk
         if len(body) > _MAX_FORM:
             return {}
-    fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
+    try:
+        fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=10)
+    except ValueError:  # more fields than a login form has: as a form too big, no form
+        return {}
     return {k: v[0] for k, v in fields.items()}

@@ -54,7 +54,8 @@ async def open_tcp(pool: LinkPool, route: AppRoute, port: int) -> Link:
 
 
 def _port(text: str) -> int:
-    if not text.isdigit() or not 1 <= int(text) <= 65535:
+    # ASCII digits only: str.isdigit() also takes '²', which int() does not (a 500)
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= 65535:
         raise InvalidRequest(f"{text[:20]!r} is not a port: a port is a number from {PORTS}",
                       code="bad_port", field="port")
     return int(text)
