@@ -60,7 +60,12 @@ def log_in(page: Any, manager: str, password: str) -> None:
     page.fill("#u", "admin")
     page.fill("#p", password)
     page.click("button")
-    page.wait_for_selector("#sessions", timeout=scaled(60) * 1000)
+    try:
+        page.wait_for_selector("#sessions", timeout=scaled(60) * 1000)
+    except Exception:  # say where the browser is and what it shows (a CI run timed out here)
+        shot(page, "login-failed")
+        raise AssertionError(f"no console after logging in: at {page.url}, showing "
+                             f"{page.inner_text('body')[:600]!r}") from None
 
 
 def typed(page: Any, command: str, wanted: str | re.Pattern[str], timeout: float) -> str:
@@ -92,6 +97,9 @@ def test_the_mlflow_guide_as_written_and_a_server_on_any_port(plat: Platform,
     until(lambda: "connected" in page.inner_text("#terminal-status"), 30, "the terminal")
     page.click("#terminal-box")
     typed(page, "mlflow ui --host 0.0.0.0", "0.0.0.0:5000", 120)
+    # the launcher sees the user's own server: no more "stopped" next to it
+    until(lambda: re.search(r"Open mlflow\s+ready", page.inner_text("#app-buttons")), 60,
+          "MLflow ready in the launcher")
     shot(page, "mlflow-ui-started")
 
     # 2. "MLflow UI" from the app launcher: the user's own server, at its origin's root
@@ -125,8 +133,12 @@ def test_the_mlflow_guide_as_written_and_a_server_on_any_port(plat: Platform,
 
     # 5. a server on a port nobody declared, opened at its own origin
     typed(term, "python -m http.server 8123", "Serving HTTP on", 60)
-    served = context.new_page()
-    served.goto(f"{manager}/s/{sid}/8123/")  # where the launcher links a listening port
+    until(lambda: re.search(r"Open 8123\s+port 8123 · python", page.inner_text("#app-buttons")),
+          60, "port 8123 and its process in the launcher")
+    with context.expect_page() as opened_port:
+        page.click("#open-8123")
+    served = opened_port.value
+    served.wait_for_load_state()
     assert served.url == origins.url(plat, sid, "8123"), served.url
     until(lambda: "train_diabetes.py" in served.inner_text("body"), 30, "the directory list")
     shot(served, "http-server-8123")
