@@ -31,3 +31,47 @@ def until(check: Any, timeout: float = 30.0, what: str = "") -> Any:
             return got
         assert time.monotonic() < deadline, f"timed out waiting for {what or check}"
         time.sleep(0.2)
+
+
+# Chromium aborts what is in flight when the machine's network interfaces change (its bug
+# 436086), and Docker adds and removes bridges and veths whenever a test starts or ends a
+# session: a navigation then fails with this, through no fault of the page. Navigations are
+# tried again (tests/conftest.py wraps Page.goto; the login form posts below); nothing else
+# is, so an error of our own still fails the test.
+NETWORK_CHANGED = "ERR_NETWORK_CHANGED"
+ERROR_PAGE = "chrome-error://"
+TRIES = 3
+
+
+def network_changed(err: BaseException) -> bool:
+    return NETWORK_CHANGED in str(err)
+
+
+def post_login(page: Any, username: str, password: str, *, enter: bool = False) -> None:
+    """Fill the login form on ``page`` and post it (by its button, or Enter), posting it again
+    when Chromium aborted the post for a network change (its error page, then back)."""
+    for attempt in range(TRIES):
+        page.fill("#u", username)
+        page.fill("#p", password)
+        if enter:
+            page.keyboard.press("Enter")
+        else:
+            page.click("button")
+        page.wait_for_load_state()
+        if not page.url.startswith(ERROR_PAGE) or attempt == TRIES - 1:
+            return
+        page.go_back()
+        page.wait_for_selector("#u")
+
+
+async def post_login_async(page: Any, username: str, password: str) -> None:
+    """:func:`post_login` for Playwright's async API."""
+    for attempt in range(TRIES):
+        await page.fill("#u", username)
+        await page.fill("#p", password)
+        await page.click("button")
+        await page.wait_for_load_state()
+        if not page.url.startswith(ERROR_PAGE) or attempt == TRIES - 1:
+            return
+        await page.go_back()
+        await page.wait_for_selector("#u")

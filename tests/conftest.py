@@ -77,6 +77,43 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     return SharedFiles(config, log)  # type: ignore[arg-type]
 
 
+def _goto_again_on_network_changes() -> None:
+    """Page.goto tried again (up to 3 times) when Chromium aborted it for a change of the
+    machine's network interfaces (tests/browser.py says why); any other error as it was."""
+    try:
+        from playwright.async_api import Page as AsyncPage
+        from playwright.sync_api import Page as SyncPage
+    except ImportError:  # no browser tests here
+        return
+    from tests.browser import TRIES, network_changed
+
+    sync_goto, async_goto = SyncPage.goto, AsyncPage.goto
+
+    def goto(self: SyncPage, url: str, **kwargs: object) -> object:
+        for attempt in range(TRIES):
+            try:
+                return sync_goto(self, url, **kwargs)  # type: ignore[arg-type]
+            except Exception as err:
+                if not network_changed(err) or attempt == TRIES - 1:
+                    raise
+        return None  # pragma: no cover - the loop returns or raises
+
+    async def agoto(self: AsyncPage, url: str, **kwargs: object) -> object:
+        for attempt in range(TRIES):
+            try:
+                return await async_goto(self, url, **kwargs)  # type: ignore[arg-type]
+            except Exception as err:
+                if not network_changed(err) or attempt == TRIES - 1:
+                    raise
+        return None  # pragma: no cover
+
+    SyncPage.goto = goto  # type: ignore[assignment,method-assign]
+    AsyncPage.goto = agoto  # type: ignore[assignment,method-assign]
+
+
+_goto_again_on_network_changes()
+
+
 def pg_url() -> str | None:
     """GPUSLICE_TEST_PG with the asyncpg driver (``postgresql://…`` is accepted too)."""
     if not PG_URL:

@@ -22,7 +22,7 @@ from gpuslice.manager.db.models import AppPortRow
 from gpuslice.manager.proxy import ports
 from gpuslice.manager.proxy.ports import AppPorts
 from gpuslice.manager.settings import ManagerSettings, load_settings
-from tests.browser import CALL_API_WITH_COOKIES
+from tests.browser import CALL_API_WITH_COOKIES, post_login_async
 from tests.manager.conftest import ARTIFACTS, IMAGE, UserFactory
 from tests.manager.fake_agent import FakeAgent
 from tests.manager.test_proxy import _admin_password, node, running, sent, token_of, upgrade
@@ -231,9 +231,7 @@ async def test_chromium_opens_each_app_at_its_own_port_with_its_own_cookie(
     page = await browser.new_page()
     # the login page first (its form may only lead to the manager's origin: CSP form-action)
     await page.goto(f"{manager}/login?next=/")
-    await page.fill("#u", "admin")
-    await page.fill("#p", _admin_password(app))
-    await page.click("button")
+    await post_login_async(page, "admin", _admin_password(app))
     await page.wait_for_url(f"{manager}/", timeout=scaled(60) * 1000)
     await page.goto(f"{manager}/s/{sid}/echo/headers")  # where the console's launcher links
     echo, nb = first_port + 1, first_port + 2

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser import CALL_API_WITH_COOKIES, until
+from tests.browser import CALL_API_WITH_COOKIES, post_login, until
 from tests.platform import origins
 from tests.platform.conftest import Platform, run_up
 from tests.waits import scaled
@@ -57,9 +57,7 @@ def shot(page: Any, name: str) -> None:
 
 def log_in(page: Any, manager: str, password: str) -> None:
     page.goto(manager + "/")
-    page.fill("#u", "admin")
-    page.fill("#p", password)
-    page.click("button")
+    post_login(page, "admin", password)
     try:
         page.wait_for_selector("#sessions", timeout=scaled(60) * 1000)
     except Exception:  # say where the browser is and what it shows (a CI run timed out here)

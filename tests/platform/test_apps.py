@@ -25,6 +25,7 @@ from websockets.exceptions import InvalidStatus
 
 from gpuslice.client import Client
 from gpuslice.client.terminal import Terminal
+from tests.browser import post_login
 from tests.platform import app_image, origins
 from tests.platform.conftest import GPUSLICE, Platform, run_up
 from tests.waits import scaled, wait_for
@@ -469,9 +470,7 @@ def test_a_browser_logs_in_and_uses_the_terminal_and_jupyterlab(plat: Platform) 
         page = browser.new_page()
         page.goto(f"{plat.url}/s/{sid}/terminal/")
         assert "/login?next=" in page.url  # not logged in yet
-        page.fill("#u", "admin")
-        page.fill("#p", plat.admin_password())
-        page.click("button")
+        post_login(page, "admin", plat.admin_password())
         page.wait_for_url(f"**/s/{sid}/terminal/")
         shown(page, "#status", "connected")
         page.keyboard.type("echo hello$((40+2)); nvidia-smi\n")

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from gpuslice.client import Client
+from tests.browser import post_login
 from tests.platform.conftest import Platform, run_up
 from tests.platform.test_console import ARTIFACTS, PASSWORD, open_console, rows, until
 from tests.platform.test_console import browser as browser  # noqa: F401 (a fixture)
@@ -200,9 +201,7 @@ def test_the_dialog_at_390_px_and_by_keyboard(plat: Platform, browser: Any, alic
     context = browser.new_context(viewport={"width": 390, "height": 844})
     page = context.new_page()
     page.goto(plat.url + "/")
-    page.fill("#u", "alice")
-    page.fill("#p", PASSWORD)
-    page.keyboard.press("Enter")
+    post_login(page, "alice", PASSWORD, enter=True)
     page.wait_for_selector("#launch")
     page.focus("#launch")
     page.keyboard.press("Enter")

@@ -20,6 +20,7 @@ import httpx
 import pytest
 
 from gpuslice.client import Client
+from tests.browser import post_login
 from tests.platform import app_image
 from tests.platform.conftest import Platform, run_up
 from tests.platform.test_console import (
@@ -224,9 +225,7 @@ def test_wide_tables_scroll_in_their_box_with_a_cue_on_a_phone(
     running_row(desk, "narrow")
     phone = browser.new_context(viewport=PHONE).new_page()
     phone.goto(plat.url + "/")
-    phone.fill("#u", "admin")
-    phone.fill("#p", plat.admin_password())
-    phone.click("button")
+    post_login(phone, "admin", plat.admin_password())
     for route, table in (("sessions", "#sessions"), ("folders", "#folders"),
                          ("admin/nodes", ".slice-table"), ("admin/usage", "#usage")):
         phone.goto(f"{plat.url}/#/{route}")
