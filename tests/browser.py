@@ -75,3 +75,27 @@ async def post_login_async(page: Any, username: str, password: str) -> None:
             return
         await page.go_back()
         await page.wait_for_selector("#u")
+
+
+def console_ready(page: Any, selector: str, timeout: float = 60.0) -> None:
+    """Wait until the console shows ``selector``; reload it, as a person would, while it is
+    still "Loading…" because a script it loads was aborted (see NETWORK_CHANGED): nothing
+    runs then, and the page never leaves that first word."""
+    for attempt in range(TRIES):
+        last = attempt == TRIES - 1
+        try:
+            page.wait_for_selector(selector, timeout=scaled(timeout if last else timeout / 3)
+                                   * 1000)
+            return
+        except Exception:
+            if last or not _never_started(page):
+                raise
+            page.reload()
+
+
+def _never_started(page: Any) -> bool:
+    """Chromium's error page, or the console's first "Loading…" still there."""
+    if page.url.startswith(ERROR_PAGE):
+        return True
+    main = page.query_selector("#main")
+    return main is not None and main.inner_text().strip() == "Loading…"

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser import CALL_API_WITH_COOKIES, post_login, until
+from tests.browser import CALL_API_WITH_COOKIES, console_ready, post_login, until
 from tests.platform import origins
 from tests.platform.conftest import Platform, run_up
 from tests.waits import scaled
@@ -59,7 +59,7 @@ def log_in(page: Any, manager: str, password: str) -> None:
     page.goto(manager + "/")
     post_login(page, "admin", password)
     try:
-        page.wait_for_selector("#sessions", timeout=scaled(60) * 1000)
+        console_ready(page, "#sessions")
     except Exception:  # say where the browser is and what it shows (a CI run timed out here)
         shot(page, "login-failed")
         raise AssertionError(f"no console after logging in: at {page.url}, showing "

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from gpuslice.client import Client
-from tests.browser import post_login, until
+from tests.browser import console_ready, post_login, until
 from tests.platform.conftest import Platform, run_up
 from tests.waits import scaled
 
@@ -73,7 +73,7 @@ def open_console(plat: Platform, browser: Any, username: str, password: str = PA
     assert "/login" in page.url  # no login yet: the form first
     post_login(page, username, password)
     try:  # the login's password hash runs at the lowest CPU priority: a loaded machine waits
-        page.wait_for_selector("#sessions", timeout=scaled(60) * 1000)
+        console_ready(page, "#sessions")
     except Exception:
         shot(page, f"open-console-{username}-failed")
         raise AssertionError(f"{username}'s console never showed the sessions at {page.url}: "
