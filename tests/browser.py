@@ -78,9 +78,10 @@ async def post_login_async(page: Any, username: str, password: str) -> None:
 
 
 def console_ready(page: Any, selector: str, timeout: float = 60.0) -> None:
-    """Wait until the console shows ``selector``; reload it, as a person would, while it is
-    still "Loading…" because a script it loads was aborted (see NETWORK_CHANGED): nothing
-    runs then, and the page never leaves that first word."""
+    """Wait until the console shows ``selector``, reloading it (as a person would) when it
+    does not within a third of ``timeout``, twice at most: a script or a call of the page
+    aborted by a network change (see NETWORK_CHANGED) leaves it as it was, and nothing tries
+    again. The last wait has the whole ``timeout``: a page that never shows it still fails."""
     for attempt in range(TRIES):
         last = attempt == TRIES - 1
         try:
@@ -88,14 +89,20 @@ def console_ready(page: Any, selector: str, timeout: float = 60.0) -> None:
                                    * 1000)
             return
         except Exception:
-            if last or not _never_started(page):
+            if last:
                 raise
             page.reload()
 
 
-def _never_started(page: Any) -> bool:
-    """Chromium's error page, or the console's first "Loading…" still there."""
-    if page.url.startswith(ERROR_PAGE):
-        return True
-    main = page.query_selector("#main")
-    return main is not None and main.inner_text().strip() == "Loading…"
+async def console_ready_async(page: Any, selector: str, timeout: float = 60.0) -> None:
+    """:func:`console_ready` for Playwright's async API."""
+    for attempt in range(TRIES):
+        last = attempt == TRIES - 1
+        try:
+            await page.wait_for_selector(
+                selector, timeout=scaled(timeout if last else timeout / 3) * 1000)
+            return
+        except Exception:
+            if last:
+                raise
+            await page.reload()

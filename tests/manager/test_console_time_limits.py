@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI
 
-from tests.browser import post_login_async
+from tests.browser import console_ready_async, post_login_async
 from tests.manager.test_proxy import _admin_password, settings, url  # noqa: F401
 from tests.waits import scaled
 
@@ -36,7 +36,7 @@ async def test_the_time_limits_form_takes_back_a_limit_it_shows(
     await post_login_async(page, "admin", _admin_password(app))
     await page.wait_for_url(f"{manager}/", timeout=scaled(60) * 1000)
     await page.goto(f"{manager}/#/admin/projects")
-    await page.wait_for_selector("#limits-project", timeout=scaled(30) * 1000)
+    await console_ready_async(page, "#limits-project")
     await page.select_option("#limits-project", "vision")
     row = '#projects tr[data-name="vision"]'
     assert await page.inner_text(f"{row} .default-time") == "1h30m"
