@@ -295,6 +295,11 @@ async def test_refusals_are_http_answers_never_an_upgrade(
             app.state.settings.apps.admin_access = False
 
 
+# A WebSocket upgrade as plain HTTP, so that a refusal's JSON body can be read.
+UPGRADE = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
+           "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+
+
 async def test_a_port_that_is_not_a_number_is_a_one_line_422(
     url: str, admin: httpx.AsyncClient, agent: FakeAgent
 ) -> None:
@@ -305,9 +310,7 @@ async def test_a_port_that_is_not_a_number_is_a_one_line_422(
     for port in ("%C2%B2", "%D9%A5%D9%A0%D9%A0%D9%A0", "0", "65536", "x"):
         assert await upgrade(ws + port, auth) == 422, port
     async with httpx.AsyncClient(base_url=url, headers=auth) as web:
-        r = await web.get(f"/api/v1/sessions/{sid}/ports/%C2%B2", headers={
-            "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
-            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+        r = await web.get(f"/api/v1/sessions/{sid}/ports/%C2%B2", headers=UPGRADE)
     assert r.status_code == 422 and r.json()["code"] == "bad_port", r.text
     assert r.json()["message"] == "'²' is not a port: a port is a number from 1 to 65535"
 
@@ -322,9 +325,7 @@ async def test_a_terminal_asked_with_a_bad_size_is_a_one_line_422(
     for query in ("?rows=0", "?cols=abc", "?terminal=..%2Fx"):
         assert await upgrade(ws + query, auth) == 422, query
     async with httpx.AsyncClient(base_url=url, headers=auth) as web:
-        r = await web.get(f"/api/v1/sessions/{sid}/terminal?rows=0", headers={
-            "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
-            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="})
+        r = await web.get(f"/api/v1/sessions/{sid}/terminal?rows=0", headers=UPGRADE)
     assert r.status_code == 422 and r.json()["code"] == "validation_error", r.text
     assert r.json()["field"] == "rows" and "\n" not in r.json()["message"]
 
