@@ -23,6 +23,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import create_async_engine
 
 PG_URL = os.environ.get("GPUSLICE_TEST_PG")
+# Each test's wall and CPU time, where GPUSLICE_TEST_TIMES names a folder (tools/test-times.py).
+pytest_plugins = ["tests.timings"]
 # A hung test fails at pytest-timeout's limit (pyproject.toml) instead of holding CI until it
 # is killed. A minute before that, every task of the test's event loop prints its stack: an
 # idle loop's thread stack says nothing about which wait never ended.
@@ -217,3 +219,42 @@ async def migrated_database_url(tmp_path: Path, _schema_template: str) -> AsyncI
         yield url
     finally:
         await drop_pg_database(server, url)
+
+
+FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None],
+) -> Iterator[None]:
+    """A failed test shows what its browser showed: a screenshot of every page still open
+    (the path in the report); ``FAILED`` in the item's stash for fixtures whose teardown does
+    the same for Playwright's async API (tests/manager/conftest.py ``browser``)."""
+    report = yield
+    if report.failed:  # type: ignore[attr-defined]
+        item.stash[FAILED] = True
+        browser = getattr(item, "funcargs", {}).get("browser")
+        if browser is not None and "sync_api" in type(browser).__module__:
+            shots = screenshots(browser, item.name)
+            if shots:
+                report.sections.append(  # type: ignore[attr-defined]
+                    ("the browser's pages when it failed", "\n".join(shots)))
+    return report  # type: ignore[return-value]
+
+
+def screenshots(browser: object, name: str) -> list[str]:
+    """A PNG of each page open in ``browser`` (Playwright's sync API), in the artifacts
+    folder: their paths, or why one could not be taken."""
+    folder = Path(os.environ.get("GPUSLICE_ARTIFACTS", Path(__file__).parent / "artifacts"))
+    folder.mkdir(parents=True, exist_ok=True)
+    said = []
+    pages = [p for c in browser.contexts for p in c.pages]  # type: ignore[attr-defined]
+    for number, page in enumerate(pages):
+        path = folder / f"failed-{name}-{number}.png"[:200]
+        try:
+            page.screenshot(path=str(path))
+            said.append(f"{page.url}: {path}")
+        except Exception as err:  # a page that is closing: say so, keep the report
+            said.append(f"{page.url}: no screenshot ({err})")
+    return said

@@ -34,6 +34,10 @@ for count in "$WORKERS" "$DOCKER_WORKERS"; do
                          "whole numbers of 1 or more" >&2; exit 2 ;;
     esac
 done
+# Each test's wall and CPU time, for tools/test-times.py (tests/timings.py); each lane's own in
+# its `real/user/sys` line (the CPU of every process it reaped, Docker's engine not included).
+export GPUSLICE_TEST_TIMES=${GPUSLICE_TEST_TIMES:-tests/artifacts/times}
+TIMEFORMAT='   %R s wall, %U s user, %S s system'
 CLUSTER=(tests/platform/test_cluster.py tests/bench/test_bench.py::test_recovery)
 pytest=("$PY" -m pytest -q -p no:cacheprovider)
 
@@ -49,11 +53,12 @@ trap 'exit 130' INT TERM
 db_lane() {
     local sqlite_rc pg_rc
     echo "== db lane, SQLite: everything not marked docker or bench ($WORKERS processes) =="
-    "${pytest[@]}" -n "$WORKERS" -m "not docker and not bench" --durations=15 tests \
+    time GPUSLICE_TEST_LANE=sqlite "${pytest[@]}" -n "$WORKERS" -m "not docker and not bench" --durations=15 tests \
         --ignore "${CLUSTER[0]}"
     sqlite_rc=$?
     echo "== db lane, PostgreSQL: the manager's tests ($WORKERS processes) =="
-    GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$WORKERS" --durations=15 tests/manager
+    time GPUSLICE_TEST_LANE=pg GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$WORKERS" \
+        --durations=15 tests/manager
     pg_rc=$?
     echo "== db lane: SQLite $sqlite_rc, PostgreSQL $pg_rc =="
     [ "$sqlite_rc" -eq 0 ] && [ "$pg_rc" -eq 0 ]
@@ -66,21 +71,29 @@ if [ "${1:-}" = "--db-lane" ]; then  # the background lane, as run below
     exit
 fi
 
+rm -rf "$GPUSLICE_TEST_TIMES"
+busy() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
+read -r busy_start all_start < <(busy)
+started=$SECONDS
+
 # Its own process group (stopped as one above); SIGINT and SIGQUIT as usual: bash ignores them
 # in a script's background jobs, and tests that press Ctrl-C on a child process need them.
 (trap - INT QUIT; exec setsid bash "$0" --db-lane) >"$log" 2>&1 &
 db=$!
 
 echo "== docker lane: the tests marked docker or bench ($DOCKER_WORKERS processes, a file each) =="
-GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$DOCKER_WORKERS" --dist loadfile \
+time GPUSLICE_TEST_LANE=docker GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$DOCKER_WORKERS" --dist loadfile \
     -m "docker or bench" --durations=25 tests --ignore "${CLUSTER[0]}" --deselect "${CLUSTER[1]}"
 docker_rc=$?
 echo "== docker lane, cluster: two managers on PostgreSQL, two agents =="
-GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" "${CLUSTER[@]}"
+time GPUSLICE_TEST_LANE=cluster GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" "${CLUSTER[@]}"
 cluster_rc=$?
 wait "$db"
 db_rc=$?
 db=""
 cat "$log"
+read -r busy_end all_end < <(busy)
+echo "== $((SECONDS - started)) s in all; the machine's CPUs were busy" \
+     "$(( 100 * (busy_end - busy_start) / (all_end - all_start + 1) ))% of the time =="
 echo "== exit: docker lane $docker_rc, cluster $cluster_rc, db lane $db_rc =="
 [ "$docker_rc" -eq 0 ] && [ "$cluster_rc" -eq 0 ] && [ "$db_rc" -eq 0 ]
