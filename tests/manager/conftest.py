@@ -18,6 +18,7 @@ from gpuslice.manager import security
 from gpuslice.manager.app import create_app
 from gpuslice.manager.services.users import CREDENTIALS_FILE
 from gpuslice.manager.settings import ManagerSettings, load_settings
+from tests.conftest import FAILED
 from tests.manager.fake_agent import FakeAgent
 
 IMAGE = "python:3.11"
@@ -164,8 +165,9 @@ ARTIFACTS = Path(os.environ.get("GPUSLICE_ARTIFACTS", Path(__file__).parents[1] 
 
 
 @pytest.fixture
-async def browser() -> AsyncIterator[Any]:
-    """Chromium, driven by Playwright (skipped where neither Debian build is installed)."""
+async def browser(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """Chromium, driven by Playwright (skipped where neither Debian build is installed); a
+    test that fails leaves a screenshot of each page it had open (the path is printed)."""
     executable = next((b for b in BROWSERS if os.path.exists(b)), None)
     async_api = pytest.importorskip("playwright.async_api")
     if executable is None:
@@ -175,4 +177,12 @@ async def browser() -> AsyncIterator[Any]:
         chromium = await driver.chromium.launch(executable_path=executable,
                                                 args=["--no-sandbox"])
         yield chromium
+        if request.node.stash.get(FAILED, False):
+            for number, page in enumerate(p for c in chromium.contexts for p in c.pages):
+                path = ARTIFACTS / f"failed-{request.node.name}-{number}.png"[:200]
+                try:
+                    await page.screenshot(path=str(path))
+                    print(f"the browser's page {page.url} when it failed: {path}")
+                except Exception as err:  # a page that is closing: say so, keep the report
+                    print(f"the browser's page {page.url}: no screenshot ({err})")
         await chromium.close()
