@@ -1,11 +1,20 @@
-"""What the browser tests ask a page to do, the same in every one of them."""
+"""What the browser tests ask a page to do, the same in every one of them; where they find
+Chromium and keep their screenshots."""
 
 from __future__ import annotations
 
+import os
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.waits import scaled
+
+BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
+ARTIFACTS = Path(os.environ.get("GPUSLICE_ARTIFACTS", Path(__file__).parent / "artifacts"))
 
 # An app page's script calling the manager's API with the browser's cookies: what an app's
 # own origin must never be able to do. The page's answer: "status N: body" or "refused: …".
@@ -106,3 +115,36 @@ async def console_ready_async(page: Any, selector: str, timeout: float = 60.0) -
             if last:
                 raise
             await page.reload()
+
+
+def chromium() -> Iterator[Any]:
+    """Chromium through Playwright's sync API, for a fixture to yield from (closed after); the
+    tests skip, with the reason, where Playwright or Chromium is missing."""
+    executable = next((b for b in BROWSERS if os.path.exists(b)), None)
+    sync_api = pytest.importorskip("playwright.sync_api")
+    if executable is None:
+        pytest.skip("no Chromium (tools/host-setup.sh --browser installs it)")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as driver:
+        launched = driver.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """One Chromium for the module that imports this fixture."""
+    yield from chromium()
+
+
+def log_in(page: Any, manager: str, password: str, shots: str) -> None:
+    """Log ``page`` in to the console at ``manager`` as the admin, and wait until it shows the
+    sessions; when it does not, a screenshot (``<shots>-login-failed.png``) and what it shows."""
+    page.goto(manager + "/")
+    post_login(page, "admin", password)
+    try:
+        console_ready(page, "#sessions")
+    except Exception:  # say where the browser is and what it shows (a CI run timed out here)
+        page.screenshot(path=str(ARTIFACTS / f"{shots}-login-failed.png"))
+        raise AssertionError(f"no console after logging in: at {page.url}, showing "
+                             f"{page.inner_text('body')[:600]!r}") from None

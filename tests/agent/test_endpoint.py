@@ -9,7 +9,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from gpuslice.agent import endpoint as endpoint_module
@@ -18,28 +17,8 @@ from gpuslice.agent.manager_link import LinkError
 from gpuslice.agent.runtime import DockerRuntime
 from gpuslice.agent.runtime.spec import DeviceInfo, SessionSpec, SpecOptions, build_container_spec
 from gpuslice.common.resources import GiB
+from tests.agent.endpoint_helpers import Data, Link, call
 from tests.agent.factories import gpu_slice
-
-
-class Data:
-    """What the agent would know: two sessions, one measured."""
-
-    async def session_info(self, session_id: str) -> dict[str, Any] | None:
-        return {"session_id": session_id, "owner": "alice"}
-
-    def usage(self, session_id: str) -> dict[str, Any] | None:
-        return {"session_id": session_id, "cpu": 250, "mem": 1024} if session_id == "s1" else None
-
-
-class Link:
-    """Stands in for the manager link: records relayed calls."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str, Any]] = []
-
-    async def session_call(self, session_id: str, method: str, path: str, body: Any) -> Any:
-        self.calls.append((session_id, method, path, body))
-        return {"relayed_for": session_id}
 
 
 @pytest.fixture
@@ -47,19 +26,6 @@ async def endpoint(tmp_path: Path) -> AsyncIterator[SessionEndpoint]:
     served = SessionEndpoint(tmp_path, Data(), Link(), user="1000:1000")  # type: ignore[arg-type]
     yield served
     await served.stop()
-
-
-async def call(endpoint: SessionEndpoint, session_id: str, method: str, path: str,
-               **kw: Any) -> tuple[int, Any]:
-    socket = endpoint.socket_path(session_id)  # deeper than a socket address may be: via an fd
-    directory = os.open(socket.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        connector = aiohttp.UnixConnector(path=f"/proc/self/fd/{directory}/{socket.name}")
-        async with aiohttp.ClientSession(connector=connector) as http:
-            async with http.request(method, f"http://session{path}", **kw) as response:
-                return response.status, await response.json()
-    finally:
-        os.close(directory)
 
 
 async def test_the_socket_says_which_session_calls(endpoint: SessionEndpoint) -> None:

@@ -27,7 +27,7 @@ from gpuslice.agent.service import Agent
 from gpuslice.agent.settings import AgentSettings, MockGpu
 from gpuslice.session_tools import CONTAINER_ENDPOINT_DIR
 from tests.agent.conftest import remove_node
-from tests.agent.test_service import MANAGER, StandInManager, assignment, until
+from tests.agent.stand_in_manager import MANAGER, StandInManager, assignment, until
 from tests.waits import scaled
 
 pytestmark = pytest.mark.docker

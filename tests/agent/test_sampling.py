@@ -8,26 +8,16 @@ from pathlib import Path
 import pytest
 
 from gpuslice.agent.accelerators import MockAccelerator, NvidiaAccelerator
-from gpuslice.agent.runtime.models import ContainerState
 from gpuslice.agent.sampling import GpuSampler, pid_sessions, session_figures
 from gpuslice.agent.settings import MockGpu
 from gpuslice.agent.watchdog import REASON, check
 from gpuslice.common.resources import GiB, MiB
 from gpuslice.common.schemas.agents import SessionGpuUsage
 
-from .test_accelerators import A100, FakeNVML
+from .factories import container
+from .fake_nvml import A100, FakeNVML
 
 C1, C2 = "a" * 64, "b" * 64
-
-
-def container(session_id: str, container_id: str, uuids: dict[str, int]) -> ContainerState:
-    return ContainerState(
-        session_id=session_id, container_id=container_id, name=f"gpuslice-{session_id}",
-        status="running", exit_code=None, oom_killed=False, error="", started_at="",
-        finished_at="", owner="alice", session_type="interactive", node="n",
-        allocation={"devices": [{"uuid": u, "index": 0, "memory_bytes": m}
-                                for u, m in uuids.items()]},
-    )
 
 
 def proc(root: Path, pid: int, cgroup: str, started: int = 1000) -> None:

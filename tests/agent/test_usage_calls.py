@@ -16,9 +16,9 @@ from gpuslice.agent.endpoint import SessionEndpoint
 from gpuslice.agent.settings import MockGpu
 from gpuslice.common.resources import GiB
 
-from .test_accelerators import A100, FakeNVML
-from .test_endpoint import Data, Link, call
-from .test_sampling import container
+from .endpoint_helpers import Data, Link, call
+from .factories import container
+from .fake_nvml import A100, FakeNVML
 
 
 class Runtime:

@@ -9,7 +9,7 @@ from gpuslice.agent.runtime.models import ContainerState
 from gpuslice.agent.watchdog import REASON, check, container_id_of_pid, find_overuse
 from gpuslice.common.resources import GiB
 
-from .test_accelerators import FakeNVML
+from .fake_nvml import FakeNVML
 
 C1 = "a" * 64
 C2 = "b" * 64

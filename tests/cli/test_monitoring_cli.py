@@ -8,7 +8,7 @@ import io
 import json
 
 from .conftest import Manager
-from .test_imports import BACK_ENDS, _found, _run_cli
+from .loaded_modules import BACK_ENDS, found_modules, run_cli
 
 
 def test_usage_stats_and_top(manager: Manager) -> None:
@@ -33,8 +33,8 @@ def test_usage_stats_and_top(manager: Manager) -> None:
     assert done.returncode == 0 and "gpuslice top" in done.stdout
     assert json.loads(manager.cli("top", "--json").stdout)["nodes"] == []
     for command in (["usage", "--json"], ["top", "--json"]):  # nothing heavy imported
-        _done, loaded = _run_cli(command, manager.env)
-        assert _found(loaded, BACK_ENDS) == []
+        _done, loaded = run_cli(command, manager.env)
+        assert found_modules(loaded, BACK_ENDS) == []
 
 
 def test_policy_set_takes_reclaim_rules(manager: Manager) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from tests.manager.fake_agent import FakeAgent
-from tests.manager.test_proxy import agent, running, settings, token_of, url
+from tests.manager.proxy_helpers import agent, running, settings, token_of, url
 from tests.waits import scaled
 
 __all__ = ["agent", "settings", "url"]

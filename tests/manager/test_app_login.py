@@ -15,7 +15,7 @@ from fastapi import FastAPI
 from tests.browser import post_login_async
 from tests.manager.conftest import ARTIFACTS
 from tests.manager.fake_agent import FakeAgent
-from tests.manager.test_proxy import _admin_password, node, running, url  # noqa: F401
+from tests.manager.proxy_helpers import admin_password, node, running, url  # noqa: F401
 from tests.waits import scaled
 
 
@@ -34,7 +34,7 @@ async def test_the_login_page_leads_on_to_the_app_at_its_own_origin(
     page = await browser.new_page()
     await page.goto(f"http://localhost:{port}/s/{sid}/echo/headers?from=link")
     await page.wait_for_url(f"http://localhost:{port}/login?**", timeout=scaled(30) * 1000)
-    await post_login_async(page, "admin", _admin_password(app))
+    await post_login_async(page, "admin", admin_password(app))
     origin = f"http://echo--{sid}.apps.localhost:{port}"
     try:
         await page.wait_for_url(f"{origin}/headers?from=link", timeout=scaled(30) * 1000)

@@ -25,10 +25,18 @@ from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.browser import CALL_API_WITH_COOKIES, post_login_async
 from tests.manager.conftest import ARTIFACTS, IMAGE, UserFactory
 from tests.manager.fake_agent import FakeAgent
-from tests.manager.test_proxy import _admin_password, node, running, sent, token_of, upgrade
+from tests.manager.proxy_helpers import (
+    admin_password,
+    agent,
+    running,
+    sent,
+    token_of,
+    upgrade,
+)
 from tests.ports import free_port, free_span
 from tests.waits import await_for, scaled
 
+__all__ = ["agent"]  # the fixture, for this module's tests (on its own `url`)
 SPAN = 4
 
 
@@ -73,13 +81,6 @@ async def url(app: FastAPI, held: socket.socket) -> AsyncIterator[str]:
     yield f"http://127.0.0.1:{port}"
     server.should_exit = True
     await serving
-
-
-@pytest.fixture
-async def agent(app: FastAPI, admin: httpx.AsyncClient, url: str) -> AsyncIterator[FakeAgent]:
-    running_agent = await node(app, admin, url)
-    yield running_agent
-    await running_agent.stop()
 
 
 def _port(app_url: str) -> int:
@@ -174,7 +175,7 @@ async def test_each_app_port_takes_its_own_cookie_only(
     async with app.state.sessionmaker() as db:
         assert (await db.execute(select(AppPortRow))).all() == []
     login = (await admin.post("/api/v1/auth/login", json={
-        "username": "admin", "password": _admin_password(app)})).cookies["gpuslice_login"]
+        "username": "admin", "password": admin_password(app)})).cookies["gpuslice_login"]
     echo, echo_cookie = await _enter(url, sid, "echo", login)
     nb, nb_cookie = await _enter(url, sid, "notebook", login)
     assert echo != nb
@@ -231,7 +232,7 @@ async def test_chromium_opens_each_app_at_its_own_port_with_its_own_cookie(
     page = await browser.new_page()
     # the login page first (its form may only lead to the manager's origin: CSP form-action)
     await page.goto(f"{manager}/login?next=/")
-    await post_login_async(page, "admin", _admin_password(app))
+    await post_login_async(page, "admin", admin_password(app))
     await page.wait_for_url(f"{manager}/", timeout=scaled(60) * 1000)
     await page.goto(f"{manager}/s/{sid}/echo/headers")  # where the console's launcher links
     echo, nb = first_port + 1, first_port + 2
@@ -289,7 +290,7 @@ async def test_an_app_port_names_its_session_to_no_one_the_app_is_not_open_to(
     html = {"Accept": "text/html"}
     bob = await token_of(await make_user("bob"))
     login = (await admin.post("/api/v1/auth/login", json={
-        "username": "admin", "password": _admin_password(app)})).cookies["gpuslice_login"]
+        "username": "admin", "password": admin_password(app)})).cookies["gpuslice_login"]
     async with httpx.AsyncClient() as web:
         for cookie in ("", f"gpuslice_login={bob}", f"gpuslice_login={login}x"):
             r = await web.get(f"http://127.0.0.1:{echo}/lab", headers={**html, "Cookie": cookie})

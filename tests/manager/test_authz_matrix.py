@@ -33,8 +33,8 @@ from tests.manager.conftest import (
     login,
 )
 from tests.manager.fake_agent import FakeAgent
+from tests.manager.folder_helpers import folder, put, tar_of
 from tests.manager.helpers import wait_status
-from tests.manager.test_folders import folder, put, tar_of
 
 
 class Access(Enum):

@@ -18,8 +18,7 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import JSON, Connection, MetaData, select
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy import Connection, MetaData
 
 from gpuslice.manager.app import create_app
 from gpuslice.manager.backup import BackupError, backup, restore, verify
@@ -30,10 +29,9 @@ from gpuslice.manager.db.engine import make_engine
 from gpuslice.manager.settings import ManagerSettings
 from tests.conftest import new_pg_database, pg_url
 from tests.manager.conftest import AgentFactory, Client, UserFactory, client_for, create
+from tests.manager.db_contents import contents
 from tests.manager.fake_agent import gpu
 from tests.manager.helpers import wait_until
-
-Tables = dict[str, list[tuple[Any, ...]]]
 
 
 @pytest.fixture
@@ -218,40 +216,6 @@ async def test_an_unknown_revision_is_refused(tmp_path: Path, database_url: str)
 
 
 # ------------------------------------------------------------ helpers
-
-
-async def contents(url: str) -> Tables:
-    """Every row of every table, normalised (UTC datetimes, parsed JSON), sorted."""
-    engine = create_async_engine(url)
-    try:
-        async with engine.connect() as conn:
-            return await conn.run_sync(_read_all)
-    finally:
-        await engine.dispose()
-
-
-def _read_all(connection: Connection) -> Tables:
-    metadata = MetaData()
-    metadata.reflect(connection)
-    out: Tables = {}
-    for table in metadata.sorted_tables:
-        if table.name == "alembic_version":
-            continue
-        json_columns = [isinstance(c.type, JSON) for c in table.columns]
-        rows = connection.execute(select(table)).all()
-        out[table.name] = sorted(
-            (tuple(_normal(v, j) for v, j in zip(row, json_columns, strict=True)) for row in rows),
-            key=repr,
-        )
-    return out
-
-
-def _normal(value: Any, is_json: bool) -> Any:
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    if is_json and isinstance(value, str):  # some drivers hand JSON over as text
-        return json.loads(value)
-    return value
 
 
 async def _one_user_database(url: str, tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from gpuslice.manager.db.models import ImageRow, UserRow
 from gpuslice.manager.settings import ManagerSettings
 
 from .conftest import Client, UserFactory
-from .test_folders import API, folder, on_disk
+from .folder_helpers import API, folder, on_disk
 
 BAD = b"bad\xffname"  # what `printf x > "$(printf 'bad\377name')"` leaves in a session
 

@@ -9,26 +9,18 @@ from typing import Any
 
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import func, select, update
+from sqlalchemy import update
 
-from gpuslice.common.schemas.agents import ExecAnswer, ExecAsk, LogsAnswer, LogsAsk
-from gpuslice.manager.db.models import AgentRequestRow, NodeRow
+from gpuslice.common.schemas.agents import ExecAnswer, LogsAnswer, LogsAsk
+from gpuslice.manager.db.models import NodeRow
 from gpuslice.manager.errors import Conflict
 from gpuslice.manager.services import channel as channel_module
 from gpuslice.manager.services.channel import Channel
 from gpuslice.manager.services.nodes.assignments import long_poll
-from tests.manager.conftest import AgentFactory, Client, create
+from tests.manager.channel_helpers import ask, asked, node_with_session
+from tests.manager.conftest import AgentFactory, Client
 from tests.manager.fake_agent import FakeAgent, requests_of
-from tests.manager.helpers import wait_status
-from tests.waits import await_for, scaled
-
-
-async def _node_with_session(admin: Client, make_agent: AgentFactory) -> tuple[FakeAgent, str]:
-    agent = await make_agent(auto_run=False)  # it sees requests but answers none
-    [s] = await create(admin, resources={"gpu": 0.5})
-    await wait_status(admin, s["id"], {"SCHEDULED"})
-    await agent.report(s["id"], "RUNNING")
-    return agent, s["id"]
+from tests.waits import scaled
 
 
 async def _first_request(agent: FakeAgent, timeout: float = 2.0) -> dict[str, Any]:
@@ -50,33 +42,11 @@ class _Clock:
         return time.monotonic() + self.offset
 
 
-def _ask(app: FastAPI, node_id: str, session_id: str, timeout: float) -> asyncio.Task[Any]:
-    channel: Channel = app.state.channel
-    question = ExecAsk(command=["true"], timeout_ms=1000)
-    return asyncio.create_task(
-        channel.ask(node_id, question, ExecAnswer, timeout=timeout, session_id=session_id)
-    )
-
-
-async def _asked(app: FastAPI, node_id: str, session_id: str,
-                 timeout: float) -> asyncio.Task[Any]:
-    """:func:`_ask`, once its request is stored: the node's next answer carries it."""
-    waiting = _ask(app, node_id, session_id, timeout)
-
-    async def stored() -> bool:
-        async with app.state.sessionmaker() as db:
-            count = select(func.count()).where(AgentRequestRow.node_id == node_id)
-            return bool(await db.scalar(count))
-
-    await await_for(stored, 10, "the request stored")
-    return waiting
-
-
 async def test_a_request_is_delivered_in_one_answer_only(
     app: FastAPI, admin: Client, make_agent: AgentFactory
 ) -> None:
-    agent, sid = await _node_with_session(admin, make_agent)
-    waiting = _ask(app, agent.node_id, sid, timeout=5)
+    agent, sid = await node_with_session(admin, make_agent)
+    waiting = ask(app, agent.node_id, sid, timeout=5)
     request = await _first_request(agent)
     assert request["session_id"] == sid and request["ask"]["kind"] == "exec"
     # Every later answer, long-poll or not, leaves it out: a lost answer is a timeout, never a
@@ -95,8 +65,8 @@ async def test_a_request_is_delivered_in_one_answer_only(
 async def test_an_answer_of_another_kind_is_refused_and_the_request_stays_open(
     app: FastAPI, admin: Client, make_agent: AgentFactory
 ) -> None:
-    agent, sid = await _node_with_session(admin, make_agent)
-    waiting = _ask(app, agent.node_id, sid, timeout=5)
+    agent, sid = await node_with_session(admin, make_agent)
+    waiting = ask(app, agent.node_id, sid, timeout=5)
     request = await _first_request(agent)
     r = await agent.answer(request["id"], "logs", {"logs": "not what was asked\n"})
     assert r.status_code == 422 and r.json()["field"] == "kind"
@@ -109,12 +79,12 @@ async def test_an_answer_of_another_kind_is_refused_and_the_request_stays_open(
 async def test_a_request_nobody_awaits_cannot_be_answered(
     app: FastAPI, admin: Client, make_agent: AgentFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent, sid = await _node_with_session(admin, make_agent)
+    agent, sid = await node_with_session(admin, make_agent)
     # The waiter's clock, moved on once the agent has the request: it gives up then, however
     # long the delivery took (a short real timeout could expire before it on a loaded machine).
     later = _Clock()
     monkeypatch.setattr(channel_module, "time", later)
-    waiting = _ask(app, agent.node_id, sid, timeout=60)
+    waiting = ask(app, agent.node_id, sid, timeout=60)
     request = await _first_request(agent)
     later.offset = 120.0  # its next look (within `assignment_poll`) is past its deadline
     # the waiter gave up: the request is gone with it (still within its expiry)
@@ -128,7 +98,7 @@ async def test_a_request_nobody_awaits_cannot_be_answered(
 async def test_asking_a_lost_node_is_a_conflict_at_once(
     app: FastAPI, admin: Client, make_agent: AgentFactory
 ) -> None:
-    agent, sid = await _node_with_session(admin, make_agent)
+    agent, sid = await node_with_session(admin, make_agent)
     async with app.state.sessionmaker() as db:
         await db.execute(update(NodeRow).values(status="LOST"))
         await db.commit()
@@ -147,9 +117,9 @@ async def test_a_long_poll_whose_agent_hung_up_delivers_nothing(
 ) -> None:
     # A SIGKILLed agent's long-poll stays parked on the manager until it notices; a request
     # handed to it would be lost while the restarted agent polls beside it.
-    agent, sid = await _node_with_session(admin, make_agent)
+    agent, sid = await node_with_session(admin, make_agent)
     await agent.stop()  # nobody takes requests in the background any more
-    waiting = await _asked(app, agent.node_id, sid, timeout=60)  # in time for both polls
+    waiting = await asked(app, agent.node_id, sid, timeout=60)  # in time for both polls
 
     async def gone() -> bool:
         return True

@@ -2,21 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.fake_agent import FakeAgent
-from tests.manager.helpers import wait_status
-
-
-async def _running(client: Client, **body: Any) -> dict[str, Any]:
-    [s] = await create(client, **body)
-    assert (await wait_status(client, s["id"], {"RUNNING"}))["status"] == "RUNNING"
-    return s
-
-
-async def _commit(client: Client, session_id: str, name: str) -> Any:
-    return await client.post(f"/api/v1/sessions/{session_id}/commit", json={"name": name})
+from tests.manager.helpers import commit, running_session, wait_status
 
 
 async def _names(client: Client) -> set[str]:
@@ -28,8 +16,8 @@ async def test_commit_makes_a_private_image_of_the_owner(
 ) -> None:
     agent: FakeAgent = await make_agent()
     alice, bob = await make_user("alice"), await make_user("bob")
-    s = await _running(alice, name="work")
-    r = await _commit(alice, s["id"], "env")
+    s = await running_session(alice, name="work")
+    r = await commit(alice, s["id"], "env")
     assert r.status_code == 200, r.text
     answer = r.json()
     assert "storage folders are not part of the image" in answer["note"]
@@ -52,12 +40,12 @@ async def test_commit_makes_a_private_image_of_the_owner(
     assert refused["code"] == "unknown_image"
     await agent.heartbeat()  # the node now reports it too: still private
     assert "u/alice/env:work" not in await _names(bob)
-    await _running(alice, image="u/alice/env:work")
-    r = await _commit(alice, s["id"], "u/alice/env:work")  # her own image, named in full
+    await running_session(alice, image="u/alice/env:work")
+    r = await commit(alice, s["id"], "u/alice/env:work")  # her own image, named in full
     assert r.status_code == 409 and r.json()["code"] == "image_exists"
     r = await admin.patch("/api/v1/images/u/alice/env:work", json={"public": True})
     assert r.status_code == 200 and r.json()["public"]
-    await _running(bob, image="u/alice/env:work")
+    await running_session(bob, image="u/alice/env:work")
 
 
 async def test_only_owner_or_admin_may_commit_and_only_running(
@@ -67,11 +55,11 @@ async def test_only_owner_or_admin_may_commit_and_only_running(
     alice, bob = await make_user("alice"), await make_user("bob")
     [s] = await create(alice)
     await wait_status(alice, s["id"], {"SCHEDULED"})
-    r = await _commit(alice, s["id"], "env:1")
+    r = await commit(alice, s["id"], "env:1")
     assert r.status_code == 409 and r.json()["code"] == "not_running"
     await agent.report(s["id"], "RUNNING")
-    assert (await _commit(bob, s["id"], "env:1")).status_code == 404
-    r = await _commit(alice, s["id"], "Not Valid")
+    assert (await commit(bob, s["id"], "env:1")).status_code == 404
+    r = await commit(alice, s["id"], "Not Valid")
     assert r.status_code == 422 and r.json()["code"] == "invalid_image"
 
 
@@ -80,13 +68,13 @@ async def test_private_image_limit(
 ) -> None:
     await make_agent()
     alice = await make_user("alice", policy={"max_private_images": 1})
-    s = await _running(alice)
-    assert (await _commit(alice, s["id"], "one:1")).status_code == 200
-    r = await _commit(alice, s["id"], "two:1")
+    s = await running_session(alice)
+    assert (await commit(alice, s["id"], "one:1")).status_code == 200
+    r = await commit(alice, s["id"], "two:1")
     assert r.status_code == 422 and r.json()["code"] == "quota_exceeded"
     assert "(1)" in r.json()["message"]
     assert (await admin.patch("/api/v1/images/u/alice/one:1", json={"public": True})).is_success
-    assert (await _commit(alice, s["id"], "two:1")).status_code == 200
+    assert (await commit(alice, s["id"], "two:1")).status_code == 200
     policies = (await admin.get("/api/v1/policies")).json()
     assert [p["max_private_images"] for p in policies] == [1]
 
@@ -96,8 +84,8 @@ async def test_agent_failure_is_a_409_with_its_message(
 ) -> None:
     agent = await make_agent()
     agent.commit_error = "no space left on device"
-    s = await _running(admin)
-    r = await _commit(admin, s["id"], "team/env:1")
+    s = await running_session(admin)
+    r = await commit(admin, s["id"], "team/env:1")
     assert r.status_code == 409 and r.json()["code"] == "commit_failed"
     assert r.json()["message"] == "no space left on device"
     assert "u/admin/team/env:1" not in await _names(admin)
@@ -108,10 +96,10 @@ async def test_a_commit_of_a_commit_names_the_first_parent(
 ) -> None:
     await make_agent()
     alice = await make_user("alice")
-    s = await _running(alice, name="work")
-    assert (await _commit(alice, s["id"], "env")).status_code == 200
-    again = await _running(alice, name="again", image="u/alice/env:work")
-    r = await _commit(alice, again["id"], "env2")
+    s = await running_session(alice, name="work")
+    assert (await commit(alice, s["id"], "env")).status_code == 200
+    again = await running_session(alice, name="again", image="u/alice/env:work")
+    r = await commit(alice, again["id"], "env2")
     assert r.status_code == 200, r.text
     # not "alice's custom image (from alice's custom image (from python:3.11))"
     assert r.json()["image"]["title"] == "alice's custom image (from python:3.11)"

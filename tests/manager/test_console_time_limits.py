@@ -11,7 +11,7 @@ import httpx
 from fastapi import FastAPI
 
 from tests.browser import console_ready_async, post_login_async
-from tests.manager.test_proxy import _admin_password, settings, url  # noqa: F401
+from tests.manager.proxy_helpers import admin_password, settings, url  # noqa: F401
 from tests.waits import scaled
 
 
@@ -33,7 +33,7 @@ async def test_the_time_limits_form_takes_back_a_limit_it_shows(
     manager = f"http://localhost:{url.rsplit(':', 1)[1]}"
     page = await browser.new_page()
     await page.goto(f"{manager}/login?next=/")
-    await post_login_async(page, "admin", _admin_password(app))
+    await post_login_async(page, "admin", admin_password(app))
     await page.wait_for_url(f"{manager}/", timeout=scaled(60) * 1000)
     await page.goto(f"{manager}/#/admin/projects")
     await console_ready_async(page, "#limits-project")

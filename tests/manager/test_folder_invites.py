@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .conftest import Client, UserFactory
-from .test_folders import API, folder, get, put
+from .folder_helpers import API, folder, get, put
 
 
 def _shape(answer: dict[str, Any]) -> dict[str, Any]:

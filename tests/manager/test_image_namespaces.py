@@ -9,8 +9,7 @@ from fastapi import FastAPI
 from gpuslice.common.image_refs import user_namespace
 from gpuslice.manager.db.models import ImageRow
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
-from tests.manager.helpers import wait_status
-from tests.manager.test_commit import _commit, _running
+from tests.manager.helpers import commit, running_session, wait_status
 
 
 async def test_a_commit_cannot_squat_a_public_name(
@@ -18,8 +17,8 @@ async def test_a_commit_cannot_squat_a_public_name(
 ) -> None:
     agent = await make_agent()
     alice, bob = await make_user("alice"), await make_user("bob")
-    s = await _running(alice)
-    r = await _commit(alice, s["id"], "python:3.12")
+    s = await running_session(alice)
+    r = await commit(alice, s["id"], "python:3.12")
     assert r.status_code == 200, r.text
     assert r.json()["image"]["name"] == "u/alice/python:3.12"
     assert agent.committed[-1]["ask"]["reference"] == "u/alice/python:3.12"
@@ -56,14 +55,14 @@ async def test_others_private_names_do_not_leak_through_commits(
 ) -> None:
     await make_agent()
     alice, bob = await make_user("alice"), await make_user("bob")
-    sa, sb = await _running(alice), await _running(bob)
-    assert (await _commit(alice, sa["id"], "env:1")).status_code == 200
+    sa, sb = await running_session(alice), await running_session(bob)
+    assert (await commit(alice, sa["id"], "env:1")).status_code == 200
     # bob's same name is his own image: no 409 that would reveal alice's
-    r = await _commit(bob, sb["id"], "env:1")
+    r = await commit(bob, sb["id"], "env:1")
     assert r.status_code == 200 and r.json()["image"]["name"] == "u/bob/env:1"
     # and he cannot write into alice's namespace; the answer says nothing of her images
     for name in ("u/alice/env:1", "u/alice/other:1"):
-        r = await _commit(bob, sb["id"], name)
+        r = await commit(bob, sb["id"], name)
         assert r.status_code == 422 and "u/bob/" in r.json()["message"]
         assert "exists" not in r.json()["message"]
 
@@ -73,8 +72,8 @@ async def test_aliases_of_private_images_are_invisible_to_others(
 ) -> None:
     await make_agent()
     alice, bob = await make_user("alice"), await make_user("bob")
-    s = await _running(alice)
-    assert (await _commit(alice, s["id"], "secret-project:1")).status_code == 200
+    s = await running_session(alice)
+    assert (await commit(alice, s["id"], "secret-project:1")).status_code == 200
     private = "u/alice/secret-project:1"
     for name, ref in (("sp", private), ("py", "python:3.11")):
         r = await admin.post("/api/v1/images/aliases", json={"name": name, "reference": ref})
@@ -88,7 +87,7 @@ async def test_aliases_of_private_images_are_invisible_to_others(
     unknown = await create(bob, expect=404, image="nosuch")
     assert refused["message"].replace("'sp'", "'X'") == unknown["message"].replace(
         "'nosuch'", "'X'")  # alike, but for the name asked for
-    await _running(alice, image="sp")  # the owner still launches it by alias
+    await running_session(alice, image="sp")  # the owner still launches it by alias
 
 
 async def test_publishing_says_what_it_exposes(
@@ -96,8 +95,8 @@ async def test_publishing_says_what_it_exposes(
 ) -> None:
     await make_agent()
     alice = await make_user("alice")
-    s = await _running(alice, name="train")
-    assert (await _commit(alice, s["id"], "env:1")).status_code == 200
+    s = await running_session(alice, name="train")
+    assert (await commit(alice, s["id"], "env:1")).status_code == 200
     r = await admin.patch("/api/v1/images/u/alice/env:1", json={"public": True})
     assert r.status_code == 200, r.text
     exposes = r.json()["exposes"]

@@ -31,7 +31,7 @@ from gpuslice.common.schemas.agents import AppLaunch
 from gpuslice.common.schemas.streams import OpenHttp
 from gpuslice.manager.proxy.http import SMALL
 from tests.manager.fake_agent import FakeAgent
-from tests.manager.test_proxy import node, on, running, settings, token_of, url  # noqa: F401
+from tests.manager.proxy_helpers import node, on, running, settings, token_of, url  # noqa: F401
 from tests.ports import free_port
 from tests.waits import scaled
 

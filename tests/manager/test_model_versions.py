@@ -12,9 +12,10 @@ from fastapi import FastAPI
 
 from gpuslice.manager.services.models.quota import used_bytes
 from gpuslice.manager.settings import ManagerSettings
+from tests.s3 import s3_server
 
 from .conftest import Client, UserFactory
-from .test_models import fetch, s3_server, save, settings
+from .model_helpers import fetch, save, settings
 
 __all__ = ["s3_server", "settings"]
 TiB = 1024**4

@@ -24,8 +24,8 @@ from gpuslice.common.versions import VERSION_HEADER
 from gpuslice.manager.api.parking import Parked, Parking
 from gpuslice.manager.errors import NotFound
 from gpuslice.manager.services.nodes import assignments
+from tests.manager.channel_helpers import asked, node_with_session
 from tests.manager.conftest import AgentFactory, Client, client_for, create
-from tests.manager.test_channel import _asked, _node_with_session
 from tests.waits import await_for
 
 POLLS = 20
@@ -90,9 +90,9 @@ async def test_a_long_poll_whose_agent_hung_up_delivers_nothing_through_the_api(
     # The parked wait asks the server whether its client is still there (past the request's
     # body, which the route has read): a hung-up agent's answer carries no request, which
     # waits for the next poll instead of being lost.
-    agent, sid = await _node_with_session(admin, make_agent)
+    agent, sid = await node_with_session(admin, make_agent)
     await agent.stop()
-    waiting = await _asked(app, agent.node_id, sid, timeout=60)  # in time for both polls
+    waiting = await asked(app, agent.node_id, sid, timeout=60)  # in time for both polls
     sent: list[Message] = []
     incoming: list[Message] = [{"type": "http.request", "body": b"", "more_body": False},
                 {"type": "http.disconnect"}]  # the agent is gone by the time it is answered

@@ -11,9 +11,8 @@ import pytest
 from gpuslice.manager.services.projects import admin as projects_admin
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.fake_agent import gpu
-from tests.manager.helpers import wait_status, wait_until
-from tests.manager.test_folders import folder, tar_of
-from tests.manager.test_projects import _project
+from tests.manager.folder_helpers import folder, tar_of
+from tests.manager.helpers import make_project, wait_status, wait_until
 
 
 async def test_a_renamed_project_keeps_its_members_sessions_folders_and_classes(
@@ -21,7 +20,7 @@ async def test_a_renamed_project_keeps_its_members_sessions_folders_and_classes(
 ) -> None:
     await make_agent()
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice", max_gpu=2)
+    await make_project(admin, "vision", "alice", max_gpu=2)
     r = await admin.post("/api/v1/folders", json={"name": "images", "project": "vision"})
     assert r.status_code == 201, r.text
     r = await admin.post("/api/v1/priority-classes",
@@ -49,8 +48,8 @@ async def test_a_renamed_project_keeps_its_members_sessions_folders_and_classes(
 
 async def test_rename_is_refused_with_one_line(admin: Client, make_user: UserFactory) -> None:
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice")
-    await _project(admin, "nlp")
+    await make_project(admin, "vision", "alice")
+    await make_project(admin, "nlp")
     r = await alice.post("/api/v1/projects/vision/rename", json={"name": "mine"})
     assert r.status_code == 403, r.text
     r = await admin.post("/api/v1/projects/nowhere/rename", json={"name": "x"})
@@ -70,7 +69,7 @@ async def test_delete_is_refused_while_sessions_folders_or_runs_hold_the_project
 ) -> None:
     await make_agent()
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice")
+    await make_project(admin, "vision", "alice")
     images = (await admin.post("/api/v1/folders", json={"name": "images",
                                                          "project": "vision"})).json()
     [s] = await create(alice, project="vision", name="work")
@@ -104,7 +103,7 @@ async def test_a_deleted_project_is_gone_and_its_ended_sessions_stay(
 ) -> None:
     await make_agent()
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice")
+    await make_project(admin, "vision", "alice")
     [s] = await create(alice, project="vision")
     await wait_status(alice, s["id"], {"RUNNING"})
     await alice.post("/api/v1/sessions/destroy", json={"ids": [s["id"]]})
@@ -115,7 +114,7 @@ async def test_a_deleted_project_is_gone_and_its_ended_sessions_stay(
     ended = (await alice.get(f"/api/v1/sessions/{s['id']}")).json()
     assert ended["status"] == "TERMINATED" and ended["project"] is None
     assert [h["status"] for h in ended["history"]][-1] == "TERMINATED"
-    await _project(admin, "vision")  # the name is free again
+    await make_project(admin, "vision")  # the name is free again
 
 
 async def test_a_class_limited_to_projects_is_refused_elsewhere_naming_those_usable(
@@ -123,8 +122,8 @@ async def test_a_class_limited_to_projects_is_refused_elsewhere_naming_those_usa
 ) -> None:
     await make_agent()
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice")
-    await _project(admin, "nlp", "alice")
+    await make_project(admin, "vision", "alice")
+    await make_project(admin, "nlp", "alice")
     r = await admin.post("/api/v1/priority-classes",
                          json={"name": "high", "rank": 10, "projects": ["vision", "nlp"]})
     assert r.status_code == 201 and r.json()["projects"] == ["nlp", "vision"], r.text
@@ -155,7 +154,7 @@ async def test_bad_class_limits_are_refused_with_one_line(
     admin: Client, make_user: UserFactory
 ) -> None:
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice")
+    await make_project(admin, "vision", "alice")
     r = await admin.post("/api/v1/priority-classes",
                          json={"name": "high", "rank": 10, "projects": ["nowhere"]})
     assert r.status_code == 422 and r.json()["message"] == "projects: no project 'nowhere'"
@@ -178,7 +177,7 @@ async def test_a_removed_members_queued_sessions_end_and_running_ones_go_on(
 ) -> None:
     await make_agent(devices=[gpu(0), gpu(1)])
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice", max_gpu=1)
+    await make_project(admin, "vision", "alice", max_gpu=1)
     [running] = await create(alice, resources={"gpu": 1}, project="vision")
     await wait_status(alice, running["id"], {"RUNNING"})
     [queued] = await create(alice, resources={"gpu": 1}, project="vision")
@@ -205,8 +204,8 @@ async def test_a_user_listing_classes_learns_of_no_project_but_their_own(
     alice = await make_user("alice")
     bob = await make_user("bob")
     await bob.get("/api/v1/projects")  # his personal project, ~bob
-    await _project(admin, "vision", "alice")
-    await _project(admin, "secret", "bob")
+    await make_project(admin, "vision", "alice")
+    await make_project(admin, "secret", "bob")
     for body in ({"name": "team", "rank": 5, "projects": ["vision", "secret"]},
                  {"name": "bobs", "rank": 6, "projects": ["~bob"]}):
         r = await admin.post("/api/v1/priority-classes", json=body)
@@ -227,7 +226,7 @@ async def test_a_folder_made_while_its_project_is_deleted_keeps_the_project(
     """The delete checks for folders, then deletes: a folder made in between (another
     admin's request) was cascaded away with the project's row. The database refuses now."""
     await make_user("alice")
-    await _project(admin, "vision", "alice")
+    await make_project(admin, "vision", "alice")
     images = (await admin.post("/api/v1/folders", json={"name": "images",
                                                          "project": "vision"})).json()
     checked = projects_admin._holders

@@ -8,7 +8,7 @@ import pytest
 
 from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import Client, UserFactory, create
-from tests.manager.test_projects import _project
+from tests.manager.helpers import make_project
 
 IMAGE = {"image": "python:3.11"}
 TOO_LONG = "time_limit: {asked} is longer than allowed; at most {most} ({source})"
@@ -25,7 +25,7 @@ async def test_a_session_gets_its_projects_default_and_none_above_its_maximum(
     admin: Client, make_user: UserFactory
 ) -> None:
     alice = await make_user("alice")
-    made = await _project(admin, "vision", "alice", default_time_limit="2h",
+    made = await make_project(admin, "vision", "alice", default_time_limit="2h",
                           max_time_limit="1d")
     assert (made["default_time_limit"], made["max_time_limit"]) == (7200, 86400)
     [team] = await create(alice, project="vision")
@@ -50,7 +50,7 @@ async def test_the_settings_maximum_holds_over_a_larger_projects_one(
     admin: Client, make_user: UserFactory
 ) -> None:
     alice = await make_user("alice")
-    await _project(admin, "long", "alice", max_time_limit="7d", default_time_limit="3d")
+    await make_project(admin, "long", "alice", max_time_limit="7d", default_time_limit="3d")
     r = await alice.post("/api/v1/sessions", json={**IMAGE, "project": "long",
                                                    "time_limit": "3d"})
     assert r.status_code == 422, r.text
@@ -61,7 +61,7 @@ async def test_the_settings_maximum_holds_over_a_larger_projects_one(
 
 
 async def test_an_admin_sets_and_clears_a_projects_time_limits(admin: Client) -> None:
-    await _project(admin, "vision")
+    await make_project(admin, "vision")
     r = await admin.put("/api/v1/projects/vision", json={"max_time_limit": "90"})
     assert r.status_code == 200, r.text
     assert (r.json()["default_time_limit"], r.json()["max_time_limit"]) == (None, 5400)
@@ -92,7 +92,7 @@ async def test_only_admins_set_a_projects_time_limits(
     admin: Client, make_user: UserFactory
 ) -> None:
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice", max_time_limit="1d")
+    await make_project(admin, "vision", "alice", max_time_limit="1d")
     r = await alice.put("/api/v1/projects/vision", json={"max_time_limit": "7d"})
     assert r.status_code == 403, r.text
     r = await alice.post("/api/v1/projects", json={"name": "mine", "max_time_limit": "7d"})

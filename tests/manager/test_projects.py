@@ -8,17 +8,8 @@ import pytest
 
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.fake_agent import gpu
-from tests.manager.helpers import wait_status, wait_until
-from tests.manager.test_folders import put
-
-
-async def _project(admin: Client, name: str, *members: str, **quotas: object) -> dict:
-    r = await admin.post("/api/v1/projects", json={"name": name, **quotas})
-    assert r.status_code == 201, r.text
-    for member in members:
-        r = await admin.post(f"/api/v1/projects/{name}/members", json={"username": member})
-        assert r.status_code == 200, r.text
-    return r.json()
+from tests.manager.folder_helpers import put
+from tests.manager.helpers import make_project, wait_status, wait_until
 
 
 async def test_a_session_runs_in_the_personal_project_unless_told(
@@ -26,7 +17,7 @@ async def test_a_session_runs_in_the_personal_project_unless_told(
 ) -> None:
     await make_agent()
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice")
+    await make_project(admin, "vision", "alice")
     [mine] = await create(alice, resources={"gpu": 0.25})
     [team] = await create(alice, resources={"gpu": 0.25}, project="vision")
     assert (mine["project"], team["project"]) == ("~alice", "vision")
@@ -42,7 +33,7 @@ async def test_a_user_never_learns_of_a_project_they_are_not_in(
 ) -> None:
     await make_agent()
     alice, bob = await make_user("alice"), await make_user("bob")
-    await _project(admin, "secret-lab", "alice")
+    await make_project(admin, "secret-lab", "alice")
     for path in ("/api/v1/projects/secret-lab", "/api/v1/projects/no-such"):
         r = await bob.get(path)
         assert r.status_code == 404, r.text
@@ -63,7 +54,7 @@ async def test_the_project_quota_holds_and_the_reason_names_it(
 ) -> None:
     await make_agent(devices=[gpu(i) for i in range(4)])
     alice, bob = await make_user("alice"), await make_user("bob")
-    await _project(admin, "vision", "alice", "bob", max_gpu=1.5)
+    await make_project(admin, "vision", "alice", "bob", max_gpu=1.5)
     [a] = await create(alice, resources={"gpu": 1}, project="vision")
     await wait_status(alice, a["id"], {"RUNNING"})
     [b] = await create(bob, resources={"gpu": 1}, project="vision")
@@ -87,7 +78,7 @@ async def test_both_the_users_and_the_projects_quota_hold(
 ) -> None:
     await make_agent(devices=[gpu(i) for i in range(4)])
     alice = await make_user("alice", policy={"max_gpu": 1})
-    await _project(admin, "vision", "alice", max_gpu=8)
+    await make_project(admin, "vision", "alice", max_gpu=8)
     [a] = await create(alice, resources={"gpu": 1}, project="vision")
     await wait_status(alice, a["id"], {"RUNNING"})
     [b] = await create(alice, resources={"gpu": 0.5}, project="vision")
@@ -101,7 +92,7 @@ async def test_resource_groups_bound_where_a_session_runs(
     a100 = await make_agent("a100-1", pool="a100")
     t4 = await make_agent("t4-1", pool="t4", devices=[gpu(0, "Mock T4", 16 * 2**30)])
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice", groups=["t4"])
+    await make_project(admin, "vision", "alice", groups=["t4"])
     [s] = await create(alice, resources={"gpu": 1}, project="vision")
     s = await wait_status(alice, s["id"], {"RUNNING"})
     assert s["placement"]["node_id"] == t4.node_id and s["group"] is None
@@ -151,7 +142,7 @@ async def test_bad_projects_are_refused_with_the_field(
 
 async def test_members_are_managed_by_admins(admin: Client, make_user: UserFactory) -> None:
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice")
+    await make_project(admin, "vision", "alice")
     assert (await alice.post("/api/v1/projects/vision/members",
                              json={"username": "alice"})).status_code == 403
     r = await admin.post("/api/v1/projects/vision/members", json={"username": "nobody"})
@@ -171,7 +162,7 @@ async def test_a_projects_folder_is_its_members_and_nobody_elses(
 ) -> None:
     await make_agent()
     alice, bob = await make_user("alice"), await make_user("bob")
-    await _project(admin, "vision", "alice")
+    await make_project(admin, "vision", "alice")
     r = await admin.post("/api/v1/folders", json={"name": "images", "project": "vision"})
     assert r.status_code == 201, r.text
     folder = r.json()
@@ -198,7 +189,7 @@ async def test_a_projects_quota_per_gpu_model_holds(
     await make_agent("a100-1", devices=[gpu(i) for i in range(3)])
     await make_agent("t4-1", devices=[gpu(0, "Mock T4", 16 * 2**30)])
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice", max_gpu_models={"A100": 1})
+    await make_project(admin, "vision", "alice", max_gpu_models={"A100": 1})
     [a] = await create(alice, resources={"gpu": 1}, project="vision", gpu_model="a100")
     await wait_status(alice, a["id"], {"RUNNING"})
     [b] = await create(alice, resources={"gpu": 1}, project="vision", gpu_model="a100")
@@ -213,7 +204,7 @@ async def test_a_projects_storage_quota_holds_for_its_folders(
     admin: Client, make_user: UserFactory
 ) -> None:
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice", max_storage=1000)
+    await make_project(admin, "vision", "alice", max_storage=1000)
     folder = (await admin.post("/api/v1/folders", json={"name": "images",
                                                         "project": "vision"})).json()
     assert (await put(alice, folder["id"], "a.bin", b"x" * 600)).status_code == 201
@@ -228,7 +219,7 @@ async def test_a_run_is_checked_against_its_project_and_group(
 ) -> None:
     await make_agent()
     alice = await make_user("alice")
-    await _project(admin, "vision", "alice", groups=["t4"])
+    await make_project(admin, "vision", "alice", groups=["t4"])
     run = {"name": "train", "script": "train.py", "image": "python:3.11"}
     r = await alice.post("/api/v1/runs/check", json={**run, "project": "nlp"})
     assert r.status_code == 404 and r.json()["message"] == "no project nlp"

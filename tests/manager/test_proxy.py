@@ -8,113 +8,31 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
 
-from gpuslice.common.images import LABEL_APPS
 from gpuslice.manager.db.models import AgentRequestRow, SessionRow
-from gpuslice.manager.settings import ManagerSettings, load_settings
-from tests.manager.conftest import IMAGE, UserFactory, client_for, create
+from tests.manager.conftest import IMAGE, UserFactory, create
 from tests.manager.fake_agent import FakeAgent
-from tests.ports import free_port
+from tests.manager.proxy_helpers import (
+    admin_password,
+    agent,
+    at,
+    node,
+    on,
+    running,
+    sent,
+    settings,
+    token_of,
+    upgrade,
+    url,
+)
 from tests.waits import Deadline, scaled
 
-APPS_IMAGE = "apps:1"
-APPS = [
-    {"name": "echo", "protocol": "http", "port": 8765, "command": ["echo-app", "{port}"]},
-    {"name": "notebook", "protocol": "http", "port": 8888, "base_path": True,
-     "command": ["nb", "--base={base_path}", "--token={token}", "--port={port}"]},
-]
-
-
-@pytest.fixture
-def settings(tmp_path: Path, database_url: str) -> ManagerSettings:
-    return load_settings(
-        data_dir=tmp_path / "data", database={"url": database_url},
-        nodes={"node_timeout": 30, "sweep_interval": 0.2, "assignment_poll": 0.5},
-        sessions={"allowed_images": [IMAGE], "log_timeout": 3},
-        apps={"dial_back_timeout": 5},
-    )
-
-
-@pytest.fixture
-async def url(app: FastAPI) -> AsyncIterator[str]:
-    """The app served by uvicorn on a free port (its lifespan is the `app` fixture's)."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
-                                           log_level="warning", ws_max_size=64 * 1024**2))
-    serving = asyncio.create_task(server.serve())
-    async with asyncio.timeout(scaled(30)):
-        while not server.started:
-            await asyncio.sleep(0.01)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    await serving
-
-
-async def node(app: FastAPI, admin: httpx.AsyncClient, url: str, name: str = "node-1",
-               dials: bool = True) -> FakeAgent:
-    r = await admin.post("/api/v1/join-tokens", json={"name": f"join-{name}"})
-    details = [{"tag": APPS_IMAGE, "image_id": "sha256:" + "1" * 64, "size": 1,
-                "labels": {LABEL_APPS: json.dumps(APPS)}}]
-    agent = FakeAgent(client_for(app), r.json()["token"], name, images=[APPS_IMAGE],
-                      image_details=details, ws_url="ws" + url.removeprefix("http") if dials
-                      else None)
-    await agent.start()
-    return agent
-
-
-@pytest.fixture
-async def agent(app: FastAPI, admin: httpx.AsyncClient, url: str) -> AsyncIterator[FakeAgent]:
-    running = await node(app, admin, url)
-    yield running
-    await running.stop()
-
-
-async def running(client: httpx.AsyncClient, image: str = APPS_IMAGE) -> str:
-    [session] = await create(client, image=image, resources={"cpu": 1, "mem": "1g"})
-    deadline = Deadline(30)
-    while (r := await client.get(f"/api/v1/sessions/{session['id']}")).json()["status"] != (
-            "RUNNING"):
-        if deadline.passed:
-            raise AssertionError(f"not RUNNING: {r.json()}")
-        await asyncio.sleep(0.05)
-    return str(session["id"])
-
-
-async def token_of(client: httpx.AsyncClient) -> str:
-    return str(client.headers["Authorization"].split()[1])
-
-
-def sent(opened: dict[str, Any]) -> dict[str, str]:
-    return dict(opened["headers"])
-
-
-async def upgrade(url: str, headers: dict[str, str]) -> int:
-    try:
-        # *.localhost is this machine to browsers and curl, not to Python's resolver
-        async with connect(url, additional_headers=headers, max_size=None, host="127.0.0.1"):
-            return 101
-    except InvalidStatus as refused:
-        return refused.response.status_code
-
-
-def at(url: str, sid: str, app: str) -> str:
-    """The ``Host`` of an app's origin on the test server."""
-    return f"{app}--{sid}.apps.localhost:{url.rsplit(':', 1)[1]}"
-
-
-def on(url: str, sid: str, app: str, **headers: str) -> dict[str, str]:
-    """Headers for a request to the app's origin (sent to 127.0.0.1, named by ``Host``)."""
-    return {"Host": at(url, sid, app), **headers}
+__all__ = ["agent", "settings", "url"]  # the fixtures, for this module's tests
 
 
 # ------------------------------------------------------------------ HTTP
@@ -247,7 +165,7 @@ async def test_refusals_are_http_answers_never_an_upgrade(
     echo = at(url, sid, "echo")
     paths = [f"ws://{echo}/ws", f"{ws_base}/api/v1/sessions/{sid}/terminal"]
     login_answer = await admin.post("/api/v1/auth/login", json={
-        "username": "admin", "password": _admin_password(app)})
+        "username": "admin", "password": admin_password(app)})
     cookie = login_answer.cookies["gpuslice_login"]
     app_cookie = await enter(url, sid, "echo", cookie)
     bob = await make_user("bob")
@@ -357,7 +275,7 @@ async def test_a_browser_enters_an_app_origin_by_a_single_use_code(
 ) -> None:
     sid = await running(admin)
     login_answer = await admin.post("/api/v1/auth/login", json={
-        "username": "admin", "password": _admin_password(app)})
+        "username": "admin", "password": admin_password(app)})
     cookie = login_answer.cookies["gpuslice_login"]
     app_cookie = await enter(url, sid, "echo", cookie)
     echo = at(url, sid, "echo")
@@ -392,11 +310,6 @@ async def test_a_browser_enters_an_app_origin_by_a_single_use_code(
     urls = {a["name"]: a["url"] for a in listed}
     assert urls["echo"] == f"http://echo--{sid}.apps.localhost/"  # the ASGI client's port: 80
     assert urls["terminal"] == f"http://manager/s/{sid}/terminal/"
-
-
-def _admin_password(app: FastAPI) -> str:
-    text = (app.state.settings.data_dir / "admin-credentials").read_text()
-    return dict(line.split(": ", 1) for line in text.splitlines())["password"]
 
 
 async def test_a_session_not_running_has_no_apps_yet(

@@ -30,6 +30,7 @@ from gpuslice.manager.services.scheduling.passes import (
     run_pass,
 )
 from tests.conftest import pg_url
+from tests.manager.allocation_watch import watch_allocations
 
 pytestmark = pytest.mark.pg
 GiB = 1024**3
@@ -62,7 +63,7 @@ async def test_two_schedulers_never_over_allocate(
         await _seed(makers[0])
         over: list[str] = []
         done = asyncio.Event()
-        watcher = asyncio.create_task(_watch(makers[0], over, done))
+        watcher = asyncio.create_task(watch_allocations(makers[0], over, done))
         configs = [
             SchedulerConfig(Policy.FIFO, Strategy.BINPACK),
             SchedulerConfig(Policy.BACKFILL, Strategy.SPREAD),
@@ -198,22 +199,6 @@ async def _seed(maker: async_sessionmaker[AsyncSession]) -> None:
             for i in range(REQUESTS)
         ])
         await db.commit()
-
-
-async def _watch(
-    maker: async_sessionmaker[AsyncSession], over: list[str], done: asyncio.Event
-) -> None:
-    """Sample the allocations during the race: no device may ever hold more than its capacity."""
-    while not done.is_set():
-        async with maker() as db:
-            rows = await db.execute(
-                select(DeviceRow.uuid, DeviceRow.capacity, func.sum(AllocationRow.gpu))
-                .join(AllocationRow, AllocationRow.device_id == DeviceRow.id)
-                .where(AllocationRow.released_at.is_(None))
-                .group_by(DeviceRow.id)
-            )
-            over.extend(f"{uuid}: {held}/{cap}" for uuid, cap, held in rows if held > cap)
-        await asyncio.sleep(0.005)
 
 
 async def _check_final(maker: async_sessionmaker[AsyncSession]) -> None:

@@ -31,7 +31,7 @@ from gpuslice.manager.services.nodes.reports import report_state
 from gpuslice.manager.services.scheduling import passes
 from gpuslice.manager.services.scheduling.passes import Snapshot, run_pass
 from tests.conftest import pg_url
-from tests.manager.test_race_pg import _watch
+from tests.manager.allocation_watch import watch_allocations
 
 pytestmark = pytest.mark.pg
 GiB = 1024**3
@@ -63,7 +63,7 @@ async def test_two_schedulers_preempting_never_double_or_lose(
         monkeypatch.setattr(passes, "load_snapshot", meeting)
         over: list[str] = []
         done = asyncio.Event()
-        watcher = asyncio.create_task(_watch(makers[0], over, done))
+        watcher = asyncio.create_task(watch_allocations(makers[0], over, done))
         configs = [SchedulerConfig(Policy.FIFO, Strategy.BINPACK),
                    SchedulerConfig(Policy.BACKFILL, Strategy.SPREAD)]
         await asyncio.gather(*(_scheduler(m, c, done) for m, c in zip(makers, configs,

@@ -10,7 +10,7 @@ from tests.waits import Deadline
 
 from .conftest import IMAGE, AgentFactory, Client, UserFactory
 from .fake_agent import gpu
-from .test_folders import folder, tar_of
+from .folder_helpers import folder, tar_of
 
 GiB = 1024**3
 

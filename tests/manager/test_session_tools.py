@@ -27,7 +27,7 @@ from tests.s3 import s3_server
 from tests.waits import Deadline, scaled
 
 from .conftest import Client, UserFactory, create
-from .test_models import settings
+from .model_helpers import settings
 
 __all__ = ["s3_server", "settings"]
 GiB = 1024**3

@@ -19,7 +19,7 @@ from websockets.asyncio.client import connect
 
 from tests.manager.conftest import IMAGE, UserFactory, client_for
 from tests.manager.fake_agent import FakeAgent
-from tests.manager.test_proxy import running, settings, token_of, upgrade, url
+from tests.manager.proxy_helpers import running, settings, token_of, upgrade, url
 
 __all__ = ["settings", "url"]
 NO_SSHD = "no-sshd:1"

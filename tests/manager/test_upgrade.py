@@ -27,9 +27,9 @@ from gpuslice.manager.security import token_digest
 from gpuslice.manager.settings import ManagerSettings
 from tests.conftest import pg_url
 from tests.manager.conftest import client_for, login
+from tests.manager.db_contents import contents
 from tests.manager.fake_agent import FakeAgent, GiB, gpu
 from tests.manager.helpers import wait_until
-from tests.manager.test_backup import contents
 from tests.waits import scaled
 
 TOKEN = "gsu_" + "t" * 43

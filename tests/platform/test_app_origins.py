@@ -12,25 +12,22 @@ manager the default ``apps.console_url`` names. Screenshots go to ``GPUSLICE_ART
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.browser import CALL_API_WITH_COOKIES, console_ready, post_login, until
+from tests.browser import ARTIFACTS, CALL_API_WITH_COOKIES, browser, log_in, until
 from tests.platform import origins
 from tests.platform.conftest import Platform, run_up
 from tests.waits import scaled
 
 pytestmark = pytest.mark.docker
+__all__ = ["browser"]  # the Chromium fixture, for this module's tests
 
 MLFLOW = "gpuslice/mlflow:3.5.1"
-BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
-ARTIFACTS = Path(os.environ.get("GPUSLICE_ARTIFACTS", Path(__file__).parents[1] / "artifacts"))
 
 
 @pytest.fixture(scope="module")
@@ -38,32 +35,8 @@ def plat(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     yield from run_up(tmp_path_factory.mktemp("origins"))
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    executable = next((b for b in BROWSERS if os.path.exists(b)), None)
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if executable is None:
-        pytest.skip("no Chromium (tools/host-setup.sh --browser installs it)")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    with sync_api.sync_playwright() as driver:
-        chromium = driver.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
-
-
 def shot(page: Any, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"origins-{name}.png"))
-
-
-def log_in(page: Any, manager: str, password: str) -> None:
-    page.goto(manager + "/")
-    post_login(page, "admin", password)
-    try:
-        console_ready(page, "#sessions")
-    except Exception:  # say where the browser is and what it shows (a CI run timed out here)
-        shot(page, "login-failed")
-        raise AssertionError(f"no console after logging in: at {page.url}, showing "
-                             f"{page.inner_text('body')[:600]!r}") from None
 
 
 def typed(page: Any, command: str, wanted: str | re.Pattern[str], timeout: float) -> str:
@@ -86,7 +59,7 @@ def test_the_mlflow_guide_as_written_and_a_server_on_any_port(plat: Platform,
     manager = f"http://localhost:{plat.port}"
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
-    log_in(page, manager, plat.admin_password())
+    log_in(page, manager, plat.admin_password(), "origins")
 
     # 1. the terminal app; `mlflow ui --host 0.0.0.0`
     page.goto(f"{manager}/#/sessions/{sid}")

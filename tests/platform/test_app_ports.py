@@ -13,15 +13,14 @@ from typing import Any
 
 import pytest
 
-from tests.browser import CALL_API_WITH_COOKIES
+from tests.browser import ARTIFACTS, CALL_API_WITH_COOKIES, browser, log_in, until
 from tests.platform.conftest import Platform, run_up
-from tests.platform.test_app_origins import ARTIFACTS, browser, log_in, until
 from tests.ports import free_span
 from tests.waits import scaled
 
 pytestmark = pytest.mark.docker
 
-__all__ = ["browser"]  # the module's Chromium fixture, shared
+__all__ = ["browser"]  # the Chromium fixture, for this module's tests
 SPAN = 10
 MARKER = "served-in-port-mode.txt"
 SERVE = ("import subprocess, sys; open('" + MARKER + "', 'w').write('hi'); "
@@ -58,7 +57,7 @@ def test_the_launcher_opens_a_server_at_its_own_port(plat: Platform, browser: An
     context = browser.new_context(viewport={"width": 1280, "height": 800})
     page = context.new_page()
     manager = f"http://localhost:{plat.port}"
-    log_in(page, manager, plat.admin_password())
+    log_in(page, manager, plat.admin_password(), "ports")
     page.goto(f"{manager}/#/sessions/{sid}")
     page.wait_for_selector("#open-8000", timeout=scaled(60) * 1000)
     with context.expect_page() as opened:

@@ -26,7 +26,7 @@ import httpx
 import pytest
 
 from tests.conftest import create_pg_database, drop_pg_database, pg_url
-from tests.manager.test_backup import contents
+from tests.manager.db_contents import contents
 from tests.waits import scaled
 
 from .conftest import GPUSLICE, Platform, new_platform

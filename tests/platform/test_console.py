@@ -10,10 +10,8 @@ One platform and one browser serve the module. Screenshots go to ``GPUSLICE_ARTI
 from __future__ import annotations
 
 import gzip
-import os
 import subprocess
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -21,104 +19,26 @@ from typing import Any
 import pytest
 
 from gpuslice.client import Client
-from tests.browser import console_ready, post_login, until
-from tests.platform.conftest import Platform, run_up
+from tests.browser import until
+from tests.platform.conftest import Platform
+from tests.platform.console_helpers import (
+    BASE,
+    browser,
+    destroy_all,
+    launch,
+    open_console,
+    plat,
+    rows,
+    shot,
+    users,
+)
 from tests.waits import scaled
 
 # JupyterLab, MLflow and a browser: in the docker lane this module shares a process with the
 # other one that starts them (tests/conftest.py SAME_PROCESS), never side by side
 pytestmark = pytest.mark.docker
-
-BROWSERS = ("/usr/bin/chromium-headless-shell", "/usr/bin/chromium")
-ARTIFACTS = Path(os.environ.get("GPUSLICE_ARTIFACTS", Path(__file__).parents[1] / "artifacts"))
+__all__ = ["browser", "plat", "users"]  # the fixtures, for this module's tests
 CONSOLE = Path(__file__).parents[2] / "gpuslice/manager/console/static"
-BASE = "gpuslice/base:0.1.0"
-PASSWORD = "console-pass-1"
-
-
-@pytest.fixture(scope="module")
-def plat(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    yield from run_up(tmp_path_factory.mktemp("console"))
-
-
-@pytest.fixture(scope="module")
-def browser(plat: Platform) -> Iterator[Any]:
-    executable = next((b for b in BROWSERS if os.path.exists(b)), None)
-    sync_api = pytest.importorskip("playwright.sync_api")
-    if executable is None:
-        pytest.skip("no Chromium (tools/host-setup.sh --browser installs it)")
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    print(f"console screenshots in {ARTIFACTS}")
-    with sync_api.sync_playwright() as driver:
-        chromium = driver.chromium.launch(executable_path=executable, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
-
-
-@pytest.fixture(scope="module")
-def users(plat: Platform) -> dict[str, Client]:
-    admin = plat.client()
-    made = {}
-    for name in ("alice", "bob"):
-        admin.create_user(name, PASSWORD)
-        made[name] = Client(plat.url)
-        made[name].login(name, PASSWORD)
-    return made
-
-
-def open_console(plat: Platform, browser: Any, username: str, password: str = PASSWORD) -> Any:
-    page = browser.new_context(viewport={"width": 1280, "height": 800}).new_page()
-    page.on("dialog", lambda dialog: dialog.accept())  # "Destroy …?"
-    page.goto(plat.url + "/")
-    assert "/login" in page.url  # no login yet: the form first
-    post_login(page, username, password)
-    try:  # the login's password hash runs at the lowest CPU priority: a loaded machine waits
-        console_ready(page, "#sessions")
-    except Exception:
-        shot(page, f"open-console-{username}-failed")
-        raise AssertionError(f"{username}'s console never showed the sessions at {page.url}: "
-                             f"{page.inner_text('body')[:500]!r}") from None
-    return page
-
-
-def rows(page: Any) -> list[dict[str, str]]:
-    found = []
-    for tr in page.query_selector_all("#session-rows tr"):
-        cells = tr.query_selector_all("td")
-        found.append({"id": tr.get_attribute("data-id"), "name": tr.get_attribute("data-name"),
-                      "status": tr.get_attribute("data-status"),
-                      "reason": cells[2].inner_text(), "config": cells[3].inner_text()})
-    return found
-
-
-def launch(page: Any, image: str, **fields: str) -> None:
-    page.click("#launch")
-    page.wait_for_selector("#launch-dialog")
-    repository = image.rsplit(":", 1)[0]
-    if page.locator(f'#launch-env option[value="{repository}"]').count():
-        page.select_option("#launch-env", repository)
-        page.select_option("#launch-version", image)
-    else:  # not offered (a test image): typed, as a user names any image they may use
-        page.fill("#launch-image", image)
-    for key, value in fields.items():
-        if key == "type":
-            page.check(f"#launch-type-{value}")
-        else:
-            page.fill(f"#launch-{key}", value)
-    page.click("#launch-submit")
-
-
-def shot(page: Any, name: str) -> None:
-    page.screenshot(path=str(ARTIFACTS / f"console-{name}.png"))
-
-
-def destroy_all(client: Client) -> None:
-    live = [s.id for s in client.list_all_sessions(
-        status=["PENDING", "SCHEDULED", "PREPARING", "RUNNING"])]
-    if live:
-        client.destroy_sessions(live)
-    for sid in live:
-        client.wait(sid, {"TERMINATED", "CANCELLED", "ERROR"}, timeout=scaled(60))
 
 
 def test_the_guides_scenario_two_run_one_waits_then_starts(

@@ -19,10 +19,10 @@ from typing import Any
 import pytest
 
 from gpuslice.client import Client
-from tests.browser import post_login
+from tests.browser import ARTIFACTS, post_login, until
 from tests.platform.conftest import Platform, run_up
-from tests.platform.test_console import ARTIFACTS, PASSWORD, open_console, rows, until
-from tests.platform.test_console import browser as browser  # noqa: F401 (a fixture)
+from tests.platform.console_helpers import PASSWORD, destroy_all, open_console, rows
+from tests.platform.console_helpers import browser as browser  # noqa: F401 (a fixture)
 from tests.waits import scaled
 
 pytestmark = pytest.mark.docker
@@ -51,16 +51,7 @@ def page(plat: Platform, browser: Any, alice: Client) -> Iterator[Any]:
     opened = open_console(plat, browser, "alice")
     yield opened
     opened.context.close()
-    _end_all(alice)
-
-
-def _end_all(client: Client) -> None:
-    live = [s.id for s in client.list_all_sessions(
-        status=["PENDING", "SCHEDULED", "PREPARING", "RUNNING"])]
-    if live:
-        client.destroy_sessions(live)
-    for sid in live:
-        client.wait(sid, {"TERMINATED", "CANCELLED", "ERROR"}, timeout=scaled(60))
+    destroy_all(alice)
 
 
 def shot(page: Any, name: str) -> None:
@@ -163,7 +154,7 @@ def test_chapter_3_two_versions_in_their_terminals(
                       f"python3 -c 'import {module}; print(\"v=\" + {module}.__version__)'",
                       "v=" + version)
         shot(page, f"3-terminal-{version}")
-        _end_all(alice)
+        destroy_all(alice)
         page.goto(f"{plat.url}/#/sessions")
         page.wait_for_selector("#launch")
 
@@ -193,7 +184,7 @@ def test_chapter_4_a_private_image_typed_into_the_dialog(
         sid = until(lambda: alice.get_session("mine").id, 10, "mine")
         assert alice.wait(sid, {"RUNNING"}, timeout=scaled(120)).image == private
     finally:
-        _end_all(alice)
+        destroy_all(alice)
         subprocess.run(["docker", "rmi", "-f", private], capture_output=True, check=False)
 
 

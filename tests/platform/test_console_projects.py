@@ -11,15 +11,15 @@ from typing import Any
 import pytest
 
 from gpuslice.client import Client
+from tests.browser import until
 from tests.platform.conftest import Platform
-from tests.platform.test_console import (  # the module's fixtures and page helpers
+from tests.platform.console_helpers import (
     BASE,
     browser,
     destroy_all,
     open_console,
     plat,
     shot,
-    until,
     users,
 )
 from tests.waits import scaled

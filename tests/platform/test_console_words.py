@@ -20,11 +20,10 @@ import httpx
 import pytest
 
 from gpuslice.client import Client
-from tests.browser import post_login
+from tests.browser import ARTIFACTS, post_login, until
 from tests.platform import app_image
 from tests.platform.conftest import Platform, run_up
-from tests.platform.test_console import (
-    ARTIFACTS,
+from tests.platform.console_helpers import (
     BASE,
     PASSWORD,
     browser,  # noqa: F401 (the module's browser fixture)
@@ -32,7 +31,6 @@ from tests.platform.test_console import (
     launch,
     open_console,
     rows,
-    until,
 )
 from tests.waits import wait_for
 

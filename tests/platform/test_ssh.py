@@ -22,7 +22,7 @@ from tests.waits import scaled
 
 from . import app_image
 from .conftest import Platform
-from .test_storage import as_user
+from .users import as_user
 
 pytestmark = [
     pytest.mark.docker,

@@ -18,20 +18,11 @@ import pytest
 from tests.waits import scaled
 
 from .conftest import GPUSLICE, Platform
+from .users import as_user
 
 pytestmark = pytest.mark.docker
 
 SMALL = ["--cpu", "0.25", "--mem", "256m"]
-
-
-def as_user(platform: Platform, name: str) -> Platform:
-    """A second user of the same platform, logged in with their own CLI config."""
-    created = json.loads(platform.ok("admin", "user", "create", name, "--json"))
-    env = platform.env | {"GPUSLICE_CLIENT_CONFIG": str(platform.data_dir / f"{name}.json")}
-    user = Platform(platform.url, platform.data_dir, platform.node, env)
-    user.ok("login", platform.url, "--username", name, "--password-stdin",
-            stdin=created["password"] + "\n")
-    return user
 
 
 @pytest.fixture
