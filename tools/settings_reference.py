@@ -1,4 +1,4 @@
-"""Print the configuration reference (Markdown) from the settings models, for README.md.
+"""Print the configuration reference (Markdown) from the settings models: docs/configuration.md.
 
     python tools/settings_reference.py
 """
