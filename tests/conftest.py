@@ -31,6 +31,15 @@ pytest_plugins = ["tests.timings"]
 TASKS_REPORT_S = 540
 
 
+# Ctrl-C as a terminal gives it. A process started with SIGINT ignored (a background job of a
+# non-interactive shell, as a CI runner may start `.ci/run`; bash cannot undo that) passes the
+# ignore on through exec to every child: the CLI that a test presses Ctrl-C on would never see
+# it (`logs -f`, `run`'s question, `--wait` hung until their bounds). Python's own handler here
+# is reset to the default at each exec, so children start as from a terminal.
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _print_tasks(signum: int, frame: object) -> None:
     try:
         loop = asyncio.get_running_loop()
