@@ -19,6 +19,12 @@ from pathlib import Path
 import pytest
 
 _FOLDER = os.environ.get("GPUSLICE_TEST_TIMES", "")
+_OUTCOMES: dict[str, str] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.failed or report.skipped or report.nodeid not in _OUTCOMES:
+        _OUTCOMES[report.nodeid] = report.outcome
 
 
 def _cpu() -> tuple[float, float]:
@@ -40,6 +46,7 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         "wall": round(wall, 3),
         "cpu": round(own_end - own, 3),
         "children_cpu": round(children_end - children, 3),
+        "outcome": _OUTCOMES.pop(item.nodeid, "not run"),
     }
     folder = Path(_FOLDER)
     folder.mkdir(parents=True, exist_ok=True)

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import State
 from starlette.types import Scope
 
 from gpuslice.common import heap
@@ -95,28 +96,39 @@ def create_app(settings: ManagerSettings, database: Database | None = None) -> F
         lifespan=_lifespan,
         responses=errors.ERROR_RESPONSES,
     )
-    app.state.settings = settings
-    app.state.metrics = ManagerMetrics()
-    app.state.database = database
-    app.add_middleware(Parking)  # a long-poll's wait, after FastAPI's stack has unwound
-    app.add_middleware(VersionHeaders)
     errors.install(app)
-    routers = [module.router for module in ROUTES]
-    app.add_middleware(
-        edge.Edge, limits=settings.limits, routers=[(API_PREFIX, r) for r in routers],
-        node_credential=_is_node, gate=_login_gate,
-    )
     api = APIRouter(prefix=API_PREFIX)
-    for router in routers:
-        api.include_router(router)
+    for module in ROUTES:
+        api.include_router(module.router)
     app.include_router(api)
     app.include_router(monitoring.scrape)  # /metrics, where Prometheus looks by default
     app.include_router(proxy_routes.router)  # /login, for browsers
     app.include_router(console.router)  # /, the web console
     app.mount("/assets", StaticFiles(directory=pages.STATIC), name="assets")
     app.mount("/console", StaticFiles(directory=console.STATIC), name="console")
-    app.add_middleware(ProxyDispatch)  # /s/<session>/<app>/…: the apps, before the router
+    bind(app, settings, database)
     return app
+
+
+def bind(app: FastAPI, settings: ManagerSettings, database: Database | None = None) -> None:
+    """Give an app that ``create_app`` made these settings and database, and fresh state and
+    middleware, for its next lifespan (not while one runs). Its routing is kept: FastAPI
+    builds every route's dependencies and models anew for each app, ~0.5 s of a core, which
+    the manager pays once but a test process that starts an app per test pays each time."""
+    app.state = State()
+    app.state.settings = settings
+    app.state.metrics = ManagerMetrics()
+    app.state.database = database
+    app.middleware_stack = None  # built again, with these settings, at the first request
+    app.user_middleware.clear()
+    app.add_middleware(Parking)  # a long-poll's wait, after FastAPI's stack has unwound
+    app.add_middleware(VersionHeaders)
+    app.add_middleware(
+        edge.Edge, limits=settings.limits,
+        routers=[(API_PREFIX, module.router) for module in ROUTES],
+        node_credential=_is_node, gate=_login_gate,
+    )
+    app.add_middleware(ProxyDispatch)  # /s/<session>/<app>/…: the apps, before the router
 
 
 def _login_gate(scope: Scope) -> edge.Refused | None:

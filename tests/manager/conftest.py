@@ -15,7 +15,7 @@ from argon2 import PasswordHasher
 from fastapi import FastAPI
 
 from gpuslice.manager import security
-from gpuslice.manager.app import create_app
+from gpuslice.manager.app import bind, create_app
 from gpuslice.manager.services.users import CREDENTIALS_FILE
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.conftest import FAILED
@@ -52,11 +52,21 @@ def settings(tmp_path: Path, migrated_database_url: str) -> ManagerSettings:
     )
 
 
+@pytest.fixture(scope="session")
+def _routed_app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
+    """One app for the test process, its routes built once: FastAPI builds every route's
+    dependencies and models anew for each app it makes, ~0.5 s of a core, most of what a
+    manager test costs. Each test binds its own settings to it (``app``)."""
+    return create_app(load_settings(data_dir=tmp_path_factory.mktemp("unbound")))
+
+
 @pytest.fixture
-async def app(settings: ManagerSettings) -> AsyncIterator[FastAPI]:
-    application = create_app(settings)
-    async with application.router.lifespan_context(application):
-        yield application
+async def app(_routed_app: FastAPI, settings: ManagerSettings) -> AsyncIterator[FastAPI]:
+    """The manager's app on this test's settings and database, its lifespan running: new
+    state and middleware, as ``create_app`` gives them (``bind``)."""
+    bind(_routed_app, settings)
+    async with _routed_app.router.lifespan_context(_routed_app):
+        yield _routed_app
 
 
 @pytest.fixture
