@@ -73,6 +73,12 @@ SAME_PROCESS = {"tests/platform/test_console.py": "tests/platform/test_apps.py",
                 "tests/platform/test_console_guide.py": "tests/platform/test_apps.py"}
 
 
+# Test files whose tests share nothing but a file: each test goes to whichever process is free.
+# The benchmarks' short runs, each a process of its own, took ~5 min one after another in one
+# test process while the others had finished.
+EACH_TEST_ALONE = {"tests/bench/test_bench.py"}
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """Under ``--dist loadfile``, xdist's file scheduling with SAME_PROCESS's files joined
     (``--dist loadgroup`` would do it, but it renames nodeids in a way pytest 9.2 ignores)."""
@@ -83,6 +89,8 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | 
     class SharedFiles(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = super()._split_scope(nodeid)
+            if path in EACH_TEST_ALONE:
+                return nodeid
             return SAME_PROCESS.get(path, path)
 
     return SharedFiles(config, log)  # type: ignore[arg-type]

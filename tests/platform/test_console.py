@@ -77,9 +77,17 @@ def test_bad_input_is_shown_next_to_its_field_and_creates_nothing(
     page = open_console(plat, browser, "alice")
     before = users["alice"].list_sessions().total
     launch(page, BASE, gpu="4", cpu="0.25", mem="256m")  # 2 GPUs: the node has one
-    until(lambda: "GPU" in page.inner_text("#err-gpu"), 10, "the GPU error")
+    # LAUNCH's answer, not only the preview's (which names the GPU first): the button is
+    # enabled again once the refusal is in
+    until(lambda: "GPU" in page.inner_text("#err-gpu") and page.is_enabled("#launch-submit"),
+          10, "the GPU error, from LAUNCH")
     gpu_error = page.inner_text("#err-gpu")
     page.fill("#launch-gpu", "0.5")
+    batch = page.locator("#launch-type-batch").bounding_box()
+    until(lambda: "Fits now" in page.inner_text("#launch-fit")
+          and "GPU" not in page.inner_text("#err-gpu"), 10, "the preview of 0.5 fGPU")
+    moved = page.locator("#launch-type-batch").bounding_box()["y"] - batch["y"]
+    assert abs(moved) < 1, f"the preview's answer moved the Type choice by {moved:.0f} px"
     page.check("#launch-type-batch")
     page.fill("#launch-command", "echo 'unclosed")
     page.click("#launch-submit")

@@ -99,7 +99,10 @@ export async function openLaunch(me) {
     h("div", { class: "field" }, h("label", { for: "launch-preset" }, "Resource preset"), preset,
       h("div", { class: "hint" }, "CPU and memory below; change them for a custom size")),
     h("div", { class: "field" }, h("label", { for: "launch-gpu" }, "GPU (fGPU)"),
-      gpuRange, " ", gpu, slice, warning, shape, fit, errors.gpu),
+      gpuRange, " ", gpu,
+      // what the slider says comes and goes with each preview: in a block of a fixed least
+      // height, so that nothing below it moves under the user's pointer as an answer lands
+      h("div", { class: "feedback", id: "launch-gpu-feedback" }, slice, warning, shape, fit, errors.gpu)),
     h("div", { class: "field" }, h("label", { for: "launch-count" }, "Sessions"), countRange, " ", count, errors.count),
     h("div", { class: "row" },
       h("div", { class: "field" }, h("label", { for: "launch-cpu" }, "CPU (cores)"), cpu, errors.cpu),
