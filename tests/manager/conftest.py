@@ -52,8 +52,12 @@ def settings(tmp_path: Path, migrated_database_url: str) -> ManagerSettings:
 
 
 @pytest.fixture
-async def app(settings: ManagerSettings) -> AsyncIterator[FastAPI]:
-    application = create_app(settings)
+async def app(settings: ManagerSettings, request: pytest.FixtureRequest
+              ) -> AsyncIterator[FastAPI]:
+    """The app, started; a test marked ``@pytest.mark.loops_off("scheduler", …)`` has those
+    loops left off, and runs their passes itself (``loop_table.run_once``)."""
+    marker = request.node.get_closest_marker("loops_off")
+    application = create_app(settings, loops_off=marker.args if marker else ())
     async with application.router.lifespan_context(application):
         yield application
 
