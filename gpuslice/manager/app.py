@@ -5,9 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
-from datetime import timedelta
 
 from fastapi import APIRouter, FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -15,6 +14,7 @@ from starlette.datastructures import State
 from starlette.types import Scope
 
 from gpuslice.common import heap
+from gpuslice.manager import loop_table
 from gpuslice.manager.api import edge, errors
 from gpuslice.manager.api.parking import Parking
 from gpuslice.manager.api.routes import (
@@ -43,28 +43,19 @@ from gpuslice.manager.api.routes import (
 from gpuslice.manager.api.version_headers import VersionHeaders
 from gpuslice.manager.console import routes as console
 from gpuslice.manager.db import migrate
-from gpuslice.manager.events import Hub
-from gpuslice.manager.loops import LoopState, supervise
 from gpuslice.manager.proxy import pages
 from gpuslice.manager.proxy import routes as proxy_routes
 from gpuslice.manager.proxy.dispatch import ProxyDispatch
-from gpuslice.manager.proxy.ports import SWEEP_INTERVAL, AppPorts
-from gpuslice.manager.services import channel, retention
+from gpuslice.manager.proxy.ports import AppPorts
+from gpuslice.manager.services import channel
 from gpuslice.manager.services.apps.access import Gate
 from gpuslice.manager.services.apps.links import LinkPool
 from gpuslice.manager.services.apps.traffic import ActivityMeter
 from gpuslice.manager.services.login_throttle import LoginThrottle, too_many
 from gpuslice.manager.services.models import make_store
-from gpuslice.manager.services.models.catalog import purge_stale
-from gpuslice.manager.services.monitoring import loops as monitoring_loops
 from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
 from gpuslice.manager.services.nodes import registration
-from gpuslice.manager.services.nodes.liveness import SweepGrace, sweep_lost
-from gpuslice.manager.services.nodes.versions import VersionWatch
-from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.storage.fs import StorageFS, may_chown
-from gpuslice.manager.services.storage.usage import measure_all
-from gpuslice.manager.services.timelimits import sweep as timelimits_sweep
 from gpuslice.manager.settings import ManagerSettings
 from gpuslice.manager.startup import Database, open_database
 
@@ -77,15 +68,15 @@ LOGIN_PATH = f"{API_PREFIX}/auth/login"
 ROUTES = (agents, health, auth, users, policies, presets, priorities, sessions, apps, images,
           nodes, monitoring, folders, models, model_store, session_calls, run_calls, runs, config,
           ssh, projects)
-# Requests are purged this long after their expiry (their waiter died with its manager).
-_REQUEST_GRACE = timedelta(minutes=1)
-# Seconds between retention passes (each purges a bounded batch).
-RETENTION_INTERVAL = 300.0
 
 
-def create_app(settings: ManagerSettings, database: Database | None = None) -> FastAPI:
+def create_app(
+    settings: ManagerSettings, database: Database | None = None, *,
+    loops_off: Collection[str] = (),
+) -> FastAPI:
     """The FastAPI app; its lifespan runs the loops on ``database``, which it opens (and
-    migrates) itself when none is given, and closes in any case."""
+    migrates) itself when none is given, and closes in any case. The loops named in
+    ``loops_off`` (`loop_table` keys) do not run: a test runs their passes itself."""
     app = FastAPI(
         title="gpuslice manager",
         version="0.1.0",
@@ -106,11 +97,12 @@ def create_app(settings: ManagerSettings, database: Database | None = None) -> F
     app.include_router(console.router)  # /, the web console
     app.mount("/assets", StaticFiles(directory=pages.STATIC), name="assets")
     app.mount("/console", StaticFiles(directory=console.STATIC), name="console")
-    bind(app, settings, database)
+    bind(app, settings, database, loops_off=loops_off)
     return app
 
 
-def bind(app: FastAPI, settings: ManagerSettings, database: Database | None = None) -> None:
+def bind(app: FastAPI, settings: ManagerSettings, database: Database | None = None, *,
+         loops_off: Collection[str] = ()) -> None:
     """Give an app that ``create_app`` made these settings and database, and fresh state and
     middleware, for its next lifespan (not while one runs). Its routing is kept: FastAPI
     builds every route's dependencies and models anew for each app, ~0.5 s of a core, which
@@ -119,6 +111,9 @@ def bind(app: FastAPI, settings: ManagerSettings, database: Database | None = No
     app.state.settings = settings
     app.state.metrics = ManagerMetrics()
     app.state.database = database
+    off = frozenset(loops_off)
+    loop_table.check_keys(off)
+    app.state.loops_off = off
     app.middleware_stack = None  # built again, with these settings, at the first request
     app.user_middleware.clear()
     app.add_middleware(Parking)  # a long-poll's wait, after FastAPI's stack has unwound
@@ -174,14 +169,14 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.app_ports = AppPorts(app, settings, sessionmaker)
         await app.state.app_ports.restore()
     try:
-        loops = _start_loops(app)
+        # Read by the health endpoints and /metrics; see loop_table.py.
+        loops = app.state.loops = app.state.metrics.loops = loop_table.build(app)
+        loops.start(off=app.state.loops_off)
         try:
             with heap.settled():
                 yield
         finally:
-            for task in loops:
-                task.cancel()
-            await asyncio.gather(*loops, return_exceptions=True)
+            await loops.stop()
             await app.state.links.close()
             await app.state.activity.close()
             if app.state.app_ports is not None:
@@ -190,89 +185,6 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         await app.state.model_store.close()
         app.state.login_throttle.checks.close()
         await database.close()
-
-
-def _start_loops(app: FastAPI) -> list[asyncio.Task[None]]:
-    settings: ManagerSettings = app.state.settings
-    hub: Hub = app.state.hub
-    sessionmaker = app.state.sessionmaker
-    config = settings.scheduler.core_config()
-
-    async def schedule() -> None:
-        with app.state.metrics.scheduling.time():
-            await run_pass(sessionmaker, config, hub)
-
-    grace = SweepGrace(settings.nodes.node_timeout)
-
-    async def sweep() -> None:
-        # After a (re)start, or a jump of the wall clock, heartbeat times say nothing about
-        # the nodes: agents get one node_timeout to report before any is called lost.
-        if grace.allows_sweep():
-            await sweep_lost(sessionmaker, settings.nodes.node_timeout)
-        async with sessionmaker() as db:
-            await channel.purge(db, _REQUEST_GRACE)
-
-    states = {
-        "scheduler": LoopState("scheduler", settings.scheduler.interval),
-        "node_sweep": LoopState("node sweep", settings.nodes.sweep_interval),
-    }
-    app.state.loops = states  # read by the readiness check
-
-    async def forget() -> None:
-        await retention.purge(
-            sessionmaker, settings.sessions.retention_days, settings.auth.login_window
-        )
-
-    url = settings.database_url
-    scheduler = supervise(
-        "scheduler", schedule, interval=settings.scheduler.interval, wake=hub.scheduler,
-        state=states["scheduler"], database_url=url,
-    )
-    sweeper = supervise("node sweep", sweep, interval=settings.nodes.sweep_interval,
-                        state=states["node_sweep"], database_url=url)
-    purger = supervise("retention", forget, interval=RETENTION_INTERVAL, database_url=url)
-
-    async def measure() -> None:
-        await measure_all(sessionmaker, app.state.storage)
-
-    storage = supervise("storage usage", measure, interval=settings.storage.usage_interval,
-                        database_url=url)
-
-    async def purge_uploads() -> None:
-        async with sessionmaker() as db:
-            await purge_stale(db, app.state.model_store, settings.model_store.upload_timeout)
-
-    # Other replicas' changes to what nodes must run reach this one's long-polls (see
-    # services/nodes/versions.py).
-    watch = supervise("node versions", VersionWatch(sessionmaker, hub).look,
-                      interval=settings.nodes.assignment_poll, jitter=0, database_url=url)
-    warning = timelimits_sweep.WarnSignal(
-        app.state.channel, settings.sessions.time_limit_warning,
-        settings.sessions.time_limit_signal,
-    )
-
-    async def time_limits() -> None:
-        await timelimits_sweep.sweep(sessionmaker, warning)
-
-    limits = supervise("time limits", time_limits,
-                       interval=settings.sessions.time_limit_interval, database_url=url)
-    uploads = supervise("model uploads", purge_uploads,
-                        interval=min(3600.0, settings.model_store.upload_timeout / 4),
-                        database_url=url)
-    ports = [] if app.state.app_ports is None else [asyncio.create_task(supervise(
-        "app ports", app.state.app_ports.sweep, interval=SWEEP_INTERVAL, database_url=url),
-        name="gpuslice-app-ports")]
-    return [
-        *ports,
-        asyncio.create_task(scheduler, name="gpuslice-scheduler"),
-        asyncio.create_task(sweeper, name="gpuslice-node-sweep"),
-        asyncio.create_task(purger, name="gpuslice-retention"),
-        *monitoring_loops.start(sessionmaker, settings),
-        asyncio.create_task(storage, name="gpuslice-storage-usage"),
-        asyncio.create_task(uploads, name="gpuslice-model-uploads"),
-        asyncio.create_task(watch, name="gpuslice-node-versions"),
-        asyncio.create_task(limits, name="gpuslice-time-limits"),
-    ]
 
 
 async def _storage(settings: ManagerSettings) -> StorageFS:

@@ -19,12 +19,12 @@ from typing import Any
 
 import pytest
 
-from gpuslice.manager.services.scheduling.passes import PassStats
 from tests.cli.conftest import GPUSLICE
 from tests.manager.conftest import (  # noqa: F401 (fixtures)
     IMAGE,
     AgentFactory,
     Client,
+    _routed_app,
     admin,
     anon,
     app,
@@ -79,17 +79,6 @@ async def cli(base_url: str, admin: Client, tmp_path: Path) -> AsyncIterator[Cli
     yield Cli(env, admin)
 
 
-@pytest.fixture
-def unscheduled(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The scheduler passes without looking: sessions wait PENDING with no reason yet, as in
-    the moment between their creation and the first pass."""
-
-    async def hold(*args: Any) -> PassStats:
-        return PassStats()
-
-    monkeypatch.setattr("gpuslice.manager.app.run_pass", hold)
-
-
 async def finish(process: asyncio.subprocess.Process) -> Done:
     out, err = await asyncio.wait_for(process.communicate(), 60)
     return Done(process.returncode, out.decode(), err.decode())
@@ -127,7 +116,8 @@ async def test_create_wait_fails_when_a_session_ends_in_error(
     assert done.err == f"error: session doomed-2 ({session['id'][:12]}) ended ERROR: {DOOMED}\n"
 
 
-@pytest.mark.usefixtures("unscheduled")
+@pytest.mark.loops_off("scheduler")  # sessions wait PENDING with no reason yet, as in the
+# moment between their creation and the first pass
 async def test_create_wait_fails_when_a_session_is_cancelled(cli: Cli) -> None:
     waiting = await cli.start("session", "create", "--name", "gone", *SMALL, "--wait")
     session = await cli.session("gone", {"PENDING"})
@@ -139,7 +129,7 @@ async def test_create_wait_fails_when_a_session_is_cancelled(cli: Cli) -> None:
                         "stopped by admin\n")
 
 
-@pytest.mark.usefixtures("unscheduled")
+@pytest.mark.loops_off("scheduler")
 async def test_create_wait_timeout_exits_124_and_every_session_that_still_waits_says_so(
     cli: Cli,
 ) -> None:

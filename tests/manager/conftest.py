@@ -61,10 +61,14 @@ def _routed_app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
 
 
 @pytest.fixture
-async def app(_routed_app: FastAPI, settings: ManagerSettings) -> AsyncIterator[FastAPI]:
+async def app(_routed_app: FastAPI, settings: ManagerSettings, request: pytest.FixtureRequest
+              ) -> AsyncIterator[FastAPI]:
     """The manager's app on this test's settings and database, its lifespan running: new
-    state and middleware, as ``create_app`` gives them (``bind``)."""
-    bind(_routed_app, settings)
+    state and middleware, as ``create_app`` gives them (``bind``). A test marked
+    ``@pytest.mark.loops_off("scheduler", …)`` has those loops left off, and runs their
+    passes itself (``loop_table.run_once``)."""
+    marker = request.node.get_closest_marker("loops_off")
+    bind(_routed_app, settings, loops_off=marker.args if marker else ())
     async with _routed_app.router.lifespan_context(_routed_app):
         yield _routed_app
 

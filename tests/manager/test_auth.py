@@ -14,6 +14,7 @@ from tests.manager.conftest import PRODUCTION_HASHER, Client, UserFactory, clien
 
 PUBLIC = {("POST", "/api/v1/auth/login"), ("GET", "/api/v1/health"),
           ("GET", "/api/v1/health/live"), ("GET", "/api/v1/health/ready"),
+          ("GET", "/api/v1/health/loops"),
           ("POST", "/api/v1/agents/register")}
 # The local model store's presigned URLs: the signature in the URL is the credential
 # (tests/manager/test_models.py: an altered or expired one is a 403).

@@ -65,6 +65,7 @@ ACCESS: dict[str, Access] = {
     "GET /api/v1/health": PUBLIC,
     "GET /api/v1/health/live": PUBLIC,  # for service managers and load balancers
     "GET /api/v1/health/ready": PUBLIC,
+    "GET /api/v1/health/loops": PUBLIC,  # as readiness: an error's type, never its text
     "GET /metrics": SCRAPE,
     "POST /api/v1/auth/login": PUBLIC,
     "POST /api/v1/auth/logout": USER,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gpuslice.manager.loop_table import run_once
 from gpuslice.manager.settings import ManagerSettings
 from tests.waits import Deadline
 
@@ -295,15 +296,13 @@ async def test_what_sessions_write_past_the_quota_is_measured_and_reported(
     make_user: UserFactory, settings: ManagerSettings, app: Any,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from gpuslice.manager.services.storage.usage import measure_all
-
     alice = await make_user("alice", policy={"max_storage": "1m"})
     data = await folder(alice, "data")
     await create(alice, folders=["data"])
     big = on_disk(settings, data) / "written-in-a-session.bin"
     big.write_bytes(b"x" * (2 * 1024 * 1024))  # as a session writes: past the API
     (on_disk(settings, data) / "link").symlink_to("/etc")  # never followed when measuring
-    await measure_all(app.state.sessionmaker, app.state.storage)
+    await run_once(app, "storage_usage")  # a pass of the storage loop, now
     usage = (await alice.get(f"{API}/usage")).json()
     assert (usage["used"], usage["over_quota"]) == (2 * 1024 * 1024, True)
     assert usage["measured_at"] is not None

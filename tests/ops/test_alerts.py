@@ -17,7 +17,7 @@ from tests.waits import scaled, wait_for
 
 HERE = Path(__file__).resolve().parent
 ALERTS = {"GpusliceScrapeDown", "GpusliceNodeLost", "GpusliceQueueStuck",
-          "GpusliceSessionOverSlice", "GpusliceBackupTooOld"}
+          "GpusliceSessionOverSlice", "GpusliceBackupTooOld", "GpusliceLoopFailing"}
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:

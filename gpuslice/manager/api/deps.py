@@ -19,7 +19,7 @@ from gpuslice.manager.api import browser
 from gpuslice.manager.db.models import ApiTokenRow, NodeRow, SessionRow, UserRow
 from gpuslice.manager.errors import Forbidden, NotFound, Unauthorized
 from gpuslice.manager.events import Hub
-from gpuslice.manager.loops import LoopState
+from gpuslice.manager.loops import Loop
 from gpuslice.manager.services import auth
 from gpuslice.manager.services.channel import Channel
 from gpuslice.manager.services.login_throttle import LoginThrottle
@@ -67,7 +67,7 @@ async def _model_store(request: Request) -> ModelStore:
     return request.app.state.model_store
 
 
-async def _loops(request: Request) -> Mapping[str, LoopState]:
+async def _loops(request: Request) -> Mapping[str, Loop]:
     return request.app.state.loops
 
 
@@ -87,7 +87,7 @@ HubDep = Annotated[Hub, Depends(_hub)]
 SessionmakerDep = Annotated[async_sessionmaker[AsyncSession], Depends(_sessionmaker)]
 ChannelDep = Annotated[Channel, Depends(_channel)]
 MetricsDep = Annotated[ManagerMetrics, Depends(_metrics)]
-LoopsDep = Annotated[Mapping[str, LoopState], Depends(_loops)]
+LoopsDep = Annotated[Mapping[str, Loop], Depends(_loops)]
 SchemaHeadDep = Annotated[str, Depends(_schema_head)]
 ThrottleDep = Annotated[LoginThrottle, Depends(_throttle)]
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Response, status
 from sqlalchemy import text
 
-from gpuslice.common.schemas.health import Liveness, Readiness
+from gpuslice.common.schemas.health import Liveness, LoopsHealth, Readiness
 from gpuslice.manager.api.deps import DbDep, LoopsDep, SchemaHeadDep, SessionmakerDep
 from gpuslice.manager.services import health as service
 
@@ -36,3 +36,11 @@ async def ready(
     if answer.status != "ready":
         response.status_code = status.HTTP_503_SERVICE_UNAVAILABLE
     return answer
+
+
+@router.get("/loops")
+async def loops(loops: LoopsDep) -> LoopsHealth:
+    """Every background loop of this replica: its last pass, its failures in a row, the type
+    of its last error, and whether it is healthy (a loop stuck for 3 intervals, or failing 3
+    passes in a row, is not). 200 either way: readiness is `/ready`."""
+    return service.loops_health(loops)

@@ -5,7 +5,8 @@ queries, so every manager replica answers the same. Per device, DCGM exporter na
 (``DCGM_FI_DEV_GPU_UTIL``, ``DCGM_FI_DEV_FB_USED``/``_FREE`` in MiB, labels ``gpu``, ``UUID``,
 ``modelName``, ``Hostname``); per session, ``gpuslice_session_*`` with ``session``,
 ``session_name``, ``user``, ``node`` (and ``gpu``: the device UUID); the control plane as
-``gpuslice_*``. A figure nobody measured is left out (no sample), never written as 0.
+``gpuslice_*``; this replica's background loops as ``gpuslice_loop_*`` (label ``loop``). A
+figure nobody measured is left out (no sample), never written as 0.
 
 Scrapes are authenticated unless ``monitoring.public_metrics``: the scrape token
 (``monitoring.scrape_token``) or an admin's API token as a bearer token.
@@ -14,6 +15,7 @@ Scrapes are authenticated unless ``monitoring.public_metrics``: the scrape token
 from __future__ import annotations
 
 import hmac
+import time
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -21,7 +23,7 @@ from datetime import datetime
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 from pydantic import SecretStr
 from sqlalchemy import func, select
@@ -41,6 +43,7 @@ from gpuslice.manager.db.models import (
     UserRow,
 )
 from gpuslice.manager.errors import Forbidden, Unauthorized
+from gpuslice.manager.loops import Loop
 from gpuslice.manager.services import auth
 from gpuslice.manager.settings import MonitoringSettings
 
@@ -65,6 +68,8 @@ class ManagerMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
             registry=self.registry,
         )
+        self.loops: Mapping[str, Loop] = {}  # this replica's, set by the app's lifespan
+        self.registry.register(_LoopCollector(self))
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +166,31 @@ class _Collector(Collector):
         yield from _devices(self.snap)
         yield from _sessions(self.snap)
         yield from _control_plane(self.snap)
+
+
+class _LoopCollector(Collector):
+    """Each loop's health as it is at the scrape."""
+
+    def __init__(self, metrics: ManagerMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        healthy = _gauge("gpuslice_loop_healthy", "1 while this manager's loop goes round and "
+                         "has not failed 3 passes in a row, else 0.", ["loop"])
+        passes = CounterMetricFamily("gpuslice_loop_passes", "Passes of this manager's loop "
+                                     "that succeeded.", labels=["loop"])
+        failures = _gauge("gpuslice_loop_consecutive_failures", "Passes of this manager's loop "
+                          "that failed in a row (0: its last pass succeeded).", ["loop"])
+        since = _gauge("gpuslice_loop_seconds_since_pass", "Seconds since a pass of this "
+                       "manager's loop began or ended.", ["loop"])
+        now = time.monotonic()
+        for key, loop in self.metrics.loops.items():
+            state = loop.state
+            healthy.add_metric([key], state.problem(now) is None)
+            passes.add_metric([key], state.passes)
+            failures.add_metric([key], state.failures)
+            since.add_metric([key], now - state.beat)
+        yield from (healthy, passes, failures, since)
 
 
 def device_readings(node_usage: Mapping[str, Any] | None) -> dict[int, tuple[Any, Any]]:
