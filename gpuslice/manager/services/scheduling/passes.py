@@ -42,6 +42,7 @@ from gpuslice.manager.scheduler import (
     SchedulerConfig,
     UserState,
 )
+from gpuslice.manager.scheduler.reasons import after_preemption
 from gpuslice.manager.services import priorities
 from gpuslice.manager.services.policies import quota_of
 from gpuslice.manager.services.priorities import ClassRule
@@ -342,7 +343,7 @@ async def _apply(db: AsyncSession, snap: Snapshot, result: PassResult) -> PassSt
 
 async def _write_waiting(db: AsyncSession, snap: Snapshot, result: PassResult) -> None:
     said = {
-        w.request_id: preemption.waiting_reason(snap.pending[w.request_id], w.reason)
+        w.request_id: after_preemption(snap.pending[w.request_id].preempt_reason, w.reason)
         for w in result.waiting.values()
     }
     changes = [

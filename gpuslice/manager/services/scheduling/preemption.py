@@ -59,6 +59,7 @@ from gpuslice.manager.scheduler.preemption import (
     may_preempt,
     plan_preemptions,
 )
+from gpuslice.manager.scheduler.reasons import preempting
 from gpuslice.manager.services.lifecycle import note, transition
 from gpuslice.manager.services.priorities import NONE, ClassRule
 
@@ -134,7 +135,7 @@ def schedule_with_holds(
         return placed
     for req in left:
         name = work[holds[req.id].node_id].name
-        placed.waiting[req.id] = Waiting(req.id, WaitCode.PREEMPTING, holding(name), 0)
+        placed.waiting[req.id] = Waiting(req.id, WaitCode.PREEMPTING, preempting(name), 0)
     return _renumbered(placed, requests)
 
 
@@ -194,7 +195,7 @@ async def preempt(
             done += 1
             w = result.waiting[winner.id]
             result.waiting[winner.id] = Waiting(
-                w.request_id, WaitCode.PREEMPTING, holding(names[plan.node_id]), w.position)
+                w.request_id, WaitCode.PREEMPTING, preempting(names[plan.node_id]), w.position)
     return done
 
 
@@ -214,19 +215,6 @@ def victims_named(winner: SessionRow, victims: Sequence[SessionRow]) -> str:
     if others:
         own.append(f"{others} session{'s' if others > 1 else ''} of other users")
     return ", ".join(own)
-
-
-def waiting_reason(row: SessionRow, reason: str) -> str:
-    """A PENDING session's reason: after a preemption, why it is back in the queue first."""
-    if row.preempt_reason:
-        return f"{row.preempt_reason}; back in the queue: {reason}"
-    return reason
-
-
-def holding(node_name: str) -> str:
-    """A winner's reason while its victims stop."""
-    return (f"preempting lower-priority sessions on node {node_name}: waiting for them to "
-            "stop; their capacity is held for it")
 
 
 # ------------------------------------------------------------ helpers

@@ -17,6 +17,7 @@ from gpuslice.manager.db.base import new_id, utcnow
 from gpuslice.manager.db.models import ProjectRow, ResourcePolicyRow, SessionRow, UserRow
 from gpuslice.manager.errors import InvalidRequest, StaleStatus
 from gpuslice.manager.scheduler import Quota, check_request
+from gpuslice.manager.scheduler.reasons import QUEUED
 from gpuslice.manager.services import priorities
 from gpuslice.manager.services.apps import catalog as apps_catalog
 from gpuslice.manager.services.images import catalog
@@ -33,8 +34,6 @@ from gpuslice.manager.services.timelimits.limits import (
     time_limit_for,
 )
 from gpuslice.manager.settings import ManagerSettings, SessionSettings
-
-QUEUED = "waiting for the scheduler"
 
 
 async def create_sessions(
