@@ -24,7 +24,7 @@ from gpuslice.manager.services.images import catalog
 from gpuslice.manager.services.lifecycle import note, record_created, transition
 from gpuslice.manager.services.policies import quota_of
 from gpuslice.manager.services.projects.launch import launch_project, project_quota
-from gpuslice.manager.services.scheduling.passes import alive_nodes, asked_request
+from gpuslice.manager.services.scheduling.snapshot import alive_nodes, asked_request
 from gpuslice.manager.services.sessions.views import created_public, describe_many, visible
 from gpuslice.manager.services.storage import mounts
 from gpuslice.manager.services.timelimits.limits import (
