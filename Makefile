@@ -78,9 +78,11 @@ test-pg-cluster:
 	GPUSLICE_TEST_PG=$(PG_URL) $(PY) -m pytest -q -p no:cacheprovider \
 		tests/platform/test_cluster.py tests/bench/test_bench.py::test_recovery
 
+# lint-imports: the import graph's layers and no cycle (pyproject.toml's [tool.importlinter])
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 bench: venv
 	$(PY) bench/scheduler.py

@@ -55,13 +55,14 @@ from gpuslice.manager.scheduler import (
     Strategy,
     schedule,
 )
+from gpuslice.manager.scheduler.holds import Hold, schedule_with_holds
 from gpuslice.manager.scheduler.preemption import (
     Candidate,
     Winner,
     may_preempt,
     plan_preemptions,
+    ranked,
 )
-from gpuslice.manager.services.scheduling.preemption import Hold, ranked, schedule_with_holds
 
 SMALL = 250  # milli-fGPU
 WHOLE = 1000

@@ -57,11 +57,12 @@ from gpuslice.manager.scheduler import (
     WaitCode,
     queue_order,
 )
-from gpuslice.manager.scheduler.preemption import Candidate, Winner, plan_preemptions
-from gpuslice.manager.services.scheduling.preemption import (
+from gpuslice.manager.scheduler.holds import Hold, schedule_with_holds
+from gpuslice.manager.scheduler.preemption import (
     MAX_PER_PASS,
-    Hold,
-    schedule_with_holds,
+    Candidate,
+    Winner,
+    plan_preemptions,
 )
 
 GROUPS = frozenset({"a100", "t4"})

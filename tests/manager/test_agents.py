@@ -17,7 +17,7 @@ from gpuslice.manager.db.models import NodeRow
 from gpuslice.manager.loop_table import run_once
 from gpuslice.manager.services.nodes import assignments
 from gpuslice.manager.services.nodes.liveness import sweep_lost
-from gpuslice.manager.services.scheduling.passes import alive_nodes
+from gpuslice.manager.services.scheduling.snapshot import alive_nodes
 from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import AgentFactory, Client, client_for, create
 from tests.manager.fake_agent import gpu

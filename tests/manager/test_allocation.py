@@ -19,7 +19,7 @@ from gpuslice.manager.services.scheduling.allocation import (
     apply_placement,
     apply_placements,
 )
-from gpuslice.manager.services.scheduling.passes import Snapshot, load_snapshot, queued_request
+from gpuslice.manager.services.scheduling.snapshot import Snapshot, load_snapshot, queued_request
 
 GiB = 1024**3
 

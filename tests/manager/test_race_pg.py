@@ -21,13 +21,11 @@ from gpuslice.manager.scheduler import Placement, Policy, SchedulerConfig, Strat
 from gpuslice.manager.services.lifecycle import transition
 from gpuslice.manager.services.scheduling import passes
 from gpuslice.manager.services.scheduling.allocation import PlacementLost, apply_placements
-from gpuslice.manager.services.scheduling.passes import (
-    BATCH,
-    PassStats,
+from gpuslice.manager.services.scheduling.passes import BATCH, PassStats, run_pass
+from gpuslice.manager.services.scheduling.snapshot import (
     Snapshot,
     load_snapshot,
     queued_request,
-    run_pass,
 )
 from tests.conftest import pg_url
 from tests.manager.allocation_watch import watch_allocations

@@ -29,7 +29,8 @@ from gpuslice.manager.scheduler import Policy, SchedulerConfig, Strategy
 from gpuslice.manager.services.lifecycle import transition
 from gpuslice.manager.services.nodes.reports import report_state
 from gpuslice.manager.services.scheduling import passes
-from gpuslice.manager.services.scheduling.passes import Snapshot, run_pass
+from gpuslice.manager.services.scheduling.passes import run_pass
+from gpuslice.manager.services.scheduling.snapshot import Snapshot
 from tests.conftest import pg_url
 from tests.manager.allocation_watch import watch_allocations
 

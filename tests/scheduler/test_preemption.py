@@ -1,5 +1,5 @@
 """Preemption's pure parts: choosing victims (``scheduler.preemption``) and passes with held
-capacity (``services.scheduling.preemption.schedule_with_holds``), unit and property tests.
+capacity (``scheduler.holds.schedule_with_holds``), unit and property tests.
 
 The properties drive a small model of the manager: sessions are created, ended, preempted and
 come back, in any order hypothesis picks; after every step no device, node or quota is over
@@ -14,19 +14,18 @@ from hypothesis import strategies as st
 
 from gpuslice.common.resources import Resources
 from gpuslice.manager.scheduler import Node, Placement, Quota, Request, SchedulerConfig, UserState
-from gpuslice.manager.scheduler.model import WaitCode, groups_of
+from gpuslice.manager.scheduler.holds import Hold, schedule_with_holds
+from gpuslice.manager.scheduler.model import WaitCode, copy_node, groups_of
 from gpuslice.manager.scheduler.preemption import (
     Candidate,
     Preemption,
     Winner,
-    _copy,
     _fewest,
     _free,
     _take,
     may_preempt,
     plan_preemptions,
 )
-from gpuslice.manager.services.scheduling.preemption import Hold, schedule_with_holds
 from tests.scheduler.factories import apply, node, req
 
 CONFIG = SchedulerConfig()
@@ -159,7 +158,7 @@ def _every_node(winners: list[Winner], candidates: list[Candidate], nodes: list[
         _, placement, victims = min(found, key=lambda f: f[0])
         plans.append(Preemption(req.id, placement.node_id, tuple(sorted(v.id for v in victims)),
                                 placement))
-        node = work[placement.node_id] = _copy(work[placement.node_id])
+        node = work[placement.node_id] = copy_node(work[placement.node_id])
         for v in victims:
             _free(node, v)
             left.remove(v)

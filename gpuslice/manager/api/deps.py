@@ -27,7 +27,8 @@ from gpuslice.manager.services.models.store import ModelStore
 from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
 from gpuslice.manager.services.nodes.registration import authenticate_node, authenticate_node_id
 from gpuslice.manager.services.sessions.views import get_visible
-from gpuslice.manager.services.storage.folders import Access, get_access
+from gpuslice.manager.services.storage.access import Access
+from gpuslice.manager.services.storage.folders import get_access
 from gpuslice.manager.services.storage.fs import StorageFS
 from gpuslice.manager.settings import ManagerSettings
 

@@ -288,7 +288,7 @@ class SessionRow(Base):
     # The last time a person used the session through the platform (terminal or app traffic),
     # written at most every `activity.EVERY`; NULL: no such use seen. Idle rules read it.
     last_activity_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
-    # 256 random bits (hex) each app's token is derived from (services/apps/catalog.py): apps
+    # 256 random bits (hex) each app's token is derived from (services/images/app_catalog.py): apps
     # need it in clear, so it is kept, never logged, and only handed to the session's agent.
     app_secret: Mapped[str | None] = mapped_column(String(64))
     # Apps of the image to start as soon as the session runs (SessionCreate.apps).

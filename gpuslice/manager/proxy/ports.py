@@ -32,8 +32,8 @@ from gpuslice.common.schemas.sessions import SessionStatus
 from gpuslice.manager.db.models import AppPortRow, SessionRow
 from gpuslice.manager.errors import Conflict, Unavailable
 from gpuslice.manager.server import options
-from gpuslice.manager.services.apps.catalog import TERMINAL
 from gpuslice.manager.services.apps.origins import AppOrigin
+from gpuslice.manager.services.images.app_catalog import TERMINAL
 from gpuslice.manager.settings import ManagerSettings
 
 log = logging.getLogger(__name__)

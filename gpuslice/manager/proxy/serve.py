@@ -17,10 +17,10 @@ from gpuslice.manager.proxy.gate import authorize, authorize_at_origin
 from gpuslice.manager.proxy.ports import AppPorts
 from gpuslice.manager.services.apps import origins
 from gpuslice.manager.services.apps.access import AppRoute, Gate
-from gpuslice.manager.services.apps.catalog import TERMINAL
 from gpuslice.manager.services.apps.links import LinkPool
 from gpuslice.manager.services.apps.origins import AppOrigin
 from gpuslice.manager.services.apps.traffic import ActivityMeter
+from gpuslice.manager.services.images.app_catalog import TERMINAL
 from gpuslice.manager.settings import ManagerSettings
 
 # The code is in the URL: kept out of caches and of the next page's Referer.

@@ -29,12 +29,15 @@ from gpuslice.manager.scheduler.model import (
     groups_of,
 )
 from gpuslice.manager.scheduler.reasons import (
+    HELD_AHEAD,
     QuotaOver,
     Usage,
     capacity_reason,
+    fifo_wait,
+    held_for_it,
     model_block,
     quota_over,
-    quota_text,
+    quota_words,
 )
 from gpuslice.manager.scheduler.reservations import (
     Hold,
@@ -399,10 +402,9 @@ class _Pass:
             if isinstance(why, str):
                 text = why
             else:  # a quota wait: in words once per distinct one
-                text = worded.get(why) or worded.setdefault(why, _quota_words(*why))
+                text = worded.get(why) or worded.setdefault(why, quota_words(*why))
             if code is WaitCode.FIFO:
-                ahead = position - 1
-                text = f"waiting behind {ahead} earlier session{'s' if ahead != 1 else ''} (fifo)"
+                text = fifo_wait(position - 1)
             elif code is WaitCode.CAPACITY:
                 shape = _shape(req)
                 if shape not in explained:
@@ -415,23 +417,14 @@ class _Pass:
     def _hold_note(self, req: Request, held_pools: set[str]) -> str:
         hold = self.holds.get(req.id)
         if hold is not None:
-            where = hold.node.node.name
-            if hold.positions:
-                gpus = ", ".join(str(hold.node.node.devices[p].index) for p in hold.positions)
-                where += f" GPU {gpus}"
-            if math.isfinite(hold.start):
-                return (f"; capacity on {where} is held for it, expected to be free in "
-                        f"{_duration(max(0.0, hold.start - self.now))}")
-            return f"; capacity on {where} is held for it"
+            devices = hold.node.node.devices
+            free_in = hold.start - self.now if math.isfinite(hold.start) else None
+            return held_for_it(hold.node.node.name, [devices[p].index for p in hold.positions],
+                               free_in)
         if req.pool in held_pools or (req.pools is not None and not held_pools.isdisjoint(
                 req.pools)):
-            return ("; some capacity is held for sessions ahead of it (a session whose time "
-                    "limit ends before that capacity is needed may use it)")
+            return HELD_AHEAD
         return ""
-
-
-def _quota_words(project: str | None, over: QuotaOver) -> str:
-    return quota_text("user quota" if project is None else f"project {project}", over)
 
 
 def _usages(states: Mapping[str, UserState]) -> dict[str, Usage]:
@@ -461,11 +454,3 @@ def _shape(req: Request) -> Shape:
 def _could_host(ns: NodeState, res: Resources) -> bool:
     """Whether the node could hold ``res`` in cpu and memory once it is empty."""
     return ns.node.cpu >= res.cpu and ns.node.mem >= res.mem
-
-
-def _duration(seconds: float) -> str:
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"

@@ -6,7 +6,7 @@ memory in bytes. A device's fGPU capacity is ``node.device_capacity`` (``fgpu_pe
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
 from gpuslice.common.resources import Resources, gpu_for_memory, slice_share
@@ -184,6 +184,11 @@ def request_gpu(req: Request, device_mem: int, device_capacity: int, step: int) 
     if req.gpu_mem <= 0:
         return req.resources.gpu
     return gpu_for_memory(req.gpu_mem, device_mem, device_capacity, step)
+
+
+def copy_node(node: Node) -> Node:
+    """A copy of ``node`` whose devices may be changed without changing the original's."""
+    return replace(node, devices=[replace(d) for d in node.devices])
 
 
 def make_slice(node: Node, device: Device, gpu: int) -> DeviceSlice:

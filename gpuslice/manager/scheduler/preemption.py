@@ -28,8 +28,13 @@ from gpuslice.manager.scheduler.model import (
     Policy,
     Request,
     SchedulerConfig,
+    copy_node,
     groups_of,
 )
+
+# Winners one manager's pass preempts for (each its own transaction); the rest wait for the
+# next pass.
+MAX_PER_PASS = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,9 +81,14 @@ def may_preempt(
     return ran_s >= min_runtime_s
 
 
+def ranked(rank: int, priority: int) -> int:
+    """The queue's priority: the class's rank first, then the session's own priority."""
+    return rank * 1000 + priority
+
+
 def plan_preemptions(
     winners: Sequence[Winner], candidates: Sequence[Candidate], nodes: Sequence[Node],
-    config: SchedulerConfig, now: float, limit: int = 16,
+    config: SchedulerConfig, now: float, limit: int = MAX_PER_PASS,
 ) -> list[Preemption]:
     """At most ``limit`` preemptions, for ``winners`` in the order given (the queue's).
 
@@ -192,7 +202,7 @@ class _Planner:
         """Later winners plan as if ``plan``'s victims were gone and its winner placed."""
         node_id = plan.node_id
         if node_id not in self.copied:
-            self.work[node_id] = _copy(self.work[node_id])
+            self.work[node_id] = copy_node(self.work[node_id])
             self.copied.add(node_id)
         node = self.work[node_id]
         for v in victims:
@@ -336,7 +346,7 @@ def _fewest(
     without it. (``schedule()`` decides each fit; a few comparisons rule out first what it
     would refuse anyway, which is most of the tries.)"""
     order = sorted(lower, key=lambda c: (c.rank, -c.since, c.id))
-    trial = _copy(node)
+    trial = copy_node(node)
     chosen: list[Candidate] = []
     placement = None
     for c in order:
@@ -352,7 +362,7 @@ def _fewest(
         without = [v for v in chosen if v is not c]
         if not _room_of(node, without).could_fit(req):
             continue
-        trial = _copy(node)
+        trial = copy_node(node)
         for v in without:
             _free(trial, v)
         again = _fits(req, trial, config, now)
@@ -366,10 +376,6 @@ def _fits(req: Request, node: Node, config: SchedulerConfig, now: float) -> Plac
     one = replace(config, policy=Policy.FIFO)
     result = schedule([replace(req, user="")], [node], {}, one, now)
     return result.placements[0] if result.placements else None
-
-
-def _copy(node: Node) -> Node:
-    return replace(node, devices=[replace(d) for d in node.devices])
 
 
 def _device(node: Node, index: int) -> Device | None:

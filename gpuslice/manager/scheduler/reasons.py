@@ -1,9 +1,16 @@
-"""Why a request waits, in words a user can act on. Computed on the state at the end of a pass."""
+"""Why a session waits, in words a user can act on: every PENDING reason is written here.
+
+The core's (capacity, quotas, fifo, held capacity) are computed on the state at the end of a
+pass; the manager's (a new session's, ``--begin``, a winner holding capacity, a preempted
+session back in the queue) are put in words by the functions at the end of this module, which
+the manager's services call.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from gpuslice.common.resources import Resources, format_cpu, format_fgpu, format_mem
 from gpuslice.manager.scheduler.model import Quota, Request, WaitCode, groups_of
@@ -76,6 +83,11 @@ def quota_over(want: Resources, user: Usage) -> QuotaOver | None:
     if quota.max_mem is not None and user.mem + want.mem > quota.max_mem:
         return ("mem", user.mem, quota.max_mem, want.mem)
     return None
+
+
+def quota_words(project: str | None, over: QuotaOver) -> str:
+    """``quota_over``'s answer for the user's quota (``project`` None) or a project's."""
+    return quota_text("user quota" if project is None else f"project {project}", over)
 
 
 def quota_text(whose: str, over: QuotaOver) -> str:
@@ -215,3 +227,65 @@ def _over_quota(
         f"{whose}: {fmt(in_use)} of {fmt(limit)}{unit} in use; "
         f"this session needs {fmt(asked)}{unit} more"
     )
+
+
+def fifo_wait(ahead: int) -> str:
+    """fifo: the request waits behind ``ahead`` earlier ones of its resource group."""
+    return f"waiting behind {ahead} earlier session{'s' if ahead != 1 else ''} (fifo)"
+
+
+def held_for_it(node: str, gpus: Sequence[int], free_in: float | None) -> str:
+    """backfill: appended to the reason of a request capacity is held for, on ``node`` (its
+    GPUs ``gpus``; none: cpu and memory only), expected to be enough in ``free_in`` seconds
+    (None: not known)."""
+    where = node + (f" GPU {', '.join(str(i) for i in gpus)}" if gpus else "")
+    if free_in is None:
+        return f"; capacity on {where} is held for it"
+    return f"; capacity on {where} is held for it, expected to be free in {_duration(free_in)}"
+
+
+# backfill: appended to the reason of the others of a resource group where capacity is held
+HELD_AHEAD = ("; some capacity is held for sessions ahead of it (a session whose time limit "
+              "ends before that capacity is needed may use it)")
+
+# ------------------------------------------------------------ the manager's words
+
+# A session just created, until a pass has looked at it.
+QUEUED = "waiting for the scheduler"
+
+
+def begin_reason(begin_at: datetime, now: datetime) -> str:
+    """``starts at 22:00 UTC, as asked`` (the day too when it is not today). No countdown:
+    the reason stays the same from pass to pass, so waiting costs no write per pass (the
+    CLI and the console show the time left from ``begin_at``)."""
+    at = begin_at.astimezone(UTC)
+    when = at.strftime("%H:%M UTC") if at.date() == now.astimezone(UTC).date() else (
+        at.strftime("%Y-%m-%d %H:%M UTC"))
+    return f"starts at {when}, as asked"
+
+
+def preempting(node_name: str) -> str:
+    """A winner's reason while its victims stop."""
+    return (f"preempting lower-priority sessions on node {node_name}: waiting for them to "
+            "stop; their capacity is held for it")
+
+
+def requeued(stop_reason: str) -> str:
+    """A preempted session whose container is gone, back in the queue (``stop_reason``: why it
+    was stopped)."""
+    return f"{stop_reason}; back in the queue in its place"
+
+
+def after_preemption(preempt_reason: str | None, reason: str) -> str:
+    """A PENDING session's reason: after a preemption, why it is back in the queue first."""
+    if preempt_reason:
+        return f"{preempt_reason}; back in the queue: {reason}"
+    return reason
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(max(0.0, seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    return f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"

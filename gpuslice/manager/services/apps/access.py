@@ -26,9 +26,10 @@ from gpuslice.manager.db.models import SessionRow, UserRow
 from gpuslice.manager.errors import Conflict, Forbidden
 from gpuslice.manager.security import token_digest
 from gpuslice.manager.services import auth
-from gpuslice.manager.services.apps import catalog, origins
-from gpuslice.manager.services.apps.catalog import SessionApp
+from gpuslice.manager.services.apps import origins
 from gpuslice.manager.services.apps.origins import AppOrigin
+from gpuslice.manager.services.images import app_catalog as catalog
+from gpuslice.manager.services.images.app_catalog import SessionApp
 from gpuslice.manager.services.sessions.views import get_visible
 from gpuslice.manager.settings import AppsSettings
 

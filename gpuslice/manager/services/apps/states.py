@@ -16,9 +16,10 @@ from gpuslice.common.schemas.agents import (
 from gpuslice.common.schemas.apps import AppList, AppPublic
 from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.errors import AgentTimeout, Conflict
-from gpuslice.manager.services.apps import access, catalog, origins
-from gpuslice.manager.services.apps.catalog import SessionApp
+from gpuslice.manager.services.apps import access, origins
 from gpuslice.manager.services.channel import Channel
+from gpuslice.manager.services.images import app_catalog as catalog
+from gpuslice.manager.services.images.app_catalog import SessionApp
 from gpuslice.manager.settings import ManagerSettings
 
 LOG_LINES = 20  # of a failed app's output, in the error that says it failed

@@ -37,7 +37,7 @@ from gpuslice.manager.db.models import AllocationRow, NodeRow, SessionRow, UserR
 from gpuslice.manager.errors import IllegalTransition, StaleStatus
 from gpuslice.manager.events import Hub
 from gpuslice.manager.services import channel, priorities
-from gpuslice.manager.services.apps import catalog as apps_catalog
+from gpuslice.manager.services.images import app_catalog
 from gpuslice.manager.services.images.reports import pulls_for, removals_for
 from gpuslice.manager.services.lifecycle import transition
 from gpuslice.manager.services.storage import mounts
@@ -113,7 +113,7 @@ async def _build(
     rows = (await db.execute(_HOLDING, {"node": node_id})).all()
     pulls = await pulls_for(db, node_id, {row.image for row, _owner in rows})
     sendable = [(row, owner) for row, owner in rows if _sendable(row, owner)]
-    metas = {image: await apps_catalog.image_meta(db, image)
+    metas = {image: await app_catalog.image_meta(db, image)
              for image in {row.image for row, _owner in sendable if row.start_apps}}
     folders = await mounts.assignment_mounts(db, [row for row, _owner in sendable])
     graces = {name: rule.grace_s for name, rule in (await priorities.rules(db)).items()}
@@ -158,7 +158,7 @@ def _assignment(
     status = SessionStatus(row.status)
     apps = []
     if row.start_apps and row.app_secret and row.image in metas:  # to start once it runs
-        apps = apps_catalog.launches(row.id, row.app_secret, metas[row.image], row.start_apps)
+        apps = app_catalog.launches(row.id, row.app_secret, metas[row.image], row.start_apps)
     return Assignment(
         session_id=row.id, name=row.name, owner=owner, image=row.image,
         type=SessionType(row.type), command=row.command, status=status,

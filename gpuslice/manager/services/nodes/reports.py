@@ -16,6 +16,7 @@ from gpuslice.common.schemas.agents import StateReport
 from gpuslice.common.schemas.sessions import FINAL, SessionResult, SessionStatus, SessionType
 from gpuslice.manager.db.models import SessionRow
 from gpuslice.manager.errors import InvalidRequest, NotFound, StaleStatus
+from gpuslice.manager.scheduler.reasons import requeued
 from gpuslice.manager.services.lifecycle import note, transition
 
 S = SessionStatus
@@ -96,7 +97,7 @@ async def _requeue(db: AsyncSession, row: SessionRow) -> None:
     queue (its ``created_at`` is kept), its capacity released for the winner that holds it.
     Its output in its folders stays; it starts again by itself."""
     await transition(
-        db, row, S.PENDING, f"{row.status_reason}; back in the queue in its place",
+        db, row, S.PENDING, requeued(row.status_reason),
         node_reported=True, node_id=None, preempted_by=None, running_since=None,
         preemptions=(row.preemptions or 0) + 1, result=None, exit_code=None,
         # asked by GPU memory: its slice is chosen again where it lands next

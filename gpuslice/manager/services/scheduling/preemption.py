@@ -1,7 +1,8 @@
 """Preemption in the scheduling pass: held capacity, choosing victims, and stopping them.
 
-A pass (``passes.run_pass``) schedules through ``schedule_with_holds`` and, once its
-placements are applied, calls ``preempt``:
+A pass (``passes.run_pass``) schedules through the pure core's ``schedule_with_holds``
+(``scheduler/holds.py``), with the holds ``snapshot.holds_of`` reads from the PENDING sessions'
+rows, and, once its placements are applied, calls ``preempt``:
 
 1. ``preempt`` takes the requests still waiting for capacity whose class outranks some RUNNING
    session that may be preempted (a batch session past its class's minimum runtime, or an
@@ -30,9 +31,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -47,110 +46,24 @@ from gpuslice.manager.scheduler import (
     PassResult,
     Request,
     SchedulerConfig,
-    UserState,
     WaitCode,
     Waiting,
     queue_order,
-    schedule,
 )
+from gpuslice.manager.scheduler.holds import with_holds
 from gpuslice.manager.scheduler.preemption import (
+    MAX_PER_PASS,
     Candidate,
     Winner,
     may_preempt,
     plan_preemptions,
 )
+from gpuslice.manager.scheduler.reasons import preempting
 from gpuslice.manager.services.lifecycle import note, transition
 from gpuslice.manager.services.priorities import NONE, ClassRule
-
-if TYPE_CHECKING:
-    from gpuslice.manager.services.scheduling.passes import Snapshot
+from gpuslice.manager.services.scheduling.snapshot import Snapshot, holds_of
 
 log = logging.getLogger(__name__)
-# Winners one pass may preempt for (each its own transaction); the rest wait for the next pass.
-MAX_PER_PASS = 16
-
-
-@dataclass(frozen=True, slots=True)
-class Hold:
-    """Capacity held for a winner on one node: its cpu and memory, and its planned slices."""
-
-    node_id: str
-    resources: Resources
-    slices: tuple[tuple[int, int], ...]
-
-
-def holds_of(pending: Mapping[str, SessionRow]) -> dict[str, Hold]:
-    """The holds of the PENDING sessions (winners whose victims are stopping)."""
-    return {
-        row.id: Hold(row.held_node_id, Resources(0, row.cpu, row.mem),
-                     tuple((int(i), int(g)) for i, g in row.held_slices or ()))
-        for row in pending.values() if row.held_node_id is not None
-    }
-
-
-def schedule_with_holds(
-    requests: Sequence[Request], nodes: Sequence[Node], users: Mapping[str, UserState],
-    config: SchedulerConfig, now: float, holds: Mapping[str, Hold],
-    projects: Mapping[str, UserState] | None = None,
-) -> PassResult:
-    """``schedule()``, with each hold's capacity kept for its winner: winners are tried first,
-    each on its held node only; what they hold and did not take yet is used by no one else.
-    ``projects``: the projects' quotas and usage by name, as ``schedule()`` takes them."""
-    by_id = {n.id: n for n in nodes}
-    holders = [r for r in queue_order(requests) if r.id in holds and holds[r.id].node_id in by_id]
-    if not holders:
-        return schedule(requests, nodes, users, config, now, projects)
-    projects = dict(projects or {})
-    held_on = {holds[r.id].node_id for r in holders}
-    work = {node_id: _copy(by_id[node_id]) for node_id in held_on}
-    users = dict(users)
-    placed = PassResult()
-    left: list[Request] = []
-    for i, req in enumerate(holders):
-        node = work[holds[req.id].node_id]
-        view = _copy(node)
-        for other in [*left, *holders[i + 1:]]:  # other winners' holds here stay theirs
-            if holds[other.id].node_id == node.id:
-                _add(view, holds[other.id])
-        one = schedule([req], [view], users, config, now, projects)
-        if one.placements:
-            placement = one.placements[0]
-            placed.placements.append(placement)
-            _add(node, Hold(node.id, placement.resources,
-                            tuple((s.index, s.gpu) for s in placement.slices)))
-            users = _count(users, req.user, placement.resources)
-            if req.project is not None:
-                projects = _count(projects, req.project, placement.resources)
-        else:
-            left.append(req)
-    for req in left:
-        _add(work[holds[req.id].node_id], holds[req.id])
-    holder_ids = {h.id for h in holders}
-    others = [r for r in requests if r.id not in holder_ids]
-    rest = schedule(others, [work.get(n.id, n) for n in nodes], users, config, now, projects)
-    placed.placements.extend(rest.placements)
-    placed.waiting.update(rest.waiting)
-    if not left:  # the rest's positions are already right: no holder waits among them
-        return placed
-    for req in left:
-        name = work[holds[req.id].node_id].name
-        placed.waiting[req.id] = Waiting(req.id, WaitCode.PREEMPTING, holding(name), 0)
-    return _renumbered(placed, requests)
-
-
-async def still_stopping(db: AsyncSession, pending: Sequence[SessionRow]) -> set[str]:
-    """Of the PENDING winners holding capacity, those with a victim still stopping, read with
-    them (one consistent view: a victim's requeue releases its capacity in the same
-    transaction)."""
-    holders = [row.id for row in pending if row.held_node_id is not None]
-    if not holders:
-        return set()
-    found = await db.scalars(
-        select(SessionRow.preempted_by).distinct()
-        .where(SessionRow.preempted_by.in_(holders),
-               SessionRow.status == SessionStatus.TERMINATING)
-    )
-    return {winner for winner in found if winner is not None}
 
 
 async def preempt(
@@ -179,7 +92,7 @@ async def preempt(
     nodes = snap.nodes if reload is None else await reload(db)
     await db.commit()
     holding_now = holds_of({k: row for k, row in pending.items() if k in result.waiting})
-    nodes = _with_holds(nodes, holding_now.values())  # a new winner never plans on another's hold
+    nodes = with_holds(nodes, holding_now.values())  # a new winner never plans on another's hold
     plans = plan_preemptions(
         [Winner(r, ranks[r.id]) for r in queue_order([requests[row.id] for row in winners])],
         candidates, nodes, config, now, MAX_PER_PASS,
@@ -194,7 +107,7 @@ async def preempt(
             done += 1
             w = result.waiting[winner.id]
             result.waiting[winner.id] = Waiting(
-                w.request_id, WaitCode.PREEMPTING, holding(names[plan.node_id]), w.position)
+                w.request_id, WaitCode.PREEMPTING, preempting(names[plan.node_id]), w.position)
     return done
 
 
@@ -214,19 +127,6 @@ def victims_named(winner: SessionRow, victims: Sequence[SessionRow]) -> str:
     if others:
         own.append(f"{others} session{'s' if others > 1 else ''} of other users")
     return ", ".join(own)
-
-
-def waiting_reason(row: SessionRow, reason: str) -> str:
-    """A PENDING session's reason: after a preemption, why it is back in the queue first."""
-    if row.preempt_reason:
-        return f"{row.preempt_reason}; back in the queue: {reason}"
-    return reason
-
-
-def holding(node_name: str) -> str:
-    """A winner's reason while its victims stop."""
-    return (f"preempting lower-priority sessions on node {node_name}: waiting for them to "
-            "stop; their capacity is held for it")
 
 
 # ------------------------------------------------------------ helpers
@@ -340,57 +240,3 @@ async def _drop_stale_holds(
 
 def _rule(classes: Mapping[str, ClassRule], name: str | None) -> ClassRule:
     return classes.get(name, NONE) if name is not None else NONE
-
-
-def ranked(rank: int, priority: int) -> int:
-    """The queue's priority: the class's rank first, then the session's own priority."""
-    return rank * 1000 + priority
-
-
-def _with_holds(nodes: Sequence[Node], holds: Iterable[Hold]) -> list[Node]:
-    by_node: dict[str, list[Hold]] = {}
-    for hold in holds:
-        by_node.setdefault(hold.node_id, []).append(hold)
-    out = []
-    for node in nodes:
-        if node.id in by_node:
-            node = _copy(node)
-            for hold in by_node[node.id]:
-                _add(node, hold)
-        out.append(node)
-    return out
-
-
-def _copy(node: Node) -> Node:
-    return replace(node, devices=[replace(d) for d in node.devices])
-
-
-def _add(node: Node, hold: Hold) -> None:
-    """Count ``hold`` as used on ``node``, never beyond its capacity."""
-    node.cpu_used = min(node.cpu, node.cpu_used + hold.resources.cpu)
-    node.mem_used = min(node.mem, node.mem_used + hold.resources.mem)
-    for index, gpu in hold.slices:
-        for device in node.devices:
-            if device.index == index:
-                device.used = min(node.device_capacity, device.used + gpu)
-
-
-def _count(users: dict[str, UserState], uid: str, res: Resources) -> dict[str, UserState]:
-    user = users.get(uid)
-    if user is not None:
-        used = Resources(user.used.gpu + res.gpu, user.used.cpu + res.cpu,
-                         user.used.mem + res.mem)
-        users[uid] = UserState(user.quota, user.sessions + 1, used, user.used_models)
-    return users
-
-
-def _renumbered(result: PassResult, requests: Sequence[Request]) -> PassResult:
-    """Queue positions (per pool, 1-based) over holders and the rest together."""
-    positions: dict[str, int] = {}
-    for req in queue_order(requests):
-        w = result.waiting.get(req.id)
-        if w is not None:
-            positions[req.pool] = positions.get(req.pool, 0) + 1
-            result.waiting[req.id] = Waiting(w.request_id, w.code, w.reason,
-                                             positions[req.pool])
-    return result

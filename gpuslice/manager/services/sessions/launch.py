@@ -17,13 +17,13 @@ from gpuslice.manager.db.base import new_id, utcnow
 from gpuslice.manager.db.models import ProjectRow, ResourcePolicyRow, SessionRow, UserRow
 from gpuslice.manager.errors import InvalidRequest, StaleStatus
 from gpuslice.manager.scheduler import Quota, check_request
+from gpuslice.manager.scheduler.reasons import QUEUED
 from gpuslice.manager.services import priorities
-from gpuslice.manager.services.apps import catalog as apps_catalog
-from gpuslice.manager.services.images import catalog
+from gpuslice.manager.services.images import app_catalog, catalog
 from gpuslice.manager.services.lifecycle import note, record_created, transition
 from gpuslice.manager.services.policies import quota_of
 from gpuslice.manager.services.projects.launch import launch_project, project_quota
-from gpuslice.manager.services.scheduling.passes import alive_nodes, asked_request
+from gpuslice.manager.services.scheduling.snapshot import alive_nodes, asked_request
 from gpuslice.manager.services.sessions.views import created_public, describe_many, visible
 from gpuslice.manager.services.storage import mounts
 from gpuslice.manager.services.timelimits.limits import (
@@ -33,8 +33,6 @@ from gpuslice.manager.services.timelimits.limits import (
     time_limit_for,
 )
 from gpuslice.manager.settings import ManagerSettings, SessionSettings
-
-QUEUED = "waiting for the scheduler"
 
 
 async def create_sessions(
@@ -62,7 +60,7 @@ async def create_sessions(
             gpu_mem=body.resources.gpu_mem, folders=checked.folders,
             project_id=checked.project.id, pool=checked.pool,
             gpu_model=body.gpu_model, status=SessionStatus.PENDING, status_reason=QUEUED,
-            app_secret=apps_catalog.new_secret(), start_apps=checked.start_apps or None,
+            app_secret=app_catalog.new_secret(), start_apps=checked.start_apps or None,
             # one microsecond apart: the queue (and listings) keep the order they were asked in
             created_at=now + timedelta(microseconds=i), updated_at=now,
         )
@@ -105,7 +103,7 @@ async def check_create(
     # refused here, as in a preview: the project's maximum and the settings' both hold
     time_limit_for(body, bounds_for(project, settings.sessions))
     check_begin(body.begin_at, utcnow())
-    start_apps = apps_catalog.check_startable(image.meta, body.apps, image.reference)
+    start_apps = app_catalog.check_startable(image.meta, body.apps, image.reference)
     folders = await mounts.resolve(db, user, body.folders)
     return Checked(image.reference, folders, start_apps, project, pool)
 

@@ -18,17 +18,15 @@ from gpuslice.common.resources import fgpu_decimal
 from gpuslice.common.schemas.sessions import GpuModelShape, SessionCreate, SessionPreview
 from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.scheduler import Node
+from gpuslice.manager.scheduler.holds import schedule_with_holds
+from gpuslice.manager.scheduler.preemption import ranked
 from gpuslice.manager.services import priorities
 from gpuslice.manager.services.projects.launch import project_states
-from gpuslice.manager.services.scheduling.passes import (
+from gpuslice.manager.services.scheduling.snapshot import (
     asked_request,
+    holds_of,
     load_snapshot,
     user_states,
-)
-from gpuslice.manager.services.scheduling.preemption import (
-    holds_of,
-    ranked,
-    schedule_with_holds,
 )
 from gpuslice.manager.services.sessions.launch import check_create
 from gpuslice.manager.settings import ManagerSettings

@@ -29,7 +29,7 @@ from gpuslice.common.storage_paths import from_raw, raw_form, shown
 from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.services.storage import archive
-from gpuslice.manager.services.storage.folders import Access
+from gpuslice.manager.services.storage.access import Access
 from gpuslice.manager.services.storage.fs import FILE_MODE, Entry, StorageFS, rule
 from gpuslice.manager.services.storage.fs import rule_or_root as rule_dir
 from gpuslice.manager.services.storage.usage import add_usage, room_for

@@ -1,7 +1,8 @@
-"""Folders: who may use which (the one rule), creating, renaming, deleting, sharing.
+"""Folders: who may use which (the one rule, ``get_access``), listing, creating, renaming,
+deleting (sharing is ``grants.py``).
 
-Access (``Access.level``): ``owner`` for a user's own folders and, for admins, shared folders;
-``rw`` / ``ro`` through a grant; ``rw`` for a project's folder to its members; nothing
+Access (``access.Access.level``): ``owner`` for a user's own folders and, for admins, shared
+folders; ``rw`` / ``ro`` through a grant; ``rw`` for a project's folder to its members; nothing
 otherwise, answered exactly like a folder that does not exist (404, same message) so nobody
 learns another user's (or another project's) folders exist. Admins get no access to users' own
 folders: those hold people's data.
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -31,32 +31,11 @@ from gpuslice.manager.db.models import (
 from gpuslice.manager.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from gpuslice.manager.services.projects.service import get_project, member_of
 from gpuslice.manager.services.storage import grants
+from gpuslice.manager.services.storage.access import Access
 from gpuslice.manager.services.storage.fs import StorageFS
 
 log = logging.getLogger(__name__)
 SHARED = "shared"
-
-
-@dataclass(frozen=True, slots=True)
-class Access:
-    """A folder and what the caller may do with it."""
-
-    folder: FolderRow
-    level: str  # owner | rw | ro
-    admin: bool = False  # the caller is an admin (who may learn which users exist)
-
-    @property
-    def writable(self) -> bool:
-        return self.level in ("owner", "rw")
-
-    def require_write(self) -> None:
-        if not self.writable:
-            raise Forbidden(f"folder {self.folder.name} is shared with you read-only",
-                            code="read_only")
-
-    def require_owner(self, what: str) -> None:
-        if self.level != "owner":
-            raise Forbidden(f"only the owner of folder {self.folder.name} may {what}")
 
 
 async def get_access(db: AsyncSession, user: UserRow, folder_id: str) -> Access:

@@ -11,7 +11,6 @@ every user anyway, name users by username or id and are told when none exists.
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
@@ -21,9 +20,7 @@ from gpuslice.common.schemas.storage import FolderGrantCreate, FolderGrantPublic
 from gpuslice.common.schemas.users import USERNAME_PATTERN
 from gpuslice.manager.db.models import FolderGrantRow, FolderInviteRow, UserRow
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
-
-if TYPE_CHECKING:
-    from gpuslice.manager.services.storage.folders import Access
+from gpuslice.manager.services.storage.access import Access
 
 _USERNAME = re.compile(USERNAME_PATTERN)
 _BATCH = 1000  # names per query: within every database's limit on bound parameters

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -13,6 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from gpuslice.common.schemas.sessions import HOLDING
 from gpuslice.manager.db.models import AllocationRow, SessionRow
 from gpuslice.manager.scheduler import Node, Running, WaitCode, Waiting
+from gpuslice.manager.scheduler.reasons import begin_reason
 
 
 def not_yet(rows: Iterable[SessionRow], now: datetime) -> dict[str, Waiting]:
@@ -23,16 +24,6 @@ def not_yet(rows: Iterable[SessionRow], now: datetime) -> dict[str, Waiting]:
         if row.begin_at is not None and row.begin_at > now:
             out[row.id] = Waiting(row.id, WaitCode.BEGIN, begin_reason(row.begin_at, now), 0)
     return out
-
-
-def begin_reason(begin_at: datetime, now: datetime) -> str:
-    """``starts at 22:00 UTC, as asked`` (the day too when it is not today). No countdown:
-    the reason stays the same from pass to pass, so waiting costs no write per pass (the
-    CLI and the console show the time left from ``begin_at``)."""
-    at = begin_at.astimezone(UTC)
-    when = at.strftime("%H:%M UTC") if at.date() == now.astimezone(UTC).date() else (
-        at.strftime("%Y-%m-%d %H:%M UTC"))
-    return f"starts at {when}, as asked"
 
 
 async def attach_running(db: AsyncSession, nodes: list[Node], now: datetime) -> None:

@@ -15,7 +15,7 @@ from gpuslice.manager.errors import NotFound
 from gpuslice.manager.events import Hub
 from gpuslice.manager.scheduler import Node
 from gpuslice.manager.services.nodes.views import public_node
-from gpuslice.manager.services.scheduling.passes import alive_nodes
+from gpuslice.manager.services.scheduling.snapshot import alive_nodes
 
 
 async def list_groups(db: AsyncSession) -> list[GroupPublic]:
