@@ -31,7 +31,7 @@ log = logging.getLogger("gpuslice.agent")
 # How long a long-poll of the assignments waits for a change. Each wait that ends unchanged is an
 # answer built in full for nothing: at 50 s a 1,000-node fleet costs the manager 20 of those a
 # second, not 40 (about a tenth of its CPU, bench/agents.py). Proxies in between must allow it
-# (the README's nginx example: 120 s); the manager accepts up to 60.
+# (the nginx example in docs/operations.md: 120 s); the manager accepts up to 60.
 LONG_POLL_S = 50.0
 RECONCILE_SAFETY_S = 10.0
 

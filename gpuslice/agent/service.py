@@ -145,7 +145,7 @@ class Agent:
             if not _private_link(self.link.manager_url):
                 self.say("agent: warning: the link to the manager is plain HTTP; its "
                          "credential and sessions' environment cross the network readable: "
-                         "serve the manager over HTTPS (README: \"TLS\")")
+                         "serve the manager over HTTPS (docs/operations.md: \"TLS\")")
             self.ready.set()
             loops = Loops(self.settings, self.link, self.runtime, self.steps, self.requests,
                           sampler, heartbeat_now=self._heartbeat_now, say=self.say)
