@@ -266,6 +266,10 @@ export async function openLaunch(me) {
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    // a preview asked before LAUNCH answers for an older form: dropped, so that its answer,
+    // landing after LAUNCH's refusal, cannot wipe the refusal's error away
+    clearTimeout(previewTimer);
+    asked += 1;
     const request = body();
     submit.disabled = true;
     try {
