@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from gpuslice.client import Client
+from tests.conftest import seed_database
 from tests.ports import free_port
 from tests.waits import scaled
 
@@ -37,8 +38,9 @@ class Manager:
 
 
 @pytest.fixture
-def manager(tmp_path: Path) -> Iterator[Manager]:
+def manager(tmp_path: Path, sqlite_at_head: Path) -> Iterator[Manager]:
     """A manager whose admin owns three PENDING sessions."""
+    seed_database(tmp_path / "data", sqlite_at_head)
     port = free_port()
     home = tmp_path / "home"
     (home / ".config").mkdir(parents=True)

@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from gpuslice.client import ApiError, Client
+from tests.conftest import seed_database
 from tests.dockerd import (
     base_image,
     docker_ready,
@@ -256,17 +257,22 @@ def platforms() -> Iterator[list[Platform]]:
 
 
 @pytest.fixture
-def platform(base_image: str, tmp_path: Path, platforms: list[Platform]) -> Platform:
+def platform(base_image: str, tmp_path: Path, platforms: list[Platform], sqlite_at_head: Path,
+             ) -> Platform:
     """`gpuslice up` with one mock 8 GiB GPU and 2 fGPU per GPU."""
     plat = new_platform(tmp_path)
+    seed_database(plat.data_dir, sqlite_at_head)
     platforms.append(plat)
     plat.start_up()
     return plat
 
 
 @pytest.fixture(scope="module")
-def _module_up(base_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
-    yield from run_up(tmp_path_factory.mktemp("up"))
+def _module_up(base_image: str, tmp_path_factory: pytest.TempPathFactory,
+               sqlite_at_head: Path) -> Iterator[Platform]:
+    place = tmp_path_factory.mktemp("up")
+    seed_database(place / "data", sqlite_at_head)
+    yield from run_up(place)
 
 
 @pytest.fixture
