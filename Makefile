@@ -46,7 +46,8 @@ up: host venv web
 
 # Everything: lint, then the tests marked docker or bench (GPUSLICE_TEST_DOCKER_WORKERS
 # processes) and the cluster, beside all the others (on SQLite, then the manager's tests on
-# PostgreSQL, in GPUSLICE_TEST_WORKERS processes): tools/test-passes.sh.
+# PostgreSQL, in GPUSLICE_TEST_WORKERS processes): tools/test-passes.sh. Each test's wall and
+# CPU time go to tests/artifacts/times (`python3 tools/test-times.py tests/artifacts/times`).
 test: host-test venv web images lint
 	bash tools/test-passes.sh
 

@@ -9,12 +9,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.dockerd import PrivateDockerd
-from tests.waits import scaled
+from tests.waits import scaled, wait_for
 
 from .conftest import GPUSLICE, Platform, Process, new_platform, run_split
 
@@ -43,6 +45,14 @@ def containers(engine: PrivateDockerd, node: str) -> dict[str, str]:
     return {sid: cid for cid, sid in (line.split() for line in out.splitlines() if line)}
 
 
+def _swept_since(plat: Platform, moment: datetime) -> bool:
+    """Whether the manager's node sweep (GET /api/v1/health/loops) ended a pass after
+    ``moment``."""
+    loops = httpx.get(f"{plat.url}/api/v1/health/loops", timeout=10).json()["loops"]
+    last = loops["node_sweep"]["last_pass_at"]
+    return last is not None and datetime.fromisoformat(last) > moment
+
+
 def node_of(plat: Platform) -> dict:
     [node] = json.loads(plat.ok("node", "list", "--json"))
     return node
@@ -60,7 +70,10 @@ def test_docker_stopped_under_running_sessions_loses_none(
 
     engine.stop()  # live-restore: the containers keep running without their engine
     up.wait_for("agent: lost the Docker Engine")
-    time.sleep(2 * 6)  # two node timeouts: long enough to be called lost, were it not seen
+    # a sweep of lost nodes that ended two node timeouts later: it would have called the node
+    # lost, were the agent's heartbeats not seen
+    swept_after = datetime.now(UTC) + timedelta(seconds=2 * 6)
+    wait_for(lambda: _swept_since(plat, swept_after), 60, "a node sweep two node timeouts on")
     node = node_of(plat)
     assert node["status"] == "ALIVE"
     assert node["engine_error"].startswith("the Docker Engine is not running")
