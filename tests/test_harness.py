@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -33,5 +34,6 @@ def test_tests_started_with_ctrl_c_ignored_still_press_it_on_their_children(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--rootdir", str(ROOT),
          "--confcutdir", str(ROOT / "tests"), "-c", str(ROOT / "pyproject.toml"),
          "-p", "tests.conftest", str(tmp_path / "test_child.py")],
-        cwd=ROOT, capture_output=True, text=True, preexec_fn=_ignore_ctrl_c, timeout=120)
+        cwd=ROOT, capture_output=True, text=True, preexec_fn=_ignore_ctrl_c, timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "GPUSLICE_TEST_TIMES"})
     assert done.returncode == 0, done.stdout + done.stderr

@@ -83,6 +83,14 @@ export async function openLaunch(me) {
     return { use, ro, row: h("div", null, use, h("label", { for: "folder-" + f.id }, " " + f.name + " "),
       h("label", { class: "muted" }, ro, " read-only")) };
   });
+  // What the GPU slider says comes and goes with each preview and each refusal: the block it
+  // sits in never grows shorter while the dialog is open (holdHeight, before each change), so
+  // that nothing below it moves up under the user's pointer as an answer lands.
+  const feedback = h("div", { class: "feedback", id: "launch-gpu-feedback" }, slice, warning, shape, fit, errors.gpu);
+  function holdHeight() {
+    const now = feedback.offsetHeight;  // 0 until the dialog shows: the stylesheet's least height
+    if (now > (parseFloat(feedback.style.minHeight) || 0)) feedback.style.minHeight = now + "px";
+  }
   const recent = h("div", { class: "recent", id: "launch-recent" });
   const submit = h("button", { type: "submit", class: "primary", id: "launch-submit" }, "LAUNCH");
   const form = h("form", { novalidate: true },
@@ -99,10 +107,7 @@ export async function openLaunch(me) {
     h("div", { class: "field" }, h("label", { for: "launch-preset" }, "Resource preset"), preset,
       h("div", { class: "hint" }, "CPU and memory below; change them for a custom size")),
     h("div", { class: "field" }, h("label", { for: "launch-gpu" }, "GPU (fGPU)"),
-      gpuRange, " ", gpu,
-      // what the slider says comes and goes with each preview: in a block of a fixed least
-      // height, so that nothing below it moves under the user's pointer as an answer lands
-      h("div", { class: "feedback", id: "launch-gpu-feedback" }, slice, warning, shape, fit, errors.gpu)),
+      gpuRange, " ", gpu, feedback),
     h("div", { class: "field" }, h("label", { for: "launch-count" }, "Sessions"), countRange, " ", count, errors.count),
     h("div", { class: "row" },
       h("div", { class: "field" }, h("label", { for: "launch-cpu" }, "CPU (cores)"), cpu, errors.cpu),
@@ -138,6 +143,7 @@ export async function openLaunch(me) {
     showMinimums();
   }
   function showSlice() {
+    holdHeight();
     slice.textContent = sliceText(gpu.value, gpuModels);
     warning.textContent = gpuWarning(gpu.value, chosen());
   }
@@ -181,6 +187,7 @@ export async function openLaunch(me) {
     return out;
   }
   function showErrors(err) {
+    holdHeight();
     for (const line of Object.values(errors)) line.textContent = "";
     if (err) errors[fieldOf(err.field)].textContent = err.message;
   }
@@ -209,6 +216,7 @@ export async function openLaunch(me) {
         answer.reason ? h("span", { class: "reason" }, "#" + answer.queue_position + ": " + answer.reason) : null);
     } catch (err) {
       if (mine !== asked) return;
+      holdHeight();
       clear(fit);
       showErrors(err);
     }
