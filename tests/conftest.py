@@ -16,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -251,8 +252,8 @@ def pytest_runtest_makereport(
     report = yield
     if report.failed:  # type: ignore[attr-defined]
         item.stash[FAILED] = True
-        browser = getattr(item, "funcargs", {}).get("browser")
-        if browser is not None and "sync_api" in type(browser).__module__:
+        browser = _sync_browser(item)
+        if browser is not None:
             shots = screenshots(browser, item.name)
             if shots:
                 report.sections.append(  # type: ignore[attr-defined]
@@ -263,12 +264,13 @@ def pytest_runtest_makereport(
 def screenshots(browser: object, name: str) -> list[str]:
     """A PNG of each page open in ``browser`` (Playwright's sync API), in the artifacts
     folder: their paths, or why one could not be taken."""
-    folder = Path(os.environ.get("GPUSLICE_ARTIFACTS", Path(__file__).parent / "artifacts"))
-    folder.mkdir(parents=True, exist_ok=True)
+    from tests.browser import ARTIFACTS
+
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
     said = []
     pages = [p for c in browser.contexts for p in c.pages]  # type: ignore[attr-defined]
     for number, page in enumerate(pages):
-        path = folder / f"failed-{name}-{number}.png"[:200]
+        path = ARTIFACTS / f"failed-{name}-{number}.png"[:200]
         try:
             page.screenshot(path=str(path))
             said.append(f"{page.url}: {path}")
@@ -277,14 +279,21 @@ def screenshots(browser: object, name: str) -> list[str]:
     return said
 
 
+def _sync_browser(item: pytest.Item) -> Any:
+    """The test's ``browser`` fixture when it is a Chromium of Playwright's sync API, else
+    None (the manager's tests drive the async API: their fixture does its own)."""
+    browser = getattr(item, "funcargs", {}).get("browser")
+    return browser if browser is not None and "sync_api" in type(browser).__module__ else None
+
+
 @pytest.fixture(autouse=True)
 def _close_browser_contexts(request: pytest.FixtureRequest) -> Iterator[None]:
     """The pages a test opened in a module's Chromium (Playwright's sync API) are closed after
     it: a console page left open goes on polling and streaming from its platform for the rest
     of the module, on a machine the suite keeps busy."""
     yield
-    browser = getattr(request.node, "funcargs", {}).get("browser")
-    if browser is None or "sync_api" not in type(browser).__module__:
+    browser = _sync_browser(request.node)
+    if browser is None:
         return
     for context in list(browser.contexts):
         try:
