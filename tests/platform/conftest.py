@@ -130,8 +130,11 @@ class Platform:
 
     def client(self) -> Client:
         """The SDK, with the CLI's stored login."""
-        stored = json.loads(Path(self.env["GPUSLICE_CLIENT_CONFIG"]).read_text())
-        return Client(self.url, stored["token"])
+        return Client(self.url, self._cli_token())
+
+    def _cli_token(self) -> str:
+        """The token of the CLI's stored login."""
+        return str(json.loads(Path(self.env["GPUSLICE_CLIENT_CONFIG"]).read_text())["token"])
 
     def admin_password(self) -> str:
         text = (self.data_dir / "admin-credentials").read_text()
@@ -162,7 +165,7 @@ class Platform:
         """The SDK as whoever the CLI is logged in as now (a test may log in as another user),
         one client per login, kept: waits ask through it in this process, not through a CLI
         process started for each look (~0.3 s of a core apiece)."""
-        token = json.loads(Path(self.env["GPUSLICE_CLIENT_CONFIG"]).read_text())["token"]
+        token = self._cli_token()
         if token not in self._clients:
             self._clients[token] = Client(self.url, token)
         return self._clients[token]
