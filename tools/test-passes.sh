@@ -42,10 +42,11 @@ CLUSTER=(tests/platform/test_cluster.py tests/bench/test_bench.py::test_recovery
 pytest=("$PY" -m pytest -q -p no:cacheprovider)
 
 log=$(mktemp -t gpuslice-db-lane.XXXXXX)
+docker_log=$(mktemp -t gpuslice-docker-lane.XXXXXX)
 db=""
 cleanup() {
     [ -n "$db" ] && kill -- "-$db" 2>/dev/null  # its process group: the lane and its pytests
-    rm -f "$log"
+    rm -f "$log" "$docker_log"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -66,7 +67,7 @@ db_lane() {
 
 if [ "${1:-}" = "--db-lane" ]; then  # the background lane, as run below
     trap - EXIT
-    rm -f "$log"
+    rm -f "$log" "$docker_log"
     db_lane
     exit
 fi
@@ -81,13 +82,21 @@ started=$SECONDS
 (trap - INT QUIT; exec setsid bash "$0" --db-lane) >"$log" 2>&1 &
 db=$!
 
-echo "== docker lane: the tests marked docker or bench ($DOCKER_WORKERS processes, a file each) =="
-time GPUSLICE_TEST_LANE=docker GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$DOCKER_WORKERS" --dist loadfile \
-    -m "docker or bench" --durations=25 tests --ignore "${CLUSTER[0]}" --deselect "${CLUSTER[1]}"
-docker_rc=$?
-echo "== docker lane, cluster: two managers on PostgreSQL, two agents =="
-time GPUSLICE_TEST_LANE=cluster GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" "${CLUSTER[@]}"
-cluster_rc=$?
+# The docker lane's report goes to the terminal as it runs and to $docker_log, so that the
+# failures of every lane can be listed again in the run's last lines (a CI log is often read
+# from its tail).
+{
+    echo "== docker lane: the tests marked docker or bench ($DOCKER_WORKERS processes, a file each) =="
+    time GPUSLICE_TEST_LANE=docker GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" -n "$DOCKER_WORKERS" --dist loadfile \
+        -m "docker or bench" --durations=25 tests --ignore "${CLUSTER[0]}" --deselect "${CLUSTER[1]}"
+    echo "docker_rc=$?" >&3
+    echo "== docker lane, cluster: two managers on PostgreSQL, two agents =="
+    time GPUSLICE_TEST_LANE=cluster GPUSLICE_TEST_PG=$PG_URL "${pytest[@]}" "${CLUSTER[@]}"
+    echo "cluster_rc=$?" >&3
+} 3>"$docker_log.rc" 2>&1 | tee "$docker_log"
+docker_rc=$(sed -n 's/^docker_rc=//p' "$docker_log.rc")
+cluster_rc=$(sed -n 's/^cluster_rc=//p' "$docker_log.rc")
+rm -f "$docker_log.rc"
 wait "$db"
 db_rc=$?
 db=""
@@ -95,5 +104,10 @@ cat "$log"
 read -r busy_end all_end < <(busy)
 echo "== $((SECONDS - started)) s in all; the machine's CPUs were busy" \
      "$(( 100 * (busy_end - busy_start) / (all_end - all_start + 1) ))% of the time =="
+failures=$(grep -h -E '^(FAILED|ERROR) ' "$docker_log" "$log")
+if [ -n "$failures" ]; then
+    echo "== what failed, every lane =="
+    echo "$failures"
+fi
 echo "== exit: docker lane $docker_rc, cluster $cluster_rc, db lane $db_rc =="
 [ "$docker_rc" -eq 0 ] && [ "$cluster_rc" -eq 0 ] && [ "$db_rc" -eq 0 ]
