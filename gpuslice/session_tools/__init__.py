@@ -23,7 +23,8 @@ CONTAINER_TOOLS_DIR = "/opt/gpuslice/bin"
 CONTAINER_ENDPOINT_DIR = "/run/gpuslice"
 CONTAINER_ENDPOINT = f"{CONTAINER_ENDPOINT_DIR}/agent.sock"
 _ALWAYS = (
-    "gpuslice-smi", "gpuslice_smi.py", "gpuslice_smi_query.py", "gpuslice_endpoint.py",
+    "gpuslice-smi", "gpuslice_smi.py", "gpuslice_smi_query.py", "gpuslice_smi_fields.py",
+    "gpuslice_smi_xml.py", "gpuslice_endpoint.py",
     "gpuslice-save", "gpuslice_save.py", "gpuslice-run", "gpuslice_run.py", "gpuslice_var.py",
 )
 # Only on mock nodes: an nvidia-smi where no real one exists, and the simulated GPU load.

@@ -18,7 +18,9 @@ import time
 from typing import Any
 
 import gpuslice_endpoint
+import gpuslice_smi_fields
 import gpuslice_smi_query
+import gpuslice_smi_xml
 
 MiB = 1024**2
 COLUMNS = (32, 23, 21, 5)  # name, slice, memory, utilisation
@@ -27,6 +29,11 @@ WIDTH = sum(COLUMNS) + 3 * len(COLUMNS) + 1
 
 def main(prog: str, argv: list[str] | None = None) -> int:
     args = _parser(prog).parse_args(argv)
+    if args.help_query_gpu or args.help_query_compute_apps:
+        fields, switch = ((gpuslice_smi_fields.GPU_FIELDS, "--query-gpu") if args.help_query_gpu
+                          else (gpuslice_smi_fields.APP_FIELDS, "--query-compute-apps"))
+        print("\n".join(gpuslice_smi_fields.help_lines(fields, switch)))
+        return 0
     if args.history is not None:
         return _history(prog, args.history, args.step, args.json)
     try:
@@ -46,16 +53,23 @@ def main(prog: str, argv: list[str] | None = None) -> int:
 def _parser(prog: str) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=prog, description="Show this session's GPU slice and what it uses of it, "
-        "in nvidia-smi's formats (-L, -q, --query-gpu, --query-compute-apps).")
+        "in nvidia-smi's formats (-L, -q, -q -x, --query-gpu, --query-compute-apps).")
     parser.add_argument("-L", "--list-gpus", action="store_true", help="One line per GPU.")
     parser.add_argument("-q", "--query", action="store_true", help="The detailed report.")
+    parser.add_argument("-x", "--xml-format", action="store_true",
+                        help="-q as nvidia-smi's XML report (nvidia_smi_log).")
     parser.add_argument("--query-gpu", metavar="FIELDS",
                         help="Comma-separated fields, e.g. memory.used,memory.total.")
     parser.add_argument("--query-compute-apps", metavar="FIELDS",
                         help="This session's GPU processes, e.g. pid,used_memory.")
     parser.add_argument("--format", metavar="csv[,noheader][,nounits]",
                         help="Output format of a query (CSV only).")
-    parser.add_argument("-i", "--id", help="Only this GPU (index in the slice, or UUID).")
+    parser.add_argument("--help-query-gpu", action="store_true",
+                        help="The fields --query-gpu accepts (all that nvidia-smi lists).")
+    parser.add_argument("--help-query-compute-apps", action="store_true",
+                        help="The fields --query-compute-apps accepts.")
+    parser.add_argument("-i", "--id", help="Only these GPUs: indexes in the slice or UUIDs, "
+                        "comma-separated.")
     parser.add_argument("-l", "--loop", type=int, metavar="SEC",
                         help="Print again every SEC seconds until interrupted.")
     parser.add_argument("--json", action="store_true", help="Print JSON for scripts.")
@@ -92,6 +106,8 @@ def _once(prog: str, args: argparse.Namespace, header: bool, units: bool) -> int
     elif args.query_compute_apps:
         lines = gpuslice_smi_query.query_apps(found, (usage or {}).get("processes", []),
                                               args.query_compute_apps, header, units)
+    elif args.xml_format:
+        lines = gpuslice_smi_xml.report(found, (usage or {}).get("processes", []))
     elif args.query:
         lines = gpuslice_smi_query.report(found, allocation.get("accelerator") == "mock")
     elif args.list_gpus:
@@ -109,11 +125,14 @@ def _once(prog: str, args: argparse.Namespace, header: bool, units: bool) -> int
 def _selected(found: list[dict[str, Any]], wanted: str | None) -> list[dict[str, Any]]:
     if wanted is None:
         return found
-    chosen = [g for g in found if wanted in (str(g["index"]), g["uuid"])]
-    if not chosen:
-        raise gpuslice_smi_query.QueryError(
-            f'No GPU "{wanted}" in this session: use an index from 0 to {len(found) - 1} '
-            "or a UUID that nvidia-smi -L shows.")
+    chosen = []
+    for one in (w.strip() for w in wanted.split(",")):
+        match = [g for g in found if one in (str(g["index"]), g["uuid"])]
+        if not match:
+            raise gpuslice_smi_query.QueryError(
+                f'No GPU "{one}" in this session: use an index from 0 to {len(found) - 1} '
+                "or a UUID that nvidia-smi -L shows.")
+        chosen += [g for g in match if g not in chosen]
     return chosen
 
 

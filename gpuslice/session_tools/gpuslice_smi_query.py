@@ -5,9 +5,10 @@ scripts, notebooks) read the slice's figures unchanged.
 
 Every figure is the session's: ``memory.total`` is the slice's memory, ``memory.used`` what
 the session's own processes hold, ``utilization.gpu`` their share of the device, GPU indexes
-count from 0 over the slice's devices (as CUDA numbers them inside the session). What the
-platform does not measure is ``[N/A]``, as nvidia-smi prints for an unsupported field, never
-an invented number. Standard library only.
+count from 0 over the slice's devices (as CUDA numbers them inside the session). Every field
+the real ``--help-query-gpu`` lists is accepted (``gpuslice_smi_fields``); what the platform
+does not measure is ``[N/A]``, as nvidia-smi prints for an unsupported field, never an
+invented number. Standard library only.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from gpuslice_smi_fields import APP_FIELDS, DEPRECATED, DEPRECATED_TEXT, GPU_FIELDS, Field
 
 MiB = 1024**2
 NA = "[N/A]"
@@ -28,7 +31,7 @@ class QueryError(Exception):
 
 # One GPU as the queries see it (built by ``gpus``).
 Gpu = dict[str, Any]
-# field -> (unit or "", value of one GPU as a number/string, or None for [N/A])
+# the value of a field for one GPU (or one process joined with its GPU), None for [N/A]
 Getter = Callable[[Gpu], object]
 
 
@@ -39,51 +42,31 @@ def _mem(key: str) -> Getter:
     return get
 
 
-def _na(_: Gpu) -> object:
-    return None
-
-
-GPU_FIELDS: dict[str, tuple[str, Getter]] = {
-    "timestamp": ("", lambda g: g["timestamp"]),
-    "driver_version": ("", lambda g: g.get("driver_version")),
-    "count": ("", lambda g: g["count"]),
-    "index": ("", lambda g: g["index"]),
-    "name": ("", lambda g: g["name"]),
-    "serial": ("", _na),
-    "uuid": ("", lambda g: g["uuid"]),
-    "pci.bus_id": ("", _na),
-    "memory.total": ("MiB", _mem("total")),
-    "memory.reserved": ("MiB", lambda g: 0),
-    "memory.used": ("MiB", _mem("used")),
-    "memory.free": ("MiB", _mem("free")),
-    "utilization.gpu": ("%", lambda g: g.get("utilization")),
-    "utilization.memory": ("%", _na),
-    "temperature.gpu": ("", _na),
-    "fan.speed": ("%", _na),
-    "pstate": ("", _na),
-    "power.draw": ("W", _na),
-    "power.limit": ("W", _na),
-    "clocks.sm": ("MHz", _na),
-    "clocks.mem": ("MHz", _na),
-    "clocks.max.sm": ("MHz", _na),
-    "compute_mode": ("", lambda g: "Default"),
-    "compute_cap": ("", _na),
-    "persistence_mode": ("", _na),
-    "mig.mode.current": ("", _na),
+# What the platform knows of a slice, by the field's own name; every other field nvidia-smi
+# lists is [N/A] (nothing measures it for a slice), or deprecated as current drivers say.
+_GPU_VALUES: dict[str, Getter] = {
+    "timestamp": lambda g: g["timestamp"],
+    "driver_version": lambda g: g.get("driver_version"),
+    "kmd_version": lambda g: g.get("driver_version"),
+    "count": lambda g: g["count"],
+    "name": lambda g: g["name"],
+    "uuid": lambda g: g["uuid"],
+    "index": lambda g: g["index"],
+    "memory.total": _mem("total"),
+    "memory.reserved": lambda g: 0,
+    "memory.used": _mem("used"),
+    "memory.free": _mem("free"),
+    "utilization.gpu": lambda g: g.get("utilization"),
+    "compute_mode": lambda g: "Default",
 }
-_GPU_ALIASES = {"gpu_name": "name", "gpu_serial": "serial", "gpu_uuid": "uuid",
-                "gpu_bus_id": "pci.bus_id", "clocks.current.sm": "clocks.sm",
-                "clocks.current.memory": "clocks.mem"}
-# --query-compute-apps: field -> (header, unit, getter of one process joined with its GPU)
-APP_FIELDS: dict[str, tuple[str, str, Getter]] = {
-    "timestamp": ("timestamp", "", lambda p: p["timestamp"]),
-    "gpu_name": ("gpu_name", "", lambda p: p["gpu"]["name"]),
-    "gpu_bus_id": ("gpu_bus_id", "", _na),
-    "gpu_serial": ("gpu_serial", "", _na),
-    "gpu_uuid": ("gpu_uuid", "", lambda p: p["gpu"]["uuid"]),
-    "pid": ("pid", "", lambda p: p.get("pid")),
-    "process_name": ("process_name", "", lambda p: p.get("name")),
-    "used_memory": ("used_gpu_memory", "MiB", _mem("used")),
+# --query-compute-apps: one process of this session joined with its GPU
+_APP_VALUES: dict[str, Getter] = {
+    "timestamp": lambda p: p["timestamp"],
+    "gpu_name": lambda p: p["gpu"]["name"],
+    "gpu_uuid": lambda p: p["gpu"]["uuid"],
+    "pid": lambda p: p.get("pid"),
+    "process_name": lambda p: p.get("name"),
+    "used_gpu_memory": _mem("used"),
 }
 
 
@@ -118,17 +101,8 @@ def parse_format(value: str) -> tuple[bool, bool]:
 
 def query_gpus(found: Sequence[Gpu], fields: str, header: bool, units: bool) -> list[str]:
     """``--query-gpu``: CSV lines, one per GPU, as nvidia-smi prints them."""
-    names = _names(fields)
-    chosen = []
-    for name in names:
-        key = _GPU_ALIASES.get(name, name)
-        if key not in GPU_FIELDS:
-            raise QueryError(f'Field "{name}" is not a valid field to query.')
-        chosen.append((name, *GPU_FIELDS[key]))
-    lines = [", ".join(_head(n, u, units) for n, u, _ in chosen)] if header else []
-    for gpu in found:
-        lines.append(", ".join(_cell(get(gpu), u, units) for _, u, get in chosen))
-    return lines
+    chosen = _fields(fields, GPU_FIELDS)
+    return _csv(chosen, found, _GPU_VALUES, header, units)
 
 
 def query_apps(
@@ -136,20 +110,15 @@ def query_apps(
     header: bool, units: bool,
 ) -> list[str]:
     """``--query-compute-apps``: one CSV line per process of this session on its GPUs."""
-    chosen = []
-    for name in _names(fields):
-        if name not in APP_FIELDS:
-            raise QueryError(f'Field "{name}" is not a valid field to query.')
-        chosen.append(APP_FIELDS[name])
-    lines = [", ".join(_head(h, u, units) for h, u, _ in chosen)] if header else []
+    chosen = _fields(fields, APP_FIELDS)
     by_uuid = {g["uuid"]: g for g in found}
+    rows = []
     for process in processes:
         gpu = by_uuid.get(process.get("uuid"))
         if gpu is None:
             continue  # a device outside the slice: not this session's to show
-        row = {**process, "gpu": gpu, "timestamp": gpu["timestamp"]}
-        lines.append(", ".join(_cell(get(row), u, units) for _, u, get in chosen))
-    return lines
+        rows.append({**process, "gpu": gpu, "timestamp": gpu["timestamp"]})
+    return _csv(chosen, rows, _APP_VALUES, header, units)
 
 
 def list_gpus(found: Sequence[Gpu]) -> list[str]:
@@ -187,18 +156,36 @@ def report(found: Sequence[Gpu], simulated: bool) -> list[str]:
     return lines
 
 
-def _names(fields: str) -> list[str]:
+def _fields(fields: str, known: dict[str, Field]) -> list[Field]:
     names = [f.strip() for f in fields.split(",")]
     if not names or any(not n for n in names):
         raise QueryError(f'Field "{fields}" is not a valid field to query.')
-    return names
+    for name in names:
+        if name not in known:
+            raise QueryError(f'Field "{name}" is not a valid field to query.')
+    return [known[name] for name in names]
 
 
-def _head(name: str, unit: str, units: bool) -> str:
-    return f"{name} [{unit}]" if unit and units else name
+def _csv(
+    chosen: Sequence[Field], rows: Sequence[Gpu], values: dict[str, Getter],
+    header: bool, units: bool,
+) -> list[str]:
+    """The header (each field under its own name, with its unit) and one line per row."""
+    lines = [", ".join(_head(f, units) for f in chosen)] if header else []
+    for row in rows:
+        lines.append(", ".join(_cell(f, row, values, units) for f in chosen))
+    return lines
 
 
-def _cell(value: object, unit: str, units: bool) -> str:
+def _head(field: Field, units: bool) -> str:
+    return f"{field.name} [{field.unit}]" if field.unit and units else field.name
+
+
+def _cell(field: Field, row: Gpu, values: dict[str, Getter], units: bool) -> str:
+    if field.name in DEPRECATED:
+        return f"[{DEPRECATED_TEXT}]"
+    get = values.get(field.name)
+    value = None if get is None else get(row)
     if value is None:
         return NA
-    return f"{value} {unit}" if unit and units else str(value)
+    return f"{value} {field.unit}" if field.unit and units else str(value)

@@ -166,8 +166,9 @@ def test_batch_runs_its_command_interactive_keeps_running() -> None:
 
 def test_files_hold_allocation_hook_and_tools() -> None:
     tools = {f"/opt/gpuslice/bin/{name}" for name in (
-        "gpuslice-smi", "gpuslice_smi.py", "gpuslice_smi_query.py", "gpuslice_endpoint.py",
-        "gpuslice-save", "gpuslice_save.py", "gpuslice-run", "gpuslice_run.py", "gpuslice_var.py")}
+        "gpuslice-smi", "gpuslice_smi.py", "gpuslice_smi_query.py", "gpuslice_smi_fields.py",
+        "gpuslice_smi_xml.py", "gpuslice_endpoint.py", "gpuslice-save", "gpuslice_save.py",
+        "gpuslice-run", "gpuslice_run.py", "gpuslice_var.py")}
     files = build_container_spec(session(), MOCK).files()
     assert set(files) == {
         ALLOCATION_PATH,
