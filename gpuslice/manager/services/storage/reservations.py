@@ -115,6 +115,7 @@ async def _quota(
 ) -> tuple[int | None, str, Any, ColumnElement[bool] | None]:
     """The folder's quota (None: none), whose it is, a query of the row to lock, and which
     folders count against it."""
+    result: tuple[int | None, str, Any, ColumnElement[bool] | None]
     if folder.project_id is not None:
         limit = await db.scalar(
             select(ProjectRow.max_storage).where(ProjectRow.id == folder.project_id))
