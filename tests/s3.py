@@ -1,9 +1,10 @@
 """A real S3 server for tests: moto's server mode (PyPI ``moto[server]``), one per test run.
 
 The tests check *our* scoping (per-user prefixes, who may presign, what a URL allows): moto
-implements the S3 API but enforces neither IAM nor presigned URLs' expiry, so expiry is
-checked in what the manager signs and, end to end, with the local store's URLs. Import the
-fixture into a ``conftest.py`` (or a test module) to use it.
+implements the S3 API but enforces no IAM and checks no presigned URL, so it runs behind
+``s3_server.py``, which checks presigned URLs' signatures (with the headers signed into them)
+and expiry as AWS and MinIO do. Import the fixture into a ``conftest.py`` (or a test module)
+to use it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -43,8 +45,9 @@ class S3Server:
 def start_s3(host: str = "127.0.0.1") -> tuple[subprocess.Popen[bytes], S3Server]:
     port = free_port(host)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    server = Path(__file__).with_name("s3_server.py")
     process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)], env=env,
+        [sys.executable, "-P", str(server), host, str(port), KEY, SECRET], env=env,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )
     reach = "127.0.0.1" if host == "0.0.0.0" else host

@@ -262,7 +262,9 @@ def _grants(folder: FolderPublic) -> str:
 def _usage_line(usage: StorageUsage) -> str:
     limit = f"of {mem(usage.quota)} allowed" if usage.quota is not None else "(no quota)"
     over = "; OVER QUOTA: uploads are refused" if usage.over_quota else ""
-    return f"storage of {usage.username}: {mem(usage.used)} used {limit}{over}"
+    held = (f" ({mem(usage.uploading)} of it held by unfinished uploads: finish them, or "
+            "they go after a day)") if usage.uploading else ""
+    return f"storage of {usage.username}: {mem(usage.used)} used{held} {limit}{over}"
 
 
 def _parent(path: str) -> str:

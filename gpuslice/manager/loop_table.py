@@ -24,6 +24,7 @@ from gpuslice.manager.loops import Loop, Loops, Pass, key_of
 from gpuslice.manager.proxy.ports import SWEEP_INTERVAL
 from gpuslice.manager.services import channel, retention
 from gpuslice.manager.services.models.catalog import purge_stale
+from gpuslice.manager.services.models.sweep import sweep_store
 from gpuslice.manager.services.monitoring.maintenance import Retention, maintain
 from gpuslice.manager.services.monitoring.reclaim import reclaim_pass
 from gpuslice.manager.services.nodes.liveness import SweepGrace, sweep_lost
@@ -113,6 +114,7 @@ def _model_uploads(app: FastAPI) -> Pass:
     async def purge_uploads() -> None:
         async with sessionmaker() as db:
             await purge_stale(db, app.state.model_store, timeout)
+            await sweep_store(db, app.state.model_store)
 
     return purge_uploads
 

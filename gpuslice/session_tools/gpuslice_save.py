@@ -72,7 +72,7 @@ def save(path: str, name: str | None = None, say: object = None) -> Saved:
                                      {"name": name, "files": listed})
     for rel, source, size in files:
         if started["mode"] == "presigned":
-            _put_url(started["urls"][rel], source, size)
+            _put_url(started["urls"][rel], source, size, started.get("headers", {}))
         else:
             query = urlencode({"upload_id": started["upload_id"], "path": rel})
             with open(source, "rb") as f:
@@ -107,10 +107,12 @@ def _collect(path: str, tell: object) -> list[tuple[str, str, int]]:
     return found
 
 
-def _put_url(url: str, source: str, size: int) -> None:
+def _put_url(url: str, source: str, size: int, signed: dict[str, str]) -> None:
     with open(source, "rb") as f:
-        # urllib would label the body a form (and some servers then parse it as one)
-        headers = {"Content-Length": str(size), "Content-Type": "application/octet-stream"}
+        # urllib would label the body a form (and some servers then parse it as one); the
+        # length and ``signed`` are part of the URL's signature: the store refuses others
+        headers = {**signed, "Content-Length": str(size),
+                   "Content-Type": "application/octet-stream"}
         request = urllib.request.Request(url, data=f, method="PUT", headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=300) as answer:

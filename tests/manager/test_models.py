@@ -13,11 +13,13 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from gpuslice.manager.loop_table import run_once
 from gpuslice.manager.services.models import catalog
 from gpuslice.manager.services.models import local as local_store
 from gpuslice.manager.services.models.local import LocalStore
 from gpuslice.manager.settings import ManagerSettings
 from tests.s3 import s3_server
+from tests.waits import Deadline
 
 from .conftest import AgentFactory, UserFactory, create
 from .helpers import wait_status
@@ -102,14 +104,24 @@ async def test_presigned_urls_are_scoped_and_expire(
     r = await alice.post("/api/v1/models/resnet/presign", params={"ttl": 1})
     urls = r.json()["urls"]
     assert set(urls) == set(FILES)
-    got = await fetch(app, urls["model.txt"])
-    assert got.status_code == 200 and got.content == FILES["model.txt"]
     query = parse_qs(urlsplit(urls["model.txt"]).query)
     assert f"users/{saved['owner_id']}/resnet/" in urlsplit(urls["model.txt"]).path
     if settings.model_store.backend == "s3":
-        # the S3 server enforces expiry (MinIO, AWS; moto does not): we sign for 1 second
+        # S3 counts from X-Amz-Date, whole seconds: a 1-second URL may be dead at once. The
+        # S3 server checks signatures and expiry (tests/s3_server.py, as AWS and MinIO do).
         assert query["X-Amz-Expires"] == ["1"]
+        deadline = Deadline(10)
+        while (await fetch(app, urls["model.txt"])).status_code != 403:
+            assert not deadline.passed, "a URL signed for 1 second still works"
+            await asyncio.sleep(0.2)
+        r = await alice.post("/api/v1/models/resnet/presign", params={"ttl": 60})
+        good = r.json()["urls"]["model.txt"]
+        assert (await fetch(app, good)).content == FILES["model.txt"]
+        tampered = good.replace("model.txt", "ckpt/step-1.bin")
+        assert (await fetch(app, tampered)).status_code == 403
         return
+    got = await fetch(app, urls["model.txt"])
+    assert got.status_code == 200 and got.content == FILES["model.txt"]
     tampered = urls["model.txt"].replace("model.txt", "ckpt/step-1.bin")
     r = await fetch(app, tampered)
     assert r.status_code == 403 and "signature does not match" in r.json()["message"]
@@ -138,7 +150,8 @@ async def test_a_session_saves_for_its_owner_only_through_its_node(
         url = started["urls"]["model.txt"]
         assert f"/users/{session['owner_id']}/run-1/" in url
         async with httpx.AsyncClient() as s3:
-            assert (await s3.put(url, content=b"abc")).status_code == 200
+            r = await s3.put(url, content=b"abc", headers=started["headers"])
+            assert r.status_code == 200, r.text
     else:
         assert started["mode"] == "stream"
         r = await node.client.put(f"{base}/file", content=b"abc",
@@ -161,6 +174,46 @@ async def test_a_session_saves_for_its_owner_only_through_its_node(
         await asyncio.sleep(0.1)
     else:
         raise AssertionError("an ended session still presigns")
+
+
+@pytest.mark.parametrize("settings", ["s3"], indirect=True)
+async def test_a_put_url_writes_its_file_once_at_its_announced_size(
+    make_user: UserFactory, make_agent: AgentFactory, app: FastAPI
+) -> None:
+    alice = await make_user("alice")
+    node = await make_agent("node-1")
+    [session] = await create(alice, resources={"cpu": 1, "mem": "1g", "gpu": 0.5})
+    assert (await wait_status(alice, session["id"], {"RUNNING"}))["status"] == "RUNNING"
+    base = f"/api/v1/agents/me/sessions/{session['id']}/models"
+    r = await node.client.post(f"{base}/uploads",
+                               json={"name": "q", "files": [{"path": "a", "size": 1}]})
+    started = r.json()
+    url, signed = started["urls"]["a"], started.get("headers", {})
+    store, mine = app.state.model_store, f"users/{session['owner_id']}/"
+    async with httpx.AsyncClient() as s3:
+        # S3 itself refuses another length than announced (signed), and a PUT without the
+        # signed If-None-Match
+        r = await s3.put(url, content=b"x" * 65536, headers=signed)
+        assert r.status_code == 403 and "SignatureDoesNotMatch" in r.text, r.text
+        assert signed == {"If-None-Match": "*"}
+        assert (await s3.put(url, content=b"x")).status_code == 403
+        assert await store.listing(mine) == []
+        assert (await s3.put(url, content=b"x", headers=signed)).status_code == 200
+        r = await node.client.post(f"{base}/complete", json={"upload_id": started["upload_id"]})
+        assert r.status_code == 200 and r.json()["size"] == 1, r.text
+        # once the file is in (so after complete), the URL writes nothing more
+        assert (await s3.put(url, content=b"y", headers=signed)).status_code == 412
+        assert (await s3.put(url, content=b"y" * 65536, headers=signed)).status_code == 403
+        r = await alice.get("/api/v1/models/q/files", params={"path": "a"})
+        assert r.content == b"x"
+        assert [s.size for s in await store.listing(mine)] == [1]  # what the quota counts
+        # a model deleted while its URL lives frees the key: what is PUT there is no one's,
+        # and the model-uploads loop deletes it
+        assert (await alice.delete("/api/v1/models/q")).status_code == 200
+        assert (await s3.put(url, content=b"z", headers=signed)).status_code == 200
+    assert [s.size for s in await store.listing(mine)] == [1]
+    await run_once(app, "model_uploads")
+    assert await store.listing(mine) == []
 
 
 async def test_an_incomplete_upload_is_not_a_model_and_is_purged(

@@ -210,8 +210,9 @@ async def test_a_projects_storage_quota_holds_for_its_folders(
     assert (await put(alice, folder["id"], "a.bin", b"x" * 600)).status_code == 201
     r = await put(alice, folder["id"], "b.bin", b"x" * 600)
     assert r.status_code == 422, r.text
-    assert r.json()["message"] == ("this needs 600 B but the project's storage quota of 1000 B "
-                                   "leaves 400 B free (600 B used)")
+    assert r.json()["message"].startswith(
+        "this needs 600 B but the project's storage quota of 1000 B leaves 400 B free "
+        "(600 B used): delete files")
 
 
 async def test_a_run_is_checked_against_its_project_and_group(

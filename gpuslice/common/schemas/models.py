@@ -100,12 +100,16 @@ class ModelUploadStart(BaseModel):
 
 class ModelUploadStarted(BaseModel):
     """How to send the files: to the store directly (``presigned``: one URL per file, PUT the
-    bytes before ``expires_at``) or through the caller's own channel (``stream``)."""
+    bytes before ``expires_at``, exactly the size announced, once, with ``headers``) or
+    through the caller's own channel (``stream``)."""
 
     upload_id: str
     name: str
     mode: Literal["presigned", "stream"]
     urls: dict[str, str] = Field(default_factory=dict, description="File path → PUT URL.")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="Headers every PUT must carry (signed into the "
+        "URLs: a PUT without them is refused).")
     expires_at: datetime | None = None
 
 

@@ -136,7 +136,10 @@ class StorageUsage(BaseModel):
 
     user_id: str
     username: str
-    used: int = Field(description="Bytes, as last measured plus uploads since.")
+    used: int = Field(description="Bytes, as last measured plus uploads since, unfinished "
+                      "uploads included.")
+    uploading: int = Field(default=0, description="Bytes of `used` that unfinished uploads "
+                           "hold (their whole size, until they finish or expire after a day).")
     quota: int | None = Field(description="Bytes the policy allows (null: no limit).")
     over_quota: bool = Field(description="Uploads are refused; sessions writing more are "
                              "reported in the manager's log.")

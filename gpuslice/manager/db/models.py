@@ -697,3 +697,6 @@ from gpuslice.manager.db.project_models import (  # noqa: E402
     ProjectMemberRow as ProjectMemberRow,
 )
 from gpuslice.manager.db.project_models import ProjectRow as ProjectRow  # noqa: E402
+from gpuslice.manager.db.storage_models import (  # noqa: E402
+    UploadReservationRow as UploadReservationRow,
+)

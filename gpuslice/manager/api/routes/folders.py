@@ -152,7 +152,8 @@ async def upload_file(
 ) -> FileEntry | UploadState:
     """Upload a file (the raw body, streamed): bytes `offset`.. of a `size`-byte file. Once all
     are in the file appears at `path`, atomically (201); a body that ends early leaves the
-    bytes held for a resume (202 with the offset to resume from). 422 `quota_exceeded`."""
+    bytes held for a resume (202 with the offset to resume from), for a day. The whole `size`
+    counts against the storage quota from the start: 422 `quota_exceeded`."""
     done = await files.upload_file(db, storage, access, user, path, size=size, offset=offset,
                                    body=request.stream())
     if isinstance(done, UploadState):
@@ -179,12 +180,12 @@ async def download_archive(
 
 @router.put("/{folder_id}/archive", openapi_extra=STREAMED)
 async def upload_archive(
-    access: FolderAccess, request: Request, db: DbDep, storage: StorageDep,
+    access: FolderAccess, request: Request, db: DbDep, user: CurrentUser, storage: StorageDep,
     settings: SettingsDep, path: DirQuery,
 ) -> ArchiveUploaded:
     """Unpack a tar (or tar.gz) stream into a directory, all or nothing: every entry must be a
-    file or directory with a relative path inside the folder."""
-    return await files.upload_archive(db, storage, access, path, request.stream(),
+    file or directory with a relative path inside the folder. 422 `quota_exceeded`."""
+    return await files.upload_archive(db, storage, access, user, path, request.stream(),
                                       max_entries=settings.storage.max_archive_entries)
 
 

@@ -63,7 +63,7 @@ async def start_upload(
 ) -> ModelUploadStarted:
     """Record a new save of ``body.name`` (within the owner's ``quota`` and the store's free
     space); with ``presign_ttl`` and a store that takes uploads directly (S3), one PUT URL per
-    file."""
+    file, good for one PUT of exactly the file's announced size."""
     paths = [f.path for f in body.files]
     if len(set(paths)) != len(paths):
         raise InvalidRequest("a file is listed twice", field="files")
@@ -84,8 +84,13 @@ async def start_upload(
         raise
     if presign_ttl is None or not store.direct_uploads:
         return ModelUploadStarted(upload_id=row.id, name=row.name, mode="stream")
-    urls = {p: _presign(store, "PUT", _key(row, p), presign_ttl, base_url) for p in paths}
+    try:  # each URL writes its file once, at its announced size (s3.py)
+        urls = {f.path: store.presign_put(_key(row, f.path), f.size, presign_ttl)
+                for f in body.files}
+    except StoreError as err:
+        raise Unavailable(f"model store: {err}", code="model_store_error") from None
     return ModelUploadStarted(upload_id=row.id, name=row.name, mode="presigned", urls=urls,
+                              headers=dict(store.put_headers),
                               expires_at=utcnow() + timedelta(seconds=presign_ttl))
 
 

@@ -97,6 +97,13 @@ class LocalStore(ModelStore):
         await asyncio.to_thread(shutil.rmtree, self._path(prefix.rstrip("/")), True)
         return len(found)
 
+    async def delete_keys(self, keys: list[str]) -> None:
+        def delete() -> None:
+            for key in keys:
+                self._path(key).unlink(missing_ok=True)
+
+        await asyncio.to_thread(delete)
+
     def presign(self, method: str, key: str, ttl: int, base_url: str) -> str:
         # Rounded up: good for at least ``ttl`` seconds (truncated, one signed late in a
         # second lost most of its first second, and a 1-second URL could be dead at once).

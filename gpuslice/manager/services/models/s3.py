@@ -4,7 +4,13 @@ Uploads through the manager are multipart (8 MiB parts, two at a time: at most a
 MiB held however large the model); downloads are streamed in 1 MiB reads. Sessions send their
 files to S3 themselves with presigned PUT URLs (``direct_uploads``): the bytes never pass the
 manager, and the URL lets them write that one key, for ``model_store.url_ttl`` seconds.
-Addressing is path-style, which MinIO and other S3 servers accept.
+
+A PUT URL binds what it may write, so that the model quota (counted on the sizes announced)
+holds against its holder: ``Content-Length`` (the file's announced size) and ``If-None-Match:
+*`` are signed into it, so S3 refuses a body of another length (``SignatureDoesNotMatch``) and
+a PUT where the object already is (412): once a file is in, and so after ``complete``, the URL
+writes nothing. What a URL can still write after its model is deleted (the key is free again)
+is found by ``sweep.py``. Addressing is path-style, which MinIO and other S3 servers accept.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterator
+from types import MappingProxyType
 from typing import Any, BinaryIO
 
 import boto3
@@ -38,6 +45,7 @@ _TRANSFER = TransferConfig(
 
 class S3Store(ModelStore):
     direct_uploads = True
+    put_headers = MappingProxyType({"If-None-Match": "*"})
 
     def __init__(self, settings: ModelStoreSettings) -> None:
         self.bucket = settings.s3_bucket
@@ -119,11 +127,25 @@ class S3Store(ModelStore):
                                     Delete={"Objects": batch, "Quiet": True})
         return len(found)
 
+    async def delete_keys(self, keys: list[str]) -> None:
+        for start in range(0, len(keys), 1000):
+            batch = [{"Key": self.prefix + key} for key in keys[start:start + 1000]]
+            await asyncio.to_thread(_call, self._client.delete_objects, Bucket=self.bucket,
+                                    Delete={"Objects": batch, "Quiet": True})
+
     def presign(self, method: str, key: str, ttl: int, base_url: str) -> str:
-        operation = {"GET": "get_object", "PUT": "put_object"}[method.upper()]
-        url: str = _call(self._client.generate_presigned_url, operation,
+        if method.upper() != "GET":  # a PUT URL must bind its length: presign_put
+            raise StoreError(f"no {method} URLs here: uploads use presign_put")
+        url: str = _call(self._client.generate_presigned_url, "get_object",
                          Params={"Bucket": self.bucket, "Key": self.prefix + key},
-                         ExpiresIn=ttl, HttpMethod=method.upper())
+                         ExpiresIn=ttl, HttpMethod="GET")
+        return url
+
+    def presign_put(self, key: str, size: int, ttl: int) -> str:
+        params = {"Bucket": self.bucket, "Key": self.prefix + key, "ContentLength": size,
+                  "IfNoneMatch": self.put_headers["If-None-Match"]}
+        url: str = _call(self._client.generate_presigned_url, "put_object", Params=params,
+                         ExpiresIn=ttl, HttpMethod="PUT")
         return url
 
     # ------------------------------------------------------------ helpers

@@ -8,8 +8,10 @@ version the manager chose and a checked relative path: ``users/<owner id>/<name>
 from __future__ import annotations
 
 import abc
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar
 
 #: An object's bytes for a streamed answer: read in a thread either way.
 Chunks = AsyncIterator[bytes] | Iterator[bytes]
@@ -43,6 +45,8 @@ class ModelStore(abc.ABC):
     #: than streaming them through their node's agent (a local store on the manager, which
     #: sessions cannot reach).
     direct_uploads: bool = False
+    #: Headers every PUT to a URL of ``presign_put`` must carry (signed into the URL).
+    put_headers: ClassVar[Mapping[str, str]] = MappingProxyType({})
 
     @abc.abstractmethod
     async def start(self) -> None:
@@ -74,6 +78,10 @@ class ModelStore(abc.ABC):
     async def delete_prefix(self, prefix: str) -> int:
         """Delete everything under ``prefix`` (a model version); how many objects went."""
 
+    @abc.abstractmethod
+    async def delete_keys(self, keys: list[str]) -> None:
+        """Delete the objects at ``keys`` (exactly those: no prefix matching)."""
+
     async def free_space(self) -> int | None:
         """Bytes the store can still take; None when it cannot tell (S3 grows as needed)."""
         return None
@@ -83,3 +91,9 @@ class ModelStore(abc.ABC):
         """A URL that lets its holder ``GET`` or ``PUT`` exactly ``key`` for ``ttl`` seconds,
         with no other credential. ``base_url``: the manager as the caller reaches it (the
         local store's URLs point at the manager)."""
+
+    def presign_put(self, key: str, size: int, ttl: int) -> str:
+        """A URL that lets its holder PUT exactly ``size`` bytes at ``key``, once, for ``ttl``
+        seconds (the store itself refuses another length, and a PUT where an object already
+        is). Only stores with ``direct_uploads`` give them."""
+        raise StoreError("this model store takes no direct uploads")

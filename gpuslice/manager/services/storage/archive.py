@@ -16,7 +16,7 @@ import secrets
 import shutil
 import stat
 import tarfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -123,24 +123,27 @@ def _header(name: str, kind: bytes, size: int, st: os.stat_result) -> bytes:
 
 
 async def unpack(
-    fs: StorageFS, top: int, path: str, body: AsyncIterator[bytes], *, budget: int | None,
-    max_entries: int,
+    fs: StorageFS, top: int, path: str, body: AsyncIterator[bytes], *,
+    cover: Callable[[int], None] | None, max_entries: int,
 ) -> Unpacked:
     """Extract the tar in ``body`` into directory ``path`` of the folder open as ``top``.
 
-    ``budget``: bytes the owner's quota leaves (None: no limit). Raises ``InvalidRequest``
-    naming a refused entry, ``QuotaExceeded``; the folder is changed only on success.
+    ``cover``: called (in the unpacking thread) with the bytes of the files so far before
+    each file's are written; it raises ``QuotaExceeded`` when the owner's quota has no room
+    for them (None: no limit). Raises ``InvalidRequest`` naming a refused entry,
+    ``QuotaExceeded``; the folder is changed only on success.
     """
     try:
         return await feed_thread(
-            body, lambda reader: _extract_and_place(fs, top, path, reader, budget, max_entries)
+            body, lambda reader: _extract_and_place(fs, top, path, reader, cover, max_entries)
         )
     except Interrupted:
         raise InvalidRequest("the upload was interrupted", code="upload_interrupted") from None
 
 
 def _extract_and_place(
-    fs: StorageFS, top: int, path: str, reader: BinaryIO, budget: int | None, max_entries: int
+    fs: StorageFS, top: int, path: str, reader: BinaryIO, cover: Callable[[int], None] | None,
+    max_entries: int,
 ) -> Unpacked:
     uploads = fs.uploads_fd()
     staging_name = f"archive-{secrets.token_hex(8)}"
@@ -148,7 +151,7 @@ def _extract_and_place(
     staging = os.open(staging_name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW,
                       dir_fd=uploads)
     try:
-        done = _extract(fs, staging, reader, budget, max_entries)
+        done = _extract(fs, staging, reader, cover, max_entries)
         target = fs.walk(top, path, create=True)
         try:
             _merge(fs, staging, target, path)
@@ -162,7 +165,8 @@ def _extract_and_place(
 
 
 def _extract(
-    fs: StorageFS, staging: int, reader: BinaryIO, budget: int | None, max_entries: int
+    fs: StorageFS, staging: int, reader: BinaryIO, cover: Callable[[int], None] | None,
+    max_entries: int,
 ) -> Unpacked:
     done = Unpacked()
     try:
@@ -177,11 +181,8 @@ def _extract(
                     done.dirs += 1
                 elif member.isreg():
                     done.bytes += member.size
-                    if budget is not None and done.bytes > budget:
-                        raise QuotaExceeded(
-                            f"the archive holds more than the {budget} bytes your storage "
-                            "quota leaves free", field="path",
-                        )
+                    if cover is not None:
+                        cover(done.bytes)
                     _extract_file(fs, staging, name, tar, member)
                     done.files += 1
                 else:

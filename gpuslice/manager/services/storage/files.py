@@ -5,13 +5,16 @@ are streamed in 1 MiB pieces, never read whole.
 An upload goes to a partial file beside the folders (``<root>/.uploads``), keyed by folder,
 uploader and path; only a complete one (``size`` bytes) is moved into the folder, atomically,
 so a broken upload never leaves half a file where readers look, and the next attempt resumes
-from the bytes the manager holds (``GET …/uploads``) or starts again (``offset=0``).
+from the bytes the manager holds (``GET …/uploads``) or starts again (``offset=0``). Each
+upload reserves its bytes of the quota first (``reservations.py``): an unfinished one holds
+its whole size, and uploads at once cannot pass one check together.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
@@ -32,10 +35,13 @@ from gpuslice.manager.services.storage import archive
 from gpuslice.manager.services.storage.access import Access
 from gpuslice.manager.services.storage.fs import FILE_MODE, Entry, StorageFS, rule
 from gpuslice.manager.services.storage.fs import rule_or_root as rule_dir
-from gpuslice.manager.services.storage.usage import add_usage, room_for
+from gpuslice.manager.services.storage.reservations import finish, release, reserve
 from gpuslice.manager.threads import file_stream, write_all
 
 CHUNK = 1024 * 1024
+# An archive reserves this much beyond the file it unpacks, where the quota leaves it: one
+# reservation per many small files, not one each.
+ARCHIVE_SPARE = 64 * 1024 * 1024
 T = TypeVar("T")
 
 
@@ -84,16 +90,17 @@ async def upload_file(
     offset: int, body: AsyncIterator[bytes],
 ) -> FileEntry | UploadState:
     """Receive bytes ``offset``..``size`` of file ``path``; the file once all ``size`` bytes
-    are in, else how many the manager holds (the client resumes from there)."""
+    are in, else how many the manager holds (the client resumes from there). The whole
+    ``size`` is reserved first, held by the partial file until it is finished or expires."""
     path = rule(path)
     access.require_write()
     if not 0 <= offset <= size:
         raise InvalidRequest(f"offset {offset} is outside the file's {size} bytes",
                              field="offset")
-    await room_for(db, access.folder, size - offset)
     name = fs.partial_name(access.folder.id, user.id, path)
     part = await asyncio.to_thread(_open_partial, fs, name, offset)
-    try:
+    try:  # under the partial's lock: one request at a time reserves for it
+        await reserve(db, access.folder, name, user.id, size)
         received = await _receive(part, offset, size, body)
     finally:
         os.close(part)
@@ -101,7 +108,8 @@ async def upload_file(
         return UploadState(path=shown(path), offset=received)
     replaced = await _in_folder(fs, access, lambda top: _size_of(fs, top, path))
     entry = await _in_folder(fs, access, lambda top: _place_partial(fs, top, path, name))
-    await add_usage(db, access.folder.id, size - (replaced or 0), 0 if replaced is not None else 1)
+    await finish(db, name, access.folder.id, size - (replaced or 0),
+                 0 if replaced is not None else 1)
     return _public(entry)
 
 
@@ -129,21 +137,32 @@ def download_archive(fs: StorageFS, access: Access, path: str) -> Iterator[bytes
 
 
 async def upload_archive(
-    db: AsyncSession, fs: StorageFS, access: Access, path: str, body: AsyncIterator[bytes],
-    *, max_entries: int,
+    db: AsyncSession, fs: StorageFS, access: Access, user: UserRow, path: str,
+    body: AsyncIterator[bytes], *, max_entries: int,
 ) -> ArchiveUploaded:
-    """Unpack a tar stream into directory ``path`` (made if needed), all or nothing."""
+    """Unpack a tar stream into directory ``path`` (made if needed), all or nothing. Its
+    files' bytes are reserved as their headers announce them, before they are written."""
     path = rule_dir(path)
     access.require_write()
-    budget = await room_for(db, access.folder, 0)
+    key, loop, held = f"archive-{secrets.token_hex(8)}", asyncio.get_running_loop(), 0
+
+    def cover(total: int) -> None:  # in the unpacking thread
+        nonlocal held
+        if total > held:
+            held = asyncio.run_coroutine_threadsafe(reserve(
+                db, access.folder, key, user.id, total, spare=ARCHIVE_SPARE), loop).result()
+
     top = await asyncio.to_thread(fs.folder_fd, access.folder.storage_path)
     try:
-        done = await archive.unpack(fs, top, path, body, budget=budget, max_entries=max_entries)
-    except OSError as exc:
-        raise _io_error(exc) from None
+        done = await archive.unpack(fs, top, path, body, cover=cover, max_entries=max_entries)
+    except BaseException as exc:
+        await asyncio.shield(release(db, key))
+        if isinstance(exc, OSError):
+            raise _io_error(exc) from None
+        raise
     finally:
         os.close(top)
-    await add_usage(db, access.folder.id, done.bytes, done.files)
+    await finish(db, key, access.folder.id, done.bytes, done.files)
     return ArchiveUploaded(path=shown(path), files=done.files, dirs=done.dirs, bytes=done.bytes)
 
 

@@ -213,6 +213,22 @@ class StorageFS:
             os.close(fd)
         return purged
 
+    def drop_partial(self, name: str, unless_since: float) -> bool:
+        """Delete partial upload ``name`` unless it was written at or after ``unless_since``
+        (a time stamp): whether it is gone (True also when there was none)."""
+        if not name.endswith(".part"):
+            return True  # an archive's reservation: its staging goes by ``purge_uploads``
+        fd = self.uploads_fd()
+        try:
+            if os.stat(name, dir_fd=fd, follow_symlinks=False).st_mtime >= unless_since:
+                return False
+            os.unlink(name, dir_fd=fd)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(fd)
+        return True
+
     def partial_size(self, name: str) -> int:
         fd = self.uploads_fd()
         try:

@@ -3,9 +3,11 @@
 A user's usage is the sum of their own folders (dot-folders included; shared folders count
 for nobody). The storage loop measures every folder each ``storage.usage_interval`` (a walk
 that never follows links) and stores the figures on the folder rows; an upload through the
-API adds its bytes at once, so quotas hold between measurements. Uploads beyond the quota are
-refused; what sessions write is only seen by the next measurement, which reports users over
-their quota (with the sessions they run) in the manager's log and in every usage answer. Hard
+API adds its bytes at once, so quotas hold between measurements. An upload reserves its bytes
+before it writes one, and an unfinished one counts until it finishes or expires
+(``reservations.py``): uploads beyond the quota are refused. What sessions write is only seen
+by the next measurement, which reports users over their quota (with the sessions they run)
+in the manager's log and in every usage answer. Hard
 enforcement needs filesystem project quotas (XFS, or ext4 with the ``project`` feature) set
 by the node admin on the folder directories; see the storage README.
 """
@@ -25,18 +27,14 @@ from gpuslice.common.resources import format_mem
 from gpuslice.common.schemas.sessions import FINAL
 from gpuslice.common.schemas.storage import StorageUsage
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import (
-    FolderRow,
-    ProjectRow,
-    ResourcePolicyRow,
-    SessionRow,
-    UserRow,
-)
-from gpuslice.manager.services.storage.archive import QuotaExceeded
+from gpuslice.manager.db.models import FolderRow, ResourcePolicyRow, SessionRow, UserRow
+from gpuslice.manager.services.storage import reservations
 from gpuslice.manager.services.storage.fs import StorageFS
 
 log = logging.getLogger(__name__)
-UPLOADS_KEPT = 7 * 86400.0  # seconds an unfinished upload waits to be resumed
+# Seconds an unfinished upload waits to be resumed: it holds its whole size of the quota
+# meanwhile, so not long.
+UPLOADS_KEPT = 86400.0
 
 
 async def usage_of(db: AsyncSession, user: UserRow) -> StorageUsage:
@@ -46,9 +44,11 @@ async def usage_of(db: AsyncSession, user: UserRow) -> StorageUsage:
         .where(FolderRow.owner_id == user.id)
     )).one()
     quota = await quota_of(db, user.id)
+    uploading = await reservations.held_by(db, user.id)
     await db.commit()
+    used = int(used) + uploading
     return StorageUsage(
-        user_id=user.id, username=user.username, used=int(used), quota=quota,
+        user_id=user.id, username=user.username, used=used, uploading=uploading, quota=quota,
         over_quota=quota is not None and used > quota, folders=count, measured_at=measured,
     )
 
@@ -61,46 +61,9 @@ async def quota_of(db: AsyncSession, user_id: str) -> int | None:
     )
 
 
-async def room_for(db: AsyncSession, folder: FolderRow, incoming: int) -> int | None:
-    """Bytes the folder's owner (a project's folder: the project) may still add (None: no
-    limit); ``QuotaExceeded`` when ``incoming`` is more than that."""
-    if folder.project_id is not None:
-        quota = await db.scalar(
-            select(ProjectRow.max_storage).where(ProjectRow.id == folder.project_id))
-        whose, mine = "project's storage quota", FolderRow.project_id == folder.project_id
-    elif folder.owner_id is not None:
-        quota = await quota_of(db, folder.owner_id)
-        whose, mine = "storage quota", FolderRow.owner_id == folder.owner_id
-    else:
-        return None
-    if quota is None:
-        await db.commit()
-        return None
-    used = await db.scalar(select(func.coalesce(func.sum(FolderRow.size), 0)).where(mine)) or 0
-    await db.commit()
-    room = max(0, quota - int(used))
-    if incoming > room:
-        raise QuotaExceeded(
-            f"this needs {format_mem(incoming)} but the {whose} of {format_mem(quota)} "
-            f"leaves {format_mem(room)} free ({format_mem(int(used))} used)", field="size",
-        )
-    return room
-
-
-async def add_usage(db: AsyncSession, folder_id: str, size: int, files: int) -> None:
-    """Count an upload at once (the next measurement replaces the figures)."""
-    await db.execute(
-        update(FolderRow).where(FolderRow.id == folder_id).values(
-            size=func.coalesce(FolderRow.size, 0) + size,
-            files=func.coalesce(FolderRow.files, 0) + files,
-        )
-    )
-    await db.commit()
-
-
 async def measure_all(sessionmaker: async_sessionmaker[AsyncSession], fs: StorageFS) -> None:
     """One pass of the storage loop: measure every folder, report users over quota, and
-    delete unfinished uploads nobody resumed for a week."""
+    delete unfinished uploads nobody resumed for a day (their reservations with them)."""
     async with sessionmaker() as db:
         folders = [(f.id, f.storage_path) for f in await db.scalars(select(FolderRow))]
         await db.commit()
@@ -117,6 +80,8 @@ async def measure_all(sessionmaker: async_sessionmaker[AsyncSession], fs: Storag
     async with sessionmaker() as db:
         await report_over_quota(db)
     try:
+        async with sessionmaker() as db:
+            await reservations.expire(db, fs, UPLOADS_KEPT)
         await asyncio.to_thread(fs.purge_uploads, UPLOADS_KEPT)
     except OSError as exc:
         log.warning("storage: cannot purge old partial uploads: %s", exc)
