@@ -11,6 +11,7 @@ import json
 
 import httpx
 import pytest
+import uvicorn
 from fastapi import FastAPI
 from websockets.asyncio.client import connect
 
@@ -30,6 +31,7 @@ from tests.manager.proxy_helpers import (
     upgrade,
     url,
 )
+from tests.ports import free_port
 from tests.waits import Deadline, scaled
 
 __all__ = ["agent", "settings", "url"]  # the fixtures, for this module's tests
@@ -111,6 +113,52 @@ async def test_a_redirect_to_the_apps_own_url_stays_on_its_origin(
                             ("/\\evil.example/slash", "/evil.example/")):
             r = await web.get(httpx.URL(url + path))
             assert r.headers["location"] == moved, path
+
+
+async def _raw(port: int, request: bytes) -> bytes:
+    """A request as bytes, the answer's head and body as the server wrote them."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    async with asyncio.timeout(scaled(30)):
+        answer = await reader.read()
+    writer.close()
+    return answer
+
+
+async def test_a_request_target_that_is_not_a_path_never_reaches_the_agent(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    """Security review F6: h11 (uvicorn's parser where httptools is missing, or
+    ``--http h11``) passes ``GET @host/… HTTP/1.1`` on, and the agent pasted that target
+    after the app's ``host:port``: a request from the node to any host."""
+    sid = await running(admin)
+    token = await token_of(admin)
+    port = free_port()
+    h11 = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
+                                        log_level="warning", http="h11"))
+    serving = asyncio.create_task(h11.serve())
+    try:
+        async with asyncio.timeout(scaled(30)):
+            while not h11.started:
+                await asyncio.sleep(0.01)
+        host = f"echo--{sid}.apps.localhost:{port}"
+        for method, target in (("GET", "@169.254.169.254/latest/meta-data/"),
+                               ("GET", "http://169.254.169.254/"), ("OPTIONS", "*")):
+            answer = await _raw(port, (
+                f"{method} {target} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}"
+                "\r\nConnection: close\r\n\r\n").encode())
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 "), (target, answer[:300])
+            refused = json.loads(body)
+            assert refused["code"] == "bad_target" and "is not a path" in refused["message"]
+        assert agent.opened == []
+        ok = await _raw(port, (f"GET /fine HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer "
+                               f"{token}\r\nConnection: close\r\n\r\n").encode())
+        assert ok.startswith(b"HTTP/1.1 200 ") and agent.opened[-1]["target"] == "/fine"
+    finally:
+        h11.should_exit = True
+        await serving
 
 
 # ------------------------------------------------------------------ WebSockets

@@ -23,6 +23,7 @@ from starlette.requests import HTTPConnection
 
 from gpuslice.common.schemas.streams import Header, without_hop_by_hop
 from gpuslice.manager.api import browser
+from gpuslice.manager.errors import DomainError
 from gpuslice.manager.services.apps import origins
 from gpuslice.manager.services.apps.access import AppRoute
 
@@ -76,8 +77,14 @@ def upstream(conn: HTTPConnection, route: AppRoute, *, body: bool) -> list[Heade
 
 
 def target(conn: HTTPConnection) -> str:
-    """The path and query the app gets: as asked (the app is at its origin's root)."""
+    """The path and query the app gets: as asked (the app is at its origin's root).
+    ``DomainError`` ``bad_target`` (400) for a request-target that is not a path
+    (``@host/…``, ``http://host/…``, ``*``): some HTTP parsers (h11) pass those on, and the
+    agent must only ever reach the session's own address."""
     path = conn.scope.get("raw_path", conn.url.path.encode()).decode("latin-1")
+    if not path.startswith("/"):
+        raise DomainError(f"the request-target {path[:100]!r} is not a path: an app is asked "
+                          "for a path starting with /", code="bad_target")
     query = conn.url.query
     return f"{path}?{query}" if query else path
 

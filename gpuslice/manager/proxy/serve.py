@@ -86,6 +86,7 @@ async def serve_origin_http(request: Request, at: AppOrigin) -> Response:
     app, at its root."""
     parts = _Parts(request)
     try:
+        headers.target(request)  # a target that is not a path is refused first
         if request.url.path == origins.ENTER_PATH:
             return await _entered(request, at, parts)
         _not_terminal(at)
