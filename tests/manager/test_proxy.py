@@ -100,6 +100,33 @@ async def test_cookies_of_an_app_stay_on_its_origin(
         assert "oops: no config" in failed.json()["message"]
 
 
+async def test_an_app_cannot_plant_our_login_by_a_nameless_cookie(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    """Security review F7: a browser sends a nameless cookie as its value alone, so an app's
+    ``Set-Cookie: =gpuslice_login=<bob's login>`` reached the manager, on a host shared with
+    it (app ports), as a second login cookie, and the last one won."""
+    sid = await running(admin)
+    auth = on(url, sid, "echo", Authorization=f"Bearer {await token_of(admin)}")
+    async with httpx.AsyncClient(headers=auth) as web:
+        r = await web.get(f"{url}/nameless")
+        assert r.headers.get_list("set-cookie") == ["app_session=kept; Path=/"]
+    login = (await admin.post("/api/v1/auth/login", json={
+        "username": "admin", "password": admin_password(app)})).cookies["gpuslice_login"]
+    twice = {"Cookie": f"gpuslice_login={login}; theirs=1; gpuslice_login=planted"}
+    async with httpx.AsyncClient(base_url=url) as web:
+        api = await web.get("/api/v1/sessions", headers=twice)
+        assert api.status_code == 401 and api.json()["code"] == "login_cookie_twice"
+        assert "clear this site's cookies" in api.json()["message"]
+        # pages say so too, rather than send the browser to log in again (it would be back)
+        for path in ("/", f"/s/{sid}/echo/"):
+            page = await web.get(path, headers={**twice, "Accept": "text/html"})
+            assert page.status_code == 401, path
+            assert "sent 2 gpuslice_login cookies" in page.text, path
+        assert (await web.get("/api/v1/sessions", headers={
+            "Cookie": f"theirs=1; gpuslice_login={login}"})).status_code == 200
+
+
 async def test_a_redirect_to_the_apps_own_url_stays_on_its_origin(
     url: str, admin: httpx.AsyncClient, agent: FakeAgent
 ) -> None:

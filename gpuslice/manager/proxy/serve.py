@@ -56,7 +56,8 @@ async def serve_http(request: Request, session_id: str, app: str, rest: str) -> 
             return pages.terminal(request, route.session_id, route.session_name)
         return await _into_origin(request, route, parts, rest)
     except Unauthorized as err:
-        if request.method == "GET" and pages.wants_html(request):
+        # (a second login cookie stays after a login: the form would only come back)
+        if request.method == "GET" and pages.wants_html(request) and err.code != browser.TWICE:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse(f"/login?next={quote(target)}", status_code=303)
         return pages.error(request, 401, err.code, err.message)
@@ -122,10 +123,10 @@ def _unnamed(err: DomainError, at: AppOrigin) -> DomainError:
 async def _login_opens(request: Request, gate: Gate, at: AppOrigin) -> bool:
     """Whether the manager's login cookie the browser sent (a host's cookies go to all its
     ports) is one the app is open to."""
-    login = request.cookies.get(browser.COOKIE)
-    if not login:
-        return False
     try:
+        login = browser.login_cookie(request)
+        if not login:
+            return False
         await gate.route(login, at.session_id, at.app)
     except DomainError:
         return False
