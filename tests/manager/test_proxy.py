@@ -8,16 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 
 import httpx
 import pytest
 import uvicorn
 from fastapi import FastAPI
+from sqlalchemy import func, select, update
 from websockets.asyncio.client import connect
 
-from gpuslice.manager.db.models import AgentRequestRow, SessionRow
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import AgentRequestRow, AppEntryRow, SessionRow
+from gpuslice.manager.loop_table import run_once
 from tests.manager.conftest import IMAGE, UserFactory, create
 from tests.manager.fake_agent import FakeAgent
+from tests.manager.helpers import wait_status
 from tests.manager.proxy_helpers import (
     admin_password,
     agent,
@@ -385,6 +390,60 @@ async def test_a_browser_enters_an_app_origin_by_a_single_use_code(
     urls = {a["name"]: a["url"] for a in listed}
     assert urls["echo"] == f"http://echo--{sid}.apps.localhost/"  # the ASGI client's port: 80
     assert urls["terminal"] == f"http://manager/s/{sid}/terminal/"
+
+
+async def test_entries_into_apps_that_open_nothing_are_purged(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    """Security review F11: every browser GET of ``/s/<session>/<app>/…`` adds an entry, and
+    none was ever deleted."""
+    live, ending = await running(admin), await running(admin)
+
+    async def login() -> str:
+        answer = await admin.post("/api/v1/auth/login", json={
+            "username": "admin", "password": admin_password(app)})
+        return str(answer.cookies["gpuslice_login"])
+
+    async def code(sid: str, cookie: str) -> None:
+        async with httpx.AsyncClient(base_url=url) as web:
+            r = await web.get(f"/s/{sid}/echo/", headers={
+                "Cookie": f"gpuslice_login={cookie}", "Accept": "text/html"})
+            assert r.status_code == 303, r.text
+
+    async def entries() -> list[tuple[str, str, bool]]:
+        async with app.state.sessionmaker() as db:
+            rows = (await db.execute(select(AppEntryRow))).scalars()
+            return sorted((r.login_id, r.session_id, r.cookie_hash is not None) for r in rows)
+
+    kept, revoked = await login(), await login()
+    app_cookie = await enter(url, live, "echo", kept)  # a cookie in use: kept
+    await code(live, kept)  # a code not used yet: kept
+    async with app.state.sessionmaker() as db:
+        [(kept_id,)] = (await db.execute(select(AppEntryRow.login_id).where(
+            AppEntryRow.cookie_hash.is_not(None)))).all()
+    wanted = await entries()
+    await code(live, kept)  # a code expired unused
+    async with app.state.sessionmaker() as db:
+        await db.execute(update(AppEntryRow).where(
+            AppEntryRow.cookie_hash.is_(None),
+            AppEntryRow.created_at == select(func.max(AppEntryRow.created_at)).scalar_subquery()
+        ).values(code_expires_at=utcnow() - timedelta(seconds=1)))
+        await db.commit()
+    await enter(url, live, "echo", revoked)  # a login that ends
+    await enter(url, ending, "echo", kept)  # a session that ends
+    logout = await admin.post("/api/v1/auth/logout", headers={
+        "Authorization": f"Bearer {revoked}"})
+    assert logout.status_code == 204
+    assert (await admin.delete(f"/api/v1/sessions/{ending}")).status_code in (200, 202, 204)
+    await wait_status(admin, ending, {"TERMINATED"})
+    assert len(await entries()) == 5
+
+    await run_once(app, "retention")
+    assert await entries() == wanted and {login for login, _, _ in wanted} == {kept_id}
+    async with httpx.AsyncClient(base_url=url) as web:  # what is kept still opens the app
+        page = await web.get("/x", headers={"Host": at(url, live, "echo"),
+                                            "Cookie": f"gpuslice_app={app_cookie}"})
+        assert page.status_code == 200
 
 
 async def test_a_session_not_running_has_no_apps_yet(
