@@ -25,6 +25,9 @@ from gpuslice.manager.settings import ManagerSettings
 
 # The code is in the URL: kept out of caches and of the next page's Referer.
 _PRIVATE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+# What the app before on a reused port left in the browser: its service workers, storage and
+# cache (the origin's own; "cookies" would be the whole host's, the manager's login included).
+_CLEAR = {"Clear-Site-Data": '"cache", "storage"'}
 
 
 class _Parts:
@@ -184,16 +187,22 @@ async def _into_origin(request: Request, route: AppRoute, parts: _Parts, rest: s
 
 async def _entered(request: Request, at: AppOrigin, parts: _Parts) -> Response:
     """The code traded for this origin's own cookie, then on to the page asked for."""
+    name = origins.cookie_name(at)
     async with request.app.state.sessionmaker() as db:
+        # An app port served another session's app before (ports are reused): a browser
+        # that did not enter this one here yet may hold what that app left on the origin.
+        reused = at.port is not None and not await origins.holds(db, request.cookies.get(name),
+                                                                 at)
         cookie = await origins.redeem(db, request.query_params.get("code", ""), at)
     target = request.query_params.get("next", "/")
     if not target.startswith("/") or target.startswith(("//", "/\\")):
         target = "/"  # a path on this origin, never a redirect elsewhere
-    response = RedirectResponse(target, status_code=303, headers=_PRIVATE)
+    response = RedirectResponse(target, status_code=303,
+                                headers=_PRIVATE | (_CLEAR if reused else {}))
     # Host-only (no Domain): sent to this app's origin alone, never to another app or the
     # manager (on an app port, to every port of the host: named for its port, and good for
     # its app only); it lives as long as the browser, and no longer than the login on the server.
-    response.set_cookie(origins.cookie_name(at), cookie, path="/", httponly=True, samesite="lax",
+    response.set_cookie(name, cookie, path="/", httponly=True, samesite="lax",
                         secure=browser.scheme(request) == "https")
     return response
 

@@ -145,6 +145,17 @@ async def purge(db: AsyncSession) -> int:
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+async def holds(db: AsyncSession, cookie: str | None, at: AppOrigin) -> bool:
+    """Whether ``cookie`` is this origin's, still good: the browser entered this app here."""
+    if not cookie:
+        return False
+    try:
+        await authenticate(db, cookie, at)
+    except Unauthorized:
+        return False
+    return True
+
+
 async def authenticate(db: AsyncSession, cookie: str, at: AppOrigin) -> tuple[UserRow,
                                                                               ApiTokenRow]:
     """The user and login behind an app origin's cookie, for this app only;
