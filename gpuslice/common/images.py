@@ -247,13 +247,19 @@ def _app_problem(item: dict[str, Any], earlier: list[ImageApp]) -> str:
     ):
         return "command must be a list of at most 64 strings"
     try:
-        named = {field for arg in command for _, field, _, _ in _FORMAT.parse(arg) if field}
+        fields = [parsed for arg in command for parsed in _FORMAT.parse(arg)
+                  if parsed[1] is not None]
     except ValueError as exc:  # a lone brace
         return f"command: {exc} (a literal brace is written twice)"
-    unknown = named - APP_PLACEHOLDERS
+    # A width or precision is applied on every listing: {port:>999999999} is a gigabyte.
+    shaped = next((f for _, f, spec, conv in fields if spec or conv), None)
+    if shaped is not None:
+        return (f"command: {{{shaped}}} has a format spec or conversion; placeholders are "
+                "written bare, e.g. {port}")
+    unknown = {field for _, field, _, _ in fields} - APP_PLACEHOLDERS
     if unknown:
-        return (f"command names {', '.join(sorted(unknown))}; placeholders are "
-                f"{', '.join(sorted(APP_PLACEHOLDERS))}")
+        named = ", ".join(sorted(f"{{{field}}}" for field in unknown))
+        return f"command names {named}; placeholders are {', '.join(sorted(APP_PLACEHOLDERS))}"
     if not isinstance(item.get("base_path", False), bool):
         return "base_path must be true or false"
     if item.get("base_path") and not any("{base_path}" in arg for arg in command):

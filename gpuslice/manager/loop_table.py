@@ -23,6 +23,7 @@ from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import Loop, Loops, Pass, key_of
 from gpuslice.manager.proxy.ports import SWEEP_INTERVAL
 from gpuslice.manager.services import channel, retention
+from gpuslice.manager.services.apps import origins
 from gpuslice.manager.services.models.catalog import purge_stale
 from gpuslice.manager.services.models.sweep import sweep_store
 from gpuslice.manager.services.monitoring.maintenance import Retention, maintain
@@ -85,8 +86,15 @@ def _node_sweep(app: FastAPI) -> Pass:
 
 def _retention(app: FastAPI) -> Pass:
     settings: ManagerSettings = app.state.settings
-    return partial(retention.purge, app.state.sessionmaker, settings.sessions.retention_days,
-                   settings.auth.login_window)
+    sessionmaker = app.state.sessionmaker
+
+    async def purge() -> None:
+        await retention.purge(sessionmaker, settings.sessions.retention_days,
+                              settings.auth.login_window)
+        async with sessionmaker() as db:  # apps' entry codes and cookies that open nothing
+            await origins.purge(db)
+
+    return purge
 
 
 def _usage_history(app: FastAPI) -> Pass:

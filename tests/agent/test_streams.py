@@ -7,16 +7,23 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import cast
 
+import aiohttp
 import httpx
 import pytest
+from aiohttp import web as aioweb
 
 from gpuslice.agent.manager_link import Credential, ManagerLink
 from gpuslice.agent.requests import RequestContext, RequestRunner
 from gpuslice.agent.runtime import ContainerSpec, DockerRuntime
 from gpuslice.agent.streams.apps import Addresses, AppSupervisor
+from gpuslice.agent.streams.http import Upstream
+from gpuslice.agent.streams.link import serve_link
+from gpuslice.agent.streams.memory import pipe
+from gpuslice.agent.streams.tcp import Tunnels
 from gpuslice.agent.streams.terminals import Terminals
 from gpuslice.common.schemas.agents import (
     AgentRequest,
@@ -27,6 +34,7 @@ from gpuslice.common.schemas.agents import (
     AppStatus,
     StreamAsk,
 )
+from gpuslice.common.schemas.streams import OpenHttp
 from tests.waits import scaled
 
 MANAGER = "http://manager.test"
@@ -94,6 +102,82 @@ async def test_requests_of_unknown_kinds_are_skipped_not_fatal(
         await link.close()
     assert got.version == 7 and [r.id for r in got.requests] == ["r-logs"]
     assert "request r-new of kind 'teleport' is not one this agent serves" in caplog.text
+
+
+# ---------------------------------------------------------------- an app's URL (no Docker)
+
+
+class _Ready:
+    """Addresses and supervisor of a session whose app is up, at this machine's loopback."""
+
+    async def of(self, session_id: str, *, fresh: bool = False) -> str:
+        return "127.0.0.1"
+
+    def ready(self, session_id: str, launch: AppLaunch) -> bool:
+        return True
+
+
+async def _asked(request: aioweb.Request) -> aioweb.Response:
+    request.app[ASKED].append(request.raw_path)
+    return aioweb.Response(text="answered")
+
+
+ASKED = aioweb.AppKey("asked", list[str])
+
+
+@pytest.fixture
+async def two_apps() -> AsyncIterator[tuple[int, int, list[str], list[str]]]:
+    """The session's app, and another server the node reaches (the metadata service, another
+    session's app): their ports and the raw paths each was asked for."""
+    ports, asked, runners = [], [], []
+    for _ in range(2):
+        server = aioweb.Application()
+        server[ASKED] = []
+        server.router.add_route("*", "/{tail:.*}", _asked)
+        runner = aioweb.AppRunner(server)
+        await runner.setup()
+        site = aioweb.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        ports.append(runner.addresses[0][1])
+        asked.append(server[ASKED])
+        runners.append(runner)
+    yield ports[0], ports[1], asked[0], asked[1]
+    for runner in runners:
+        await runner.cleanup()
+
+
+async def test_an_app_is_asked_for_a_path_on_its_own_address_only(
+    two_apps: tuple[int, int, list[str], list[str]]
+) -> None:
+    """Security review F6: a target pasted after ``host:port`` (``@127.0.0.1:<other>/…``)
+    made the URL another host's, which the agent asked and answered from."""
+    app_port, other_port, app_asked, other_asked = two_apps
+    launch = AppLaunch(name="web", port=app_port)
+    ready = _Ready()
+    async with aiohttp.ClientSession() as client:
+        upstream = Upstream(cast(Addresses, ready), cast(AppSupervisor, ready), client)
+        replies = []
+        for target in (f"@127.0.0.1:{other_port}/secret", f"http://127.0.0.1:{other_port}/",
+                       "/a%2Fb/../c?x=%2F&y", "/caf\xe9 x"):
+            manager_end, agent_end = pipe()
+            serving = asyncio.create_task(serve_link(
+                agent_end, "s-1", upstream, cast(Terminals, None), cast(Tunnels, None),
+                idle=5, ping=20))
+            await manager_end.send_text(OpenHttp(app=launch, method="GET", target=target,
+                                                 whole=1024).model_dump_json())
+            async with asyncio.timeout(scaled(10)):
+                message = await manager_end.receive()
+                await manager_end.close()
+                await serving
+            replies.append(message.get("text") or message["bytes"].partition(b"\n")[0])
+    for refused in replies[:2]:
+        failed = json.loads(refused)
+        assert (failed["op"], failed["status"], failed["code"]) == ("failed", 400, "bad_target")
+        assert "is not a path: an app is asked for a path starting with /" in failed["message"]
+    assert [json.loads(r)["status"] for r in replies[2:]] == [200, 200]
+    assert other_asked == []  # never reached
+    # the path and query as asked (none of them resolved or decoded), other bytes escaped
+    assert app_asked == ["/a%2Fb/../c?x=%2F&y", "/caf%E9%20x"]
 
 
 # ---------------------------------------------------------------- terminals (Docker)

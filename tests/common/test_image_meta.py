@@ -83,3 +83,21 @@ def test_image_kinds_say_what_the_launch_dialog_offers() -> None:
     assert image_kind("python:3.11", plain) == "other"
     assert HIDDEN_KINDS == {"internal", "test"}
     assert ImageMeta.from_labels(ImageMeta(kind="internal").to_labels()).kind == "internal"
+
+
+def test_an_app_command_takes_bare_placeholders_only():
+    """Security review F14: a width or precision was applied on every listing of the apps
+    (``{port:>999999999}``: a gigabyte per argument); a bare ``{}`` failed there too."""
+    def problems(*command: str) -> tuple[str, ...]:
+        item = {"name": "x", "protocol": "http", "port": 80, "command": ["x", *command]}
+        meta = ImageMeta.from_labels({LABEL_APPS: json.dumps([item])})
+        assert meta.apps == ()
+        return meta.problems
+
+    for shaped in ("--port={port:>999999999}", "{token:.99999999}", "{port!r}",
+                   "{base_path:{token}}"):
+        [problem] = problems(shaped)
+        assert "has a format spec or conversion" in problem, shaped
+        assert "placeholders are written bare, e.g. {port}" in problem
+    assert "command names {}; placeholders are" in problems("{}")[0]
+    assert "command names {0}" in problems("{0}")[0]

@@ -2,7 +2,8 @@
 
 On a link it serves what the manager opens, as the real agent's protocol says
 (``common.schemas.streams``): an HTTP exchange answered with what reached the "app" (method,
-target, headers, body size) as JSON, or a few canned answers by target (``/cookie``, ``/big``,
+target, headers, body size) as JSON, or a few canned answers by target (``/cookie``,
+``/nameless``: nameless cookies, ``/big``,
 ``/slash``: a redirect to its own URL with a slash added,
 ``/fail``); a WebSocket that echoes every message; a terminal that echoes input and says each
 resize; an SSH stream that echoes its bytes (or, for the image ``no-sshd:1``, the real agent's
@@ -70,6 +71,10 @@ async def _http(ws: ClientConnection, opened: dict[str, Any]) -> None:
                  ["Strict-Transport-Security", "max-age=31536000"],
                  ["Clear-Site-Data", '"cookies"'], ["Service-Worker-Allowed", "/"],
                  ["Location", f"http://localhost:{opened['app']['port']}/small"]]
+    if target.endswith("/nameless"):  # cookies a browser would send as `gpuslice_login=…`
+        head += [["Set-Cookie", "=gpuslice_login=planted; Path=/"],
+                 ["Set-Cookie", " =gpuslice_app=planted"], ["Set-Cookie", "gpuslice_login"],
+                 ["Set-Cookie", "app_session=kept; Path=/"]]
     if target.endswith("/slash"):  # an app adding a slash, on its own absolute URL
         head.append(["Location", f"http://localhost:{opened['app']['port']}"
                                  f"{target.removesuffix('/slash')}/"])

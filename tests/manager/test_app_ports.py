@@ -331,3 +331,41 @@ async def test_a_full_range_leaves_the_app_list_whole(
     async with httpx.AsyncClient(base_url=url, headers=bearer) as web:
         full = await web.get(f"/s/{sid}/9002/")
         assert full.status_code == 503 and full.json()["code"] == "no_app_port"
+
+
+async def test_a_reused_port_starts_with_nothing_the_app_before_left(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent, browser: Any,
+    first_port: int
+) -> None:
+    """Security review F12: ports are reused, and a browser keeps an origin's storage and
+    service workers across apps: the next session's app on the port (another user's, with
+    ``apps.admin_access``) found what the one before left. The way in clears them (the
+    origin's own: "cookies" would be the whole host's), once per app a browser enters."""
+    manager = f"http://localhost:{url.rsplit(':', 1)[1]}"
+    echo = f"http://localhost:{first_port + 1}"
+    page = await browser.new_page()
+    await page.goto(f"{manager}/login?next=/")
+    await post_login_async(page, "admin", admin_password(app))
+    await page.wait_for_url(f"{manager}/", timeout=scaled(60) * 1000)
+
+    async def open_echo(sid: str) -> Any:
+        async with page.expect_response(lambda r: "/_gpuslice/enter" in r.url) as entered:
+            await page.goto(f"{manager}/s/{sid}/echo/headers")
+        await page.wait_for_url(f"{echo}/headers", timeout=scaled(60) * 1000)
+        return await entered.value
+
+    before = await running(admin)
+    first = await open_echo(before)
+    assert await first.header_value("clear-site-data") == '"cache", "storage"'
+    await page.evaluate("localStorage.setItem('left', 'by the app before')")
+    again = await open_echo(before)  # the same app again: what it keeps stays
+    assert await again.header_value("clear-site-data") is None
+    assert await page.evaluate("localStorage.getItem('left')") == "by the app before"
+
+    await admin.delete(f"/api/v1/sessions/{before}")
+    await app.state.app_ports.sweep()  # the manager's loop does it every few seconds
+    after = await running(admin)
+    await open_echo(after)
+    assert agent.opened[-1]["app"]["name"] == "echo"
+    assert await page.evaluate("localStorage.getItem('left')") is None
+

@@ -8,15 +8,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 
 import httpx
 import pytest
+import uvicorn
 from fastapi import FastAPI
+from sqlalchemy import func, select, update
 from websockets.asyncio.client import connect
 
-from gpuslice.manager.db.models import AgentRequestRow, SessionRow
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import AgentRequestRow, AppEntryRow, SessionRow
+from gpuslice.manager.loop_table import run_once
 from tests.manager.conftest import IMAGE, UserFactory, create
 from tests.manager.fake_agent import FakeAgent
+from tests.manager.helpers import wait_status
 from tests.manager.proxy_helpers import (
     admin_password,
     agent,
@@ -30,6 +36,7 @@ from tests.manager.proxy_helpers import (
     upgrade,
     url,
 )
+from tests.ports import free_port
 from tests.waits import Deadline, scaled
 
 __all__ = ["agent", "settings", "url"]  # the fixtures, for this module's tests
@@ -98,6 +105,33 @@ async def test_cookies_of_an_app_stay_on_its_origin(
         assert "oops: no config" in failed.json()["message"]
 
 
+async def test_an_app_cannot_plant_our_login_by_a_nameless_cookie(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    """Security review F7: a browser sends a nameless cookie as its value alone, so an app's
+    ``Set-Cookie: =gpuslice_login=<bob's login>`` reached the manager, on a host shared with
+    it (app ports), as a second login cookie, and the last one won."""
+    sid = await running(admin)
+    auth = on(url, sid, "echo", Authorization=f"Bearer {await token_of(admin)}")
+    async with httpx.AsyncClient(headers=auth) as web:
+        r = await web.get(f"{url}/nameless")
+        assert r.headers.get_list("set-cookie") == ["app_session=kept; Path=/"]
+    login = (await admin.post("/api/v1/auth/login", json={
+        "username": "admin", "password": admin_password(app)})).cookies["gpuslice_login"]
+    twice = {"Cookie": f"gpuslice_login={login}; theirs=1; gpuslice_login=planted"}
+    async with httpx.AsyncClient(base_url=url) as web:
+        api = await web.get("/api/v1/sessions", headers=twice)
+        assert api.status_code == 401 and api.json()["code"] == "login_cookie_twice"
+        assert "clear this site's cookies" in api.json()["message"]
+        # pages say so too, rather than send the browser to log in again (it would be back)
+        for path in ("/", f"/s/{sid}/echo/"):
+            page = await web.get(path, headers={**twice, "Accept": "text/html"})
+            assert page.status_code == 401, path
+            assert "sent 2 gpuslice_login cookies" in page.text, path
+        assert (await web.get("/api/v1/sessions", headers={
+            "Cookie": f"theirs=1; gpuslice_login={login}"})).status_code == 200
+
+
 async def test_a_redirect_to_the_apps_own_url_stays_on_its_origin(
     url: str, admin: httpx.AsyncClient, agent: FakeAgent
 ) -> None:
@@ -111,6 +145,52 @@ async def test_a_redirect_to_the_apps_own_url_stays_on_its_origin(
                             ("/\\evil.example/slash", "/evil.example/")):
             r = await web.get(httpx.URL(url + path))
             assert r.headers["location"] == moved, path
+
+
+async def _raw(port: int, request: bytes) -> bytes:
+    """A request as bytes, the answer's head and body as the server wrote them."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    async with asyncio.timeout(scaled(30)):
+        answer = await reader.read()
+    writer.close()
+    return answer
+
+
+async def test_a_request_target_that_is_not_a_path_never_reaches_the_agent(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    """Security review F6: h11 (uvicorn's parser where httptools is missing, or
+    ``--http h11``) passes ``GET @host/… HTTP/1.1`` on, and the agent pasted that target
+    after the app's ``host:port``: a request from the node to any host."""
+    sid = await running(admin)
+    token = await token_of(admin)
+    port = free_port()
+    h11 = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, lifespan="off",
+                                        log_level="warning", http="h11"))
+    serving = asyncio.create_task(h11.serve())
+    try:
+        async with asyncio.timeout(scaled(30)):
+            while not h11.started:
+                await asyncio.sleep(0.01)
+        host = f"echo--{sid}.apps.localhost:{port}"
+        for method, target in (("GET", "@169.254.169.254/latest/meta-data/"),
+                               ("GET", "http://169.254.169.254/"), ("OPTIONS", "*")):
+            answer = await _raw(port, (
+                f"{method} {target} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}"
+                "\r\nConnection: close\r\n\r\n").encode())
+            head, _, body = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 400 "), (target, answer[:300])
+            refused = json.loads(body)
+            assert refused["code"] == "bad_target" and "is not a path" in refused["message"]
+        assert agent.opened == []
+        ok = await _raw(port, (f"GET /fine HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer "
+                               f"{token}\r\nConnection: close\r\n\r\n").encode())
+        assert ok.startswith(b"HTTP/1.1 200 ") and agent.opened[-1]["target"] == "/fine"
+    finally:
+        h11.should_exit = True
+        await serving
 
 
 # ------------------------------------------------------------------ WebSockets
@@ -310,6 +390,60 @@ async def test_a_browser_enters_an_app_origin_by_a_single_use_code(
     urls = {a["name"]: a["url"] for a in listed}
     assert urls["echo"] == f"http://echo--{sid}.apps.localhost/"  # the ASGI client's port: 80
     assert urls["terminal"] == f"http://manager/s/{sid}/terminal/"
+
+
+async def test_entries_into_apps_that_open_nothing_are_purged(
+    app: FastAPI, url: str, admin: httpx.AsyncClient, agent: FakeAgent
+) -> None:
+    """Security review F11: every browser GET of ``/s/<session>/<app>/…`` adds an entry, and
+    none was ever deleted."""
+    live, ending = await running(admin), await running(admin)
+
+    async def login() -> str:
+        answer = await admin.post("/api/v1/auth/login", json={
+            "username": "admin", "password": admin_password(app)})
+        return str(answer.cookies["gpuslice_login"])
+
+    async def code(sid: str, cookie: str) -> None:
+        async with httpx.AsyncClient(base_url=url) as web:
+            r = await web.get(f"/s/{sid}/echo/", headers={
+                "Cookie": f"gpuslice_login={cookie}", "Accept": "text/html"})
+            assert r.status_code == 303, r.text
+
+    async def entries() -> list[tuple[str, str, bool]]:
+        async with app.state.sessionmaker() as db:
+            rows = (await db.execute(select(AppEntryRow))).scalars()
+            return sorted((r.login_id, r.session_id, r.cookie_hash is not None) for r in rows)
+
+    kept, revoked = await login(), await login()
+    app_cookie = await enter(url, live, "echo", kept)  # a cookie in use: kept
+    await code(live, kept)  # a code not used yet: kept
+    async with app.state.sessionmaker() as db:
+        [(kept_id,)] = (await db.execute(select(AppEntryRow.login_id).where(
+            AppEntryRow.cookie_hash.is_not(None)))).all()
+    wanted = await entries()
+    await code(live, kept)  # a code expired unused
+    async with app.state.sessionmaker() as db:
+        await db.execute(update(AppEntryRow).where(
+            AppEntryRow.cookie_hash.is_(None),
+            AppEntryRow.created_at == select(func.max(AppEntryRow.created_at)).scalar_subquery()
+        ).values(code_expires_at=utcnow() - timedelta(seconds=1)))
+        await db.commit()
+    await enter(url, live, "echo", revoked)  # a login that ends
+    await enter(url, ending, "echo", kept)  # a session that ends
+    logout = await admin.post("/api/v1/auth/logout", headers={
+        "Authorization": f"Bearer {revoked}"})
+    assert logout.status_code == 204
+    assert (await admin.delete(f"/api/v1/sessions/{ending}")).status_code in (200, 202, 204)
+    await wait_status(admin, ending, {"TERMINATED"})
+    assert len(await entries()) == 5
+
+    await run_once(app, "retention")
+    assert await entries() == wanted and {login for login, _, _ in wanted} == {kept_id}
+    async with httpx.AsyncClient(base_url=url) as web:  # what is kept still opens the app
+        page = await web.get("/x", headers={"Host": at(url, live, "echo"),
+                                            "Cookie": f"gpuslice_app={app_cookie}"})
+        assert page.status_code == 200
 
 
 async def test_a_session_not_running_has_no_apps_yet(

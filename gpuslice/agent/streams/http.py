@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from urllib.parse import quote
 
 import aiohttp
+from yarl import URL
 
 from gpuslice.agent.streams.apps import Addresses, AppSupervisor
 from gpuslice.agent.streams.socket import LinkSocket
@@ -31,6 +33,7 @@ CHUNK = 256 * 1024  # most bytes per body frame
 END = End().model_dump_json()
 # aiohttp adds these unless told not to; the person's own (or none) must reach the app.
 SKIP_AUTO = frozenset({"Accept", "Accept-Encoding", "User-Agent", "Content-Type"})
+_PRINTABLE = "".join(map(chr, range(0x21, 0x7F)))  # what a request-target may hold as it is
 
 
 class LinkClosed(Exception):
@@ -53,8 +56,13 @@ class Upstream:
     apps: AppSupervisor
     client: aiohttp.ClientSession
 
-    async def url(self, session_id: str, app: AppLaunch, target: str, scheme: str) -> str:
-        """The app's URL at its container's address, started first if it does not answer."""
+    async def url(self, session_id: str, app: AppLaunch, target: str, scheme: str) -> URL:
+        """The app's URL at its container's address, started first if it does not answer;
+        ``target`` must be a path (origin-form), which the URL keeps as it is."""
+        if not target.startswith("/"):
+            raise StreamFailure(Failed(status=400, code="bad_target", message=(
+                f"the request-target {target[:100]!r} is not a path: an app is asked for a "
+                "path starting with /")))
         address = await self.addresses.of(session_id)
         if address is None:
             raise StreamFailure(Failed(status=409, code="not_running",
@@ -63,7 +71,11 @@ class Upstream:
             status = await self.apps.ensure(session_id, app)
             if status.state is not AppState.READY:
                 raise StreamFailure(_not_ready(status))
-        return f"{scheme}://{address}:{app.port}{target}"
+        # Built from its parts, never pasted after host:port: whatever the target holds,
+        # the host is the container's. Bytes that are not printable ASCII are escaped.
+        path, _, query = quote(target, safe=_PRINTABLE, encoding="latin-1").partition("?")
+        return URL.build(scheme=scheme, host=address, port=app.port, path=path,
+                         query_string=query, encoded=True)
 
 
 async def serve_http(ws: LinkSocket, session_id: str, ask: OpenHttp,

@@ -19,14 +19,26 @@ from starlette.requests import HTTPConnection
 from starlette.responses import Response
 
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.errors import Forbidden
+from gpuslice.manager.errors import Forbidden, Unauthorized
 
 COOKIE = "gpuslice_login"
+TWICE = "login_cookie_twice"  # the code of a request that carries two login cookies
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def login_cookie(conn: HTTPConnection) -> str | None:
+    """The login cookie the browser sent; ``Unauthorized`` ``login_cookie_twice`` when it sent
+    two: a page that shares the host (an app on a port of ``apps.port_range``) can plant a
+    second one (a nameless cookie is sent as its value alone), and which one a parser keeps
+    would decide whose console this is."""
+    sent = [part for value in conn.headers.getlist("cookie") for part in value.split(";")
+            if part.split("=", 1)[0].strip() == COOKIE]
+    if len(sent) > 1:
+        raise Unauthorized(
+            f"this browser sent {len(sent)} {COOKIE} cookies (a page on this host may have set "
+            "one): clear this site's cookies in the browser, then log in again",
+            code=TWICE)
     return conn.cookies.get(COOKIE) or None
 
 

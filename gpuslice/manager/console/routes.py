@@ -13,6 +13,8 @@ from fastapi import APIRouter, Request
 from starlette.responses import FileResponse, RedirectResponse, Response
 
 from gpuslice.manager.api import browser
+from gpuslice.manager.errors import Unauthorized
+from gpuslice.manager.proxy import pages
 
 STATIC = Path(__file__).with_name("static")
 router = APIRouter(include_in_schema=False)
@@ -30,8 +32,11 @@ def csp(host: str) -> str:
 @router.get("/")
 async def console(request: Request) -> Response:
     """The console (after the login form when the browser has no login)."""
-    if browser.login_cookie(request) is None:
-        return RedirectResponse("/login?next=/", status_code=303)
+    try:
+        if browser.login_cookie(request) is None:
+            return RedirectResponse("/login?next=/", status_code=303)
+    except Unauthorized as err:  # two login cookies: logging in again would not help
+        return pages.error(request, 401, err.code, err.message)
     return FileResponse(STATIC / "index.html", headers={
         "Content-Security-Policy": csp(request.headers.get("host", "")),
         "Cache-Control": "no-store", "X-Content-Type-Options": "nosniff",

@@ -9,9 +9,9 @@ them), say so, which is what apps with DNS-rebinding or cross-origin checks (Jup
 scheme and client. The path is the app's own: it is served at its origin's root.
 
 Downstream (to the browser): cookies an app sets get no ``Domain`` (host-only: never sent to
-another app or the manager), and one named like ours is dropped, as are ``Date`` and
-``Server`` (the manager's server writes its own); a redirect to the app's own ``localhost``
-origin becomes a path on its origin.
+another app or the manager), and one named like ours, or with no name, is dropped, as are
+``Date`` and ``Server`` (the manager's server writes its own); a redirect to the app's own
+``localhost`` origin becomes a path on its origin.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from starlette.requests import HTTPConnection
 
 from gpuslice.common.schemas.streams import Header, without_hop_by_hop
 from gpuslice.manager.api import browser
+from gpuslice.manager.errors import DomainError
 from gpuslice.manager.services.apps import origins
 from gpuslice.manager.services.apps.access import AppRoute
 
@@ -76,8 +77,14 @@ def upstream(conn: HTTPConnection, route: AppRoute, *, body: bool) -> list[Heade
 
 
 def target(conn: HTTPConnection) -> str:
-    """The path and query the app gets: as asked (the app is at its origin's root)."""
+    """The path and query the app gets: as asked (the app is at its origin's root).
+    ``DomainError`` ``bad_target`` (400) for a request-target that is not a path
+    (``@host/…``, ``http://host/…``, ``*``): some HTTP parsers (h11) pass those on, and the
+    agent must only ever reach the session's own address."""
     path = conn.scope.get("raw_path", conn.url.path.encode()).decode("latin-1")
+    if not path.startswith("/"):
+        raise DomainError(f"the request-target {path[:100]!r} is not a path: an app is asked "
+                          "for a path starting with /", code="bad_target")
     query = conn.url.query
     return f"{path}?{query}" if query else path
 
@@ -125,9 +132,11 @@ def without_our_cookies(values: list[str]) -> str:
 
 def confine_cookie(value: str) -> str | None:
     """A ``Set-Cookie`` value with no ``Domain`` (host-only: this app's origin alone);
-    ``None`` for a cookie named like ours."""
+    ``None`` for a cookie named like ours, or with no name: browsers send a nameless cookie
+    as its value alone, so ``=gpuslice_login=…`` would reach the manager as its login."""
     first, *attributes = value.split(";")
-    if ours(first.split("=", 1)[0].strip()):
+    name, equals, _ = first.partition("=")
+    if not equals or not name.strip() or ours(name.strip()):
         return None
     kept = [a.strip() for a in attributes
             if a.strip() and a.partition("=")[0].strip().lower() != "domain"]

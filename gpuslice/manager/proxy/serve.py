@@ -25,6 +25,9 @@ from gpuslice.manager.settings import ManagerSettings
 
 # The code is in the URL: kept out of caches and of the next page's Referer.
 _PRIVATE = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
+# What the app before on a reused port left in the browser: its service workers, storage and
+# cache (the origin's own; "cookies" would be the whole host's, the manager's login included).
+_CLEAR = {"Clear-Site-Data": '"cache", "storage"'}
 
 
 class _Parts:
@@ -56,7 +59,8 @@ async def serve_http(request: Request, session_id: str, app: str, rest: str) -> 
             return pages.terminal(request, route.session_id, route.session_name)
         return await _into_origin(request, route, parts, rest)
     except Unauthorized as err:
-        if request.method == "GET" and pages.wants_html(request):
+        # (a second login cookie stays after a login: the form would only come back)
+        if request.method == "GET" and pages.wants_html(request) and err.code != browser.TWICE:
             target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
             return RedirectResponse(f"/login?next={quote(target)}", status_code=303)
         return pages.error(request, 401, err.code, err.message)
@@ -86,6 +90,7 @@ async def serve_origin_http(request: Request, at: AppOrigin) -> Response:
     app, at its root."""
     parts = _Parts(request)
     try:
+        headers.target(request)  # a target that is not a path is refused first
         if request.url.path == origins.ENTER_PATH:
             return await _entered(request, at, parts)
         _not_terminal(at)
@@ -121,10 +126,10 @@ def _unnamed(err: DomainError, at: AppOrigin) -> DomainError:
 async def _login_opens(request: Request, gate: Gate, at: AppOrigin) -> bool:
     """Whether the manager's login cookie the browser sent (a host's cookies go to all its
     ports) is one the app is open to."""
-    login = request.cookies.get(browser.COOKIE)
-    if not login:
-        return False
     try:
+        login = browser.login_cookie(request)
+        if not login:
+            return False
         await gate.route(login, at.session_id, at.app)
     except DomainError:
         return False
@@ -182,16 +187,22 @@ async def _into_origin(request: Request, route: AppRoute, parts: _Parts, rest: s
 
 async def _entered(request: Request, at: AppOrigin, parts: _Parts) -> Response:
     """The code traded for this origin's own cookie, then on to the page asked for."""
+    name = origins.cookie_name(at)
     async with request.app.state.sessionmaker() as db:
+        # An app port served another session's app before (ports are reused): a browser
+        # that did not enter this one here yet may hold what that app left on the origin.
+        reused = at.port is not None and not await origins.holds(db, request.cookies.get(name),
+                                                                 at)
         cookie = await origins.redeem(db, request.query_params.get("code", ""), at)
     target = request.query_params.get("next", "/")
     if not target.startswith("/") or target.startswith(("//", "/\\")):
         target = "/"  # a path on this origin, never a redirect elsewhere
-    response = RedirectResponse(target, status_code=303, headers=_PRIVATE)
+    response = RedirectResponse(target, status_code=303,
+                                headers=_PRIVATE | (_CLEAR if reused else {}))
     # Host-only (no Domain): sent to this app's origin alone, never to another app or the
     # manager (on an app port, to every port of the host: named for its port, and good for
     # its app only); it lives as long as the browser, and no longer than the login on the server.
-    response.set_cookie(origins.cookie_name(at), cookie, path="/", httponly=True, samesite="lax",
+    response.set_cookie(name, cookie, path="/", httponly=True, samesite="lax",
                         secure=browser.scheme(request) == "https")
     return response
 

@@ -9,7 +9,8 @@ and the app. The browser carries it to ``<app origin>/_gpuslice/enter?code=…``
 ``gpuslice_app``: host-only, HttpOnly, SameSite=Lax. That cookie opens this one app of this
 one session, lives no longer than the login (a logout revokes the login, and the entry with
 it), and is no bearer token: the API looks tokens up in ``api_tokens`` and never finds it.
-Codes and cookies are stored as SHA-256 digests only.
+Codes and cookies are stored as SHA-256 digests only; the retention loop deletes the entries
+that open nothing any more (``purge``).
 """
 
 from __future__ import annotations
@@ -20,11 +21,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from urllib.parse import urlsplit
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpuslice.common.schemas.sessions import FINAL
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import ApiTokenRow, AppEntryRow, UserRow
+from gpuslice.manager.db.models import ApiTokenRow, AppEntryRow, SessionRow, UserRow
 from gpuslice.manager.errors import InvalidRequest, Unauthorized
 from gpuslice.manager.security import token_digest
 from gpuslice.manager.settings import AppsSettings
@@ -125,6 +127,33 @@ async def redeem(db: AsyncSession, code: str, at: AppOrigin) -> str:
             "this link into the app was already used, has expired or is for another app: "
             "open the app again from the console", field="code", code="enter_code_invalid")
     return cookie
+
+
+async def purge(db: AsyncSession) -> int:
+    """Delete the entries that open nothing any more (each browser GET of ``/s/…`` makes one):
+    codes expired unused, and entries of logins revoked or expired or of sessions that ended.
+    How many went."""
+    now = utcnow()
+    dead_logins = select(ApiTokenRow.id).where(
+        or_(ApiTokenRow.revoked_at.is_not(None), ApiTokenRow.expires_at <= now))
+    ended = select(SessionRow.id).where(SessionRow.status.in_(list(FINAL)))
+    result = await db.execute(delete(AppEntryRow).where(or_(
+        and_(AppEntryRow.cookie_hash.is_(None), AppEntryRow.code_expires_at <= now),
+        AppEntryRow.login_id.in_(dead_logins), AppEntryRow.session_id.in_(ended),
+    )).execution_options(synchronize_session=False))
+    await db.commit()
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+async def holds(db: AsyncSession, cookie: str | None, at: AppOrigin) -> bool:
+    """Whether ``cookie`` is this origin's, still good: the browser entered this app here."""
+    if not cookie:
+        return False
+    try:
+        await authenticate(db, cookie, at)
+    except Unauthorized:
+        return False
+    return True
 
 
 async def authenticate(db: AsyncSession, cookie: str, at: AppOrigin) -> tuple[UserRow,
