@@ -25,12 +25,12 @@ import socket
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 from gpuslice.common.logs import LogSettings
 from gpuslice.common.resources import ResourceError, parse_cpu, parse_fgpu_per_gpu, parse_mem
-from gpuslice.common.settings_files import FileSettings
+from gpuslice.common.settings_files import FileSettings, Section
 
 ENV_PREFIX = "GPUSLICE_AGENT_"
 _URL = re.compile(r"^https?://[^\s/,]+(/[^\s,]*)?$")
@@ -46,7 +46,7 @@ def _mem(value: object) -> int:
         raise ValueError(exc.message) from None
 
 
-class MockGpu(BaseModel):
+class MockGpu(Section):
     """One ``[[gpu]]`` entry: ``count`` identical simulated devices."""
 
     model: str = Field(default="Mock GPU", min_length=1, max_length=128, description="Model name.")
@@ -60,7 +60,7 @@ class MockGpu(BaseModel):
         return _mem(value)
 
 
-class HardCapsSettings(BaseModel):
+class HardCapsSettings(Section):
     """Driver-level caps the node admin installed (strongest enforcement layer)."""
 
     mode: Literal["none", "hami", "mps"] = Field(
@@ -86,7 +86,7 @@ class HardCapsSettings(BaseModel):
     )
 
 
-class NetworkSettings(BaseModel):
+class NetworkSettings(Section):
     """What session containers may reach (see ``agent/isolation``)."""
 
     isolation: Literal["enforce", "off"] = Field(

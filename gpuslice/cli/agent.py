@@ -32,7 +32,8 @@ def agent_serve(
         "--resource-group", help="The node's resource group when it joins, e.g. a100 "
         "(resource_group in the file; default: \"default\").")] = None,
 ) -> None:
-    """A node agent from a TOML file plus GPUSLICE_AGENT_* variables."""
+    """A node agent from a TOML file plus GPUSLICE_AGENT_* variables (a key no setting has,
+    in either, stops it)."""
     from gpuslice.agent.capshim import ShimError
     from gpuslice.agent.identity import NameTaken
     from gpuslice.agent.isolation.network import IsolationError

@@ -33,7 +33,10 @@ def manager_serve(
         help="Serve HTTPS with this PEM certificate (chain); with --tls-key.")] = None,
     tls_key: Annotated[Path | None, typer.Option(help="Its PEM private key.")] = None,
 ) -> None:
-    """The manager (API, scheduler, web console) from a TOML file plus GPUSLICE_* variables."""
+    """The manager (API, scheduler, web console) from a TOML file plus GPUSLICE_* variables.
+
+    A key no setting has, in the file or a GPUSLICE_* variable, stops it (docs/configuration.md
+    names the GPUSLICE_* variables that are not settings)."""
     settings = _manager_settings(config, tls_cert, tls_key)
     prepare_data_dir(settings.data_dir, "data_dir (GPUSLICE_DATA_DIR)")
     log_to_stderr(settings.log)

@@ -121,18 +121,20 @@ class UpOptions:
 
 
 async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], None]) -> None:
+    from gpuslice.agent.settings import AgentSettings
     from gpuslice.manager.settings import load_settings
 
     check_port(options.host, options.port)  # before a build that may take minutes
-    if not await _image_unless_stopped(stop, say):
-        say("stopped before the standard session image was built")
-        return
-    try:
+    try:  # so is a misspelt setting
         settings = load_settings(
             None, data_dir=options.data_dir, nodes={"fgpu_per_gpu": options.fgpu_per_gpu}
         )
+        AgentSettings.check_names()  # the local agent's GPUSLICE_AGENT_* (built once joined)
     except ValueError as err:
         raise CliError(f"settings: {err}", 2) from None
+    if not await _image_unless_stopped(stop, say):
+        say("stopped before the standard session image was built")
+        return
     # `up` keeps the standard image (it builds it again if deleted): sessions of it are
     # accepted meanwhile, and wait for it on the node, rather than refused as unknown.
     if DEFAULT_SESSION_IMAGE not in settings.sessions.allowed_images:

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import IO, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 LogFormat = Literal["text", "json"]
 _CONTEXT: ContextVar[dict[str, str]] = ContextVar("gpuslice_log_context")
@@ -44,6 +44,8 @@ _SECRETS = (
 
 class LogSettings(BaseModel):
     """How the process logs (on stderr: journald, `docker logs` or a terminal collect it)."""
+
+    model_config = ConfigDict(extra="forbid")  # a section of the settings trees
 
     format: LogFormat = Field(
         default="text",

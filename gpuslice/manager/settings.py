@@ -9,20 +9,20 @@ from __future__ import annotations
 
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 from gpuslice.common.limits import CREATE_COUNT_MAX
 from gpuslice.common.logs import LogSettings
 from gpuslice.common.resources import ResourceError, parse_fgpu, parse_fgpu_per_gpu
-from gpuslice.common.settings_files import FileSettings
+from gpuslice.common.settings_files import FileSettings, Section
 from gpuslice.common.timelimits import MAX_TIME_LIMIT
 from gpuslice.manager.scheduler import Policy, SchedulerConfig, Strategy
 
 
-class DatabaseSettings(BaseModel):
+class DatabaseSettings(Section):
     url: str | None = Field(
         default=None,
         description="SQLAlchemy async URL (sqlite+aiosqlite:///… or postgresql+asyncpg://…); "
@@ -38,7 +38,7 @@ class DatabaseSettings(BaseModel):
     )
 
 
-class SchedulerSettings(BaseModel):
+class SchedulerSettings(Section):
     interval: float = Field(
         default=5.0, ge=0.05, le=3600, description="Seconds between safety-net passes."
     )
@@ -82,7 +82,7 @@ class SchedulerSettings(BaseModel):
         )
 
 
-class NodeSettings(BaseModel):
+class NodeSettings(Section):
     node_timeout: float = Field(
         default=30.0, ge=0.5, le=3600,
         description="A node whose last heartbeat is older than this is LOST.",
@@ -122,7 +122,7 @@ class NodeSettings(BaseModel):
         return int(self.fgpu_per_gpu * 1000)
 
 
-class AuthSettings(BaseModel):
+class AuthSettings(Section):
     login_token_ttl: float = Field(
         default=12 * 3600, ge=60, le=90 * 86400, description="Seconds a login token lasts."
     )
@@ -161,7 +161,7 @@ class AuthSettings(BaseModel):
     )
 
 
-class SessionSettings(BaseModel):
+class SessionSettings(Section):
     default_max_priority: int = Field(
         default=0, ge=-100, le=100, description="Highest priority for users without a policy."
     )
@@ -220,7 +220,7 @@ class SessionSettings(BaseModel):
     )
 
 
-class AppsSettings(BaseModel):
+class AppsSettings(Section):
     admin_access: bool = Field(
         default=False,
         description="Admins may open other users' apps and terminals. Off by default: an app "
@@ -315,7 +315,7 @@ class AppsSettings(BaseModel):
         return range(low, high + 1)
 
 
-class RegistrySettings(BaseModel):
+class RegistrySettings(Section):
     url: str | None = Field(
         default=None, pattern=r"^https?://[^/\s]+/?$",
         description="A Docker registry (HTTP API v2) whose images the catalog lists on rescan, "
@@ -329,7 +329,7 @@ class RegistrySettings(BaseModel):
     )
 
 
-class MonitoringSettings(BaseModel):
+class MonitoringSettings(Section):
     scrape_token: SecretStr | None = Field(
         default=None,
         description="Bearer token Prometheus sends to scrape /metrics (admins' API tokens work "
@@ -363,7 +363,7 @@ class MonitoringSettings(BaseModel):
         return self
 
 
-class StorageSettings(BaseModel):
+class StorageSettings(Section):
     root: Path | None = Field(
         default=None,
         description="The storage root holding every folder; in a cluster a shared filesystem "
@@ -392,7 +392,7 @@ class StorageSettings(BaseModel):
         return int(uid), int(gid)
 
 
-class ModelStoreSettings(BaseModel):
+class ModelStoreSettings(Section):
     backend: Literal["local", "s3"] = Field(
         default="local",
         description="local: a directory on the manager (embedded default); s3: any S3 API "
@@ -432,7 +432,7 @@ class ModelStoreSettings(BaseModel):
     )
 
 
-class LimitsSettings(BaseModel):
+class LimitsSettings(Section):
     """What one request may cost; see ``api/edge.py``."""
 
     max_body: int = Field(
@@ -458,7 +458,7 @@ class LimitsSettings(BaseModel):
     )
 
 
-class ServerSettings(BaseModel):
+class ServerSettings(Section):
     """How the manager listens (`manager serve`)."""
 
     tls_cert: Path | None = Field(
@@ -482,6 +482,7 @@ class ManagerSettings(FileSettings):
     """Everything the manager needs; see the field descriptions."""
 
     model_config = SettingsConfigDict(env_prefix="GPUSLICE_")
+    env_others: ClassVar[tuple[str, ...]] = ("GPUSLICE_AGENT_",)  # the agent's tree
 
     data_dir: Path = Field(
         default=Path("~/.local/share/gpuslice"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import subprocess
 import typing
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -24,6 +25,7 @@ from gpuslice.agent.manager_link import Credential, ManagerLink
 from gpuslice.agent.requests import KINDS, OUTPUT_CAP, RequestContext, RequestRunner
 from gpuslice.agent.runtime import ContainerSpec, DockerRuntime, ExecResult, SessionNotFound
 from gpuslice.agent.runtime.models import ImageInfo
+from gpuslice.agent.streams import ssh
 from gpuslice.common.images import LABEL_TITLE, ImageMeta
 from gpuslice.common.schemas.agents import (
     AgentRequest,
@@ -34,10 +36,12 @@ from gpuslice.common.schemas.agents import (
     LogsAsk,
     SignalAsk,
 )
+from gpuslice.common.schemas.streams import OpenSsh
 from tests.platform import app_image
 from tests.waits import scaled
 
 MANAGER = "http://manager.test"
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFhB1tI3sHfpjbFW6rJ0nOq0b9G5hBr8v0d0sZrbH1Gd alice"
 SECRET_ARGV = "argv-only-the-owner-sees"
 ANSWERS = TypeAdapter(Answer)
 
@@ -364,6 +368,53 @@ async def test_a_commit_keeps_only_the_apps_whose_programs_remain(
     finally:
         await runtime.remove_image(reference)
         await asyncio.to_thread(app_image.remove, apps_image)
+
+
+class _MadeBeforeTheSshTmpfs(ContainerSpec):
+    """A session's container as an agent before review F9 made it: SSH's state in its layer."""
+
+    def create_config(self, *args: typing.Any, **kwargs: typing.Any) -> dict[str, typing.Any]:
+        config = ContainerSpec.create_config(self, *args, **kwargs)
+        del config["HostConfig"]["Tmpfs"]
+        return config
+
+
+@pytest.mark.docker
+@pytest.mark.parametrize("made", ["now", "before"])
+async def test_a_commit_takes_none_of_the_ssh_setups_files(
+    runtime: DockerRuntime, make_spec: Callable[..., ContainerSpec], link: ManagerLink,
+    manager: FakeManager, made: str,
+) -> None:
+    # Review F9: SSH's setup writes the session's env (SetEnv: HF_TOKEN…), the owner's keys and
+    # the host key; an image committed from the session (then published) must hold none of it
+    spec = make_spec(env={"HF_TOKEN": "hf_secret_f9"})
+    if made == "before":
+        spec = _MadeBeforeTheSshTmpfs(**{f: getattr(spec, f) for f in ContainerSpec.__slots__})
+    await runtime.ensure_running(spec)
+    await ssh.prepare(runtime, spec.session_id, OpenSsh(keys=[SSH_KEY]))
+    config = await runtime.exec(spec.session_id, ["cat", f"{ssh.SSH_DIR}/sshd_config"])
+    assert "HF_TOKEN=hf_secret_f9" in config.stdout  # what the commit must leave behind
+    host_key = await runtime.exec(spec.session_id, ["cat", f"{ssh.SSH_DIR}/host_ed25519.pub"])
+    reference = f"gpuslice-test/commit-{uuid.uuid4().hex[:8]}:1"
+    try:
+        answer = await answer_of(runner_for(runtime, link), manager, request(
+            CommitAsk(reference=reference, labels={}), spec.session_id))
+        assert answer.error == "", answer.error
+        # the image's own files, with no tmpfs over them: nothing of SSH's, no secret
+        seen = await asyncio.to_thread(subprocess.run, [
+            "docker", "run", "--rm", "--entrypoint", "sh", reference, "-c",
+            f"ls -A {ssh.SSH_DIR}; grep -rl hf_secret_f9 /tmp /etc /home /root"],
+            capture_output=True, text=True, timeout=scaled(60))
+        assert "sshd_config" not in seen.stdout and "host_ed25519" not in seen.stdout
+        assert "authorized_keys" not in seen.stdout and "hf_secret" not in seen.stdout
+        # the session itself still takes SSH: the same host key (now), or a new one (before)
+        await ssh.prepare(runtime, spec.session_id, OpenSsh(keys=[SSH_KEY]))
+        again = await runtime.exec(spec.session_id, ["cat", f"{ssh.SSH_DIR}/host_ed25519.pub"])
+        assert again.stdout.startswith("ssh-ed25519 ")
+        assert (again.stdout == host_key.stdout) is (made == "now")
+    finally:
+        await runtime.remove(spec.session_id)
+        await runtime.remove_image(reference)
 
 
 def test_answers_travel_as_their_kind() -> None:

@@ -7,14 +7,23 @@ small; ``DockerRuntime`` supplies ``_call`` (one retry on a stale connection, th
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import aiodocker
 import aiohttp
 
-from gpuslice.agent.runtime.models import DockerUnavailable, ImageInfo, ImagePullError
+from gpuslice.agent.runtime.models import (
+    ContainerRuntimeError,
+    DockerUnavailable,
+    ImageInfo,
+    ImagePullError,
+)
+from gpuslice.agent.runtime.spec import CONTAINER_SSH_DIR
 from gpuslice.common.image_refs import repository_and_tag
+
+DROP_TIMEOUT = 30.0  # seconds: one `rm -rf` of a few small files
 
 
 class ImageOps:
@@ -58,10 +67,14 @@ class ImageOps:
 
         The new image keeps its origin image's config and labels, plus ``labels``. Docker merges
         the container's own env and labels into a commit; the session's (slice env, session
-        labels) are blanked so a container of the new image starts clean.
+        labels) are blanked so a container of the new image starts clean. SSH's state (the
+        session's env, keys, host key) is on a tmpfs, which no commit takes; a container made
+        before it had one keeps that state in its layer, removed first (``_drop_ssh_state``).
         """
         container = await self._container(session_id)
         info = await self._call(lambda _d: container.show())
+        if CONTAINER_SSH_DIR not in ((info.get("HostConfig") or {}).get("Tmpfs") or {}):
+            await self._drop_ssh_state(container)
         origin = await self._call(lambda d: d.images.inspect(info["Image"]))
         image_cfg, own_cfg = origin.get("Config") or {}, info.get("Config") or {}
         env = list(image_cfg.get("Env") or [])
@@ -82,6 +95,24 @@ class ImageOps:
         new = await self._call(lambda d: d.images.inspect(done["Id"]))
         return ImageInfo(f"{repository}:{tag}", new["Id"], int(new.get("Size") or 0),
                          dict((new.get("Config") or {}).get("Labels") or {}))
+
+    async def _drop_ssh_state(self, container: aiodocker.containers.DockerContainer) -> None:
+        """Remove SSH's state from the container's writable layer (as the session's user, who
+        wrote it; its next SSH connection writes it again), or refuse the commit."""
+        try:
+            execution = await self._call(lambda _d: container.exec(
+                ["rm", "-rf", CONTAINER_SSH_DIR], stdout=True, stderr=True))
+            async with asyncio.timeout(DROP_TIMEOUT):
+                async with execution.start(detach=False) as stream:
+                    while await stream.read_out() is not None:
+                        pass
+            done = await self._call(lambda _d: execution.inspect())
+        except aiodocker.DockerError:
+            return  # no `rm` in the image: nor the shell SSH's setup needs, so nothing to drop
+        if int(done.get("ExitCode") or 0) != 0:
+            raise ContainerRuntimeError(
+                f"could not remove {CONTAINER_SSH_DIR} (SSH's keys and the session's env) "
+                "before the commit; nothing was committed")
 
     async def pull(
         self, reference: str, progress: Callable[[int], Awaitable[None]] | None = None

@@ -35,6 +35,10 @@ LABEL_NODE = "gpuslice.node"
 LABEL_AGENT_ID = "gpuslice.agent-id"
 
 ALLOCATION_PATH = "/etc/gpuslice/allocation.json"
+# SSH's state in the session (agent/streams/ssh.py: host key, authorized keys, a configuration
+# holding the session's env): a tmpfs of the session's user, so it is never in the container's
+# writable layer, hence never in an image a commit of the session makes (review F9).
+CONTAINER_SSH_DIR = "/tmp/.gpuslice-sshd"
 CONTAINER_PREFIX = "gpuslice-"
 INTERACTIVE_CMD = ("sleep", "infinity")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # Docker's
@@ -241,6 +245,9 @@ class ContainerSpec:
             host_config["NetworkMode"] = self.network
         if self.sysctls:
             host_config["Sysctls"] = dict(self.sysctls)
+        uid, gid = self.uid_gid
+        host_config["Tmpfs"] = {
+            CONTAINER_SSH_DIR: f"uid={uid},gid={gid},mode=0700,size=1m,noexec,nosuid,nodev"}
         return {
             "Image": self.image,
             "Cmd": list(self.cmd),

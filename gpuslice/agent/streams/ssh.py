@@ -7,13 +7,14 @@ unprivileged, in the container's namespaces. So the server is reachable only thr
 platform: no port is published, and no other session (or the node) has anything to dial.
 
 Before each connection a short exec (``_SETUP``) prepares ``/tmp/.gpuslice-sshd`` in the
-container: a host key of the session's own (made on first use, kept while the container lives),
-the owner's public keys as the only authorized ones (written fresh each time: a key removed on
-the manager is refused from the next connection on), and the server's configuration: public
-keys only (no password, no keyboard-interactive), the session's user only, and ``SetEnv`` with
-the container's environment, so a shell over SSH has the slice, the variables and the
-framework hook the web terminal's exec gets (sshd otherwise starts its sessions with an empty
-environment).
+container (a tmpfs of the session's user, ``spec.CONTAINER_SSH_DIR``: none of it ever goes into
+an image committed from the session): a host key of the session's own (made on first use,
+kept while the container lives), the owner's public keys as the only authorized ones (written
+fresh each time: a key removed on the manager is refused from the next connection on), and the
+server's configuration: public keys only (no password, no keyboard-interactive), the session's
+user only, and ``SetEnv`` with the container's environment, so a shell over SSH has the slice,
+the variables and the framework hook the web terminal's exec gets (sshd otherwise starts its
+sessions with an empty environment).
 """
 
 from __future__ import annotations
@@ -27,12 +28,13 @@ import aiohttp
 from gpuslice.agent.runtime import DockerRuntime
 from gpuslice.agent.runtime.execs import ExecProcess
 from gpuslice.agent.runtime.models import ContainerRuntimeError
+from gpuslice.agent.runtime.spec import CONTAINER_SSH_DIR
 from gpuslice.agent.streams.socket import LinkSocket
 from gpuslice.common.schemas.streams import Failed, OpenSsh, SshOpened
 
 log = logging.getLogger(__name__)
 SSHD = "/usr/sbin/sshd"
-SSH_DIR = "/tmp/.gpuslice-sshd"
+SSH_DIR = CONTAINER_SSH_DIR
 NO_SSHD = 3  # the setup's exit status when the image has no SSH server
 SETUP_TIMEOUT = 30.0  # seconds: making a host key takes well under one
 # Variables sshd sets itself for the logged-in user (or the client sends: TERM).

@@ -18,23 +18,26 @@ def check_request(
     Checks, in order: the GPU shape (above one GPU it must be whole GPUs; by GPU memory, a GPU
     must have that much), the user's quota totals, and whether any node in the request's pool
     could hold it when entirely free. With no node in the pool yet the request may wait: nodes
-    can join later. ``step``: the cluster's fGPU step (milli-fGPU), for requests by memory.
+    can join later; so may it while a node of the pool has not reported its capacity (just
+    joined: its first report may show room), and only its shape and the quotas are judged
+    meanwhile. ``step``: the cluster's fGPU step (milli-fGPU), for requests by memory.
     ``project_quota``: its project's, checked as the user's is (None: unlimited).
     """
+    pending = any(not n.reported for n in nodes if n.pool in groups_of(req))
     if req.gpu_mem:
         least = _least_gpu(req, nodes, step)
         return (
-            _memory_error(req, nodes)
-            or _below_smallest_slice(req, nodes, step)
+            (None if pending else _memory_error(req, nodes)
+             or _below_smallest_slice(req, nodes, step))
             or _quota_error(req, quota, least)
             or _project_quota_error(req, project_quota, least)
-            or _capacity_error(req, nodes, step)
+            or (None if pending else _capacity_error(req, nodes, step))
         )
     return (
         _shape_error(req, nodes, default_device_capacity)
         or _quota_error(req, quota, req.resources.gpu)
         or _project_quota_error(req, project_quota, req.resources.gpu)
-        or _capacity_error(req, nodes, step)
+        or (None if pending else _capacity_error(req, nodes, step))
     )
 
 

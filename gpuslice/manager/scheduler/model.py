@@ -74,6 +74,12 @@ class Node:
     pool: str = "default"
     running: tuple[Running, ...] = ()  # what is allocated, with end times (backfill only)
 
+    @property
+    def reported(self) -> bool:
+        """Whether the node has said what it has: a node that registered has no capacity
+        until its agent's first report (a node with nothing at all is treated alike)."""
+        return self.cpu > 0 or self.mem > 0 or bool(self.devices)
+
 
 @dataclass(frozen=True, slots=True)
 class Quota:

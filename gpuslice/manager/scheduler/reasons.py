@@ -115,6 +115,9 @@ def _capacity_reason(state: ClusterState, req: Request) -> tuple[WaitCode, str]:
     pool_nodes = state.nodes_for(req)
     if not pool_nodes:
         return WaitCode.NO_NODE, f"no schedulable node in {where}"
+    silent = [ns.node.name for ns in pool_nodes if not ns.node.reported]
+    if len(silent) == len(pool_nodes):
+        return WaitCode.NO_NODE, unreported(where, silent)
     if res.gpu == 0 and not req.gpu_mem:
         return WaitCode.CAPACITY, _host_reason(res, pool_nodes, "")
     groups = state.groups_for(req)
@@ -143,6 +146,15 @@ def _capacity_reason(state: ClusterState, req: Request) -> tuple[WaitCode, str]:
         f"{format_fgpu(res.gpu)} fGPU is more than one GPU and not a whole number of GPUs "
         f"on any node in {where} (1 GPU = {' or '.join(caps)} fGPU)"
     )
+
+
+def unreported(where: str, names: Sequence[str]) -> str:
+    """Nodes of the request's groups have joined but none has said what it has yet."""
+    shown = ", ".join(sorted(names)[:3]) + (f" and {len(names) - 3} more" if len(names) > 3
+                                            else "")
+    node = "node" if len(names) == 1 else "nodes"
+    return (f"no node in {where} has reported its capacity yet: waiting for the first report "
+            f"of {node} {shown}")
 
 
 def group_words(req: Request) -> str:

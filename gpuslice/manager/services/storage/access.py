@@ -16,6 +16,7 @@ class Access:
     folder: FolderRow
     level: str  # owner | rw | ro
     admin: bool = False  # the caller is an admin (who may learn which users exist)
+    viewer_id: str = ""  # the caller's user id (whose sessions they may see by name)
 
     @property
     def writable(self) -> bool:

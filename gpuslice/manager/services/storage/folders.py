@@ -47,7 +47,7 @@ async def get_access(db: AsyncSession, user: UserRow, folder_id: str) -> Access:
     await db.commit()  # the gate of routes that stream: hold no transaction meanwhile
     if row is None or level is None:
         raise NotFound(f"no folder {folder_id}", field="folder_id")
-    return Access(row, level, user.role == Role.ADMIN)
+    return Access(row, level, user.role == Role.ADMIN, user.id)
 
 
 async def list_folders(db: AsyncSession, user: UserRow) -> list[FolderPublic]:
@@ -128,8 +128,7 @@ async def delete_folder(db: AsyncSession, fs: StorageFS, access: Access) -> None
     row = access.folder
     users = await mounted_by(db, row.id)
     if users:
-        raise Conflict(f"folder {row.name} is mounted by session(s) {', '.join(users)}; "
-                       "destroy them first", code="folder_in_use")
+        raise Conflict(_in_use(row.name, users, access), code="folder_in_use")
     path = row.storage_path
     await db.delete(row)
     await db.commit()
@@ -139,13 +138,32 @@ async def delete_folder(db: AsyncSession, fs: StorageFS, access: Access) -> None
         log.warning("folder %s deleted, but removing %s failed: %s", row.id, path, exc)
 
 
-async def mounted_by(db: AsyncSession, folder_id: str) -> list[str]:
-    """Names of sessions not over yet (PENDING to TERMINATING) that mount the folder."""
+async def mounted_by(db: AsyncSession, folder_id: str) -> list[tuple[str, str]]:
+    """(name, owner id) of each session not over yet (PENDING to TERMINATING) that mounts
+    the folder, by name."""
     rows = await db.execute(
-        select(SessionRow.name, SessionRow.folders).where(SessionRow.status.not_in(list(FINAL)))
+        select(SessionRow.name, SessionRow.owner_id, SessionRow.folders)
+        .where(SessionRow.status.not_in(list(FINAL)))
     )
-    return sorted({name for name, folders in rows
+    return sorted({(name, owner) for name, owner, folders in rows
                    if any(f.get("folder_id") == folder_id for f in folders or [])})
+
+
+def _in_use(folder: str, users: list[tuple[str, str]], access: Access) -> str:
+    """Why the folder cannot go yet, naming only the sessions the caller may see (their own;
+    an admin's, all): others' are counted, as the rest of the API keeps them unnamed."""
+    mine = [name for name, owner in users if access.admin or owner == access.viewer_id]
+    others = len(users) - len(mine)
+    parts = [f"session(s) {', '.join(mine)}"] if mine else []
+    if others:
+        parts.append("1 session of another user" if others == 1
+                     else f"{others} sessions of other users")
+    if not others:
+        return f"folder {folder} is mounted by {parts[0]}; destroy them first"
+    first = "destroy yours, then " if mine else ""
+    return (f"folder {folder} is mounted by {' and '.join(parts)}; {first}delete it once "
+            "theirs end (ask them, or an admin, to end them: revoking a share does not "
+            "unmount a session that already has the folder)")
 
 
 async def find_user_for(db: AsyncSession, viewer: UserRow, ref: str) -> UserRow:
