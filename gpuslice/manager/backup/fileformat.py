@@ -155,7 +155,7 @@ class Writer:
     def __init__(self, path: Path, key: BackupKey) -> None:
         self.path = path
         self.partial = path.with_name(f".{path.name}.partial")
-        self._out: IO[bytes] | None = None
+        self._out: gzip.GzipFile | None = None
         self._mac = key.mac()
         self.rows = 0
         self.entries = 0
@@ -283,7 +283,7 @@ class Reader:
     def _start(self, key: BackupKey | None) -> None:
         """Read from the file's beginning, the MAC (under ``key``) from zero."""
         self._raw.seek(0)
-        self._file: IO[bytes] = gzip.GzipFile(fileobj=self._raw, mode="rb")
+        self._file = gzip.GzipFile(fileobj=self._raw, mode="rb")
         self._mac = key.mac() if key is not None else None
         self._line_no = 0
         self.bytes_read = 0  # of file content, for progress
