@@ -126,9 +126,9 @@ def restore(
 
     if not file.is_file():
         raise CliError(f"{file}: no such backup file", 2)
-    settings = _settings(config, database_url, data_dir)
-    key = _key_file(key_file, settings)
-    if check:
+    if check:  # the key is all it needs: on another machine, --key alone
+        key = key_file.expanduser() if key_file is not None else _key_file(
+            None, _settings(config, database_url, data_dir))
         with _errors(), _progress("checking", quiet) as (rows, files):
             header = verify(file, key, trust_unsigned=trust_unsigned, progress=rows,
                             file_progress=files)
@@ -136,6 +136,8 @@ def restore(
                       f"{header.created_at:%Y-%m-%d %H:%M:%S} UTC from {header.source}, "
                       f"{_signed(header)}: {_summary(header)}", markup=False)
         return
+    settings = _settings(config, database_url, data_dir)
+    key = _key_file(key_file, settings)
     url = settings.database_url
     targets = None if database_only else _targets(settings)
     with _errors(), _progress("restoring", quiet) as (rows, files):

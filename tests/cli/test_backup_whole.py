@@ -83,6 +83,10 @@ def test_files_models_and_credentials_come_back_byte_for_byte(manager: Manager,
     assert backed.returncode == 0, backed.stderr
     assert "files: data" in backed.stdout and "storage" in backed.stdout
     assert f"note: made the backup key {data / 'backup-key'} (mode 0600)" in backed.stdout
+    checked = _admin(manager, fresh, "restore", str(tmp_path / "all.gsbackup"), "--check",
+                     "--key", str(data / "backup-key"))
+    assert checked.returncode == 0, checked.stderr
+    assert "its MAC matching backup key" in checked.stdout
     # elsewhere, the key of the platform that made it is needed: said in one line
     keyless = _admin(manager, fresh, "restore", str(tmp_path / "all.gsbackup"))
     assert keyless.returncode == 1 and not fresh.exists()
