@@ -229,6 +229,25 @@ async def test_a_backup_made_before_backups_were_signed_needs_trust_unsigned(
     assert (restored / "x").read_text() == "backed up\n"
 
 
+async def test_names_that_are_not_utf8_come_back_as_they_were(
+    migrated_database_url: str, tmp_path: Path, key: BackupKey
+) -> None:
+    """A session may name a file with any bytes (``printf x > "$(printf 'bad\\377')"``): that
+    must not stop every backup."""
+    root = tmp_path / "storage"
+    odd = os.fsdecode(b"bad\xffname")
+    (root / odd).mkdir(parents=True)
+    (root / odd / "f").write_text("kept\n")
+    (root / "l").symlink_to(odd)
+    file = tmp_path / "b.gsbackup"
+    await backup(migrated_database_url, file, key, areas=[Area("storage", root)])
+    restored = tmp_path / "restored"
+    await restore(file, f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", key,
+                  targets={"storage": restored})
+    assert (restored / odd / "f").read_text() == "kept\n"
+    assert os.readlink(restored / "l") == odd
+
+
 # ------------------------------------------------------------ helpers
 
 

@@ -101,7 +101,7 @@ class Area:
     def info(self) -> AreaInfo:
         if self.external is not None:
             return AreaInfo(name=self.name, source=str(self.root), external=self.external)
-        top = sorted({rel.parts[0] for rel in self.plan})
+        top = sorted({shown(rel.parts[0]) for rel in self.plan})  # readable, as JSON must be
         return AreaInfo(name=self.name, source=str(self.root), entries=len(self.plan),
                         bytes=self.size, top=top)
 
@@ -219,7 +219,7 @@ def conflicts(target: Path, names: set[str] | None) -> list[str]:
     if not target.is_dir():
         return [str(target)] if target.exists() else []
     held = sorted(p.name for p in target.iterdir())
-    return held if names is None else [n for n in held if n in names]
+    return held if names is None else [n for n in held if shown(n) in names]
 
 
 def place(staging: Path, target: Path, merge: bool) -> None:
