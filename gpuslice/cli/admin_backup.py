@@ -5,8 +5,9 @@ They run on a machine that has the manager's settings (`--config`, `GPUSLICE_*`,
 would: a backup while the platform runs, a restore into an empty database and a fresh data
 directory (the managers stopped). What is in a backup: the database, the data directory's own
 files (the admin credentials, the local agent's state), every storage folder and the local
-model store (with its signing key); `--database-only` leaves the files out. What they do is
-`gpuslice.manager.backup`'s.
+model store (with its signing key); `--database-only` leaves the files out. A backup is signed
+with the backup key (`backup-key` in the data directory, or `--key`), which a restore and a
+`restore --check` need. What they do is `gpuslice.manager.backup`'s.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ DataDirOpt = Annotated[Path | None, typer.Option(
     "--data-dir", help="The platform's data directory (as `gpuslice up --data-dir`).")]
 DatabaseOnlyOpt = Annotated[bool, typer.Option(
     "--database-only", help="The database alone: no storage folders, models or credentials.")]
+KeyOpt = Annotated[Path | None, typer.Option(
+    "--key", help="The backup key file (default: backup-key in the data directory).")]
 
 
 @friendly
@@ -46,11 +49,17 @@ def backup(
     database_url: DatabaseOpt = None,
     data_dir: DataDirOpt = None,
     database_only: DatabaseOnlyOpt = False,
+    key_file: KeyOpt = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
 ) -> None:
-    """Back up the whole platform (database, files, models, credentials) while it runs."""
+    """Back up the whole platform (database, files, models, credentials) while it runs.
+
+    The backup is signed (HMAC-SHA256) with the backup key: the file backup-key in the data
+    directory, made by the first backup and never in a backup. Keep a copy of it away from
+    this machine: a restore or a check elsewhere needs it (--key).
+    """
     from gpuslice.manager.backup import backup as take
-    from gpuslice.manager.backup import safe_url
+    from gpuslice.manager.backup import keys, safe_url
     from gpuslice.manager.backup.record import record
     from gpuslice.manager.backup.settings_doc import settings_document
 
@@ -58,17 +67,24 @@ def backup(
     url = settings.database_url
     if file.is_dir():
         raise CliError(f"{file} is a directory: name the backup file", 2)
+    with _errors():
+        key, made = keys.load_or_create(_key_file(key_file, settings))
+    if made:
+        console.print(f"note: made the backup key {key.source} (mode 0600): keep a copy of it "
+                      "away from this machine, a restore elsewhere needs it (--key)",
+                      markup=False)
     areas = [] if database_only else _areas(settings)
     for area in areas:
         if area.external is not None:
             console.print(f"note: the model store is {area.external}: not in this backup "
                           "(back the bucket up with its own tools)", markup=False)
     with _errors(), _progress("backing up", quiet) as (rows, files):
-        taken = asyncio.run(take(url, file, settings=settings_document(settings), areas=areas,
-                                 progress=rows, file_progress=files))
+        taken = asyncio.run(take(url, file, key, settings=settings_document(settings),
+                                 areas=areas, progress=rows, file_progress=files))
     header = taken.header
     console.print(f"backed up {safe_url(url)} (revision {header.revision}): "
                   f"{_summary(header)} → {file}", markup=False)
+    console.print(f"signed with backup key {key.id} ({key.source})", markup=False)
     if taken.gone:
         console.print(f"note: {taken.gone} file(s) were deleted while the backup ran and are "
                       "not in it", markup=False)
@@ -91,34 +107,61 @@ def restore(
         "--check", help="Only read the backup through and say what it holds.")] = False,
     settings_to: Annotated[Path | None, typer.Option(
         "--settings-to", help="Also write the backed-up settings as a TOML file.")] = None,
+    key_file: KeyOpt = None,
+    trust_unsigned: Annotated[bool, typer.Option(
+        "--trust-unsigned", help="Accept a backup made before backups were signed (format 1 "
+        "or 2): only one kept where no one else could write.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
 ) -> None:
     """Restore a backup into an empty database and a fresh data directory (stop the managers
-    first); all or nothing."""
+    first); all or nothing.
+
+    The backup's MAC is checked first, with the backup key (backup-key in the data directory,
+    or --key FILE: the key of the platform that made it), and a backup that does not match is
+    refused before anything is written; so is one made before backups were signed, unless
+    --trust-unsigned. A restored data directory without a key gets the one used.
+    """
     from gpuslice.manager.backup import restore as put
     from gpuslice.manager.backup import safe_url, verify
 
     if not file.is_file():
         raise CliError(f"{file}: no such backup file", 2)
-    if check:
+    if check:  # the key is all it needs: on another machine, --key alone
+        key = key_file.expanduser() if key_file is not None else _key_file(
+            None, _settings(config, database_url, data_dir))
         with _errors(), _progress("checking", quiet) as (rows, files):
-            header = verify(file, rows, files)
+            header = verify(file, key, trust_unsigned=trust_unsigned, progress=rows,
+                            file_progress=files)
         console.print(f"{file}: a complete backup of revision {header.revision}, taken "
-                      f"{header.created_at:%Y-%m-%d %H:%M:%S} UTC from {header.source}: "
-                      f"{_summary(header)}", markup=False)
+                      f"{header.created_at:%Y-%m-%d %H:%M:%S} UTC from {header.source}, "
+                      f"{_signed(header)}: {_summary(header)}", markup=False)
         return
     settings = _settings(config, database_url, data_dir)
+    key = _key_file(key_file, settings)
     url = settings.database_url
     targets = None if database_only else _targets(settings)
     with _errors(), _progress("restoring", quiet) as (rows, files):
-        header = asyncio.run(put(file, url, force=force, targets=targets, progress=rows,
-                                 file_progress=files))
+        header = asyncio.run(put(file, url, key, trust_unsigned=trust_unsigned, force=force,
+                                 targets=targets, progress=rows, file_progress=files))
     where = "" if targets is None else f" and {settings.data_dir}"
     console.print(f"restored {file} (revision {header.revision}, now at head) into "
                   f"{safe_url(url)}{where}: {_summary(header)}", markup=False)
     _restore_notes(header, targets)
     if settings_to is not None:
         _write_settings(header, settings_to)
+
+
+def _key_file(given: Path | None, settings: ManagerSettings) -> Path:
+    from gpuslice.manager.backup.keys import default_key_file
+
+    return given.expanduser() if given is not None else default_key_file(
+        settings.data_dir.expanduser().absolute())
+
+
+def _signed(header: Header) -> str:
+    if header.key_id is None:
+        return f"unsigned (format {header.format_version}, accepted by --trust-unsigned)"
+    return f"its MAC matching backup key {header.key_id}"
 
 
 def _restore_notes(header: Header, targets: dict[str, Path] | None) -> None:
@@ -166,13 +209,14 @@ def _areas(settings: ManagerSettings) -> list[Area]:
     """What a backup holds besides the database: the data directory's own files, the storage
     folders and the local model store, each once, the database and locks left out."""
     from gpuslice.cli.up import LOCK_FILE
+    from gpuslice.manager.backup.keys import default_key_file
     from gpuslice.manager.backup.members import Area
     from gpuslice.manager.db.in_use import SUFFIX, database_file
 
     data, storage, models = (p.absolute() for p in (
         settings.data_dir, settings.storage_root, settings.model_dir))
     skip = {data / LOCK_FILE, data / "agent" / "agent.lock", data / ".restoring-data",
-            storage, models}
+            default_key_file(data), storage, models}  # the key is never in a backup
     database = database_file(settings.database_url)
     if database is not None:
         database = database.absolute()

@@ -82,9 +82,24 @@ def test_files_models_and_credentials_come_back_byte_for_byte(manager: Manager,
     backed = _admin(manager, data, "backup", str(tmp_path / "all.gsbackup"))
     assert backed.returncode == 0, backed.stderr
     assert "files: data" in backed.stdout and "storage" in backed.stdout
-    restored = _admin(manager, fresh, "restore", str(tmp_path / "all.gsbackup"))
+    assert f"note: made the backup key {data / 'backup-key'} (mode 0600)" in backed.stdout
+    checked = _admin(manager, fresh, "restore", str(tmp_path / "all.gsbackup"), "--check",
+                     "--key", str(data / "backup-key"))
+    assert checked.returncode == 0, checked.stderr
+    assert "its MAC matching backup key" in checked.stdout
+    # elsewhere, the key of the platform that made it is needed: said in one line
+    keyless = _admin(manager, fresh, "restore", str(tmp_path / "all.gsbackup"))
+    assert keyless.returncode == 1 and not fresh.exists()
+    assert keyless.stderr.strip() == (
+        f"error: there is no backup key at {fresh / 'backup-key'}: give the key of the platform "
+        "that made the backup with --key FILE (the file backup-key in its data directory), or "
+        f"copy that file to {fresh / 'backup-key'}")
+    restored = _admin(manager, fresh, "restore", str(tmp_path / "all.gsbackup"),
+                      "--key", str(data / "backup-key"))
     assert restored.returncode == 0, restored.stderr
-    assert _hashes(fresh) == before  # every file, its bytes and its mode
+    kept_key = _hashes(fresh).pop("backup-key")  # the restored platform goes on with its key
+    assert kept_key == _hashes(data)["backup-key"] and kept_key[1] == 0o600
+    assert {k: v for k, v in _hashes(fresh).items() if k != "backup-key"} == before
     assert not list(fresh.rglob("*.restoring*"))  # no staging left behind
 
     with _serve(manager, fresh) as url, Client(url) as admin:
@@ -158,7 +173,7 @@ def test_metrics_say_when_the_last_backup_succeeded(manager: Manager, tmp_path: 
     assert started - 1 <= float(sample.split()[1]) <= time.time()
 
 
-def test_a_damaged_file_in_a_backup_is_refused_and_nothing_is_written(
+def test_a_file_changed_in_a_backup_is_refused_and_nothing_is_written(
     manager: Manager, tmp_path: Path
 ) -> None:
     (tmp_path / "w.bin").write_bytes(b"model weights " * 1000)
@@ -172,12 +187,14 @@ def test_a_damaged_file_in_a_backup_is_refused_and_nothing_is_written(
     lines[at] = json.dumps(base64.b64encode(changed).decode()) + "\n"
     bad = tmp_path / "bad.gsbackup"
     bad.write_bytes(gzip.compress("".join(lines).encode()))
+    changed = "has been changed since it was written (its MAC does not match"
     checked = _admin(manager, tmp_path / "data", "restore", str(bad), "--check")
-    assert checked.returncode == 1 and "does not match its SHA-256" in checked.stderr
+    assert checked.returncode == 1 and changed in checked.stderr
     fresh = tmp_path / "fresh"
-    done = _admin(manager, fresh, "restore", str(bad))
+    done = _admin(manager, fresh, "restore", str(bad), "--key",
+                  str(tmp_path / "data" / "backup-key"))
     assert done.returncode == 1
-    assert "does not match its SHA-256" in done.stderr and "Traceback" not in done.stderr
+    assert changed in done.stderr and "Traceback" not in done.stderr
     # nothing restored, nothing staged
     assert not (fresh / "gpuslice.db").exists() and not (fresh / "admin-credentials").exists()
     assert not [p for p in fresh.rglob("*") if p.name not in NOT_FILES]

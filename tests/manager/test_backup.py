@@ -9,6 +9,8 @@ and a manager started on the restored database must accept the old API token.
 from __future__ import annotations
 
 import gzip
+import hashlib
+import hmac
 import json
 import os
 import stat
@@ -22,6 +24,7 @@ from sqlalchemy import Connection, MetaData
 
 from gpuslice.manager.app import create_app
 from gpuslice.manager.backup import BackupError, backup, restore, verify
+from gpuslice.manager.backup.keys import BackupKey, load_or_create
 from gpuslice.manager.backup.members import Area
 from gpuslice.manager.db import migrate
 from gpuslice.manager.db.base import Base
@@ -32,6 +35,11 @@ from tests.manager.conftest import AgentFactory, Client, UserFactory, client_for
 from tests.manager.db_contents import contents
 from tests.manager.fake_agent import gpu
 from tests.manager.helpers import wait_until
+
+
+@pytest.fixture
+def key(tmp_path: Path) -> BackupKey:
+    return load_or_create(tmp_path / "keys" / "backup-key")[0]
 
 
 @pytest.fixture
@@ -73,11 +81,11 @@ async def populated(
 
 
 async def test_a_backup_restores_every_row_of_every_table(
-    populated: dict[str, Any], settings: ManagerSettings, tmp_path: Path
+    populated: dict[str, Any], settings: ManagerSettings, tmp_path: Path, key: BackupKey
 ) -> None:
     source = settings.database_url
     file = tmp_path / "cluster.gsbackup"
-    header = (await backup(source, file, settings={"nodes": {"node_timeout": 30}})).header
+    header = (await backup(source, file, key, settings={"nodes": {"node_timeout": 30}})).header
     assert stat.S_IMODE(file.stat().st_mode) == 0o600
     assert {t.name for t in header.tables} >= set(Base.metadata.tables)  # every model's table
     assert header.revision == migrate.head() and header.settings["nodes"]["node_timeout"] == 30
@@ -88,7 +96,7 @@ async def test_a_backup_restores_every_row_of_every_table(
                                          "priority_class_projects"))
 
     target = f"sqlite+aiosqlite:///{tmp_path / 'restored.db'}"
-    restored = await restore(file, target)
+    restored = await restore(file, target, key)
     assert restored.total_rows == sum(len(rows) for rows in before.values())
     assert await contents(target) == before
 
@@ -105,19 +113,19 @@ async def test_a_backup_restores_every_row_of_every_table(
 @pytest.mark.pg
 @pytest.mark.skipif(pg_url() is None, reason="needs GPUSLICE_TEST_PG")
 async def test_postgresql_to_sqlite_and_back(
-    populated: dict[str, Any], settings: ManagerSettings, tmp_path: Path
+    populated: dict[str, Any], settings: ManagerSettings, tmp_path: Path, key: BackupKey
 ) -> None:
     """The way from one machine to a cluster and back: PG → SQLite → PG, equal all along."""
     server = pg_url()
     assert server is not None and settings.database_url.startswith("postgresql")
     before = await contents(settings.database_url)
-    await backup(settings.database_url, tmp_path / "pg.gsbackup")
+    await backup(settings.database_url, tmp_path / "pg.gsbackup", key)
     lite = f"sqlite+aiosqlite:///{tmp_path / 'lite.db'}"
-    await restore(tmp_path / "pg.gsbackup", lite)
+    await restore(tmp_path / "pg.gsbackup", lite, key)
     assert await contents(lite) == before
-    await backup(lite, tmp_path / "lite.gsbackup")
+    await backup(lite, tmp_path / "lite.gsbackup", key)
     async with new_pg_database(server) as again:
-        await restore(tmp_path / "lite.gsbackup", again)
+        await restore(tmp_path / "lite.gsbackup", again, key)
         assert await contents(again) == before
         # serial ids go on after the restored ones
         fresh = create_app(settings.model_copy(update={"database": settings.database.model_copy(
@@ -128,23 +136,23 @@ async def test_postgresql_to_sqlite_and_back(
 
 
 async def test_a_non_empty_database_is_refused_unless_forced(
-    populated: dict[str, Any], settings: ManagerSettings, tmp_path: Path
+    populated: dict[str, Any], settings: ManagerSettings, tmp_path: Path, key: BackupKey
 ) -> None:
     file = tmp_path / "b.gsbackup"
-    await backup(settings.database_url, file)
+    await backup(settings.database_url, file, key)
     target = f"sqlite+aiosqlite:///{tmp_path / 'other.db'}"
     await _one_user_database(target, tmp_path)
     with pytest.raises(BackupError, match=r"is not empty \(1 users\).*--force"):
-        await restore(file, target)
-    await restore(file, target, force=True)
+        await restore(file, target, key)
+    await restore(file, target, key, force=True)
     assert await contents(target) == await contents(settings.database_url)
 
 
 async def test_a_damaged_backup_changes_nothing(
-    populated: dict[str, Any], settings: ManagerSettings, tmp_path: Path
+    populated: dict[str, Any], settings: ManagerSettings, tmp_path: Path, key: BackupKey
 ) -> None:
     file = tmp_path / "b.gsbackup"
-    await backup(settings.database_url, file)
+    await backup(settings.database_url, file, key)
     lines = gzip.decompress(file.read_bytes()).decode().splitlines(keepends=True)
     cut = tmp_path / "cut.gsbackup"
     cut.write_bytes(gzip.compress("".join(lines[:-3]).encode()))  # the last rows are missing
@@ -152,28 +160,28 @@ async def test_a_damaged_backup_changes_nothing(
     await _one_user_database(target, tmp_path)
     kept = await contents(target)
     with pytest.raises(BackupError, match="is damaged: it ends before"):
-        await restore(cut, target, force=True)
+        await restore(cut, target, key, force=True)
     assert await contents(target) == kept
     assert [p.name for p in tmp_path.iterdir() if "restoring" in p.name] == []
     with pytest.raises(BackupError, match="is damaged"):
-        verify(cut)
+        verify(cut, key)
     bad = tmp_path / "bad.gsbackup"
     rows = [json.loads(line) for line in lines]
     users = next(i for i, t in enumerate(rows[0]["tables"]) if t["name"] == "users")
     first_user_row = 1 + sum(t["rows"] for t in rows[0]["tables"][:users])
     created_at = [c["name"] for c in rows[0]["tables"][users]["columns"]].index("created_at")
     rows[first_user_row][created_at] = "yesterday"
-    bad.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in rows).encode()))
+    bad.write_bytes(signed([json.dumps(r) + "\n" for r in rows], key))
     with pytest.raises(BackupError, match="column created_at: 'yesterday' is not a valid "
                                           "datetime"):
-        await restore(bad, target, force=True)
+        await restore(bad, target, key, force=True)
     assert await contents(target) == kept
     with pytest.raises(BackupError, match="not a gpuslice backup"):
-        await restore(tmp_path / "kept.db", target)
+        await restore(tmp_path / "kept.db", target, key)
 
 
 async def test_a_backup_of_the_previous_revision_comes_up_to_head(
-    tmp_path: Path, database_url: str
+    tmp_path: Path, database_url: str, key: BackupKey
 ) -> None:
     previous = migrate.previous(migrate.head())
     assert previous is not None
@@ -185,10 +193,10 @@ async def test_a_backup_of_the_previous_revision_comes_up_to_head(
     finally:
         await engine.dispose()
     file = tmp_path / "old.gsbackup"
-    header = (await backup(database_url, file)).header
+    header = (await backup(database_url, file, key)).header
     assert header.revision == previous
     target = f"sqlite+aiosqlite:///{tmp_path / 'new.db'}"
-    await restore(file, target)
+    await restore(file, target, key)
     check = make_engine(target)
     try:
         async with check.connect() as conn:
@@ -199,23 +207,33 @@ async def test_a_backup_of_the_previous_revision_comes_up_to_head(
         await check.dispose()
 
 
-async def test_an_unknown_revision_is_refused(tmp_path: Path, database_url: str) -> None:
+async def test_an_unknown_revision_is_refused(tmp_path: Path, database_url: str,
+                                              key: BackupKey) -> None:
     engine = make_engine(database_url)
     try:
         await migrate.upgrade(engine)
     finally:
         await engine.dispose()
     file = tmp_path / "b.gsbackup"
-    await backup(database_url, file)
+    await backup(database_url, file, key)
     lines = gzip.decompress(file.read_bytes()).decode().splitlines(keepends=True)
     header = json.loads(lines[0]) | {"revision": "zz_future"}
     lines[0] = json.dumps(header) + "\n"
-    file.write_bytes(gzip.compress("".join(lines).encode()))
+    file.write_bytes(signed(lines, key))
     with pytest.raises(BackupError, match="revision zz_future, which this gpuslice does not know"):
-        await restore(file, f"sqlite+aiosqlite:///{tmp_path / 'x.db'}")
+        await restore(file, f"sqlite+aiosqlite:///{tmp_path / 'x.db'}", key)
 
 
 # ------------------------------------------------------------ helpers
+
+
+def signed(lines: list[str], key: BackupKey) -> bytes:
+    """``lines`` (the last the end marker) as a backup file with its MAC made again under
+    ``key``: as if the platform had written them."""
+    *body, end = lines
+    mac = hmac.new(key.secret, "".join(body).encode(), hashlib.sha256).hexdigest()
+    trailer = json.dumps(json.loads(end) | {"mac": mac}) + "\n"
+    return gzip.compress(("".join(body) + trailer).encode())
 
 
 async def _one_user_database(url: str, tmp_path: Path) -> None:
@@ -238,7 +256,7 @@ def _insert_user_at_any_revision(connection: Connection) -> None:
 
 
 async def test_a_file_deleted_while_the_backup_runs_is_left_out_and_the_rest_restores(
-    migrated_database_url: str, tmp_path: Path
+    migrated_database_url: str, tmp_path: Path, key: BackupKey
 ) -> None:
     root = tmp_path / "storage"
     (root / "a").mkdir(parents=True)
@@ -255,12 +273,12 @@ async def test_a_file_deleted_while_the_backup_runs_is_left_out_and_the_rest_res
         seen.append(path)
 
     file = tmp_path / "b.gsbackup"
-    taken = await backup(migrated_database_url, file, areas=[Area("storage", root)],
+    taken = await backup(migrated_database_url, file, key, areas=[Area("storage", root)],
                          file_progress=on_bytes)
     assert taken.gone == 1 and taken.header.areas[0].entries == 5
-    assert verify(file).areas[0].bytes == len(first) + len(second) + 30
+    assert verify(file, key).areas[0].bytes == len(first) + len(second) + 30
     target = tmp_path / "restored"
-    await restore(file, f"sqlite+aiosqlite:///{tmp_path / 'r.db'}",
+    await restore(file, f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", key,
                   targets={"storage": target})
     assert sorted(str(p.relative_to(target)) for p in target.rglob("*")) == [
         "a", "a/1.bin", "a/2.bin", "link"]
@@ -269,20 +287,20 @@ async def test_a_file_deleted_while_the_backup_runs_is_left_out_and_the_rest_res
 
 
 async def test_files_are_refused_where_files_are_unless_forced(
-    migrated_database_url: str, tmp_path: Path
+    migrated_database_url: str, tmp_path: Path, key: BackupKey
 ) -> None:
     root = tmp_path / "storage"
     root.mkdir()
     (root / "x").write_text("backed up\n")
     file = tmp_path / "b.gsbackup"
-    await backup(migrated_database_url, file, areas=[Area("storage", root)])
+    await backup(migrated_database_url, file, key, areas=[Area("storage", root)])
     (root / "x").write_text("changed since\n")
     with pytest.raises(BackupError, match=rf"would replace what is there \({root} is not empty"):
-        await restore(file, f"sqlite+aiosqlite:///{tmp_path / 'r.db'}",
+        await restore(file, f"sqlite+aiosqlite:///{tmp_path / 'r.db'}", key,
                       targets={"storage": root})
     assert (root / "x").read_text() == "changed since\n"
-    await restore(file, f"sqlite+aiosqlite:///{tmp_path / 'r2.db'}", targets={"storage": root},
-                  force=True)
+    await restore(file, f"sqlite+aiosqlite:///{tmp_path / 'r2.db'}", key,
+                  targets={"storage": root}, force=True)
     assert (root / "x").read_text() == "backed up\n"
     assert [p.name for p in tmp_path.iterdir() if "restoring" in p.name or "replaced" in p.name
             ] == []

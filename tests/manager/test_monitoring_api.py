@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import update
 
 from gpuslice.manager.backup import backup
+from gpuslice.manager.backup.keys import load_or_create
 from gpuslice.manager.backup.record import record
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import NodeRow
@@ -301,7 +302,8 @@ async def test_metrics_say_when_the_last_backup_succeeded_and_nothing_before(
 ) -> None:
     metric = "gpuslice_backup_last_success_timestamp_seconds"
     assert metric not in scraped((await admin.get("/metrics")).text)  # unknown, not 0
-    taken = await backup(settings.database_url, tmp_path / "b.gsbackup")
+    key = load_or_create(tmp_path / "backup-key")[0]
+    taken = await backup(settings.database_url, tmp_path / "b.gsbackup", key)
     assert await record(settings.database_url, taken.header, 1, True) is None
     [(labels, when)] = scraped((await admin.get("/metrics")).text)[metric].items()
     assert labels == frozenset()

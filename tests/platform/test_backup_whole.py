@@ -66,7 +66,7 @@ def test_a_busy_platform_comes_back_whole(platform: Platform, platforms: list[Pl
     platforms.append(fresh)
     toml = tmp_path / "restored.toml"
     done = fresh.cli("admin", "restore", str(file), "--data-dir", str(fresh.data_dir),
-                     "--settings-to", str(toml))
+                     "--settings-to", str(toml), "--key", str(platform.data_dir / "backup-key"))
     assert done.returncode == 0, done.stderr
     kept = _hashes(platform.data_dir)
     assert {"admin-credentials", "models/.signing-key", "up-options.json"} <= set(kept)
@@ -86,7 +86,8 @@ def test_a_busy_platform_comes_back_whole(platform: Platform, platforms: list[Pl
 
     server = pg_url()
     if server is not None:  # the same backup into PostgreSQL: the very same rows
-        _into_postgres(server, file, fresh, tmp_path / "pg-data", sqlite_rows)
+        _into_postgres(server, file, fresh, tmp_path / "pg-data", sqlite_rows,
+                   platform.data_dir / "backup-key")
 
 
 def _busy(plat: Platform, image: str, tmp_path: Path) -> dict[str, str]:
@@ -145,11 +146,11 @@ def _hashes(root: Path) -> dict[str, tuple[str, int]]:
 
 
 def _into_postgres(server: str, file: Path, plat: Platform, data: Path,
-                   sqlite_rows: dict[str, Any]) -> None:
+                   sqlite_rows: dict[str, Any], key: Path) -> None:
     url = asyncio.run(create_pg_database(server, f"gpuslice_test_whole_{os.getpid()}"))
     try:
         done = plat.cli("admin", "restore", str(file), "--data-dir", str(data), "--quiet",
-                        env_extra={"GPUSLICE_DATABASE__URL": url})
+                        "--key", str(key), env_extra={"GPUSLICE_DATABASE__URL": url})
         assert done.returncode == 0, done.stderr
         assert asyncio.run(contents(url)) == sqlite_rows
         assert (data / "models" / ".signing-key").read_bytes() == \

@@ -156,7 +156,8 @@ def _backup_while_busy(cluster: Cluster, tmp_path: Path, carol: dict[str, str]) 
     assert done.returncode == 0, done.stderr
     fresh = f"sqlite+aiosqlite:///{tmp_path / 'fresh' / 'gpuslice.db'}"
     done = cluster.cli("admin", "restore", str(file), "--database-url", fresh,
-                       "--data-dir", str(tmp_path / "fresh"))
+                       "--data-dir", str(tmp_path / "fresh"),
+                       "--key", str(cluster.tmp / "managers" / "backup-key"))
     assert done.returncode == 0, done.stderr
 
     cluster.start_manager("m3", GPUSLICE_DATABASE__URL=fresh,

@@ -109,6 +109,7 @@ def test_sessions_of_a_platform_restored_elsewhere_reach_their_endpoint_again(
 
     new.data_dir.mkdir(mode=0o700)
     done = new.cli("admin", "restore", str(backup), "--quiet",
+                   "--key", str(old.data_dir / "backup-key"),  # the key of the platform backed up
                    env_extra={"GPUSLICE_DATA_DIR": str(new.data_dir)})
     assert done.returncode == 0, done.stderr
     shutil.copy(old.data_dir / "admin-credentials", new.data_dir / "admin-credentials")

@@ -39,6 +39,7 @@ from gpuslice.manager.backup.fileformat import (
     encode,
     kind_of,
 )
+from gpuslice.manager.backup.keys import BackupKey
 from gpuslice.manager.backup.members import Area, FileProgress
 from gpuslice.manager.db import migrate
 from gpuslice.manager.db.base import Base
@@ -57,38 +58,41 @@ class Taken:
 
 
 async def backup(
-    url: str, path: Path, *, settings: dict[str, Any] | None = None,
+    url: str, path: Path, key: BackupKey, *, settings: dict[str, Any] | None = None,
     areas: Sequence[Area] = (), progress: Progress | None = None,
     file_progress: FileProgress | None = None,
 ) -> Taken:
     """Write a backup of the database at ``url`` and of ``areas`` to ``path`` (complete, or
-    not there at all). The database is one snapshot; the files are read after it."""
+    not there at all), signed with ``key`` (which is never in it). The database is one
+    snapshot; the files are read after it."""
     async with snapshot(url) as conn:
         try:
-            return await _write(conn, url, path, settings, areas, progress, file_progress)
+            return await _write(conn, url, path, key, settings, areas, progress,
+                                file_progress)
         except SQLAlchemyError as exc:
             raise BackupError(f"cannot read {safe_url(url)}: {_reason(exc)}") from None
 
 
 async def _write(
-    conn: AsyncConnection, url: str, path: Path, settings: dict[str, Any] | None,
+    conn: AsyncConnection, url: str, path: Path, key: BackupKey, settings: dict[str, Any] | None,
     areas: Sequence[Area], progress: Progress | None, file_progress: FileProgress | None,
 ) -> Taken:
     revision = await conn.run_sync(migrate.current_on)
     if revision is None:
         raise BackupError(f"{safe_url(url)} holds no gpuslice database (never migrated)")
     tables = await conn.run_sync(_tables, revision)
-    skip = frozenset({path.absolute(), Writer(path.absolute()).partial})
+    skip = frozenset({path.absolute(), Writer(path.absolute(), key).partial,
+                      key.source.absolute()})
     walked = [members.walk(replace(a, skip=a.skip | skip)) for a in areas]
     header = Header(
         format=FORMAT, format_version=FORMAT_VERSION, created_at=datetime.now(UTC),
         gpuslice_version=_version(), revision=revision, source=conn.dialect.name,
         tables=[await _describe(conn, t) for t in tables], settings=settings or {},
-        areas=[a.info() for a in walked],
+        areas=[a.info() for a in walked], key_id=key.id,
     )
     total_bytes = sum(a.bytes for a in header.areas)
     gone = 0
-    with Writer(path) as out:
+    with Writer(path, key) as out:
         out.header(header)
         for table, info in zip(tables, header.tables, strict=True):
             await _copy_rows(conn, table, info, out, header.total_rows, progress)

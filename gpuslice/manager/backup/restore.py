@@ -10,7 +10,9 @@ older release comes up to date on the way in. Never half-done:
   over it only when complete; any error removes the temporary file and leaves the target as it
   was.
 
-The file areas (`members.py`) are read after the rows, before the database is committed:
+Nothing is written before the backup's MAC matches its key (`keys.py`; the file is read
+through once for that, and the MAC is checked again as it is restored). The file areas
+(`members.py`) are read after the rows, before the database is committed:
 extracted into staging directories with every hash checked, then renamed into place once the
 database is; any error removes the staging and leaves the targets as they were.
 
@@ -50,9 +52,10 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from gpuslice.manager.backup import members
+from gpuslice.manager.backup import keys, members
 from gpuslice.manager.backup.dump import BATCH, VERSION_TABLE, Progress, safe_url, sqlite_path
 from gpuslice.manager.backup.fileformat import BackupError, Header, Reader, TableInfo, decoder
+from gpuslice.manager.backup.keys import BackupKey
 from gpuslice.manager.backup.members import FileProgress
 from gpuslice.manager.db import in_use, migrate
 
@@ -60,13 +63,17 @@ Then = Callable[[], Awaitable[None]]  # runs after the rows, before the database
 
 
 async def restore(
-    path: Path, url: str, *, force: bool = False, targets: Mapping[str, Path] | None = None,
+    path: Path, url: str, key: BackupKey | Path, *, trust_unsigned: bool = False,
+    force: bool = False, targets: Mapping[str, Path] | None = None,
     progress: Progress | None = None, file_progress: FileProgress | None = None,
 ) -> Header:
     """Restore the backup at ``path`` into the database at ``url`` and its file areas into
     ``targets`` (area name → directory; ``None``: the database alone, the files only checked);
-    returns its header. Files are staged and checked first, put in place last."""
-    reader = Reader(path)
+    returns its header. Its MAC is checked under ``key`` (or the key file it names) before
+    anything is written (an unsigned one is refused unless ``trust_unsigned``); files are
+    staged and checked first, put in place last. A restored data directory without a backup
+    key gets the one the backup was checked with."""
+    reader = Reader(path, key, trust_unsigned=trust_unsigned)
     staged: list[tuple[Path, Path, bool]] = []  # (staging, target, merge)
     try:
         header = reader.header
@@ -94,6 +101,8 @@ async def restore(
             for staging, target, merge in staged:
                 members.place(staging, target, merge)
             staged.clear()
+            if reader.key is not None and targets is not None and "data" in targets:
+                keys.keep(reader.key, keys.default_key_file(targets["data"]))
         finally:
             in_use.release(held)
         return header
@@ -103,11 +112,12 @@ async def restore(
             members.remove(staging)
 
 
-def verify(path: Path, progress: Progress | None = None,
+def verify(path: Path, key: BackupKey | Path, *, trust_unsigned: bool = False,
+           progress: Progress | None = None,
            file_progress: FileProgress | None = None) -> Header:
-    """Read the whole backup, decode every value and check every file's hash, writing
-    nothing."""
-    reader = Reader(path)
+    """Check the backup's MAC under ``key``, then read it whole, decode every value and check
+    every file's hash and place, writing nothing."""
+    reader = Reader(path, key, trust_unsigned=trust_unsigned)
     try:
         done = 0
         for info in reader.header.tables:
