@@ -109,8 +109,10 @@ def restore(
         "--settings-to", help="Also write the backed-up settings as a TOML file.")] = None,
     key_file: KeyOpt = None,
     trust_unsigned: Annotated[bool, typer.Option(
-        "--trust-unsigned", help="Accept a backup made before backups were signed (format 1 "
-        "or 2): only one kept where no one else could write.")] = False,
+        "--trust-unsigned", help="Accept a backup whose MAC cannot be checked: one made "
+        "before backups were signed (format 1 or 2), or one whose backup key is lost; only "
+        "one kept where no one else could write. A MAC that does not match is refused "
+        "still.")] = False,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress display.")] = False,
 ) -> None:
     """Restore a backup into an empty database and a fresh data directory (stop the managers
@@ -134,7 +136,7 @@ def restore(
                             file_progress=files)
         console.print(f"{file}: a complete backup of revision {header.revision}, taken "
                       f"{header.created_at:%Y-%m-%d %H:%M:%S} UTC from {header.source}, "
-                      f"{_signed(header)}: {_summary(header)}", markup=False)
+                      f"{_signed(header, key)}: {_summary(header)}", markup=False)
         return
     settings = _settings(config, database_url, data_dir)
     key = _key_file(key_file, settings)
@@ -158,9 +160,19 @@ def _key_file(given: Path | None, settings: ManagerSettings) -> Path:
         settings.data_dir.expanduser().absolute())
 
 
-def _signed(header: Header) -> str:
+def _signed(header: Header, key: Path) -> str:
+    from gpuslice.manager.backup.errors import BackupError
+    from gpuslice.manager.backup.keys import load
+
     if header.key_id is None:
         return f"unsigned (format {header.format_version}, accepted by --trust-unsigned)"
+    try:
+        checked = load(key).id == header.key_id
+    except BackupError:
+        checked = False
+    if not checked:
+        return (f"signed with backup key {header.key_id}, which is not at hand: its MAC was "
+                "not checked (accepted by --trust-unsigned)")
     return f"its MAC matching backup key {header.key_id}"
 
 

@@ -192,6 +192,35 @@ async def test_a_backup_changed_on_its_disk_is_refused_before_anything_is_writte
         verify(original, tmp_path / "nowhere" / "backup-key")
 
 
+async def test_a_backup_whose_key_is_lost_restores_on_the_admins_word_a_changed_one_never(
+    migrated_database_url: str, tmp_path: Path, key: BackupKey
+) -> None:
+    """The machine, and its data directory's backup-key with it, are gone and no copy of the
+    key was kept: the lab's backup must still come back, on --trust-unsigned. A backup whose
+    MAC does not match the key it names is refused even so."""
+    lines = await _one_file_backup(migrated_database_url, tmp_path, key)
+    original, lost = tmp_path / "b.gsbackup", tmp_path / "gone" / "backup-key"
+    with pytest.raises(BackupError, match=r"no backup key at .*if that key is lost, "
+                                          r"--trust-unsigned restores without checking"):
+        verify(original, lost)
+    other = load_or_create(tmp_path / "other" / "backup-key")[0]
+    for without in (lost, other):
+        assert verify(original, without, trust_unsigned=True).key_id == key.id
+    target, restored = tmp_path / "r.db", tmp_path / "restored"
+    await restore(original, f"sqlite+aiosqlite:///{target}", lost, trust_unsigned=True,
+                  targets={"storage": restored, "data": tmp_path / "data-new"})
+    assert (restored / "x").read_text() == "backed up\n"
+    assert not (tmp_path / "data-new" / "backup-key").exists()  # no key to keep: the next
+    # backup makes one
+
+    at = next(i for i, line in enumerate(lines) if '"path":"x"' in line) + 1
+    lines[at] = json.dumps(base64.b64encode(b"changed\n").decode()) + "\n"
+    changed = tmp_path / "changed.gsbackup"
+    changed.write_bytes(gzip.compress("".join(lines).encode()))
+    with pytest.raises(BackupError, match="has been changed since it was written"):
+        verify(changed, key, trust_unsigned=True)
+
+
 async def test_an_admin_checks_a_backup_with_the_key_file_alone(
     migrated_database_url: str, tmp_path: Path, key: BackupKey
 ) -> None:

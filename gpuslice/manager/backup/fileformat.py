@@ -34,6 +34,7 @@ from sqlalchemy import types as sqltypes
 from sqlalchemy.types import TypeEngine
 
 from gpuslice.manager.backup.errors import BackupError as BackupError
+from gpuslice.manager.backup.errors import KeyUnavailable
 from gpuslice.manager.backup.keys import BackupKey
 from gpuslice.manager.backup.keys import load as load_key
 
@@ -221,7 +222,9 @@ class Reader:
     under ``key`` (a `BackupKey`, or the path of one, read only when needed): nothing of it is
     used before that. The reading proper checks the MAC again at `finish`, so a file changed
     between the two readings is refused too. An unsigned backup (formats 1 and 2, made before
-    backups were signed) is refused unless ``trust_unsigned``.
+    backups were signed) is refused unless ``trust_unsigned``; so is a signed one whose key is
+    not at hand (lost with its machine), which is then read without a MAC. A MAC that does not
+    match its own key is refused always.
     """
 
     def __init__(self, path: Path, key: BackupKey | Path, *,
@@ -239,8 +242,13 @@ class Reader:
                 if not trust_unsigned:
                     raise self._unsigned()
             else:
-                self.key = key if isinstance(key, BackupKey) else load_key(key)
-                self._authenticate(self.key)
+                try:
+                    self.key = key if isinstance(key, BackupKey) else load_key(key)
+                    self._authenticate(self.key)
+                except KeyUnavailable:
+                    if not trust_unsigned:  # the key is lost: the admin's word, as unsigned
+                        raise
+                    self.key = None
                 self._start(self.key)
                 self.header = self._read_header()
         except BaseException:
@@ -290,10 +298,12 @@ class Reader:
 
     def _authenticate(self, key: BackupKey) -> None:
         if self.header.key_id != key.id:
-            raise BackupError(
+            raise KeyUnavailable(
                 f"{self.path} was signed with another backup key (id {self.header.key_id}) "
                 f"than {key.source} (id {key.id}): give the key of the platform that made it "
-                "with --key FILE")
+                "with --key FILE; if that key is lost, --trust-unsigned restores without "
+                "checking the backup's MAC (only for a backup kept where no one else could "
+                "write)")
         self._start(key)
         self._next("its header")
         while not (line := self._next("the end marker", covered=False)).startswith(b'{"end"'):

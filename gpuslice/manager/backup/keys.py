@@ -19,7 +19,7 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuslice.manager.backup.errors import BackupError
+from gpuslice.manager.backup.errors import BackupError, KeyUnavailable
 
 KEY_FILE = "backup-key"
 _ID_LABEL = b"gpuslice backup key id"
@@ -49,10 +49,11 @@ def load(path: Path) -> BackupKey:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise BackupError(
+        raise KeyUnavailable(
             f"there is no backup key at {path}: give the key of the platform that made the "
             "backup with --key FILE (the file backup-key in its data directory), or copy that "
-            f"file to {path}") from None
+            f"file to {path}; if that key is lost, --trust-unsigned restores without checking "
+            "the backup's MAC (only for a backup kept where no one else could write)") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise BackupError(f"{path} is a symbolic link: give the key file itself") from None
