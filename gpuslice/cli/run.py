@@ -39,6 +39,7 @@ from gpuslice.cli.output import (
     print_json,
     print_new,
     priority_option,
+    session_client,
     table,
     transfer_bar,
 )
@@ -76,7 +77,7 @@ Ref = Annotated[str, typer.Argument(help="Run name or id.")]
 
 
 def _client() -> Client:
-    return Client.from_config()
+    return session_client()
 
 
 START_CODES = (

@@ -26,6 +26,7 @@ from gpuslice.cli.output import (
     number,
     print_json,
     priority_option,
+    session_client,
     table,
 )
 from gpuslice.client import ApiError, Client, schemas
@@ -45,7 +46,7 @@ app = typer.Typer(
 
 
 def _client() -> Client:
-    return Client.from_config()
+    return session_client()
 
 
 @app.command("create", epilog=waits.CREATE_CODES)
