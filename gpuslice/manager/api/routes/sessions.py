@@ -84,8 +84,8 @@ async def list_all(
 ) -> Page[SessionPublic]:
     """Sessions the caller may see, newest first; filter by status, type, owner (admins),
     `mine` or name. A page holds fewer than `limit` items when its answer would pass
-    `limits.max_answer` bytes. Walk the listing with `after` = the page's `next` (the same cost for every page), or
-    with `offset` plus the items returned."""
+    `limits.max_answer` bytes. Walk the listing with `after` = the page's `next` (the same
+    cost for every page), or with `offset` plus the items returned."""
     return await views.list_sessions(
         db, user, statuses=status_ or (), owner=owner, mine=mine, name=name, kind=type_,
         limit=limit, offset=offset, after=after, max_bytes=settings.limits.max_answer,
