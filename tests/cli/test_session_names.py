@@ -28,12 +28,11 @@ def test_an_admins_name_is_their_own_session_and_another_users_takes_owner_slash
         [mine] = admin.create_sessions(image=IMAGE, cpu="0.25", mem="64m", name="dev")
     with _bob(manager) as bob:
         [his] = bob.create_sessions(image=IMAGE, cpu="0.25", mem="64m", name="dev")  # newer
+        shown = manager.cli("session", "show", "dev", "--json")
+        assert shown.returncode == 0, shown.stderr
+        assert json.loads(shown.stdout)["id"] == mine.id and shown.stderr == ""
         assert bob.get_session("dev").id == his.id
         assert bob.get_session("bob/dev").id == his.id  # a user may name themselves
-
-    shown = manager.cli("session", "show", "dev", "--json")
-    assert shown.returncode == 0, shown.stderr
-    assert json.loads(shown.stdout)["id"] == mine.id and shown.stderr == ""
 
     shown = manager.cli("session", "show", "bob/dev", "--json")
     assert shown.returncode == 0, shown.stderr
