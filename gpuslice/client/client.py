@@ -437,12 +437,14 @@ class Client(StorageCalls, SshCalls, ProjectCalls):
 
     def create_priority_class(self, name: str, rank: int, **values: Any) -> PriorityClassPublic:
         """Add a class (admins): ``min_runtime_s``, ``grace_s``, ``preempt_interactive``,
-        ``default``, ``projects`` (the names of those that may use it; none: all)."""
+        ``default``, ``projects`` (the names of those that may use it) or ``any_project``
+        (every project); with neither, admins only."""
         return self._call("POST", "/priority-classes", schemas.priorities.PriorityClassPublic,
                           json={"name": name, "rank": rank, **values})
 
     def update_priority_class(self, name: str, **values: Any) -> PriorityClassPublic:
-        """Change a class (admins); ``projects=[...]`` replaces who may use it, ``[]``: all."""
+        """Change a class (admins); ``projects=[...]`` replaces the projects that may use it,
+        ``any_project=True`` lets every project, ``projects=[]`` alone: admins only."""
         return self._call("PATCH", f"/priority-classes/{name}",
                           schemas.priorities.PriorityClassPublic, json=values)
 
