@@ -22,10 +22,11 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+# Plain ALTER TABLE, never batch mode: SQLite's batch copies the table and drops the old one,
+# and with foreign keys on that drop takes every priority_class_projects row with it.
 def upgrade() -> None:
-    with op.batch_alter_table("priority_classes", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("any_project", sa.Boolean(), nullable=False,
-                                      server_default=sa.false()))
+    op.add_column("priority_classes", sa.Column("any_project", sa.Boolean(), nullable=False,
+                                                server_default=sa.false()))
     op.execute(
         "UPDATE priority_classes SET any_project = true WHERE is_default OR id NOT IN "
         "(SELECT class_id FROM priority_class_projects)"
@@ -33,5 +34,4 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("priority_classes", schema=None) as batch_op:
-        batch_op.drop_column("any_project")
+    op.drop_column("priority_classes", "any_project")  # SQLite 3.35 or later
