@@ -8,7 +8,15 @@ from typing import Annotated
 
 import typer
 
-from gpuslice.cli.output import JsonOpt, console, friendly, print_json, session_client, table
+from gpuslice.cli.output import (
+    SESSION_REF,
+    JsonOpt,
+    console,
+    friendly,
+    print_json,
+    session_client,
+    table,
+)
 
 app = typer.Typer(help="A session's apps: list them, open one in a browser.",
                   no_args_is_help=True)
@@ -16,7 +24,7 @@ app = typer.Typer(help="A session's apps: list them, open one in a browser.",
 
 @app.command("list")
 @friendly
-def app_list(ref: Annotated[str, typer.Argument(help="Session id or name.")],
+def app_list(ref: Annotated[str, typer.Argument(help=SESSION_REF)],
              as_json: JsonOpt = False) -> None:
     """The session's apps: name, state (stopped, starting, ready, failed), port, the process
     serving it and URL. Any port a process in the session serves is an app, named by its
@@ -35,7 +43,7 @@ def app_list(ref: Annotated[str, typer.Argument(help="Session id or name.")],
 @app.command("open")
 @friendly
 def app_open(
-    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    ref: Annotated[str, typer.Argument(help=SESSION_REF)],
     name: Annotated[str, typer.Argument(help="The app, e.g. jupyter (see `app list`).")],
     browser: Annotated[bool, typer.Option(
         "--browser/--no-browser", help="Open a browser when this machine has one.")] = True,

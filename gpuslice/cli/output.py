@@ -46,6 +46,10 @@ def gpu_mem_option(value: str | None) -> int | None:
     return None if value is None else parse_mem(value, field="--gpu-mem", bare=MiB)
 
 
+# A session argument: names are the caller's own sessions, admins' too (client.get_session).
+SESSION_REF = "Session id, or the name of one of yours (another user's: OWNER/NAME)."
+SESSION_REFS = "Session ids, or names of yours (another user's: OWNER/NAME)."
+
 PRIORITY_HELP = (
     "Its priority class, e.g. high (`gpuslice admin priority-class list` shows them; a higher "
     "class may preempt lower-class batch sessions), or a number: its priority within its "

@@ -73,7 +73,7 @@ app = typer.Typer(
     "[--folder F] [--save-dir output] [--name N] [-- ARGS] (all options: gpuslice run start "
     "--help).",
 )
-Ref = Annotated[str, typer.Argument(help="Run name or id.")]
+Ref = Annotated[str, typer.Argument(help="Run id, or the name of one of your runs.")]
 
 
 def _client() -> Client:
