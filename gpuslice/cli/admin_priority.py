@@ -2,7 +2,9 @@
 
 A waiting session of a higher class may preempt RUNNING batch sessions of a lower one that ran
 their class's minimum runtime: they get SIGTERM, the class's grace to checkpoint, then go back
-to the queue in their place."""
+to the queue in their place. Using a class is a grant: the default class is everyone's, another
+one is the projects' it is granted to (--project), everyone's with --any-project, and with
+neither only admins may use it."""
 
 from __future__ import annotations
 
@@ -28,7 +30,9 @@ InteractiveOpt = Annotated[bool | None, typer.Option(
     help="Whether its interactive sessions may be preempted too (kept by default).")]
 
 ProjectsOpt = Annotated[list[str] | None, typer.Option(
-    "--project", help="A project whose sessions may use it (repeat; none given: every project).")]
+    "--project", help="A project whose sessions may use it (repeat).")]
+AnyProjectOpt = Annotated[bool, typer.Option(
+    "--any-project", help="Let every project (so every user) use it.")]
 
 
 @app.command("list")
@@ -40,10 +44,10 @@ def class_list(as_json: JsonOpt = False) -> None:
     if as_json:
         print_json([c.model_dump(mode="json") for c in classes])
         return
-    table(["name", "rank", "min runtime", "grace", "interactive", "default", "projects"],
+    table(["name", "rank", "min runtime", "grace", "interactive", "default", "used by"],
           [(c.name, c.rank, f"{c.min_runtime_s}s", f"{c.grace_s}s",
             "preemptible" if c.preempt_interactive else "kept", "yes" if c.default else "",
-            ", ".join(c.projects) or "any") for c in classes])
+            _who(c)) for c in classes])
 
 
 @app.command("create")
@@ -56,11 +60,15 @@ def class_create(
     default: Annotated[bool, typer.Option("--default", help="Sessions naming none get it.")]
     = False,
     project: ProjectsOpt = None,
+    any_project: AnyProjectOpt = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Add a class (usable by every project, or only those given with --project)."""
+    """Add a class: usable by the projects given with --project, by every project with
+    --any-project, and with neither by admins only (the default class: by everyone)."""
+    if project and any_project:
+        raise CliError("--project and --any-project: give one of them", 2)
     values: dict[str, object] = dict(_values(min_runtime, grace, preempt_interactive))
-    values |= {"default": default, "projects": project or []}
+    values |= {"default": default, "projects": project or [], "any_project": any_project}
     with Client.from_config() as client:
         _show(client.create_priority_class(name, rank, **values), "created", as_json)
 
@@ -74,16 +82,18 @@ def class_set(
     preempt_interactive: InteractiveOpt = None,
     default: Annotated[bool, typer.Option("--default", help="Make it the default.")] = False,
     project: ProjectsOpt = None,
-    any_project: Annotated[bool, typer.Option(
-        "--any-project", help="Let every project use it again.")] = False,
+    any_project: AnyProjectOpt = False,
+    admins_only: Annotated[bool, typer.Option(
+        "--admins-only", help="Take it from every project: only admins may use it.")] = False,
     as_json: JsonOpt = False,
 ) -> None:
-    """Change a class's values, who may use it, or make it the default."""
-    if project and any_project:
-        raise CliError("--project and --any-project: give one of them", 2)
+    """Change a class's values, who may use it (--project replaces its projects), or make it
+    the default."""
+    if sum(map(bool, (project, any_project, admins_only))) > 1:
+        raise CliError("--project, --any-project and --admins-only: give one of them", 2)
     values: dict[str, object] = dict(_values(min_runtime, grace, preempt_interactive))
-    if project or any_project:
-        values["projects"] = project or []
+    if project or any_project or admins_only:
+        values |= {"projects": project or [], "any_project": any_project}
     values |= ({"rank": rank} if rank is not None else {}) | ({"default": True} if default
                                                               else {})
     with Client.from_config() as client:
@@ -113,5 +123,10 @@ def _show(klass: PriorityClassPublic, verb: str, as_json: bool) -> None:
     console.print(f"{verb} priority class {klass.name}: rank {klass.rank}, minimum runtime "
                   f"{klass.min_runtime_s}s, grace {klass.grace_s}s, interactive sessions "
                   f"{interactive}" + (" (default)" if klass.default else "")
-                  + (f", projects {', '.join(klass.projects)}" if klass.projects else ""),
-                  markup=False)
+                  + f", used by {_who(klass)}", markup=False)
+
+
+def _who(klass: PriorityClassPublic) -> str:
+    if klass.any_project:
+        return "everyone"
+    return f"projects {', '.join(klass.projects)}" if klass.projects else "admins only"

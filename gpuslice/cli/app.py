@@ -8,8 +8,15 @@ from typing import Annotated
 
 import typer
 
-from gpuslice.cli.output import JsonOpt, console, friendly, print_json, table
-from gpuslice.client import Client
+from gpuslice.cli.output import (
+    SESSION_REF,
+    JsonOpt,
+    console,
+    friendly,
+    print_json,
+    session_client,
+    table,
+)
 
 app = typer.Typer(help="A session's apps: list them, open one in a browser.",
                   no_args_is_help=True)
@@ -17,12 +24,12 @@ app = typer.Typer(help="A session's apps: list them, open one in a browser.",
 
 @app.command("list")
 @friendly
-def app_list(ref: Annotated[str, typer.Argument(help="Session id or name.")],
+def app_list(ref: Annotated[str, typer.Argument(help=SESSION_REF)],
              as_json: JsonOpt = False) -> None:
     """The session's apps: name, state (stopped, starting, ready, failed), port, the process
     serving it and URL. Any port a process in the session serves is an app, named by its
     number (`python -m http.server 8000` makes app 8000)."""
-    with Client.from_config() as client:
+    with session_client() as client:
         listed = client.list_apps(ref)
     if as_json:
         print_json(listed.apps)
@@ -36,7 +43,7 @@ def app_list(ref: Annotated[str, typer.Argument(help="Session id or name.")],
 @app.command("open")
 @friendly
 def app_open(
-    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    ref: Annotated[str, typer.Argument(help=SESSION_REF)],
     name: Annotated[str, typer.Argument(help="The app, e.g. jupyter (see `app list`).")],
     browser: Annotated[bool, typer.Option(
         "--browser/--no-browser", help="Open a browser when this machine has one.")] = True,
@@ -44,7 +51,7 @@ def app_open(
 ) -> None:
     """Start an app if it does not run yet and print its URL (it works in a browser once you
     log in there with your gpuslice user); opens a browser when there is one."""
-    with Client.from_config() as client:
+    with session_client() as client:
         with console.status(f"starting {name} in {ref}..."):
             opened = client.start_app(ref, name)
     if as_json:

@@ -9,7 +9,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
@@ -17,6 +17,10 @@ from rich.console import Console
 from gpuslice.client import ApiError
 from gpuslice.common import wording
 from gpuslice.common.resources import MiB, ResourceError, format_mem, parse_mem
+
+if TYPE_CHECKING:
+    from gpuslice.client import Client
+    from gpuslice.common.schemas.sessions import SessionPublic
 
 # Piped output (scripts, tests) gets wide lines rather than Rich's 80-column default.
 console = Console(highlight=False, soft_wrap=True,
@@ -41,6 +45,10 @@ def gpu_mem_option(value: str | None) -> int | None:
     """``--gpu-mem`` in bytes (a bare number is MiB); a one-line error names the option."""
     return None if value is None else parse_mem(value, field="--gpu-mem", bare=MiB)
 
+
+# A session argument: names are the caller's own sessions, admins' too (client.get_session).
+SESSION_REF = "Session id, or the name of one of yours (another user's: OWNER/NAME)."
+SESSION_REFS = "Session ids, or names of yours (another user's: OWNER/NAME)."
 
 PRIORITY_HELP = (
     "Its priority class, e.g. high (`gpuslice admin priority-class list` shows them; a higher "
@@ -89,6 +97,24 @@ def friendly(func: Callable[P, R]) -> Callable[P, R]:
         raise AssertionError("unreachable")
 
     return wrapper
+
+
+def session_client() -> Client:
+    """The stored login's client for commands that name sessions: it says on stderr, once
+    per session, when the session reached (by id or OWNER/NAME) is another user's."""
+    from gpuslice.client import Client
+
+    told: set[str] = set()
+
+    def tell(session: SessionPublic) -> None:
+        if session.id not in told:
+            told.add(session.id)
+            err_console.print(f"note: session {session.name or session.id} ({session.id}) is "
+                              f"{session.owner}'s, not yours", markup=False)
+
+    client = Client.from_config()
+    client.on_other = tell
+    return client
 
 
 def invalid_option(err: Any, options: Mapping[str, str]) -> CliError:

@@ -39,6 +39,7 @@ from gpuslice.cli.output import (
     print_json,
     print_new,
     priority_option,
+    session_client,
     table,
     transfer_bar,
 )
@@ -72,11 +73,11 @@ app = typer.Typer(
     "[--folder F] [--save-dir output] [--name N] [-- ARGS] (all options: gpuslice run start "
     "--help).",
 )
-Ref = Annotated[str, typer.Argument(help="Run name or id.")]
+Ref = Annotated[str, typer.Argument(help="Run id, or the name of one of your runs.")]
 
 
 def _client() -> Client:
-    return Client.from_config()
+    return session_client()
 
 
 START_CODES = (

@@ -13,6 +13,8 @@ from gpuslice.cli import timing, waits
 from gpuslice.cli.output import (
     GPU_MEM_HELP,
     PRIORITY_HELP,
+    SESSION_REF,
+    SESSION_REFS,
     CliError,
     GroupOpt,
     JsonOpt,
@@ -26,6 +28,7 @@ from gpuslice.cli.output import (
     number,
     print_json,
     priority_option,
+    session_client,
     table,
 )
 from gpuslice.client import ApiError, Client, schemas
@@ -45,7 +48,7 @@ app = typer.Typer(
 
 
 def _client() -> Client:
-    return Client.from_config()
+    return session_client()
 
 
 @app.command("create", epilog=waits.CREATE_CODES)
@@ -164,7 +167,7 @@ def list_(
 
 @app.command("show")
 @friendly
-def show(ref: Annotated[str, typer.Argument(help="Session id or name.")],
+def show(ref: Annotated[str, typer.Argument(help=SESSION_REF)],
          as_json: JsonOpt = False) -> None:
     """Status, why it waits and its queue position, allocation, and history."""
     with _client() as client:
@@ -211,7 +214,7 @@ def show(ref: Annotated[str, typer.Argument(help="Session id or name.")],
 @app.command("stats")
 @friendly
 def stats(
-    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    ref: Annotated[str, typer.Argument(help=SESSION_REF)],
     since: Annotated[str | None, typer.Option(
         help="From this long ago (30m, 6h, 7d) or an ISO time; default: its whole life.")] = None,
     step: Annotated[int | None, typer.Option(help="Seconds per line (a multiple of 60).")] = None,
@@ -256,7 +259,7 @@ def stats(
 
 @app.command("logs", epilog=waits.LOGS_CODES)
 @friendly
-def logs(ref: Annotated[str, typer.Argument(help="Session id or name.")],
+def logs(ref: Annotated[str, typer.Argument(help=SESSION_REF)],
          follow: Annotated[bool, typer.Option(
              "--follow", "-f", help="Keep printing until the session ends.")] = False,
          tail: Annotated[int, typer.Option(help="Last lines.")] = 1000,
@@ -275,7 +278,7 @@ def logs(ref: Annotated[str, typer.Argument(help="Session id or name.")],
 
 @app.command("destroy")
 @friendly
-def destroy(refs: Annotated[list[str], typer.Argument(help="Session ids or names.")],
+def destroy(refs: Annotated[list[str], typer.Argument(help=SESSION_REFS)],
             as_json: JsonOpt = False) -> None:
     """Stop sessions: a PENDING one is CANCELLED at once, a running one is stopped."""
     with _client() as client:
@@ -290,7 +293,7 @@ def destroy(refs: Annotated[list[str], typer.Argument(help="Session ids or names
 @app.command("exec", context_settings={"allow_interspersed_args": False})
 @friendly
 def exec_(
-    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    ref: Annotated[str, typer.Argument(help=SESSION_REF)],
     command: Annotated[list[str], typer.Argument(help="The command, after --.")],
     timeout: Annotated[float, typer.Option(help="Seconds before it is stopped.")] = 60,
 ) -> None:
@@ -311,7 +314,7 @@ def exec_(
 @app.command("shell")
 @friendly
 def shell(
-    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    ref: Annotated[str, typer.Argument(help=SESSION_REF)],
     terminal: Annotated[str | None, typer.Option(
         help="Reattach to this terminal (its id is shown when a connection is lost).")] = None,
 ) -> None:
@@ -333,7 +336,7 @@ def shell(
 @app.command("port-forward")
 @friendly
 def port_forward(
-    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    ref: Annotated[str, typer.Argument(help=SESSION_REF)],
     ports: Annotated[list[str], typer.Argument(
         help="PORT (the same port here) or LOCAL:REMOTE (LOCAL 0: any free port).")],
     address: Annotated[list[str] | None, typer.Option(
@@ -354,7 +357,7 @@ def port_forward(
 @app.command("ssh")
 @friendly
 def ssh(
-    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    ref: Annotated[str, typer.Argument(help=SESSION_REF)],
     command: Annotated[list[str] | None, typer.Argument(
         help="A command to run instead of a login shell, after --.")] = None,
     identity: Annotated[Path | None, typer.Option(
@@ -373,7 +376,7 @@ def ssh(
 @app.command("commit")
 @friendly
 def commit(
-    ref: Annotated[str, typer.Argument(help="Session id or name.")],
+    ref: Annotated[str, typer.Argument(help=SESSION_REF)],
     name: Annotated[str, typer.Option("--name", help="The new image: repository[:tag].")],
     as_json: JsonOpt = False,
 ) -> None:

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, TypedDict, TypeVar, Unpack
 
 import httpx
@@ -79,6 +79,9 @@ class Client(StorageCalls, SshCalls, ProjectCalls):
             base_url=self.url, timeout=timeout, transport=transport, verify=verify
         )
         self._version_checked = False
+        self._me: str | None = None
+        # Told of each session resolved that is another user's (the CLI says whose it is).
+        self.on_other: Callable[[SessionPublic], None] | None = None
 
     @classmethod
     def from_config(cls, config: ClientConfig | None = None) -> Client:
@@ -152,13 +155,16 @@ class Client(StorageCalls, SshCalls, ProjectCalls):
 
     def list_sessions(
         self, *, status: Iterable[str] = (), owner: str | None = None, name: str | None = None,
-        type: str | None = None, limit: int = PAGE_DEFAULT, offset: int = 0,
+        type: str | None = None, mine: bool = False, limit: int = PAGE_DEFAULT, offset: int = 0,
     ) -> Page[SessionPublic]:
-        """One page of sessions, newest first; ``type``: interactive or batch."""
+        """One page of sessions, newest first; ``type``: interactive or batch; ``mine``: only
+        one's own (an admin otherwise lists everyone's)."""
         params: dict[str, Any] = {"status": list(status), "limit": limit, "offset": offset}
         for key, value in (("owner", owner), ("name", name), ("type", type)):
             if value:
                 params[key] = value
+        if mine:
+            params["mine"] = True
         page = schemas.common.Page[schemas.sessions.SessionPublic]
         return self._call("GET", "/sessions", page, params=params)
 
@@ -173,18 +179,17 @@ class Client(StorageCalls, SshCalls, ProjectCalls):
         return TypeAdapter(list[schemas.sessions.SessionPublic]).validate_python(items)
 
     def get_session(self, ref: str) -> SessionPublic:
-        """A session by id, or by name (the caller's newest session of that name)."""
-        try:
-            return self._call("GET", f"/sessions/{ref}", schemas.sessions.SessionPublic)
-        except ApiError as err:
-            if err.status != 404:
-                raise
-        page = self.list_sessions(name=ref, limit=1)
-        if page.items:
-            found = page.items[0].id
-            return self._call("GET", f"/sessions/{found}", schemas.sessions.SessionPublic)
-        raise ApiError(f"no session with id or name '{ref}'", status=404, code="not_found")
-
+        """A session by id; by name, the caller's own newest session of that name (an admin's
+        too); another user's by ``OWNER/NAME`` (admins) or by its id. ``on_other`` (when set)
+        is told of a session found that is not the caller's."""
+        owner, _, name = ref.rpartition("/")
+        session = None if owner else self._session_by_id(ref)
+        if session is None:
+            session = self._session_by_name(name, owner or None)
+        if self.on_other is not None and (owner or session.name != ref) \
+                and session.owner_id != self._my_id():
+            self.on_other(session)
+        return session
     def destroy_sessions(self, refs: Iterable[str]) -> list[SessionPublic]:
         ids = [self.get_session(ref).id for ref in refs]
         return self._call("POST", "/sessions/destroy", list[schemas.sessions.SessionPublic],
@@ -432,12 +437,14 @@ class Client(StorageCalls, SshCalls, ProjectCalls):
 
     def create_priority_class(self, name: str, rank: int, **values: Any) -> PriorityClassPublic:
         """Add a class (admins): ``min_runtime_s``, ``grace_s``, ``preempt_interactive``,
-        ``default``, ``projects`` (the names of those that may use it; none: all)."""
+        ``default``, ``projects`` (the names of those that may use it) or ``any_project``
+        (every project); with neither, admins only."""
         return self._call("POST", "/priority-classes", schemas.priorities.PriorityClassPublic,
                           json={"name": name, "rank": rank, **values})
 
     def update_priority_class(self, name: str, **values: Any) -> PriorityClassPublic:
-        """Change a class (admins); ``projects=[...]`` replaces who may use it, ``[]``: all."""
+        """Change a class (admins); ``projects=[...]`` replaces the projects that may use it,
+        ``any_project=True`` lets every project, ``projects=[]`` alone: admins only."""
         return self._call("PATCH", f"/priority-classes/{name}",
                           schemas.priorities.PriorityClassPublic, json=values)
 
@@ -514,6 +521,37 @@ class Client(StorageCalls, SshCalls, ProjectCalls):
             position = {"offset": offset}
 
     # ------------------------------------------------------------ plumbing
+
+    def _session_by_id(self, ref: str) -> SessionPublic | None:
+        try:
+            return self._call("GET", f"/sessions/{ref}", schemas.sessions.SessionPublic)
+        except ApiError as err:
+            if err.status != 404:
+                raise
+        return None
+
+    def _session_by_name(self, name: str, owner: str | None) -> SessionPublic:
+        """The newest session named ``name`` of ``owner`` (None: of the caller)."""
+        try:
+            page = self.list_sessions(name=name, owner=owner, mine=owner is None, limit=1)
+        except ApiError as err:
+            if err.status != 403:
+                raise
+            page = None  # a user naming another user: theirs are out of sight
+        if page is not None and page.items:
+            found = page.items[0].id
+            return self._call("GET", f"/sessions/{found}", schemas.sessions.SessionPublic)
+        if owner is not None:
+            raise ApiError(f"no session named '{name}' of user '{owner}' that you may see",
+                           status=404, code="not_found")
+        raise ApiError(f"no session '{name}': give its id, or the name of one of your "
+                       "sessions (another user's session: OWNER/NAME or its id)",
+                       status=404, code="not_found")
+
+    def _my_id(self) -> str:
+        if self._me is None:
+            self._me = self.me().id
+        return self._me
 
     def _headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}

@@ -285,6 +285,9 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
     assert r.status_code == 201, r.text
     r = await admin.post("/api/v1/projects/alice-team/members", json={"username": "alice"})
     assert r.status_code == 200, r.text
+    r = await admin.post("/api/v1/priority-classes",  # bob's answers never name it
+                         json={"name": "alice-class", "rank": 2, "projects": ["alice-team"]})
+    assert r.status_code == 201, r.text
     for spare in ("spare-team", "doomed-team"):  # the ones rename and DELETE change
         r = await admin.post("/api/v1/projects", json={"name": spare})
         assert r.status_code == 201, r.text
@@ -316,7 +319,7 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
             "DELETE /api/v1/projects/{name}/members/{username}")},
     }
     secrets = [s["id"], "s3cret-value", image, token["id"], "alice-work", ssh_key["id"],
-               "alice-team"]
+               "alice-team", "alice-class"]
     for more, hidden in (await _folders(alice), await _models(app, alice, users["alice"]),
                          await _runs(alice)):
         objects.update(more)
@@ -551,3 +554,27 @@ async def test_the_matrix_holds_for_every_route(
         for who in ("anonymous", "revoked", "scraper"):
             await world.clients[who].aclose()
     assert not problems, "\n".join(problems)
+
+
+async def test_a_class_limited_to_a_project_is_neither_visible_nor_usable_outside_it(
+    admin: Client, make_user: UserFactory
+) -> None:
+    """A non-member naming a project's class gets the very answer of a class that does not
+    exist (it was a 403 that said the class exists, beside a 422 listing every class)."""
+    await make_user("alice")
+    bob = await make_user("bob")
+    assert (await admin.post("/api/v1/projects", json={"name": "team"})).status_code == 201
+    await admin.post("/api/v1/projects/team/members", json={"username": "alice"})
+    r = await admin.post("/api/v1/priority-classes",
+                         json={"name": "team-class", "rank": 2, "projects": ["team"]})
+    assert r.status_code == 201, r.text
+    session = {"image": IMAGE}
+    for route, body in (("/api/v1/sessions", session), ("/api/v1/sessions/preview", session),
+                        ("/api/v1/runs/check", NEW_RUN)):
+        hidden = await bob.post(route, json={**body, "priority_class": "team-class"})
+        unknown = await bob.post(route, json={**body, "priority_class": "no-such-class"})
+        assert hidden.status_code == unknown.status_code == 422, (route, hidden.text)
+        assert hidden.json()["message"].replace("team-class", "X") == \
+            unknown.json()["message"].replace("no-such-class", "X"), route
+        assert "team-class" not in unknown.text, route
+    assert "team-class" not in (await bob.get("/api/v1/priority-classes")).text

@@ -212,7 +212,7 @@ async def test_priority_classes_travel_with_the_configuration(admin: Client) -> 
     exported = await _export(admin)
     assert exported["priority_classes"] == [
         {"name": "normal", "rank": 0, "min_runtime_s": 600, "grace_s": 30,
-         "preempt_interactive": False, "default": True, "projects": []}]
+         "preempt_interactive": False, "default": True, "projects": [], "any_project": True}]
     doc = {"priority_classes": [
         {"name": "high", "rank": 10, "min_runtime_s": 0, "grace_s": 10},
         {"name": "batch", "rank": 1, "preempt_interactive": True, "default": True}]}

@@ -24,6 +24,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
+from tests.manager.folder_helpers import folder, tar_of
 from tests.manager.helpers import wait_status
 
 EXAMPLES = int(os.environ.get("GPUSLICE_FUZZ_EXAMPLES", "12"))
@@ -38,10 +39,28 @@ SWEEP_QUERY = {
     "PUT /api/v1/folders/{folder_id}/content": {"path": "f.bin", "size": "3"},  # body: 8 bytes
     "GET /api/v1/folders/{folder_id}/content": {"raw_path": "bad%FFname"},
 }
+SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFjR3aj3zxPSbiTmxDqEC7FU4nqDfJS9SVZXh3IW9U9b f"
+RUN = {"name": "fuzz-run", "script": "train.py", "image": "python:3.11"}
 SWEEP_BODY: dict[str, Any] = {
     "PATCH /api/v1/folders/{folder_id}": {"name": "fuzz-b"},  # a name taken: a 409
     "POST /api/v1/images": {"name": "a" * 249},  # 256 characters with ":latest"
     "PUT /api/v1/folders/{folder_id}/grants": {"user": "nobody-here"},
+    # The routes added since issue 16's matrix, each past validation onto a real object
+    # ("fuzz-b" names the preset, class and project the world makes).
+    "POST /api/v1/sessions": {"image": "python:3.11", "priority_class": "fuzz-b"},
+    "POST /api/v1/sessions/preview": {"image": "python:3.11", "priority_class": "fuzz-b"},
+    "POST /api/v1/runs/check": {**RUN, "priority_class": "fuzz-b"},
+    "POST /api/v1/presets": {"name": "fuzz-p", "cpu": 1, "mem": "1g"},
+    "PATCH /api/v1/presets/{name}": {"cpu": 0.5},
+    "POST /api/v1/priority-classes": {"name": "fuzz-c", "rank": 3, "projects": ["fuzz-b"]},
+    "PATCH /api/v1/priority-classes/{name}": {"rank": 4, "any_project": True},
+    "POST /api/v1/projects": {"name": "fuzz-p"},
+    "PUT /api/v1/projects/{name}": {"max_gpu": 1, "description": "fuzzed"},
+    "POST /api/v1/projects/{name}/rename": {"name": "fuzz-p"},  # a name taken: a 409
+    "POST /api/v1/projects/{name}/members": {"username": "alice"},
+    "POST /api/v1/ssh-keys": {"key": SSH_KEY},  # the admin's own, already there: a 409
+    "PUT /api/v1/nodes/{node}/group": {"group": "fuzz-g"},
+    "POST /api/v1/agents/me/sessions/{session_id}/run/saving": {"script_s": 1.5},
 }
 
 HOSTILE_TEXT = st.sampled_from([
@@ -188,6 +207,30 @@ async def _odd_folders(app: FastAPI, admin: Client) -> list[str]:
     return [made[0]["id"], made[1]["id"], "fuzz-a", "fuzz-b", "bad%FFname"]
 
 
+async def _added_objects(admin: Client, alice: Client) -> tuple[str, str]:
+    """What the routes added since the matrix act on: a preset, a project with alice in it and
+    a class limited to it (all "fuzz-b"), the admin's SSH key, alice's RUNNING run: the run's
+    id and the key's."""
+    for route, body in (("presets", {"name": "fuzz-b", "cpu": 1, "mem": "1g"}),
+                        ("projects", {"name": "fuzz-b"}),
+                        ("projects/fuzz-b/members", {"username": "alice"}),
+                        ("priority-classes", {"name": "fuzz-b", "rank": 2,
+                                              "projects": ["fuzz-b"]})):
+        r = await admin.post(f"/api/v1/{route}", json=body)
+        assert r.status_code in (200, 201), r.text
+    r = await admin.post("/api/v1/ssh-keys", json={"key": SSH_KEY})
+    assert r.status_code == 201, r.text
+    key = r.json()["id"]
+    runs = await folder(alice, "runs")
+    r = await alice.put(f"/api/v1/folders/{runs['id']}/archive", params={"path": "fuzz-run"},
+                        content=tar_of({"train.py": b"print('hi')\n"}))
+    assert r.status_code == 200, r.text
+    r = await alice.post("/api/v1/runs", json=RUN)
+    assert r.status_code == 201, r.text
+    await wait_status(alice, r.json()["id"], {"RUNNING"})
+    return r.json()["id"], key
+
+
 async def test_no_request_makes_the_manager_fail(
     app: FastAPI, admin: Client, anon: Client, make_user: UserFactory, make_agent: AgentFactory
 ) -> None:
@@ -199,6 +242,8 @@ async def test_no_request_makes_the_manager_fail(
     policy = (await admin.post("/api/v1/policies", json={"name": "fuzz"})).json()
     token = (await alice.post("/api/v1/auth/tokens", json={"name": "t"})).json()
     odd = await _odd_folders(app, admin)
+    run, key = await _added_objects(admin, alice)
+    spare = await make_agent("node-2", devices=[], cpu=1, mem=1)  # the one the sweep revokes
     real = st.sampled_from([s["id"], users["alice"], policy["id"], token["id"], node.node_id,
                             "python:3.11", "fuzzed", "alice", "small", *odd])
     doc = app.openapi()
@@ -235,7 +280,10 @@ async def test_no_request_makes_the_manager_fail(
 
     world = {"session_id": s["id"], "folder_id": odd[0], "user": "alice",
              "user_id": users["alice"], "policy_id": policy["id"], "token_id": token["id"],
-             "node_id": node.node_id, "name": "fuzz-b"}
+             "node_id": node.node_id, "name": "fuzz-b", "node": node.node_id, "run": run,
+             "key_id": key, "username": "alice",
+             "POST /api/v1/agents/me/sessions/{session_id}/run/saving:session_id": run,
+             "POST /api/v1/nodes/{node_id}/revoke:node_id": spare.node_id}
     for method, path, op, _strategy in operations:
         key = f"{method} {path}"
         r = await _send(caller(key), method, path, _sweep(key, op, world), key)
@@ -278,7 +326,7 @@ async def test_a_model_file_of_any_length_is_its_size_or_a_422(make_user: UserFa
 
 def _sweep(key: str, op: dict[str, Any], world: dict[str, str]) -> dict[str, Any]:
     """One request of the sweep: the world's objects by parameter name, no optional query."""
-    path = {p["name"]: world.get(p["name"], str(uuid.uuid4()))
+    path = {p["name"]: world.get(f"{key}:{p['name']}", world.get(p["name"], str(uuid.uuid4())))
             for p in op.get("parameters", []) if p["in"] == "path"}
     body: Any = SWEEP_BODY.get(key, {})
     if op.get("x-gpuslice-streamed-body"):

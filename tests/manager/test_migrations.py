@@ -216,6 +216,40 @@ async def test_existing_priority_classes_stay_usable_by_every_project(database_u
         await engine.dispose()
 
 
+async def test_classes_stored_before_grants_keep_who_may_use_them(database_url: str) -> None:
+    """0033 (F8): a class limited to no project was every project's and stays so
+    (``any_project``), as does the default; a limited one stays its projects'."""
+    engine = make_engine(database_url)
+    try:
+        await migrate.upgrade(engine, "0031")
+        async with engine.begin() as conn:
+            for cid, name, default in (("c1", "open", False), ("c2", "team", False),
+                                       ("c3", "normal", True)):
+                await conn.execute(sa.text(
+                    "INSERT INTO priority_classes (id, name, rank, min_runtime_s, grace_s, "
+                    "preempt_interactive, is_default, created_at) VALUES "
+                    "(:id, :name, 1, 0, 30, false, :default, :now)"),
+                    {"id": cid, "name": name, "default": default, "now": utcnow()})
+            await conn.execute(sa.text(
+                "INSERT INTO projects (id, name, description, created_at) VALUES "
+                "('p1', 'vision', '', :now)"),
+                {"now": utcnow()})
+            await conn.execute(sa.text(
+                "INSERT INTO priority_class_projects (class_id, project_id) VALUES ('c2', 'p1')"))
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            rows = (await conn.execute(sa.text(
+                "SELECT name, any_project FROM priority_classes ORDER BY name"))).all()
+            grants = (await conn.execute(sa.text(
+                "SELECT class_id, project_id FROM priority_class_projects"))).all()
+        assert [tuple(g) for g in grants] == [("c2", "p1")]  # kept (no table copy)
+        assert [(n, bool(a)) for n, a in rows] == [
+            ("normal", True), ("open", True), ("team", False)]
+        await migrate.downgrade(engine, "0031")
+    finally:
+        await engine.dispose()
+
+
 async def test_app_ports_start_empty_and_go_on_downgrade(database_url: str) -> None:
     """0030 (issue 31): no app had a port before `apps.port_range`, so the table starts empty
     (existing sessions keep their name-based origins), and it goes on downgrade."""

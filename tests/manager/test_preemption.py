@@ -17,8 +17,9 @@ async def _classes(admin: Client, *extra: dict[str, Any]) -> None:
     r = await admin.patch("/api/v1/priority-classes/normal", json={"min_runtime_s": 0,
                                                                    "grace_s": 7})
     assert r.status_code == 200, r.text
-    for body in extra:
-        r = await admin.post("/api/v1/priority-classes", json=body)
+    for body in extra:  # every user's, unless limited (a class is admins' by default: F8)
+        r = await admin.post("/api/v1/priority-classes",
+                             json={"any_project": "projects" not in body, **body})
         assert r.status_code == 201, r.text
 
 
@@ -44,7 +45,9 @@ async def test_admins_manage_classes_and_users_pick_one(admin: Client, make_user
     r = await alice.post("/api/v1/sessions", json={"image": "python:3.11",
                                                    "priority_class": "urgent"})
     assert r.status_code == 422 and r.json()["field"] == "priority_class", r.text
-    assert r.json()["message"] == "no priority class 'urgent'; the classes are: normal, high"
+    assert r.json()["message"] == ("no priority class 'urgent'; the classes you may use: "
+                                   "high, normal (an admin grants others: ask them to let "
+                                   "your project use the one you need)")
     r = await admin.post("/api/v1/priority-classes", json={"name": "high", "rank": 1})
     assert r.status_code == 409 and "already exists" in r.json()["message"]
     r = await admin.post("/api/v1/priority-classes", json={"name": "x", "rank": 5000})

@@ -127,14 +127,16 @@ async def test_a_class_limited_to_projects_is_refused_elsewhere_naming_those_usa
     r = await admin.post("/api/v1/priority-classes",
                          json={"name": "high", "rank": 10, "projects": ["vision", "nlp"]})
     assert r.status_code == 201 and r.json()["projects"] == ["nlp", "vision"], r.text
-    await admin.post("/api/v1/priority-classes", json={"name": "low", "rank": 1})
+    await admin.post("/api/v1/priority-classes",
+                     json={"name": "low", "rank": 1, "any_project": True})
     [ok] = await create(alice, project="vision", priority_class="high")
     assert ok["priority_class"] == "high"
     r = await alice.post("/api/v1/sessions", json={"image": "python:3.11",
                                                    "priority_class": "high"})
     assert r.status_code == 403, r.text
     assert r.json()["message"] == ("project ~alice may not use priority class high; the "
-                                   "classes it may use: low, normal")
+                                   "classes it may use: low, normal (or ask an admin to let "
+                                   "project ~alice use high)")
     run = {"name": "t", "script": "t.py", "image": "python:3.11", "priority_class": "high"}
     r = await alice.post("/api/v1/runs/check", json=run)
     assert r.status_code == 403 and "classes it may use: low, normal" in r.text
@@ -145,8 +147,8 @@ async def test_a_class_limited_to_projects_is_refused_elsewhere_naming_those_usa
     r = await alice.post("/api/v1/sessions", json={"image": "python:3.11", "project": "vision",
                                                    "priority_class": "high"})
     assert r.status_code == 403 and r.json()["field"] == "priority_class"
-    r = await admin.patch("/api/v1/priority-classes/high", json={"projects": []})
-    assert r.json()["projects"] == []
+    r = await admin.patch("/api/v1/priority-classes/high", json={"any_project": True})
+    assert (r.json()["projects"], r.json()["any_project"]) == ([], True)
     await create(alice, priority_class="high")
 
 

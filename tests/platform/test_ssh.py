@@ -135,6 +135,43 @@ def test_scp_sftp_and_a_resumed_rsync_through_the_ssh_config_block(
     assert "up.bin" in answer  # the listing of the session's home
 
 
+def test_each_sessions_host_key_is_pinned_and_a_reused_name_gets_its_own(
+        platform: Platform, user: tuple[Platform, Path], tmp_path: Path) -> None:
+    """The block records a session's host key on the first connection and refuses a changed
+    one (F3 of the 2026-12 review: it used to check none); the next session of that name has
+    a key of its own, and connects."""
+    alice, key = user
+    first = alice.session("pinned", "gpuslice/base:0.1.0", "--gpu", "0", *SMALL)
+    home = tmp_path / "home"
+    assert alice.cli("ssh-config", "--install", env_extra={"HOME": str(home)}).returncode == 0
+    config = home / ".ssh" / "config"
+    config.write_text(config.read_text() + f"Host *\n    IdentityFile {key}\n")
+
+    def ssh(host: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ssh", "-F", str(config), host, "true"], capture_output=True,
+                              text=True, env=alice.env | {"HOME": str(home)},
+                              timeout=scaled(120))
+
+    assert ssh("pinned.gpuslice").returncode == 0
+    known = Path(alice.env["GPUSLICE_CLIENT_CONFIG"]).parent / "known_hosts"
+    recorded = (known / "sessions" / first).read_text()
+    assert recorded.startswith("pinned.gpuslice ssh-ed25519 "), recorded
+    assert ssh("pinned.gpuslice").returncode == 0  # the same key: still fine
+    alice.ok("session", "exec", "pinned", "--", "sh", "-c", "rm /tmp/.gpuslice-sshd/host_*")
+    changed = ssh("pinned.gpuslice")  # the next connection's server has a new key
+    assert changed.returncode == 255 and "Host key verification failed" in changed.stderr
+
+    alice.ok("session", "destroy", "pinned")
+    again = alice.session("pinned", "gpuslice/base:0.1.0", "--gpu", "0", *SMALL)
+    assert ssh("pinned.gpuslice").returncode == 0, "a new session of the name: its own key"
+    assert (known / "sessions" / again).read_text() != recorded
+    assert (known / "sessions" / first).read_text() == recorded
+
+    stranger = alice.cli("ssh-proxy", "pinned.admin.gpuslice")  # NAME.OWNER: the admin's
+    assert stranger.returncode != 0 and len(stranger.stderr.strip().splitlines()) == 1
+    assert "no session named 'pinned' of user 'admin'" in stranger.stderr, stranger.stderr
+
+
 def test_a_wrong_key_and_another_users_session_are_refused(
         platform: Platform, user: tuple[Platform, Path], tmp_path: Path) -> None:
     alice, key = user

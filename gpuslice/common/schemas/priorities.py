@@ -38,7 +38,12 @@ class PriorityClassCreate(BaseModel):
     default: bool = Field(default=False, description="The class of sessions that name none.")
     projects: list[ProjectRef] = Field(
         default_factory=list, max_length=MAX_PROJECTS,
-        description="The projects whose sessions may use it (by name); empty: every project.",
+        description="The projects whose sessions may use it (by name). With none and without "
+        "`any_project`, only admins may use it.",
+    )
+    any_project: bool = Field(
+        default=False,
+        description="Every project (so every user) may use it. The default class always is.",
     )
 
 
@@ -52,7 +57,13 @@ class PriorityClassUpdate(BaseModel):
     default: bool | None = Field(default=None, description="true: make it the default.")
     projects: list[ProjectRef] | None = Field(
         default=None, max_length=MAX_PROJECTS,
-        description="Replace the projects that may use it (by name); []: every project.",
+        description="Replace the projects that may use it (by name); [] with `any_project` "
+        "false or omitted: only admins.",
+    )
+    any_project: bool | None = Field(
+        default=None,
+        description="true: every project may use it (its projects are dropped); false: only "
+        "its projects (none: only admins).",
     )
 
 
@@ -64,6 +75,8 @@ class PriorityClassPublic(BaseModel):
     grace_s: int
     preempt_interactive: bool
     default: bool = False
-    # The projects whose sessions may use it, by name; empty: every project.
+    # The projects whose sessions may use it, by name (a user sees their own projects only).
     projects: list[str] = Field(default_factory=list)
+    # Every project may use it (the default class always); neither this nor projects: admins.
+    any_project: bool = False
     created_at: datetime

@@ -626,6 +626,8 @@ class PriorityClassRow(Base):
     grace_s: Mapped[int] = mapped_column(Integer, default=30)
     preempt_interactive: Mapped[bool] = mapped_column(Boolean, default=False)
     is_default: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Every project may use it; else the projects of priority_class_projects, none: admins.
+    any_project: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
 
 

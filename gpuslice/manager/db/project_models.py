@@ -62,7 +62,8 @@ class ProjectMemberRow(Base):
 
 
 class PriorityClassProjectRow(Base):
-    """A project whose sessions may use a priority class; a class with none: every project."""
+    """A project whose sessions may use a priority class (a class with none: every project's
+    with ``any_project``, else its admins' alone)."""
 
     __tablename__ = "priority_class_projects"
 

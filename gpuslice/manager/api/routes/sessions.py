@@ -69,7 +69,11 @@ async def list_all(
     user: CurrentUser,
     settings: SettingsDep,
     status_: Annotated[list[SessionStatus] | None, Query(alias="status")] = None,
-    owner: Annotated[str | None, Query(description="Admins: a username or user id.")] = None,
+    owner: Annotated[str | None, Query(
+        description="A username or user id (another user's: admins only).")] = None,
+    mine: Annotated[bool, Query(
+        description="Only the caller's own sessions (admins otherwise list everyone's).")]
+    = False,
     name: Annotated[str | None, Query(max_length=80, description="Exactly this name.")] = None,
     type_: Annotated[SessionType | None, Query(alias="type")] = None,
     limit: Annotated[int, Query(ge=1, le=PAGE_MAX)] = PAGE_DEFAULT,
@@ -78,13 +82,13 @@ async def list_all(
         max_length=200, description="Begin after this position: a previous page's `next`.",
     )] = None,
 ) -> Page[SessionPublic]:
-    """Sessions the caller may see, newest first; filter by status, type, owner (admins) or
-    name. A page holds fewer than `limit` items when its answer would pass `limits.max_answer`
-    bytes. Walk the listing with `after` = the page's `next` (the same cost for every page), or
-    with `offset` plus the items returned."""
+    """Sessions the caller may see, newest first; filter by status, type, owner (admins),
+    `mine` or name. A page holds fewer than `limit` items when its answer would pass
+    `limits.max_answer` bytes. Walk the listing with `after` = the page's `next` (the same
+    cost for every page), or with `offset` plus the items returned."""
     return await views.list_sessions(
-        db, user, statuses=status_ or (), owner=owner, name=name, kind=type_, limit=limit,
-        offset=offset, after=after, max_bytes=settings.limits.max_answer,
+        db, user, statuses=status_ or (), owner=owner, mine=mine, name=name, kind=type_,
+        limit=limit, offset=offset, after=after, max_bytes=settings.limits.max_answer,
     )
 
 

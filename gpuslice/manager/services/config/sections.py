@@ -245,6 +245,7 @@ class PriorityClasses:
         limits = await priorities.project_names(db)
         return _entries(rows, lambda r: PriorityClassConfig(
             name=r.name, default=r.is_default, projects=limits.get(r.id, []),
+            any_project=r.any_project,
             **{k: getattr(r, k) for k in self._FIELDS},
         ), lambda r: f"priority_classes: {r.name!r}", left_out)
 
@@ -272,8 +273,9 @@ class PriorityClasses:
             changed = not created and _apply(row, values)
             wanted = sorted(set(item.projects))
             # unchanged limits are still refused to a class the document makes the default
-            if wanted != limits.get(row.id, []) or (row.is_default and wanted):
-                await _class_projects(db, row, item.projects, index)
+            if wanted != limits.get(row.id, []) or (row.is_default and wanted) \
+                    or created or row.any_project != item.any_project:
+                await _class_projects(db, row, item, index)
                 changed = True
             outcome.count(self.name, created, changed)
         await db.flush()
@@ -284,11 +286,11 @@ class PriorityClasses:
 SECTIONS: tuple[Section, ...] = (Policies(), Users(), Aliases(), Images(), Presets())
 
 
-async def _class_projects(db: AsyncSession, row: PriorityClassRow, names: list[str],
-                          index: int) -> None:
+async def _class_projects(db: AsyncSession, row: PriorityClassRow,
+                          item: PriorityClassConfig, index: int) -> None:
     """``priorities.set_projects``, its refusal naming the document's entry."""
     try:
-        await priorities.set_projects(db, row, names)
+        await priorities.set_projects(db, row, item.projects, item.any_project)
     except InvalidRequest as err:
         raise InvalidRequest(f"priority_classes.{index}: {err.message}",
                              field=f"priority_classes.{index}.projects") from None

@@ -140,10 +140,17 @@ async def list_runs(
 
 
 async def get_run(db: AsyncSession, user: UserRow, ref: str) -> RunPublic:
-    """A run by its session id, or by name (the newest of that name); 404 for others'."""
-    found = await describe(db, user, [ref]) or await list_runs(db, user, name=ref, limit=1)
+    """A run by its session id, or by name: the caller's own newest of that name, an admin's
+    too (another user's run by its id only); 404 for others'."""
+    found = await describe(db, user, [ref])
     if not found:
-        raise NotFound(f"no run with id or name '{ref}'", field="run")
+        own = select(SessionRow.id).join(RunRow, RunRow.session_id == SessionRow.id).where(
+            SessionRow.owner_id == user.id, SessionRow.name == ref)
+        newest = await db.scalar(own.order_by(SessionRow.created_at.desc()).limit(1))
+        found = await describe(db, user, [newest]) if newest is not None else []
+    if not found:
+        raise NotFound(f"no run '{ref}': give its id, or the name of one of your runs "
+                       "(another user's run: by its id)", field="run")
     return found[0]
 
 

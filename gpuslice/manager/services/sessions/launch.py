@@ -95,7 +95,7 @@ async def check_create(
     await _check_pending(db, user, policy, body.count, settings.sessions.max_pending)
     _check_priority(user, policy, body.priority, settings.sessions.default_max_priority)
     project, pool = await launch_project(db, user, body.project, body.group)
-    await priorities.resolve(db, body.priority_class, project)
+    await priorities.resolve(db, body.priority_class, project, user)
     image = await catalog.resolve(
         db, user, body.image, body.resources.to_resources(), settings.sessions.allowed_images
     )

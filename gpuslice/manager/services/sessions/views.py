@@ -68,6 +68,7 @@ async def list_sessions(
     *,
     statuses: Sequence[SessionStatus] = (),
     owner: str | None = None,
+    mine: bool = False,
     name: str | None = None,
     kind: SessionType | None = None,
     limit: int = 100,
@@ -75,7 +76,8 @@ async def list_sessions(
     after: str | None = None,
     max_bytes: int | None = None,
 ) -> Page[SessionPublic]:
-    """Newest first; ``owner`` (an admin's filter) is a username or a user id, ``name`` exact.
+    """Newest first; ``owner`` (an admin's filter, or a user naming themselves) is a username
+    or a user id, ``mine`` the viewer's own sessions (an admin's too), ``name`` exact.
     With ``max_bytes``, the page stops early (at least one item) once its answer would pass
     that size: continue from ``offset`` + the items returned, or from the page's ``next``.
 
@@ -90,12 +92,14 @@ async def list_sessions(
         where.append(SessionRow.name == name)
     if kind is not None:
         where.append(SessionRow.type == kind)
+    if mine:
+        where.append(SessionRow.owner_id == viewer.id)
     if owner is not None:
-        if viewer.role != Role.ADMIN:
-            raise Forbidden("only admins filter by owner", field="owner")
         owner_id = await db.scalar(
             select(UserRow.id).where((UserRow.username == owner) | (UserRow.id == owner))
         )
+        if viewer.role != Role.ADMIN and owner_id != viewer.id:
+            raise Forbidden("only admins list other users' sessions", field="owner")
         where.append(SessionRow.owner_id == (owner_id or owner))
     counted = visible(select(func.count()).select_from(SessionRow), viewer).where(*where)
     total = await db.scalar(counted)
