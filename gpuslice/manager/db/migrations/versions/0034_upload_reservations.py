@@ -3,7 +3,7 @@ storage quota (security review F5: unfinished and parallel uploads were counted 
 Empty for existing data: partial uploads from before count from their next resume.
 
 Revision ID: 0034
-Revises: 0031
+Revises: 0033
 Create Date: 2026-12-07
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0034"
-down_revision: str | None = "0031"
+down_revision: str | None = "0033"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
