@@ -234,6 +234,9 @@ def remove_node_containers(node: str, env: dict[str, str] | None = None) -> None
     if listed:
         subprocess.run(["docker", "rm", "-f", *listed], capture_output=True, check=False,
                        env=env)
+    # the node's own network (its sessions and sandboxes), gone once they are
+    subprocess.run(["docker", "network", "rm", f"gpuslice-{node}"], capture_output=True,
+                   check=False, env=env)
     remove_fence(node)  # the agent left it in place while those containers ran
 
 
@@ -253,9 +256,12 @@ def platforms() -> Iterator[list[Platform]]:
     try:
         yield made
     finally:
+        # Every process first: a platform restored elsewhere runs the same node as the one it
+        # came from, and its agent would refill the sandboxes removed under it.
         for plat in made:
             for process in reversed(plat.processes):
                 process.stop()
+        for plat in made:
             remove_node_containers(plat.node, plat.env)
 
 
