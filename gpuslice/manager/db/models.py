@@ -702,3 +702,9 @@ from gpuslice.manager.db.project_models import ProjectRow as ProjectRow  # noqa:
 from gpuslice.manager.db.storage_models import (  # noqa: E402
     UploadReservationRow as UploadReservationRow,
 )
+from gpuslice.manager.db.notify_models import (  # noqa: E402
+    NotificationChannelRow as NotificationChannelRow,
+)
+from gpuslice.manager.db.notify_models import (  # noqa: E402
+    NotificationOutboxRow as NotificationOutboxRow,
+)
