@@ -14,6 +14,7 @@ import asyncio
 import ipaddress
 import socket
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 from gpuslice.manager.errors import InvalidRequest
@@ -46,9 +47,6 @@ def check_url(url: str, allowed: list[str]) -> None:
         parts.port  # noqa: B018 -- raises on a bad port
     except ValueError:
         raise InvalidRequest(f"{_shown(url)} has a bad port", field="target") from None
-    if parts.scheme == "http" and not _allowed_host(parts.hostname, allowed):
-        raise InvalidRequest("a webhook URL must be https (plain http only to hosts in "
-                             "notify.allowed_targets)", field="target")
 
 
 async def resolve(url: str, allowed: list[str]) -> Target:
@@ -60,8 +58,7 @@ async def resolve(url: str, allowed: list[str]) -> Target:
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(
-            host, port, type=socket.SOCK_STREAM)
+        infos = await lookup(host, port)
     except (OSError, UnicodeError) as exc:
         raise InvalidRequest(f"{host} does not resolve: {exc}", field="target") from None
     addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
@@ -75,12 +72,22 @@ async def resolve(url: str, allowed: list[str]) -> Target:
                 f"{host} resolves to {address}, a private, loopback or link-local address: "
                 "webhooks reach those only when an admin lists them in "
                 "notify.allowed_targets", field="target")
+    if parts.scheme == "http" and not (host_allowed or all(
+            _allowed_address(a, allowed) for a in addresses)):
+        raise InvalidRequest("a webhook URL must be https (plain http only to hosts in "
+                             "notify.allowed_targets)", field="target")
     first = addresses[0]
     shown = f"[{first}]" if first.version == 6 else str(first)
     netloc = f"{shown}:{port}"
     target_url = parts._replace(netloc=netloc).geturl()
     host_header = parts.netloc.rpartition("@")[2]
     return Target(target_url, host, host_header)
+
+
+async def lookup(host: str, port: int) -> list[tuple[Any, ...]]:
+    """The host's addresses (``getaddrinfo``), in one place for the tests to stand in for
+    DNS."""
+    return await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
 
 
 def is_public(address: Address) -> bool:
