@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ class Received:
     path: str
     headers: dict[str, str]
     body: bytes
+    at: float  # time.monotonic() when it came
 
 
 @dataclass
@@ -67,8 +69,9 @@ def http_receiver(port: int = 0, script: list[Answer] | None = None) -> Iterator
             answer = receiver.answer()
             code, headers = answer if isinstance(answer, tuple) else (answer, {})
             with receiver.lock:
-                receiver.posts.append(Received(self.path, {k.lower(): v for k, v in
-                                                           self.headers.items()}, body))
+                receiver.posts.append(Received(
+                    self.path, {k.lower(): v for k, v in self.headers.items()}, body,
+                    time.monotonic()))
             self.send_response(code)
             for key, value in headers.items():
                 self.send_header(key, value)

@@ -85,7 +85,7 @@ async def transition(
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise StaleStatus(f"session {row.name} changed status meanwhile; try again")
     await _append_history(db, [row], current, to, reason, now)
-    await notify.status_changed(db, row, current, to, reason, now, fields)
+    await notify.status_changed(db, row.id, current, to, reason, now)
     releases = current in HOLDING and to not in HOLDING
     # a release is from the node it held (a session queued again leaves it: node_id NULL)
     node_id = row.node_id if releases else fields.get("node_id", row.node_id)
@@ -191,7 +191,7 @@ async def transition_many(
     ])
     wake_after_commit(db, "history")
     for r, c in zip(rows, changes, strict=True):
-        await notify.status_changed(db, r, current, to, c["reason"], now, c)
+        await notify.status_changed(db, r.id, current, to, c["reason"], now)
     touched = (c.get("node_id", r.node_id) for r, c in zip(rows, changes, strict=True))
     nodes: list[str] = sorted({str(n) for n in touched if n is not None})
     if nodes:

@@ -118,11 +118,11 @@ async def test(db: AsyncSession, user: UserRow, channel_id: str, settings: Notif
     """Send a `notify.test` now, not through the outbox: the answer is the receiver's."""
     row = await get(db, user, channel_id)
     kind, target, secret = row.kind, row.target, row.secret
-    name = row.name or row.kind
+    name, sender = row.name or row.kind, user.username
     await db.rollback()  # no transaction held while the receiver answers
     now = datetime.now(UTC)
     event = {"type": "notify.test", "id": new_id(), "time": enqueue.iso(now), "session": None,
-             "data": {"message": f"a test of channel {name}, sent by {user.username}"}}
+             "data": {"message": f"a test of channel {name}, sent by {sender}"}}
     outcome = await send(kind, target, secret, event["id"], event, settings)
     return TestResult(ok=outcome.ok, status=outcome.status or "no answer",
                       error=outcome.error)

@@ -26,15 +26,14 @@ from gpuslice.manager.events import wake_after_commit
 S = SessionStatus
 
 
-def event_of(from_status: SessionStatus, to: SessionStatus,
-             values: dict[str, Any], row: SessionRow) -> str | None:
-    """The event a status change is, if any (``values``: what the change sets)."""
+def event_of(from_status: SessionStatus, to: SessionStatus, result: str | None,
+             exit_code: int | None) -> str | None:
+    """The event a status change is, if any (``result``, ``exit_code``: the session's, after
+    the change)."""
     if to is S.RUNNING and from_status is not S.RUNNING:
         return "session.started"
     if to is S.TERMINATED:
-        result = values.get("result", row.result)
-        code = values.get("exit_code", row.exit_code)
-        failed = result == SessionResult.FAILED or code not in (None, 0)
+        failed = result == SessionResult.FAILED or exit_code not in (None, 0)
         return "session.failed" if failed else "session.finished"
     if to is S.ERROR:
         return "session.failed"
@@ -45,11 +44,22 @@ def event_of(from_status: SessionStatus, to: SessionStatus,
     return None
 
 
-async def status_changed(db: AsyncSession, row: SessionRow, from_status: SessionStatus,
-                         to: SessionStatus, reason: str, at: datetime,
-                         values: dict[str, Any]) -> None:
-    """Enqueue the event ``row``'s move is for the channels of its owner and project."""
-    kind = event_of(from_status, to, values, row)
+# What an event says of its session, read in the transaction after the change (callers'
+# rows may have only some columns loaded).
+_COLUMNS = (SessionRow.id, SessionRow.name, SessionRow.owner_id, SessionRow.project_id,
+            SessionRow.created_at, SessionRow.running_since, SessionRow.exit_code,
+            SessionRow.result, SessionRow.node_id, SessionRow.status_reason,
+            SessionRow.queue_position, SessionRow.ends_at)
+
+
+async def status_changed(db: AsyncSession, session_id: str, from_status: SessionStatus,
+                         to: SessionStatus, reason: str, at: datetime) -> None:
+    """Enqueue the event a session's move is, if any, for the channels of its owner and
+    project (in the transaction of the move: after its UPDATE)."""
+    if to not in _EVENTFUL and not (to is S.PENDING and from_status is S.TERMINATING):
+        return  # most moves (SCHEDULED, PREPARING, TERMINATING) are no event: no query
+    row = (await db.execute(select(*_COLUMNS).where(SessionRow.id == session_id))).one()
+    kind = event_of(from_status, to, row.result, row.exit_code)
     if kind is None:
         return
     channels = await _channels(db, row, kind)
@@ -61,30 +71,32 @@ async def status_changed(db: AsyncSession, row: SessionRow, from_status: Session
         since = await db.scalar(select(func.max(StatusHistoryRow.at)).where(
             StatusHistoryRow.session_id == row.id, StatusHistoryRow.to_status == S.PENDING))
         data["waited_s"] = max(0, int((at - _aware(since or row.created_at)).total_seconds()))
-        data["node_id"] = values.get("node_id", row.node_id)
+        data["node_id"] = row.node_id
         key += f":{at.isoformat()}"  # each start once (a preempted session starts again)
     elif kind in ("session.finished", "session.failed"):
-        started = row.running_since
-        if started is not None:
-            data["runtime_s"] = max(0, int((at - _aware(started)).total_seconds()))
-        data["exit_code"] = values.get("exit_code", row.exit_code)
+        if row.running_since is not None:
+            data["runtime_s"] = max(0, int((at - _aware(row.running_since)).total_seconds()))
+        data["exit_code"] = row.exit_code
         data["reason"] = reason
-    elif kind == "session.preempted":
-        data["reason"] = reason
-        key += f":{at.isoformat()}"
     else:
         data["reason"] = reason
+        if kind == "session.preempted":
+            key += f":{at.isoformat()}"
     event = await session_event(db, row, kind, at, status=to, reason=reason, data=data)
     await insert(db, channels, key, event)
 
 
-async def time_limit_warning(db: AsyncSession, row: SessionRow, at: datetime,
+_EVENTFUL = frozenset({S.RUNNING, S.TERMINATED, S.ERROR, S.CANCELLED})
+
+
+async def time_limit_warning(db: AsyncSession, session_id: str, at: datetime,
                              signal: str, left_s: int) -> None:
     """The warning the time-limit sweep just claimed (``warned_at``), once per session."""
+    row = (await db.execute(select(*_COLUMNS).where(SessionRow.id == session_id))).one()
     channels = await _channels(db, row, "session.time_limit_warning")
     if channels:
         event = await session_event(
-            db, row, "session.time_limit_warning", at, status=S(row.status),
+            db, row, "session.time_limit_warning", at, status=S.RUNNING,
             reason=row.status_reason,
             data={"ends_at": row.ends_at.isoformat() if row.ends_at else None,
                   "left_s": left_s, "signal": signal})
@@ -102,7 +114,7 @@ async def pending_long(db: AsyncSession, now: datetime) -> int:
         owner = (SessionRow.owner_id == channel.owner_id if channel.owner_id
                  else SessionRow.project_id == channel.project_id)
         cutoff = now.timestamp() - channel.pending_after
-        rows = (await db.scalars(select(SessionRow).where(
+        rows = (await db.execute(select(*_COLUMNS).where(
             owner, SessionRow.status == S.PENDING,
             SessionRow.created_at <= datetime.fromtimestamp(cutoff, now.tzinfo)).limit(100)
         )).all()
@@ -116,7 +128,7 @@ async def pending_long(db: AsyncSession, now: datetime) -> int:
     return added
 
 
-async def session_event(db: AsyncSession, row: SessionRow, kind: str, at: datetime, *,
+async def session_event(db: AsyncSession, row: Any, kind: str, at: datetime, *,
                         status: SessionStatus, reason: str,
                         data: dict[str, Any]) -> dict[str, Any]:
     """The payload (docs/user-guide.md, "Notifications"); the console link is added when
@@ -150,7 +162,7 @@ async def insert(db: AsyncSession, channels: list[NotificationChannelRow], key: 
     return added
 
 
-async def _channels(db: AsyncSession, row: SessionRow, kind: str
+async def _channels(db: AsyncSession, row: Any, kind: str
                     ) -> list[NotificationChannelRow]:
     mine = [NotificationChannelRow.owner_id == row.owner_id]
     if row.project_id is not None:

@@ -80,7 +80,7 @@ async def _warn(db: AsyncSession, warning: WarnSignal, now: datetime) -> None:
         try:
             await note(db, row, f"{warning.signal} sent: its time limit ends in {left}")
             await notify.time_limit_warning(
-                db, row, now, warning.signal,
+                db, row.id, now, warning.signal,
                 max(0, math.ceil((row.ends_at - now).total_seconds())))
         except StaleStatus:
             await db.rollback()
