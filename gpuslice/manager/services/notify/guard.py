@@ -59,7 +59,7 @@ async def resolve(url: str, allowed: list[str]) -> Target:
     port = parts.port or (443 if parts.scheme == "https" else 80)
     try:
         infos = await lookup(host, port)
-    except (OSError, UnicodeError) as exc:
+    except (OSError, UnicodeError, ValueError) as exc:
         raise InvalidRequest(f"{host} does not resolve: {exc}", field="target") from None
     addresses = [ipaddress.ip_address(info[4][0].split("%")[0]) for info in infos]
     if not addresses:
