@@ -20,7 +20,7 @@ import pytest
 from fastapi import FastAPI
 
 from gpuslice.manager import loop_table
-from gpuslice.manager.services.notify import guard
+from gpuslice.manager.services.notify import guard, send
 from gpuslice.manager.settings import ManagerSettings, NotifySettings
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.helpers import make_project, wait_status
@@ -242,7 +242,8 @@ async def test_bad_channels_are_refused_with_what_is_allowed(
 
 
 async def test_dns_rebinding_is_refused_at_send(
-    app: FastAPI, make_user: UserFactory, make_agent: AgentFactory, monkeypatch: pytest.MonkeyPatch,
+    app: FastAPI, make_user: UserFactory, make_agent: AgentFactory,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     alice = await make_user("alice")
     agent = await make_agent(auto_run=False)
@@ -380,3 +381,31 @@ async def test_the_request_goes_to_the_address_that_was_checked(
         await finished_batch(alice, agent)
         [post] = await receiver.wait(1)
     assert post.headers["host"] == f"receiver.test:{receiver.port}" and post.path == "/hook"
+
+
+def _event(name: str) -> dict[str, Any]:
+    return {"type": "session.finished", "id": "d1", "time": "2026-12-07T20:00:00Z",
+            "session": {"id": "s1", "name": name, "owner": "alice", "project": None,
+                        "status": "TERMINATED", "reason": "exited with code 0"},
+            "data": {"runtime_s": 7980, "exit_code": 0}}
+
+
+async def test_user_text_pings_nobody_on_slack_and_stays_out_of_mail_headers(
+    settings: ManagerSettings, mailbox: Mailbox,
+) -> None:
+    # Session names are checked on creation; these reach send() as a name that got past
+    # that would: the channels must not depend on it.
+    with http_receiver() as receiver:
+        outcome = await send.send("slack", receiver.url, None, "d1",
+                                  _event("<!channel> & co"), settings.notify)
+        [post] = await receiver.wait(1)
+    assert outcome.ok and outcome.status == "HTTP 200"
+    text = json.loads(post.body)["text"]
+    assert "*&lt;!channel&gt; &amp; co* finished after 2 h 13 min" in text
+    assert "<!channel>" not in text
+    outcome = await send.send("email", "alice@example.org", None, "d2",
+                              _event("x\r\nBcc: y@example.org"), settings.notify)
+    assert outcome.ok and outcome.status.startswith("250 "), outcome
+    [(rcpt, mail)] = await mailbox.wait(1)
+    assert rcpt == ["alice@example.org"] and mail["Bcc"] is None
+    assert mail["Subject"] == "[gpuslice] x  Bcc: y@example.org finished after 2 h 13 min"
