@@ -507,7 +507,7 @@ class NotifySettings(Section):
         description="Host names or CIDRs (`mattermost.lan`, `10.2.0.0/16`, `127.0.0.1/32`) "
         "webhooks may reach although private, loopback or link-local; none by default.")
     retry_schedule: list[float] = Field(
-        default_factory=lambda: [10, 30, 120, 600, 1800, 3600, 10800, 21600],
+        default_factory=lambda: [10.0, 30.0, 120.0, 600.0, 1800.0, 3600.0, 10800.0, 21600.0],
         min_length=1, max_length=20,
         description="Seconds before each retry of a failed delivery (each ±20 %); after the "
         "last one it is given up (dead).")

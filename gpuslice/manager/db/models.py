@@ -695,16 +695,16 @@ class SshKeyRow(Base):
 
 
 # Projects' tables live in their own module; imported here so that the metadata has them.
+from gpuslice.manager.db.notify_models import (  # noqa: E402
+    NotificationChannelRow as NotificationChannelRow,
+)
+from gpuslice.manager.db.notify_models import (  # noqa: E402
+    NotificationOutboxRow as NotificationOutboxRow,
+)
 from gpuslice.manager.db.project_models import (  # noqa: E402
     ProjectMemberRow as ProjectMemberRow,
 )
 from gpuslice.manager.db.project_models import ProjectRow as ProjectRow  # noqa: E402
 from gpuslice.manager.db.storage_models import (  # noqa: E402
     UploadReservationRow as UploadReservationRow,
-)
-from gpuslice.manager.db.notify_models import (  # noqa: E402
-    NotificationChannelRow as NotificationChannelRow,
-)
-from gpuslice.manager.db.notify_models import (  # noqa: E402
-    NotificationOutboxRow as NotificationOutboxRow,
 )

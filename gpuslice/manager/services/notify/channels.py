@@ -121,9 +121,11 @@ async def test(db: AsyncSession, user: UserRow, channel_id: str, settings: Notif
     name, sender = row.name or row.kind, user.username
     await db.rollback()  # no transaction held while the receiver answers
     now = datetime.now(UTC)
-    event = {"type": "notify.test", "id": new_id(), "time": enqueue.iso(now), "session": None,
+    delivery_id = new_id()
+    event = {"type": "notify.test", "id": delivery_id, "time": enqueue.iso(now),
+             "session": None,
              "data": {"message": f"a test of channel {name}, sent by {sender}"}}
-    outcome = await send(kind, target, secret, event["id"], event, settings)
+    outcome = await send(kind, target, secret, delivery_id, event, settings)
     return TestResult(ok=outcome.ok, status=outcome.status or "no answer",
                       error=outcome.error)
 
@@ -202,4 +204,4 @@ async def _usernames(db: AsyncSession, ids: set[str]) -> dict[str, str]:
     if not ids:
         return {}
     rows = await db.execute(select(UserRow.id, UserRow.username).where(UserRow.id.in_(ids)))
-    return dict(rows.all())
+    return {user_id: name for user_id, name in rows.all()}  # noqa: C416 -- Row, not tuple

@@ -147,12 +147,13 @@ async def insert(db: AsyncSession, channels: list[NotificationChannelRow], key: 
     """One outbox row per channel, unless that (channel, key) is there already; how many
     were new."""
     now = utcnow()
-    values = [{"id": new_id(), "channel_id": c.id, "event_key": key[:160],
-               "event": {**event, "id": None}, "status": "pending", "attempts": 0,
-               "next_attempt_at": now, "last_status": "", "last_error": "",
-               "created_at": now} for c in channels]
-    for value in values:
-        value["event"]["id"] = value["id"]
+    values: list[dict[str, Any]] = []
+    for channel in channels:
+        delivery_id = new_id()  # also the payload's id and the webhook-id header
+        values.append({"id": delivery_id, "channel_id": channel.id, "event_key": key[:160],
+                       "event": {**event, "id": delivery_id}, "status": "pending",
+                       "attempts": 0, "next_attempt_at": now, "last_status": "",
+                       "last_error": "", "created_at": now})
     dialect = postgresql if db.bind.dialect.name == "postgresql" else sqlite
     result = await db.execute(dialect.insert(NotificationOutboxRow).values(values)
                               .on_conflict_do_nothing().returning(NotificationOutboxRow.id))
