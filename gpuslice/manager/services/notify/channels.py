@@ -29,6 +29,7 @@ from gpuslice.manager.db.base import new_id
 from gpuslice.manager.db.models import (
     NotificationChannelRow,
     NotificationOutboxRow,
+    ProjectMemberRow,
     ProjectRow,
     UserRow,
 )
@@ -36,7 +37,6 @@ from gpuslice.manager.errors import Forbidden, InvalidRequest, NotFound
 from gpuslice.manager.services.notify import enqueue
 from gpuslice.manager.services.notify.guard import redact, resolve
 from gpuslice.manager.services.notify.send import new_secret, send
-from gpuslice.manager.services.projects.service import get_project
 from gpuslice.manager.settings import NotifySettings
 
 MAX_CHANNELS = 20  # per user or project
@@ -166,7 +166,7 @@ async def _owner(db: AsyncSession, user: UserRow, body: ChannelCreate
     if body.project is not None:
         if body.user is not None:
             raise InvalidRequest("give a project or a user, not both", field="user")
-        project: ProjectRow = await get_project(db, user, body.project)  # 404 to non-members
+        project = await _project(db, user, body.project)
         if user.role != Role.ADMIN:
             raise Forbidden("a project's channels are set by admins (they carry every "
                             "member's session names)", field="project")
@@ -179,6 +179,20 @@ async def _owner(db: AsyncSession, user: UserRow, body: ChannelCreate
     if owner is None:
         raise NotFound(f"no user {body.user}", field="user")
     return owner.id, None
+
+
+async def _project(db: AsyncSession, user: UserRow, name: str) -> ProjectRow:
+    """The project ``name`` if ``user`` may see it (admins any, users theirs); to anyone else
+    the 404 of a project that does not exist (as ``projects.get_project``, which this package,
+    below ``lifecycle``, cannot import)."""
+    stmt = select(ProjectRow).where((ProjectRow.name == name) | (ProjectRow.id == name))
+    if user.role != Role.ADMIN:
+        members = select(ProjectMemberRow.project_id).where(ProjectMemberRow.user_id == user.id)
+        stmt = stmt.where(ProjectRow.id.in_(members) | (ProjectRow.personal_of == user.id))
+    row = await db.scalar(stmt)
+    if row is None:
+        raise NotFound(f"no project {name}", field="project")
+    return row
 
 
 def _mine(user: UserRow, row: NotificationChannelRow) -> bool:
