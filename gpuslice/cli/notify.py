@@ -15,7 +15,7 @@ app = typer.Typer(
     "webhooks, e-mail (set by admins). See docs/user-guide.md, \"Notifications\".",
     no_args_is_help=True)
 EVENTS_HELP = ("Comma-separated events: started, finished, failed, preempted, cancelled, "
-               "time_limit_warning, pending_long (default: all but pending_long).")
+               "time_limit_warning, idle_warning, pending_long (default: all but pending_long).")
 
 
 @app.command("add")

@@ -110,7 +110,8 @@ def _usage_history(app: FastAPI) -> Pass:
 
 def _idle_reclaim(app: FastAPI) -> Pass:
     max_gap = timedelta(seconds=app.state.settings.nodes.node_timeout)
-    return partial(reclaim_pass, app.state.sessionmaker, max_gap)
+    return partial(reclaim_pass, app.state.sessionmaker, max_gap,
+                   warn_before=app.state.settings.notify.idle_warning_before)
 
 
 def _storage_usage(app: FastAPI) -> Pass:

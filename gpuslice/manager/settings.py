@@ -518,6 +518,10 @@ class NotifySettings(Section):
     started_min_wait: float = Field(
         default=60.0, ge=0, le=86400,
         description="session.started is sent only for a session that waited this long.")
+    idle_warning_before: float = Field(
+        default=900.0, ge=0, le=86400,
+        description="session.idle_warning is sent this many seconds before an idle (or "
+        "over-age) session is reclaimed; 0: none.")
 
     @field_validator("retry_schedule")
     @classmethod

@@ -5,6 +5,7 @@ reason and the queue position)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -18,6 +19,7 @@ from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.fake_agent import gpu
 from tests.manager.helpers import wait_status
 from tests.manager.notify_receivers import http_receiver
+from tests.waits import Deadline
 
 
 @pytest.fixture
@@ -26,8 +28,9 @@ def settings(settings: ManagerSettings) -> ManagerSettings:
     settings.sessions.max_time_limit = 86400
     settings.sessions.time_limit_warning = 1
     settings.scheduler.policy = Policy.BACKFILL
+    settings.monitoring.reclaim_interval = 0.2
     notify = NotifySettings(allowed_targets=["127.0.0.1/32"], retry_schedule=[0.3],
-                            interval=0.2)
+                            interval=0.2, idle_warning_before=60)
     return settings.model_copy(update={"notify": notify})
 
 
@@ -93,6 +96,32 @@ async def test_a_session_near_its_time_limit_is_warned_once(
     assert event["data"]["signal"] == "SIGUSR1" and 0 <= event["data"]["left_s"] <= 1
     assert event["data"]["ends_at"]
     assert agent.signals == [(s["id"], "SIGUSR1")] and len(receiver.posts) == 1
+
+
+async def test_an_idle_session_is_warned_once_before_it_is_reclaimed(
+    make_agent: AgentFactory, make_user: UserFactory,
+) -> None:
+    alice = await make_user("alice", policy={"idle": {"window": 2, "gpu_util": 1}})
+    agent = await make_agent("gpu-node")
+    with http_receiver() as receiver:
+        await hook(alice, receiver.url, "idle_warning", "finished")
+        [s] = await create(alice, name="idle", resources={"gpu": 0.25})
+        await wait_status(alice, s["id"], {"RUNNING"})
+        clock_ms, deadline = 1_000_000, Deadline(30)
+        while len(receiver.posts) < 2:  # the warning, then its end
+            assert not deadline.passed, receiver.posts
+            clock_ms += 300  # the agent's measurements: the GPU idle
+            agent.usage = {s["id"]: {
+                "cpu": 250, "mem": 2**30, "at_ms": clock_ms, "interval_ms": 300,
+                "gpus": [{"uuid": "GPU-mock-0", "mem_used": 0, "utilization": 0}]}}
+            await agent.heartbeat()
+            await asyncio.sleep(0.2)
+    warning, ended = (json.loads(p.body) for p in receiver.posts)
+    assert warning["type"] == "session.idle_warning" and warning["session"]["id"] == s["id"]
+    assert warning["data"]["kind"] == "idle" and "GPU util < 1 %" in warning["data"]["reason"]
+    assert warning["data"]["left_s"] <= 2 and warning["data"]["due_at"]
+    assert ended["type"] == "session.finished"
+    assert ended["data"]["reason"] == "idle for 2 s: GPU util < 1 %"
 
 
 async def test_a_session_pending_too_long_is_told_with_the_reason_and_position(

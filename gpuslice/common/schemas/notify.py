@@ -17,10 +17,12 @@ class ChannelKind(StrEnum):
 # Every event a channel may choose; `notify.test` is sent by `notify test` whatever is chosen.
 EVENTS = (
     "session.started", "session.finished", "session.failed", "session.preempted",
-    "session.cancelled", "session.time_limit_warning", "session.pending_long",
+    "session.cancelled", "session.time_limit_warning", "session.idle_warning",
+    "session.pending_long",
 )
 DEFAULT_EVENTS = ("session.started", "session.finished", "session.failed",
-                  "session.preempted", "session.cancelled", "session.time_limit_warning")
+                  "session.preempted", "session.cancelled", "session.time_limit_warning",
+                  "session.idle_warning")
 
 
 def _events(value: list[str]) -> list[str]:

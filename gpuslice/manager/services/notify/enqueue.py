@@ -103,6 +103,21 @@ async def time_limit_warning(db: AsyncSession, session_id: str, at: datetime,
         await insert(db, channels, f"session.time_limit_warning:{row.id}", event)
 
 
+async def idle_warning(db: AsyncSession, session_id: str, now: datetime, due_at: datetime,
+                       kind: str, reason: str) -> None:
+    """The session will be reclaimed at ``due_at`` (idle, or its lifetime over) unless it
+    changes: once per countdown (activity that resets it gives a new ``due_at``, and a new
+    warning when that one nears)."""
+    row = (await db.execute(select(*_COLUMNS).where(SessionRow.id == session_id))).one()
+    channels = await _channels(db, row, "session.idle_warning")
+    if channels:
+        event = await session_event(
+            db, row, "session.idle_warning", now, status=S.RUNNING, reason=row.status_reason,
+            data={"due_at": iso(due_at), "kind": kind, "reason": reason,
+                  "left_s": max(0, int((due_at - now).total_seconds()))})
+        await insert(db, channels, f"session.idle_warning:{row.id}:{iso(due_at)}", event)
+
+
 async def pending_long(db: AsyncSession, now: datetime) -> int:
     """``session.pending_long`` for each session PENDING longer than its channel's
     ``pending_after``, once per (session, channel); how many were new."""

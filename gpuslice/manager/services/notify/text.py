@@ -15,6 +15,7 @@ _WHAT = {
     "session.preempted": "was preempted",
     "session.cancelled": "was cancelled",
     "session.time_limit_warning": "is near its time limit",
+    "session.idle_warning": "will be reclaimed soon",
     "session.pending_long": "is still waiting",
     "notify.test": "test notification",
     "notify.channel_disabled": "a notification channel was disabled",
@@ -22,6 +23,7 @@ _WHAT = {
 _ICON = {"session.finished": ":white_check_mark:", "session.failed": ":x:",
          "session.started": ":rocket:", "session.preempted": ":warning:",
          "session.cancelled": ":no_entry:", "session.time_limit_warning": ":hourglass:",
+         "session.idle_warning": ":zzz:",
          "session.pending_long": ":hourglass_flowing_sand:"}
 
 
