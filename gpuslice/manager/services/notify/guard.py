@@ -68,8 +68,9 @@ async def resolve(url: str, allowed: list[str]) -> Target:
     for address in addresses:
         if not host_allowed and not is_public(address) and not _allowed_address(address,
                                                                                allowed):
+            shown = f"{host} is" if host == str(address) else f"{host} resolves to {address},"
             raise PrivateTarget(
-                f"{host} resolves to {address}, a private, loopback or link-local address: "
+                f"{shown} a private, loopback or link-local address: "
                 "webhooks reach those only when an admin lists them in "
                 "notify.allowed_targets", field="target")
     if parts.scheme == "http" and not (host_allowed or all(
