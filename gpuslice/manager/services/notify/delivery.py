@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 BATCH = 20
 LEASE = timedelta(minutes=2)  # longer than a send can take (timeouts are at most 120 s)
 JITTER = 0.2
+FAILING, FAILING_SPAN = 20, timedelta(days=1)  # so many dead in a row, over so long: off
 # session.started of a session that hardly waited: dropped, not sent.
 SKIPPED = Outcome(False, "", "started without waiting")
 
@@ -123,6 +124,21 @@ async def _record(db: AsyncSession, row: NotificationOutboxRow,
     if outcome.gone:
         await disable(db, channel, "the receiver answered 410 Gone: it no longer takes "
                       "these (enable the channel again once it does)")
+    elif values.get("status") == "dead" and await _failing(db, channel.id, now):
+        await disable(db, channel, f"its last {FAILING} deliveries failed, over more than "
+                      f"a day (the last: {outcome.status or outcome.error})")
+
+
+async def _failing(db: AsyncSession, channel_id: str, now: datetime) -> bool:
+    """Whether the channel's last ``FAILING`` deliveries were all given up, over a day or
+    more: a receiver that will not heal."""
+    last = (await db.execute(
+        select(NotificationOutboxRow.status, NotificationOutboxRow.created_at)
+        .where(NotificationOutboxRow.channel_id == channel_id,
+               NotificationOutboxRow.status != "pending")
+        .order_by(NotificationOutboxRow.created_at.desc()).limit(FAILING))).all()
+    return (len(last) == FAILING and all(status == "dead" for status, _ in last)
+            and now - enqueue.aware(last[-1][1]) >= FAILING_SPAN)
 
 
 async def disable(db: AsyncSession, channel: NotificationChannelRow, reason: str) -> None:

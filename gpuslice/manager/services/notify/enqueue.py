@@ -70,12 +70,12 @@ async def status_changed(db: AsyncSession, session_id: str, from_status: Session
     if kind == "session.started":
         since = await db.scalar(select(func.max(StatusHistoryRow.at)).where(
             StatusHistoryRow.session_id == row.id, StatusHistoryRow.to_status == S.PENDING))
-        data["waited_s"] = max(0, int((at - _aware(since or row.created_at)).total_seconds()))
+        data["waited_s"] = max(0, int((at - aware(since or row.created_at)).total_seconds()))
         data["node_id"] = row.node_id
         key += f":{at.isoformat()}"  # each start once (a preempted session starts again)
     elif kind in ("session.finished", "session.failed"):
         if row.running_since is not None:
-            data["runtime_s"] = max(0, int((at - _aware(row.running_since)).total_seconds()))
+            data["runtime_s"] = max(0, int((at - aware(row.running_since)).total_seconds()))
         data["exit_code"] = row.exit_code
         data["reason"] = reason
     else:
@@ -138,7 +138,7 @@ async def pending_long(db: AsyncSession, now: datetime) -> int:
                 db, row, "session.pending_long", now, status=S.PENDING,
                 reason=row.status_reason,
                 data={"reason": row.status_reason, "position": row.queue_position,
-                      "waiting_s": int((now - _aware(row.created_at)).total_seconds())})
+                      "waiting_s": int((now - aware(row.created_at)).total_seconds())})
             added += await insert(db, [channel], f"session.pending_long:{row.id}", event)
     return added
 
@@ -188,9 +188,9 @@ async def _channels(db: AsyncSession, row: Any, kind: str
     return [c for c in found if kind in c.events]
 
 
-def _aware(value: datetime) -> datetime:
+def aware(value: datetime) -> datetime:
     return value if value.tzinfo else value.replace(tzinfo=UTC)
 
 
 def iso(value: datetime) -> str:
-    return _aware(value).isoformat().replace("+00:00", "Z")
+    return aware(value).isoformat().replace("+00:00", "Z")
