@@ -60,6 +60,10 @@ COMMANDS = {
         "Users, policies, projects, join tokens, configuration, backups (admins).",
     ),
     "token": Lazy("gpuslice.cli.token:app", "Your API tokens."),
+    "notify": Lazy(
+        "gpuslice.cli.notify:app",
+        "Notifications of your sessions' events: webhooks, Slack, e-mail.",
+    ),
     "ssh-key": Lazy(
         "gpuslice.cli.ssh:keys_app",
         "Your SSH public keys: the ones your sessions' SSH servers accept.",

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         models,
         monitoring,
         nodes,
+        notify,
         presets,
         priorities,
         projects,
@@ -34,8 +35,8 @@ if TYPE_CHECKING:
     )
 
 __all__ = ["agents", "apps", "common", "config", "health", "images", "models", "monitoring",
-           "nodes", "presets", "priorities", "projects", "runs", "sessions", "ssh", "storage",
-           "users"]
+           "nodes", "notify", "presets", "priorities", "projects", "runs", "sessions", "ssh",
+           "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -29,6 +29,7 @@ from gpuslice.manager.api.routes import (
     models,
     monitoring,
     nodes,
+    notify,
     policies,
     presets,
     priorities,
@@ -67,7 +68,7 @@ LOGIN_PATH = f"{API_PREFIX}/auth/login"
 # they are most of the requests (matched after eight routers, a heartbeat took ~30% more CPU).
 ROUTES = (agents, health, auth, users, policies, presets, priorities, sessions, apps, images,
           nodes, monitoring, folders, models, model_store, session_calls, run_calls, runs, config,
-          ssh, projects)
+          ssh, projects, notify)
 
 
 def create_app(
