@@ -14,7 +14,6 @@ manager's, actual state is Docker's labels, so a restarted agent picks up where 
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import logging
 import ssl
 from collections.abc import Callable
@@ -51,6 +50,7 @@ from gpuslice.agent.streams import StreamService
 from gpuslice.agent.usage import UsageCollector
 from gpuslice.common import heap
 from gpuslice.common.backoff import Backoff
+from gpuslice.common.hosts import is_loopback
 from gpuslice.common.images import DEFAULT_SESSION_IMAGE
 from gpuslice.common.logs import bind
 from gpuslice.common.waits import wait_event
@@ -314,11 +314,5 @@ def _private_link(url: str) -> bool:
     parts = urlsplit(url)
     if parts.scheme == "https":
         return True
-    host = parts.hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback(parts.hostname or "")
 

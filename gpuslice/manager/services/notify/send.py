@@ -13,7 +13,6 @@ import asyncio
 import base64
 import hashlib
 import hmac
-import ipaddress
 import json
 import secrets
 import smtplib
@@ -27,6 +26,7 @@ from typing import Any
 
 import httpx
 
+from gpuslice.common.hosts import is_loopback
 from gpuslice.manager.errors import InvalidRequest
 from gpuslice.manager.services.notify import text
 from gpuslice.manager.services.notify.guard import resolve
@@ -155,7 +155,7 @@ def _smtp_exchange(settings: NotifySettings, to: str, message: EmailMessage) -> 
         if settings.smtp_starttls:
             smtp.starttls(context=ssl.create_default_context())
             smtp.ehlo()
-        elif not _loopback(host):
+        elif not is_loopback(host):
             return Outcome(False, "", "notify.smtp_starttls is off and the SMTP server is not "
                            "on this host: the password and mails would cross the network "
                            "in clear")
@@ -179,10 +179,3 @@ def _address(value: str) -> str:
     return parseaddr(value)[1] or value
 
 
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
