@@ -11,8 +11,9 @@ from gpuslice.client import Client
 from gpuslice.common.durations import parse_duration
 
 app = typer.Typer(
-    help="Notifications of your sessions' events: webhooks (signed JSON), Slack-compatible "
-    "webhooks, e-mail (set by admins). See docs/user-guide.md, \"Notifications\".",
+    help="Notifications of your sessions' events: webhooks, Slack, e-mail.\n\n"
+    "Webhooks get signed JSON, Slack-compatible webhooks a message, e-mail addresses are set "
+    "by admins. See docs/user-guide.md, \"Notifications\".",
     no_args_is_help=True)
 EVENTS_HELP = ("Comma-separated events: started, finished, failed, preempted, cancelled, "
                "time_limit_warning, idle_warning, pending_long (default: all but pending_long).")
