@@ -24,6 +24,7 @@ from gpuslice.manager.loops import Loop, Loops, Pass, key_of
 from gpuslice.manager.proxy.ports import SWEEP_INTERVAL
 from gpuslice.manager.services import channel, retention
 from gpuslice.manager.services.apps import origins
+from gpuslice.manager.services.audit import chain as audit_chain
 from gpuslice.manager.services.models.catalog import purge_stale
 from gpuslice.manager.services.models.sweep import sweep_store
 from gpuslice.manager.services.monitoring.maintenance import Retention, maintain
@@ -39,6 +40,8 @@ from gpuslice.manager.settings import ManagerSettings
 REQUEST_GRACE = timedelta(minutes=1)
 # Seconds between retention passes (each purges a bounded batch).
 RETENTION_INTERVAL = 300.0
+# Seconds between passes of the audit log's sealer (rows are chained within about this).
+AUDIT_SEAL_INTERVAL = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +143,18 @@ def _time_limits(app: FastAPI) -> Pass:
     return partial(timelimits.sweep, app.state.sessionmaker, warning)
 
 
+def _audit_seal(app: FastAPI) -> Pass:
+    sessionmaker, key = app.state.sessionmaker, app.state.audit_key
+
+    async def seal() -> None:
+        while True:  # every row committed so far, a batch a transaction
+            async with sessionmaker() as db:
+                if await audit_chain.seal(db, key) < audit_chain.BATCH:
+                    return
+
+    return seal
+
+
 def _app_ports(app: FastAPI) -> Pass | None:
     ports = app.state.app_ports  # only where apps get a port each (apps.port_range)
     return None if ports is None else ports.sweep
@@ -158,6 +173,7 @@ TABLE = (  # started in this order
           _model_uploads),
     Entry("node versions", lambda s: s.nodes.assignment_poll, _node_versions, jitter=0),
     Entry("time limits", lambda s: s.sessions.time_limit_interval, _time_limits),
+    Entry("audit seal", lambda s: AUDIT_SEAL_INTERVAL, _audit_seal),
 )
 KEYS = frozenset(entry.key for entry in TABLE)
 
