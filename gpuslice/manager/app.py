@@ -53,8 +53,8 @@ from gpuslice.manager.services.apps.access import Gate
 from gpuslice.manager.services.apps.links import LinkPool
 from gpuslice.manager.services.apps.traffic import ActivityMeter
 from gpuslice.manager.services.audit import chain as audit_chain
-from gpuslice.manager.services.audit.record import install as install_audit
 from gpuslice.manager.services.audit.middleware import AuditMiddleware, routed
+from gpuslice.manager.services.audit.record import install as install_audit
 from gpuslice.manager.services.login_throttle import LoginThrottle, too_many
 from gpuslice.manager.services.models import make_store
 from gpuslice.manager.services.monitoring.metrics import ManagerMetrics

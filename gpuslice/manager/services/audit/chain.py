@@ -63,12 +63,14 @@ def load_key(data_dir: Path, *, create: bool = False) -> ChainKey:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise ChainKeyError(f"there is no audit chain key at {path}: copy the file audit-chain.key "
-                        "of this platform's data directory there") from None
+        raise ChainKeyError(f"there is no audit chain key at {path}: copy the file "
+                            "audit-chain.key of this platform's data directory there") from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise ChainKeyError(f"{path} is a symbolic link: put the key file itself there") from None
-        raise ChainKeyError(f"cannot read the audit chain key {path}: {exc.strerror}") from None
+            raise ChainKeyError(f"{path} is a symbolic link: put the key file itself "
+                                "there") from None
+        raise ChainKeyError(f"cannot read the audit chain key {path}: "
+                            f"{exc.strerror}") from None
     with os.fdopen(fd, "rb") as src:
         raw = src.read(200).strip()
     try:
