@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gpuslice.common.schemas import (
         agents,
         apps,
+        audit,
         common,
         config,
         health,
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
         users,
     )
 
-__all__ = ["agents", "apps", "common", "config", "health", "images", "models", "monitoring",
+__all__ = ["agents", "apps", "audit", "common", "config", "health", "images", "models", "monitoring",
            "nodes", "presets", "priorities", "projects", "runs", "sessions", "ssh", "storage",
            "users"]
 
