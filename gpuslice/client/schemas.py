@@ -34,9 +34,9 @@ if TYPE_CHECKING:
         users,
     )
 
-__all__ = ["agents", "apps", "audit", "common", "config", "health", "images", "models", "monitoring",
-           "nodes", "presets", "priorities", "projects", "runs", "sessions", "ssh", "storage",
-           "users"]
+__all__ = ["agents", "apps", "audit", "common", "config", "health", "images", "models",
+           "monitoring", "nodes", "presets", "priorities", "projects", "runs", "sessions", "ssh",
+           "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:
