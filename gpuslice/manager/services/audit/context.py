@@ -41,6 +41,7 @@ class AuditContext:
     reason: str | None = None  # the error code of a refusal
     armed: bool = False  # an actor is known: the transaction that writes carries the row
     recorded: bool = False  # the request's row is written (or on its way in a commit)
+    finished: bool = False  # the answer was given: the middleware wrote what it had to
     body: bytearray = field(default_factory=bytearray)  # its start: the fields it names
     details: dict[str, Any] = field(default_factory=dict)
     scope: Any = None  # the ASGI scope: its route names the action once routed

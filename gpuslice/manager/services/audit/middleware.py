@@ -23,8 +23,8 @@ HEADER = b"x-request-id"
 _API = "/api/"
 _LOGIN = "/api/v1/auth/login"
 _BODY_PEEK = 64 * 1024  # the body's field names are read from at most this much
-# Refusals that say nothing about who may do what (422: the body was wrong; 413: too large).
-_NOT_REFUSALS = frozenset({"validation_error", "too_large"})
+# Answers that say nothing about who may do what (the body was wrong or too large).
+_NOT_REFUSALS = ("validation_error", "too_large")
 
 
 async def routed(request: Request) -> None:
@@ -83,10 +83,15 @@ class AuditMiddleware:
 
 async def _finish(scope: Scope, ctx: AuditContext, status: int) -> None:
     """Write the request's row if it needs one and has none yet."""
-    _name(scope, ctx)
-    if ctx.recorded:
+    if ctx.finished:
         return
+    ctx.finished = True
+    _name(scope, ctx)
+    committed, ctx.recorded = ctx.recorded, False
     outcome = _outcome(scope, ctx, status)
+    if committed and (status < 400 or outcome is None):
+        return  # the change and its row are in; a refused request that changed something
+        # before it failed (a step it committed) gets a second row, its failure
     if outcome is None:
         return
     try:
@@ -108,8 +113,8 @@ def _outcome(scope: Scope, ctx: AuditContext, status: int) -> str | None:
     login = scope["path"] == _LOGIN and ctx.method == "POST"
     if status < 400:
         return None if ctx.quiet else "success"
-    if ctx.reason in _NOT_REFUSALS and not login:
-        return None
+    if status in (413, 422) and ctx.reason in (None, *_NOT_REFUSALS):
+        return None  # the body was wrong (a domain refusal, quota_exceeded, has its code)
     if ctx.actor_type == "anonymous" and not login:
         return None  # unknown callers cannot grow the log (they are counted in /metrics)
     if status == 429 and login:

@@ -38,7 +38,10 @@ async def activity(db: AsyncSession, user: UserRow, limit: int, since: datetime 
                    after: str | None = None) -> AuditPage:
     """``user``'s own security log: their logins and tokens, failed logins on their name,
     and what admins did to their account; never rows about anything else."""
-    own = and_(AuditRow.actor_id == user.id, AuditRow.action.like("auth.%"))
+    # Their own refused calls are left out: those name objects they tried, not their account.
+    own = and_(AuditRow.actor_id == user.id, AuditRow.action.like("auth.%"),
+               or_(AuditRow.outcome == "success",
+                   AuditRow.action.in_(("auth.login", "auth.token_rejected"))))
     failed = and_(AuditRow.actor_id.is_(None), AuditRow.actor_name == user.username,
                   AuditRow.action == "auth.login")
     about = and_(AuditRow.target_type == "user", AuditRow.target_id == user.id)
