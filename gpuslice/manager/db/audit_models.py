@@ -22,6 +22,7 @@ class AuditRow(Base):
     __tablename__ = "audit_log"
     __table_args__ = (
         Index("ix_audit_log_actor_id_at", "actor_id", "at"),
+        Index("ix_audit_log_actor_name_at", "actor_name", "at"),  # failed logins: a name
         Index("ix_audit_log_action_at", "action", "at"),
         Index("ix_audit_log_target", "target_type", "target_id"),
     )

@@ -56,6 +56,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_audit_log_at", "audit_log", ["at"])
     op.create_index("ix_audit_log_actor_id_at", "audit_log", ["actor_id", "at"])
+    op.create_index("ix_audit_log_actor_name_at", "audit_log", ["actor_name", "at"])
     op.create_index("ix_audit_log_action_at", "audit_log", ["action", "at"])
     op.create_index("ix_audit_log_target", "audit_log", ["target_type", "target_id"])
     op.create_index("ix_audit_log_request_id", "audit_log", ["request_id"])
@@ -80,7 +81,7 @@ def downgrade() -> None:
         op.execute("DROP TRIGGER IF EXISTS audit_log_no_update")
         op.execute("DROP TRIGGER IF EXISTS audit_log_no_delete")
     op.drop_table("audit_state")
-    for name in ("request_id", "target", "action_at", "actor_id_at", "at"):
+    for name in ("request_id", "target", "action_at", "actor_name_at", "actor_id_at", "at"):
         op.drop_index(f"ix_audit_log_{name}", table_name="audit_log")
     op.drop_table("audit_log")
 
