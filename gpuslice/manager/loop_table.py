@@ -25,6 +25,7 @@ from gpuslice.manager.proxy.ports import SWEEP_INTERVAL
 from gpuslice.manager.services import channel, retention
 from gpuslice.manager.services.apps import origins
 from gpuslice.manager.services.audit import chain as audit_chain
+from gpuslice.manager.services.audit import retention as audit_retention
 from gpuslice.manager.services.models.catalog import purge_stale
 from gpuslice.manager.services.models.sweep import sweep_store
 from gpuslice.manager.services.monitoring.maintenance import Retention, maintain
@@ -96,6 +97,8 @@ def _retention(app: FastAPI) -> Pass:
                               settings.auth.login_window)
         async with sessionmaker() as db:  # apps' entry codes and cookies that open nothing
             await origins.purge(db)
+        archive = settings.audit.archive_dir or settings.data_dir / "audit-archive"
+        await audit_retention.purge(sessionmaker, settings.audit.retention_days, archive)
 
     return purge
 

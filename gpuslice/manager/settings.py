@@ -478,6 +478,18 @@ class ServerSettings(Section):
         return self
 
 
+class AuditSettings(Section):
+    retention_days: int = Field(
+        default=400, ge=0, le=36500,
+        description="Days the audit log keeps a row in the database; older rows are appended "
+        "to a JSON lines file in archive_dir, then purged. 0: keep every row.",
+    )
+    archive_dir: Path | None = Field(
+        default=None, description="Where purged audit rows are archived (audit-YEAR.jsonl, "
+        "mode 0600). Default: <data_dir>/audit-archive.",
+    )
+
+
 class ManagerSettings(FileSettings):
     """Everything the manager needs; see the field descriptions."""
 
@@ -501,6 +513,7 @@ class ManagerSettings(FileSettings):
     log: LogSettings = Field(default_factory=LogSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
 
     @field_validator("data_dir")
     @classmethod

@@ -25,6 +25,8 @@ class AuditRow(Base):
         Index("ix_audit_log_actor_name_at", "actor_name", "at"),  # failed logins: a name
         Index("ix_audit_log_action_at", "action", "at"),
         Index("ix_audit_log_target", "target_type", "target_id"),
+        # seq never goes back, not even once a purge emptied the table (SQLite would reuse)
+        {"sqlite_autoincrement": True},
     )
 
     seq: Mapped[int] = mapped_column(_SEQ, primary_key=True, autoincrement=True)

@@ -41,9 +41,13 @@ async def list_audit(
 
 @router.get("/audit/verify")
 async def verify_audit(request: Request, db: DbDep, _admin: AdminUser) -> AuditVerify:
-    """Walk the hash chain: whether every sealed row is as written, and the first position
-    that is not (a row changed, deleted or inserted). Itself audited (`audit.verify`)."""
-    verdict = await chain.verify(db, request.app.state.audit_key)
+    """Seal what is committed, then walk the hash chain: whether every sealed row is as
+    written, and the first position that is not (a row changed, deleted or inserted).
+    Itself audited (`audit.verify`)."""
+    key = request.app.state.audit_key
+    while await chain.seal(db, key) == chain.BATCH:  # what is committed, sealed first
+        pass
+    verdict = await chain.verify(db, key)
     context.note(intact=verdict.intact, sealed_through=verdict.sealed_through)
     return AuditVerify(
         intact=verdict.intact, sealed_through=verdict.sealed_through,

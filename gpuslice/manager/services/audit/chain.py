@@ -140,8 +140,8 @@ async def verify(db: AsyncSession, key: ChainKey) -> Verdict:
     head_pos, head_hash = (state.head_pos, state.head_hash) if state else (0, GENESIS)
     unsealed = await db.scalar(select(func.count()).select_from(AuditRow)
                                .where(AuditRow.seal_pos.is_(None))) or 0
-    expect_pos, expect_prev = 1, GENESIS
-    last = 0
+    expect_pos, expect_prev = await _start(db)
+    last = expect_pos - 1
     result = await db.stream_scalars(select(AuditRow).where(AuditRow.seal_pos.is_not(None))
                                      .order_by(AuditRow.seal_pos))
     async for row in result:
@@ -155,6 +155,19 @@ async def verify(db: AsyncSession, key: ChainKey) -> Verdict:
                        f"the chain ends at position {last} but its head is {head_pos}: "
                        "the rows after it were deleted")
     return Verdict(last, unsealed, head_pos, head_hash, True, None, None)
+
+
+async def _start(db: AsyncSession) -> tuple[int, str]:
+    """Where the chain in the table begins: after the newest purge's checkpoint (a sealed
+    ``audit.purge`` row names the last position it deleted and that row's hash), else at 1."""
+    details = await db.scalar(
+        select(AuditRow.details).where(AuditRow.action == "audit.purge",
+                                       AuditRow.seal_pos.is_not(None))
+        .order_by(AuditRow.seal_pos.desc()).limit(1))
+    if details is None:
+        return 1, GENESIS
+    checkpoint = json.loads(details)
+    return int(checkpoint["through_pos"]) + 1, str(checkpoint["through_hash"])
 
 
 def _check(key: ChainKey, row: AuditRow, pos: int, prev: str) -> str | None:

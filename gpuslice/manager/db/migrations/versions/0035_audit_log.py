@@ -53,6 +53,7 @@ def upgrade() -> None:
         sa.Column("hash", sa.String(64)),
         sa.Column("key_id", sa.String(16)),
         sa.Column("sealed_at", sa.DateTime(timezone=True)),
+        sqlite_autoincrement=True,  # seq never goes back, not even after a purge
     )
     op.create_index("ix_audit_log_at", "audit_log", ["at"])
     op.create_index("ix_audit_log_actor_id_at", "audit_log", ["actor_id", "at"])
