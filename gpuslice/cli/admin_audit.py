@@ -3,11 +3,17 @@
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Annotated
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, TextIO
 
 import typer
 
+from gpuslice.cli._syslog import Syslog
 from gpuslice.cli.output import CliError, JsonOpt, console, friendly, print_json, table
 from gpuslice.client import Client
 from gpuslice.common.durations import parse_duration
@@ -69,6 +75,37 @@ def verify(as_json: JsonOpt = False) -> None:
         raise typer.Exit(2)
 
 
+@app.command("export")
+@friendly
+def export(
+    file: Annotated[Path | None, typer.Argument(
+        help="Write JSON lines here (mode 0600); - for standard output.")] = None,
+    syslog: Annotated[str | None, typer.Option(
+        "--syslog", help="Send each row to this syslog receiver instead: udp://HOST:PORT or "
+        "tcp://HOST:PORT (RFC 5424, facility authpriv).")] = None,
+    since: SinceOpt = None,
+) -> None:
+    """Export the audit log, oldest first, one JSON object per row (its seal included), to a
+    file or to syslog. Itself audited (audit.export)."""
+    if (file is None) == (syslog is None):
+        raise CliError("give a FILE (or -) or --syslog URL, one of the two", 2)
+    sink = Syslog(syslog) if syslog else None
+    count = 0
+    with Client.from_config() as client, _output(file) as out:
+        for line in client.audit_export(since=_time(since, "--since")):
+            if not line:
+                continue
+            if sink is not None:
+                sink.send(line)
+            else:
+                out.write(line + "\n")
+            count += 1
+    if sink is not None:
+        sink.close()
+    if file != Path("-"):
+        console.print(f"exported {count} audit rows to {syslog or file}")
+
+
 @friendly
 def activity(since: SinceOpt = None, limit: LimitOpt = 100, as_json: JsonOpt = False) -> None:
     """Your own security log: logins (address, method), failed logins on your name, tokens
@@ -88,6 +125,16 @@ def show(page: AuditPage, as_json: bool) -> None:
          f"{e.target_type}:{e.target_id}" if e.target_id else "-", e.source_ip or "-",
          e.request_id or "-")
         for e in page.items])
+
+
+@contextmanager
+def _output(file: Path | None) -> Iterator[TextIO]:
+    if file is None or file == Path("-"):
+        yield sys.stdout
+        return
+    fd = os.open(file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        yield out
 
 
 def _time(value: str | None, option: str) -> str | None:

@@ -415,6 +415,20 @@ class Client(StorageCalls, SshCalls, ProjectCalls):
         """Check the audit log's hash chain (admins)."""
         return self._call("GET", "/audit/verify", schemas.audit.AuditVerify)
 
+    def audit_export(self, since: str | None = None) -> Iterator[str]:
+        """The audit log as JSON lines, oldest first, streamed (admins)."""
+        try:
+            with self._http.stream("GET", f"{API}/audit/export", headers=self._headers(),
+                                   params={"since": since} if since else {},
+                                   timeout=httpx.Timeout(60.0)) as response:
+                self._check_version(response)
+                if response.status_code >= 400:
+                    response.read()
+                    raise _error_of(response)
+                yield from response.iter_lines()
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+
     def activity(self, since: str | None = None, limit: int = 100) -> AuditPage:
         """The caller's own security log: logins, tokens, password changes."""
         params = {"limit": limit, **({"since": since} if since else {})}

@@ -83,6 +83,7 @@ ACCESS: dict[str, Access] = {
     "GET /api/v1/auth/activity": USER,  # one's own security log only
     "GET /api/v1/audit": ADMIN,
     "GET /api/v1/audit/verify": ADMIN,
+    "GET /api/v1/audit/export": ADMIN,
     "GET /api/v1/ssh-keys": USER,  # one's own keys only
     "POST /api/v1/ssh-keys": USER,
     "DELETE /api/v1/ssh-keys/{key_id}": SELF,

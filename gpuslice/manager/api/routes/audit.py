@@ -6,10 +6,11 @@ from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
 
 from gpuslice.common.limits import PAGE_DEFAULT, PAGE_MAX
 from gpuslice.common.schemas.audit import AuditPage, AuditVerify
-from gpuslice.manager.api.deps import AdminUser, CurrentUser, DbDep
+from gpuslice.manager.api.deps import AdminUser, CurrentUser, DbDep, SessionmakerDep
 from gpuslice.manager.services.audit import chain, context, query
 
 router = APIRouter(tags=["audit"])
@@ -53,6 +54,18 @@ async def verify_audit(request: Request, db: DbDep, _admin: AdminUser) -> AuditV
         intact=verdict.intact, sealed_through=verdict.sealed_through,
         unsealed=verdict.unsealed, head_pos=verdict.head_pos, head_hash=verdict.head_hash,
         first_break=verdict.first_break, problem=verdict.problem)
+
+
+@router.get("/audit/export", response_class=StreamingResponse)
+async def export_audit(
+    sessionmaker: SessionmakerDep, _admin: AdminUser,
+    since: Annotated[datetime | None, Query(description="From this time (RFC 3339).")] = None,
+) -> StreamingResponse:
+    """The audit log as JSON lines (one object a row, seal included), in the order rows were
+    written, for a SIEM or an archive (admins). Itself audited (`audit.export`)."""
+    context.note(since=since.isoformat() if since else None)
+    return StreamingResponse(query.export(sessionmaker, since),
+                             media_type="application/x-ndjson")
 
 
 @router.get("/auth/activity")

@@ -24,6 +24,7 @@ NAMES = {
     "POST /sessions/{session_id}/apps/{name}/start": "app.start",
     "PUT /model-store/{key}": "model.upload",
     "GET /audit/verify": "audit.verify",
+    "GET /audit/export": "audit.export",
 }
 # Mutating routes whose success changes nothing worth a row: a node's own reports (the
 # session's status history has them), and POSTs that only compute an answer.
@@ -38,7 +39,7 @@ QUIET = frozenset({
     "POST /agents/me/sessions/{session_id}/models/presign",
 })
 # Reads that are themselves audited (an admin checking the log leaves a trace).
-AUDITED_READS = frozenset({"GET /audit/verify"})
+AUDITED_READS = frozenset({"GET /audit/verify", "GET /audit/export"})
 _VERBS = {"POST": "create", "PUT": "update", "PATCH": "update", "DELETE": "delete", "GET": "read"}
 _SINGULAR = {"priority-classes": "priority_class", "policies": "policy", "join-tokens":
              "join_token", "ssh-keys": "ssh_key", "model-uploads": "model_upload",

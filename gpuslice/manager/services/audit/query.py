@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Select, and_, or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.common.schemas.audit import AuditEvent, AuditPage
 from gpuslice.manager.db.audit_models import AuditRow
 from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.errors import InvalidRequest
+from gpuslice.manager.services.audit.retention import export_line
 
 OUTCOMES = ("success", "failure", "denied")
+_EXPORT_BATCH = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +52,23 @@ async def activity(db: AsyncSession, user: UserRow, limit: int, since: datetime 
     if since is not None:
         query = query.where(AuditRow.at >= since)
     return await _page(db, query, limit, after)
+
+
+async def export(sessionmaker: async_sessionmaker[AsyncSession],
+                 since: datetime | None) -> AsyncIterator[str]:
+    """Every row (from ``since``), oldest first in chain order (unsealed ones last), one JSON
+    line each, read in batches by keyset (no transaction held while the answer is sent)."""
+    after = -1
+    while True:
+        async with sessionmaker() as db:
+            query = select(AuditRow).where(AuditRow.seq > after).order_by(AuditRow.seq)
+            if since is not None:
+                query = query.where(AuditRow.at >= since)
+            rows = (await db.scalars(query.limit(_EXPORT_BATCH))).all()
+        if not rows:
+            return
+        yield "".join(export_line(row) + "\n" for row in rows)
+        after = rows[-1].seq
 
 
 def public(row: AuditRow) -> AuditEvent:
