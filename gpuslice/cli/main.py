@@ -64,6 +64,10 @@ COMMANDS = {
         "gpuslice.cli.admin_audit:activity",
         "Your own security log: logins, failed logins on your name, tokens, password changes.",
     ),
+    "notify": Lazy(
+        "gpuslice.cli.notify:app",
+        "Notifications of your sessions' events: webhooks, Slack, e-mail.",
+    ),
     "ssh-key": Lazy(
         "gpuslice.cli.ssh:keys_app",
         "Your SSH public keys: the ones your sessions' SSH servers accept.",

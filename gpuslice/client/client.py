@@ -18,6 +18,7 @@ from gpuslice import __version__
 from gpuslice.client import schemas
 from gpuslice.client.config import ClientConfig, load_config
 from gpuslice.client.errors import ApiError, error_of
+from gpuslice.client.notify import NotifyCalls
 from gpuslice.client.projects import ProjectCalls
 from gpuslice.client.ssh import SshCalls
 from gpuslice.client.storage import StorageCalls
@@ -64,7 +65,7 @@ API = "/api/v1"
 M = TypeVar("M")
 
 
-class Client(StorageCalls, SshCalls, ProjectCalls):
+class Client(StorageCalls, SshCalls, ProjectCalls, NotifyCalls):
     """A connection to a gpuslice manager as one user (or as nobody, before `login`).
 
     Folders, models and runs: see ``StorageCalls`` (``gpuslice.client.storage``)."""

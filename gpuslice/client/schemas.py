@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         models,
         monitoring,
         nodes,
+        notify,
         presets,
         priorities,
         projects,
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
     )
 
 __all__ = ["agents", "apps", "audit", "common", "config", "health", "images", "models",
-           "monitoring", "nodes", "presets", "priorities", "projects", "runs", "sessions", "ssh",
-           "storage", "users"]
+           "monitoring", "nodes", "notify", "presets", "priorities", "projects", "runs",
+           "sessions", "ssh", "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -30,6 +30,7 @@ from gpuslice.manager.api.routes import (
     models,
     monitoring,
     nodes,
+    notify,
     policies,
     presets,
     priorities,
@@ -71,7 +72,7 @@ LOGIN_PATH = f"{API_PREFIX}/auth/login"
 # they are most of the requests (matched after eight routers, a heartbeat took ~30% more CPU).
 ROUTES = (agents, health, auth, users, policies, presets, priorities, sessions, apps, images,
           nodes, monitoring, folders, models, model_store, session_calls, run_calls, runs, config,
-          ssh, projects, audit)
+          ssh, projects, notify, audit)
 
 
 def create_app(

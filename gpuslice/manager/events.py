@@ -45,6 +45,7 @@ class Hub:
     scheduler: asyncio.Event = field(default_factory=asyncio.Event)
     history: Signal = field(default_factory=Signal)
     answers: Signal = field(default_factory=Signal)  # an agent answered a request
+    notify: asyncio.Event = field(default_factory=asyncio.Event)  # a notification to send
     closing: asyncio.Event = field(default_factory=asyncio.Event)
     _nodes: dict[str, Signal] = field(default_factory=dict)
 
@@ -76,10 +77,13 @@ class Hub:
                 self.history.notify()
             elif kind == "answer":
                 self.answers.notify()
+            elif kind == "notify":
+                self.notify.set()
 
 
 def wake_after_commit(db: AsyncSession, kind: str, key: str = "") -> None:
-    """Queue a wake-up (``scheduler``, ``node``+id, ``history``, ``answer``) for the next
+    """Queue a wake-up (``scheduler``, ``node``+id, ``history``, ``answer``,
+    ``notify``) for the next
     commit."""
     db.info.setdefault(_KEY, set()).add((kind, key))
 

@@ -32,6 +32,7 @@ from gpuslice.manager.services.monitoring.maintenance import Retention, maintain
 from gpuslice.manager.services.monitoring.reclaim import reclaim_pass
 from gpuslice.manager.services.nodes.liveness import SweepGrace, sweep_lost
 from gpuslice.manager.services.nodes.versions import VersionWatch
+from gpuslice.manager.services.notify import delivery as notify_delivery
 from gpuslice.manager.services.scheduling.passes import run_pass
 from gpuslice.manager.services.storage.usage import measure_all
 from gpuslice.manager.services.timelimits import sweep as timelimits
@@ -115,7 +116,8 @@ def _usage_history(app: FastAPI) -> Pass:
 
 def _idle_reclaim(app: FastAPI) -> Pass:
     max_gap = timedelta(seconds=app.state.settings.nodes.node_timeout)
-    return partial(reclaim_pass, app.state.sessionmaker, max_gap)
+    return partial(reclaim_pass, app.state.sessionmaker, max_gap,
+                   warn_before=app.state.settings.notify.idle_warning_before)
 
 
 def _storage_usage(app: FastAPI) -> Pass:
@@ -158,6 +160,12 @@ def _audit_seal(app: FastAPI) -> Pass:
     return seal
 
 
+def _notifications(app: FastAPI) -> Pass:
+    settings: ManagerSettings = app.state.settings
+    return partial(notify_delivery.deliver, app.state.sessionmaker, settings.notify,
+                   settings.apps.console_url)
+
+
 def _app_ports(app: FastAPI) -> Pass | None:
     ports = app.state.app_ports  # only where apps get a port each (apps.port_range)
     return None if ports is None else ports.sweep
@@ -177,6 +185,8 @@ TABLE = (  # started in this order
     Entry("node versions", lambda s: s.nodes.assignment_poll, _node_versions, jitter=0),
     Entry("time limits", lambda s: s.sessions.time_limit_interval, _time_limits),
     Entry("audit seal", lambda s: AUDIT_SEAL_INTERVAL, _audit_seal),
+    Entry("notifications", lambda s: s.notify.interval, _notifications,
+          wake=lambda hub: hub.notify),
 )
 KEYS = frozenset(entry.key for entry in TABLE)
 

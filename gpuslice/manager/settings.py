@@ -7,6 +7,8 @@ reads settings at import time. Nested fields use ``__`` in the environment, e.g.
 
 from __future__ import annotations
 
+import ipaddress
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar, Literal
@@ -20,6 +22,8 @@ from gpuslice.common.resources import ResourceError, parse_fgpu, parse_fgpu_per_
 from gpuslice.common.settings_files import FileSettings, Section
 from gpuslice.common.timelimits import MAX_TIME_LIMIT
 from gpuslice.manager.scheduler import Policy, SchedulerConfig, Strategy
+
+_HOST = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,252})")
 
 
 class DatabaseSettings(Section):
@@ -488,6 +492,65 @@ class AuditSettings(Section):
         default=None, description="Where purged audit rows are archived (audit-YEAR.jsonl, "
         "mode 0600). Default: <data_dir>/audit-archive.",
     )
+class NotifySettings(Section):
+    """Notifications (issue 43): the SMTP server e-mail channels use, which private targets
+    webhooks may reach, how deliveries are retried. See docs/operations.md."""
+
+    smtp_host: str | None = Field(
+        default=None, description="SMTP server for e-mail channels; none: no e-mail channel "
+        "can be added.")
+    smtp_port: int = Field(default=587, ge=1, le=65535, description="SMTP server port.")
+    smtp_starttls: bool = Field(
+        default=True, description="Upgrade the SMTP connection with STARTTLS (the server's "
+        "certificate is checked); only a server on a loopback address may go without.")
+    smtp_username: str | None = Field(default=None, description="SMTP login, if it needs one.")
+    smtp_password: SecretStr | None = Field(
+        default=None, description="SMTP password (GPUSLICE_NOTIFY__SMTP_PASSWORD); never "
+        "logged nor shown.")
+    smtp_from: str = Field(
+        default="gpuslice <gpuslice@localhost>", max_length=256,
+        description="The From of notification mails.")
+    smtp_timeout: float = Field(default=10.0, ge=1, le=120,
+                                description="Seconds an SMTP exchange may take.")
+    allowed_targets: list[str] = Field(
+        default_factory=list,
+        description="Host names or CIDRs (`mattermost.lan`, `10.2.0.0/16`, `127.0.0.1/32`) "
+        "webhooks may reach although private, loopback or link-local; none by default.")
+    retry_schedule: list[float] = Field(
+        default_factory=lambda: [10.0, 30.0, 120.0, 600.0, 1800.0, 3600.0, 10800.0, 21600.0],
+        min_length=1, max_length=20,
+        description="Seconds before each retry of a failed delivery (each ±20 %); after the "
+        "last one it is given up (dead).")
+    interval: float = Field(default=1.0, ge=0.05, le=60,
+                            description="Seconds between delivery passes.")
+    timeout: float = Field(default=10.0, ge=0.5, le=60,
+                           description="Seconds a webhook request may take.")
+    started_min_wait: float = Field(
+        default=60.0, ge=0, le=86400,
+        description="session.started is sent only for a session that waited this long.")
+    idle_warning_before: float = Field(
+        default=900.0, ge=0, le=86400,
+        description="session.idle_warning is sent this many seconds before an idle (or "
+        "over-age) session is reclaimed; 0: none.")
+
+    @field_validator("retry_schedule")
+    @classmethod
+    def _positive(cls, value: list[float]) -> list[float]:
+        if any(v <= 0 or v > 7 * 86400 for v in value):
+            raise ValueError("retry_schedule: each delay must be above 0 and at most 604800 s")
+        return value
+
+    @field_validator("allowed_targets")
+    @classmethod
+    def _targets(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                ipaddress.ip_network(pattern, strict=False)
+            except ValueError:
+                if not _HOST.fullmatch(pattern):
+                    raise ValueError(f"allowed_targets: {pattern!r} is neither a host name "
+                                     "nor a CIDR (e.g. 10.2.0.0/16)") from None
+        return value
 
 
 class ManagerSettings(FileSettings):
@@ -514,6 +577,7 @@ class ManagerSettings(FileSettings):
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     audit: AuditSettings = Field(default_factory=AuditSettings)
+    notify: NotifySettings = Field(default_factory=NotifySettings)
 
     @field_validator("data_dir")
     @classmethod

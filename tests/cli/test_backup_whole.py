@@ -93,7 +93,9 @@ def test_files_models_and_credentials_come_back_byte_for_byte(manager: Manager,
     assert keyless.stderr.strip() == (
         f"error: there is no backup key at {fresh / 'backup-key'}: give the key of the platform "
         "that made the backup with --key FILE (the file backup-key in its data directory), or "
-        f"copy that file to {fresh / 'backup-key'}")
+        f"copy that file to {fresh / 'backup-key'}; if that key is lost, --trust-unsigned "
+        "restores without checking the backup's MAC (only for a backup kept where no one else "
+        "could write)")
     restored = _admin(manager, fresh, "restore", str(tmp_path / "all.gsbackup"),
                       "--key", str(data / "backup-key"))
     assert restored.returncode == 0, restored.stderr

@@ -87,6 +87,13 @@ ACCESS: dict[str, Access] = {
     "GET /api/v1/ssh-keys": USER,  # one's own keys only
     "POST /api/v1/ssh-keys": USER,
     "DELETE /api/v1/ssh-keys/{key_id}": SELF,
+    "GET /api/v1/notifications/channels": USER,  # one's own (admins: also projects')
+    "POST /api/v1/notifications/channels": USER,
+    "PATCH /api/v1/notifications/channels/{channel_id}": SELF,
+    "DELETE /api/v1/notifications/channels/{channel_id}": SELF,
+    "POST /api/v1/notifications/channels/{channel_id}/test": SELF,
+    "GET /api/v1/notifications/deliveries": USER,  # one's own channels' only
+    "GET /api/v1/notifications/failures": ADMIN,
     "GET /api/v1/users": ADMIN,
     "POST /api/v1/users": ADMIN,
     "GET /api/v1/users/{user_id}": ADMIN,
@@ -195,6 +202,7 @@ ACCESS: dict[str, Access] = {
 # (two bytes: the announced size of the uploads below) unless given here.
 NEW_FILE = {"files": [{"path": "a.bin", "size": 2}]}
 NEW_RUN = {"name": "new-run", "script": "train.py", "image": IMAGE}
+HOOK = "http://127.0.0.1:9/hook"  # allowed below; nothing listens: a test send fails fast
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFjR3aj3zxPSbiTmxDqEC7FU4nqDfJS9SVZXh3IW9U9b t"
 BODIES: dict[str, Any] = {
     "POST /api/v1/agents/me/sessions/{session_id}/state": {"status": "RUNNING"},
@@ -212,6 +220,8 @@ BODIES: dict[str, Any] = {
     "POST /api/v1/runs/check": NEW_RUN,
     "POST /api/v1/presets": {"name": "new-preset", "cpu": 1, "mem": "1g"},
     "POST /api/v1/ssh-keys": {"key": SSH_KEY},
+    "POST /api/v1/notifications/channels": {"kind": "webhook", "target": HOOK},
+    "PATCH /api/v1/notifications/channels/{channel_id}": {"name": "renamed"},
     "PATCH /api/v1/presets/{name}": {"cpu": 0.5},
     "POST /api/v1/priority-classes": {"name": "new-class", "rank": 5},
     "PATCH /api/v1/priority-classes/{name}": {"rank": 3},
@@ -243,7 +253,8 @@ SCRAPE_TOKEN = "scrape-" + "s" * 40
 def settings(settings: ManagerSettings) -> ManagerSettings:
     """The manager's test settings, with a scrape token for /metrics."""
     monitoring = settings.monitoring.model_copy(update={"scrape_token": SecretStr(SCRAPE_TOKEN)})
-    return settings.model_copy(update={"monitoring": monitoring})
+    notify = settings.notify.model_copy(update={"allowed_targets": ["127.0.0.1/32"]})
+    return settings.model_copy(update={"monitoring": monitoring, "notify": notify})
 
 
 @dataclass
@@ -292,6 +303,12 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
     r = await alice.post("/api/v1/ssh-keys", json={"key": SSH_KEY.replace(" t", " alice")})
     assert r.status_code == 201, r.text
     ssh_key = r.json()
+    hooks = []
+    for name in ("alice-hook", "alice-doomed-hook"):  # the second for DELETE
+        r = await alice.post("/api/v1/notifications/channels",
+                             json={"kind": "webhook", "target": HOOK, "name": name})
+        assert r.status_code == 201, r.text
+        hooks.append(r.json())
     r = await admin.post("/api/v1/projects", json={"name": "alice-team"})
     assert r.status_code == 201, r.text
     r = await admin.post("/api/v1/projects/alice-team/members", json={"username": "alice"})
@@ -311,7 +328,8 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
     objects = {
         "session_id": s["id"], "token_id": token["id"], "user_id": users["alice"],
         "policy_id": policy["id"], "node_id": spare_node.node_id, "request_id": str(uuid.uuid4()),
-        "key_id": ssh_key["id"],
+        "key_id": ssh_key["id"], "channel_id": hooks[0]["id"],
+        "DELETE /api/v1/notifications/channels/{channel_id}:channel_id": hooks[1]["id"],
         "DELETE /api/v1/sessions/{session_id}:session_id": doomed["id"],
         "DELETE /api/v1/join-tokens/{token_id}:token_id": join["id"],
         "DELETE /api/v1/images/aliases/{name}:name": "al",
@@ -330,7 +348,7 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
             "DELETE /api/v1/projects/{name}/members/{username}")},
     }
     secrets = [s["id"], "s3cret-value", image, token["id"], "alice-work", ssh_key["id"],
-               "alice-team", "alice-class"]
+               "alice-team", "alice-class", hooks[0]["id"], hooks[0]["secret"], "alice-hook"]
     for more, hidden in (await _folders(alice), await _models(app, alice, users["alice"]),
                          await _runs(alice)):
         objects.update(more)

@@ -9,8 +9,6 @@ and a manager started on the restored database must accept the old API token.
 from __future__ import annotations
 
 import gzip
-import hashlib
-import hmac
 import json
 import os
 import stat
@@ -31,6 +29,7 @@ from gpuslice.manager.db.base import Base
 from gpuslice.manager.db.engine import make_engine
 from gpuslice.manager.settings import ManagerSettings
 from tests.conftest import new_pg_database, pg_url
+from tests.manager.backup_helpers import signed
 from tests.manager.conftest import AgentFactory, Client, UserFactory, client_for, create
 from tests.manager.db_contents import contents
 from tests.manager.fake_agent import gpu
@@ -229,15 +228,6 @@ async def test_an_unknown_revision_is_refused(tmp_path: Path, database_url: str,
 
 
 # ------------------------------------------------------------ helpers
-
-
-def signed(lines: list[str], key: BackupKey) -> bytes:
-    """``lines`` (the last the end marker) as a backup file with its MAC made again under
-    ``key``: as if the platform had written them."""
-    *body, end = lines
-    mac = hmac.new(key.secret, "".join(body).encode(), hashlib.sha256).hexdigest()
-    trailer = json.dumps(json.loads(end) | {"mac": mac}) + "\n"
-    return gzip.compress(("".join(body) + trailer).encode())
 
 
 async def _one_user_database(url: str, tmp_path: Path) -> None:

@@ -18,7 +18,7 @@ import pytest
 from gpuslice.manager.backup import BackupError, backup, restore, verify
 from gpuslice.manager.backup.keys import BackupKey, load_or_create
 from gpuslice.manager.backup.members import Area
-from tests.manager.test_backup import signed
+from tests.manager.backup_helpers import signed
 
 SECRET = b"password: S3cret!\n"
 FOLDER = Path("users/alice/F")

@@ -19,10 +19,12 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+import pytest
 from fastapi import FastAPI
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import AgentFactory, Client, UserFactory, create
 from tests.manager.folder_helpers import folder, tar_of
 from tests.manager.helpers import wait_status
@@ -59,9 +61,21 @@ SWEEP_BODY: dict[str, Any] = {
     "POST /api/v1/projects/{name}/rename": {"name": "fuzz-p"},  # a name taken: a 409
     "POST /api/v1/projects/{name}/members": {"username": "alice"},
     "POST /api/v1/ssh-keys": {"key": SSH_KEY},  # the admin's own, already there: a 409
+    "POST /api/v1/notifications/channels": {"kind": "webhook", "target": "http://[::1]:9/x"},
+    "PATCH /api/v1/notifications/channels/{channel_id}": {"events": ["finished"]},
     "PUT /api/v1/nodes/{node}/group": {"group": "fuzz-g"},
     "POST /api/v1/agents/me/sessions/{session_id}/run/saving": {"script_s": 1.5},
 }
+
+HOOK = "http://127.0.0.1:9/hook"  # allowed below; nothing listens: a test send fails fast
+
+
+@pytest.fixture(name="settings")  # `settings` is also hypothesis's
+def _allow_hook(settings: ManagerSettings) -> ManagerSettings:
+    """The test settings, with the admin's webhook (127.0.0.1) allowed."""
+    notify = settings.notify.model_copy(update={"allowed_targets": ["127.0.0.1/32"]})
+    return settings.model_copy(update={"notify": notify})
+
 
 HOSTILE_TEXT = st.sampled_from([
     "\ud800", "a\udfffb", "\x00", "nul\x00led", "\x07\x08\x1b[31m", "\u202ertl", "\x85",
@@ -207,10 +221,10 @@ async def _odd_folders(app: FastAPI, admin: Client) -> list[str]:
     return [made[0]["id"], made[1]["id"], "fuzz-a", "fuzz-b", "bad%FFname"]
 
 
-async def _added_objects(admin: Client, alice: Client) -> tuple[str, str]:
+async def _added_objects(admin: Client, alice: Client) -> tuple[str, str, str]:
     """What the routes added since the matrix act on: a preset, a project with alice in it and
     a class limited to it (all "fuzz-b"), the admin's SSH key, alice's RUNNING run: the run's
-    id and the key's."""
+    id, the key's and the admin's webhook channel's."""
     for route, body in (("presets", {"name": "fuzz-b", "cpu": 1, "mem": "1g"}),
                         ("projects", {"name": "fuzz-b"}),
                         ("projects/fuzz-b/members", {"username": "alice"}),
@@ -221,6 +235,10 @@ async def _added_objects(admin: Client, alice: Client) -> tuple[str, str]:
     r = await admin.post("/api/v1/ssh-keys", json={"key": SSH_KEY})
     assert r.status_code == 201, r.text
     key = r.json()["id"]
+    r = await admin.post("/api/v1/notifications/channels", json={"kind": "webhook",
+                                                                 "target": HOOK})
+    assert r.status_code == 201, r.text
+    hook = r.json()["id"]
     runs = await folder(alice, "runs")
     r = await alice.put(f"/api/v1/folders/{runs['id']}/archive", params={"path": "fuzz-run"},
                         content=tar_of({"train.py": b"print('hi')\n"}))
@@ -228,7 +246,7 @@ async def _added_objects(admin: Client, alice: Client) -> tuple[str, str]:
     r = await alice.post("/api/v1/runs", json=RUN)
     assert r.status_code == 201, r.text
     await wait_status(alice, r.json()["id"], {"RUNNING"})
-    return r.json()["id"], key
+    return r.json()["id"], key, hook
 
 
 async def test_no_request_makes_the_manager_fail(
@@ -242,7 +260,7 @@ async def test_no_request_makes_the_manager_fail(
     policy = (await admin.post("/api/v1/policies", json={"name": "fuzz"})).json()
     token = (await alice.post("/api/v1/auth/tokens", json={"name": "t"})).json()
     odd = await _odd_folders(app, admin)
-    run, key = await _added_objects(admin, alice)
+    run, key, hook = await _added_objects(admin, alice)
     spare = await make_agent("node-2", devices=[], cpu=1, mem=1)  # the one the sweep revokes
     real = st.sampled_from([s["id"], users["alice"], policy["id"], token["id"], node.node_id,
                             "python:3.11", "fuzzed", "alice", "small", *odd])
@@ -281,7 +299,7 @@ async def test_no_request_makes_the_manager_fail(
     world = {"session_id": s["id"], "folder_id": odd[0], "user": "alice",
              "user_id": users["alice"], "policy_id": policy["id"], "token_id": token["id"],
              "node_id": node.node_id, "name": "fuzz-b", "node": node.node_id, "run": run,
-             "key_id": key, "username": "alice",
+             "key_id": key, "username": "alice", "channel_id": hook,
              "POST /api/v1/agents/me/sessions/{session_id}/run/saving:session_id": run,
              "POST /api/v1/nodes/{node_id}/revoke:node_id": spare.node_id}
     for method, path, op, _strategy in operations:

@@ -11,6 +11,7 @@ from .conftest import Platform, restart_up
 pytestmark = pytest.mark.docker
 
 SMALL = ["--cpu", "0.25", "--mem", "256m"]
+NO_SUCH = "no session 'no-such-session': give its id, or the name of one of your sessions"
 
 
 @pytest.fixture
@@ -70,10 +71,10 @@ BAD_INPUT = [
     (["session", "create", "--image", "nope:1"], "unknown image 'nope:1'"),
     (["session", "create", "--gpu", "2.5"], "not a whole number of GPUs"),
     (["session", "create", "--gpu", "4", "--cpu", "64"], "could ever hold"),
-    (["session", "show", "no-such-session"], "no session with id or name"),
-    (["session", "logs", "no-such-session"], "no session with id or name"),
-    (["session", "destroy", "no-such-session"], "no session with id or name"),
-    (["session", "exec", "no-such-session", "--", "ls"], "no session with id or name"),
+    (["session", "show", "no-such-session"], NO_SUCH),
+    (["session", "logs", "no-such-session"], NO_SUCH),
+    (["session", "destroy", "no-such-session"], NO_SUCH),
+    (["session", "exec", "no-such-session", "--", "ls"], NO_SUCH),
     (["session", "list", "--status", "SLEEPING"], "is not a status"),
     (["admin", "policy", "set", "nobody", "--max-gpu", "2"], "no user named 'nobody'"),
     (["admin", "policy", "set", "admin", "--max-gpu", "x"], "--max-gpu: 'x' is not a number"),
@@ -103,7 +104,9 @@ def test_wrong_password_and_a_users_own_view(platform: Platform) -> None:
                        stdin=created["password"] + "\n")
     assert login.returncode == 0, login.stderr
     assert json.loads(as_bob.ok("session", "list", "--json"))["items"] == []
-    assert "no session with id or name 'admins'" in as_bob.cli("session", "show", "admins").stderr
+    # bob's names are his own: the admin's session named so is not even said to exist
+    assert "no session 'admins': give its id, or the name of one of your sessions" in \
+        as_bob.cli("session", "show", "admins").stderr
     too_much = as_bob.cli("session", "create", "--gpu", "1", *SMALL)
     assert too_much.returncode != 0 and "quota allows at most 0.5 fGPU" in too_much.stderr
 

@@ -697,6 +697,12 @@ class SshKeyRow(Base):
 # Projects' tables live in their own module; imported here so that the metadata has them.
 from gpuslice.manager.db.audit_models import AuditRow as AuditRow  # noqa: E402
 from gpuslice.manager.db.audit_models import AuditStateRow as AuditStateRow  # noqa: E402
+from gpuslice.manager.db.notify_models import (  # noqa: E402
+    NotificationChannelRow as NotificationChannelRow,
+)
+from gpuslice.manager.db.notify_models import (  # noqa: E402
+    NotificationOutboxRow as NotificationOutboxRow,
+)
 from gpuslice.manager.db.project_models import (  # noqa: E402
     ProjectMemberRow as ProjectMemberRow,
 )

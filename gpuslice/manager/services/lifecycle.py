@@ -28,6 +28,7 @@ from gpuslice.manager.db.models import (
 )
 from gpuslice.manager.errors import IllegalTransition, StaleStatus
 from gpuslice.manager.events import wake_after_commit
+from gpuslice.manager.services.notify import enqueue as notify
 
 log = logging.getLogger(__name__)
 S = SessionStatus
@@ -84,6 +85,7 @@ async def transition(
     if result.rowcount != 1:  # type: ignore[attr-defined]
         raise StaleStatus(f"session {row.name} changed status meanwhile; try again")
     await _append_history(db, [row], current, to, reason, now)
+    await notify.status_changed(db, row.id, current, to, reason, now)
     releases = current in HOLDING and to not in HOLDING
     # a release is from the node it held (a session queued again leaves it: node_id NULL)
     node_id = row.node_id if releases else fields.get("node_id", row.node_id)
@@ -188,6 +190,8 @@ async def transition_many(
         for r, c in zip(rows, changes, strict=True)
     ])
     wake_after_commit(db, "history")
+    for r, c in zip(rows, changes, strict=True):
+        await notify.status_changed(db, r.id, current, to, c["reason"], now)
     touched = (c.get("node_id", r.node_id) for r, c in zip(rows, changes, strict=True))
     nodes: list[str] = sorted({str(n) for n in touched if n is not None})
     if nodes:

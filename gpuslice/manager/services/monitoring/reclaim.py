@@ -29,18 +29,24 @@ from gpuslice.manager.errors import IllegalTransition, StaleStatus
 from gpuslice.manager.services.audit.record import record
 from gpuslice.manager.services.lifecycle import running_since, transition
 from gpuslice.manager.services.monitoring.idle import Observed, Reclaim, decide
+from gpuslice.manager.services.notify import enqueue as notify
 
 log = logging.getLogger(__name__)
 
 
 async def reclaim_pass(
     sessionmaker: async_sessionmaker[AsyncSession], max_gap: timedelta,
-    now: datetime | None = None,
+    now: datetime | None = None, warn_before: float = 0.0,
 ) -> list[str]:
-    """Stop every session that is due; returns their ids."""
+    """Stop every session that is due; returns their ids. Those due within ``warn_before``
+    seconds get a ``session.idle_warning`` notification (once per countdown)."""
     now = now or utcnow()
     async with sessionmaker() as db:
-        due = [(sid, r) for sid, r in await decisions(db, now, max_gap) if r.due(now)]
+        found = await decisions(db, now, max_gap)
+        due = [(sid, r) for sid, r in found if r.due(now)]
+        for sid, r in found:
+            if not r.due(now) and (r.at - now).total_seconds() <= warn_before:
+                await notify.idle_warning(db, sid, now, r.at, r.kind, r.reason)
         await db.commit()
         stopped = []
         for session_id, reclaim in due:

@@ -24,6 +24,7 @@ from gpuslice.manager.errors import Conflict, IllegalTransition, StaleStatus
 from gpuslice.manager.services.audit.record import record
 from gpuslice.manager.services.channel import Channel
 from gpuslice.manager.services.lifecycle import note, running_since, transition
+from gpuslice.manager.services.notify import enqueue as notify
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,9 @@ async def _warn(db: AsyncSession, warning: WarnSignal, now: datetime) -> None:
         left = format_duration(max(0, math.ceil((row.ends_at - now).total_seconds())))
         try:
             await note(db, row, f"{warning.signal} sent: its time limit ends in {left}")
+            await notify.time_limit_warning(
+                db, row.id, now, warning.signal,
+                max(0, math.ceil((row.ends_at - now).total_seconds())))
         except StaleStatus:
             await db.rollback()
             continue

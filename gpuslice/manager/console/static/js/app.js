@@ -1,5 +1,5 @@
 // The console's shell: who is logged in, the navigation, and hash routes to pages
-// (#/sessions, #/sessions/<id>, #/folders, #/models, #/admin). A page is a function of
+// (#/sessions, #/sessions/<id>, #/folders, #/models, #/notifications, #/admin). A page is a function of
 // (main element, route parts) returning { stop() } to end its streams and timers.
 import { post, whoami } from "./api.js";
 import { clear, h, scrollCues } from "./dom.js";
@@ -10,6 +10,7 @@ const lazy = {
   folders: () => import("./storage.js").then((m) => m.foldersPage),
   models: () => import("./storage.js").then((m) => m.modelsPage),
   admin: () => import("./admin.js").then((m) => m.adminPage),
+  notifications: () => import("./notify.js").then((m) => m.notifyPage),
 };
 
 let current = null;
