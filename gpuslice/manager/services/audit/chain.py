@@ -20,7 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import func, select, text
+from sqlalchemy import func, select, text, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.manager.db.audit_models import SEAL_COLUMNS, AuditRow, AuditStateRow
@@ -100,17 +102,13 @@ def canonical(row: AuditRow) -> str:
 
 async def seal(db: AsyncSession, key: ChainKey, batch: int = BATCH) -> int:
     """Seal up to ``batch`` committed rows in ``seq`` order; how many (committed)."""
-    if db.bind.dialect.name == "postgresql":
-        await db.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK})
-    state = await db.get(AuditStateRow, 1, populate_existing=True)
+    pending = await db.scalar(select(AuditRow.seq).where(AuditRow.seal_pos.is_(None)).limit(1))
+    await db.rollback()
+    if pending is None:  # the usual pass: nothing to seal, no lock taken
+        return 0
+    state = await _lock_head(db)
     rows = (await db.scalars(select(AuditRow).where(AuditRow.seal_pos.is_(None))
                              .order_by(AuditRow.seq).limit(batch))).all()
-    if not rows:
-        await db.rollback()
-        return 0
-    if state is None:
-        state = AuditStateRow(id=1, head_pos=0, head_hash=GENESIS, purging=0)
-        db.add(state)
     now = utcnow()
     pos, head = state.head_pos, state.head_hash
     for row in rows:
@@ -120,6 +118,23 @@ async def seal(db: AsyncSession, key: ChainKey, batch: int = BATCH) -> int:
     state.head_pos, state.head_hash = pos, head
     await db.commit()
     return len(rows)
+
+
+async def _lock_head(db: AsyncSession) -> AuditStateRow:
+    """The chain's head, locked for this transaction: one sealer at a time, on PostgreSQL
+    (an advisory lock, then the row's) and on SQLite (the write lock, taken before any row
+    is read, so a second sealer reads what the first sealed)."""
+    dialect = db.bind.dialect.name
+    if dialect == "postgresql":
+        await db.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK})
+    made = (pg_insert if dialect == "postgresql" else sqlite_insert)(AuditStateRow).values(
+        id=1, head_pos=0, head_hash=GENESIS, purging=0).on_conflict_do_nothing()
+    await db.execute(made)
+    await db.execute(update(AuditStateRow).where(AuditStateRow.id == 1)
+                     .values(purging=AuditStateRow.purging))
+    state = await db.get(AuditStateRow, 1, populate_existing=True)
+    assert state is not None  # made just above
+    return state
 
 
 @dataclass(frozen=True, slots=True)
