@@ -6,6 +6,8 @@ from __future__ import annotations
 import pytest
 from fastapi import FastAPI
 
+from gpuslice.manager.app import create_app
+from gpuslice.manager.settings import ManagerSettings
 from tests.manager.audit_helpers import rows
 from tests.manager.conftest import Client, UserFactory, client_for, login
 
@@ -125,3 +127,19 @@ async def test_no_secret_reaches_the_log(app: FastAPI, admin: Client, anon: Clie
     await anon.post("/api/v1/auth/login", json={"username": "admin", "password": "hunter2-pw"})
     text = " ".join(repr(vars(row)) for row in await rows(app))
     assert secret not in text and "hunter2-pw" not in text
+
+
+async def test_a_throttled_login_is_audited_as_denied(settings: ManagerSettings) -> None:
+    throttled = settings.model_copy(update={"auth": settings.auth.model_copy(update={
+        "login_window": 3600.0, "login_failures_per_user": 2})})
+    app = create_app(throttled)
+    async with app.router.lifespan_context(app), client_for(app) as anon:
+        codes = []
+        for n in range(4):
+            r = await anon.post("/api/v1/auth/login", json={"username": "admin", "password": "x"},
+                                headers={"X-Request-Id": f"throttle-{n:04d}"})
+            codes.append(r.status_code)
+        assert codes[-1] == 429, codes
+        [row] = await rows(app, request_id="throttle-0003")
+        assert (row.action, row.outcome, row.reason, row.actor_name) == (
+            "auth.login", "denied", "throttled", "admin")
