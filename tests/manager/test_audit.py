@@ -143,3 +143,22 @@ async def test_a_throttled_login_is_audited_as_denied(settings: ManagerSettings)
         [row] = await rows(app, request_id="throttle-0003")
         assert (row.action, row.outcome, row.reason, row.actor_name) == (
             "auth.login", "denied", "throttled", "admin")
+
+
+async def test_a_role_change_keeps_before_and_after_and_shows_in_the_users_own_log(
+    app: FastAPI, admin: Client, make_user: UserFactory
+) -> None:
+    alice, bob = await make_user("alice"), await make_user("bob")
+    me = (await alice.get("/api/v1/auth/me")).json()
+    r = await admin.patch(f"/api/v1/users/{me['id']}", json={"role": "admin"},
+                          headers={"X-Request-Id": "promote-0001"})
+    assert r.status_code == 200, r.text
+    [row] = await rows(app, request_id="promote-0001")
+    assert (row.action, row.target_type, row.target_id) == ("user.update", "user", me["id"])
+    assert '"changed":{"role":["user","admin"]}' in (row.details or ""), row.details
+    mine = (await alice.get("/api/v1/auth/activity")).json()["items"]
+    assert [(e["action"], e["actor_name"]) for e in mine][:1] == [("user.update", "admin")]
+    assert {e["action"] for e in mine} >= {"auth.login", "user.update"}
+    theirs = (await bob.get("/api/v1/auth/activity")).json()["items"]
+    assert "promote-0001" not in str(theirs) and all(
+        e["actor_name"] == "bob" for e in theirs), theirs
