@@ -3,12 +3,15 @@ preemption and a quota refusal each leave a row naming the system as the actor."
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from fastapi import FastAPI
 
+from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.scheduler import Policy
+from gpuslice.manager.services.monitoring.reclaim import reclaim_pass
 from gpuslice.manager.settings import ManagerSettings
 from tests.manager.audit_helpers import rows
 from tests.manager.conftest import IMAGE, AgentFactory, Client, create
@@ -65,3 +68,18 @@ async def test_a_quota_refusal_is_audited(app: FastAPI, admin: Client, make_user
     [row] = await rows(app, request_id="quota-000001")
     assert (row.action, row.outcome, row.reason, row.actor_name) == (
         "session.create", "failure", "quota_exceeded", "alice")
+
+
+@pytest.mark.loops_off("idle_reclaim")
+async def test_a_reclaim_over_a_lifetime_is_audited(
+    app: FastAPI, make_agent: AgentFactory, make_user: Any
+) -> None:
+    await make_agent("node-1")
+    alice = await make_user("alice", policy={"max_lifetime": 60})
+    [s] = await create(alice, resources={"gpu": 0.5})
+    await wait_status(alice, s["id"], {"RUNNING"})
+    later = utcnow() + timedelta(minutes=5)
+    assert await reclaim_pass(app.state.sessionmaker, timedelta(seconds=30), later) == [s["id"]]
+    [row] = await rows(app, action="session.reclaim")
+    assert (row.actor_id, row.target_id) == ("system:reclaim", s["id"])
+    assert '"kind":"lifetime"' in (row.details or ""), row.details
