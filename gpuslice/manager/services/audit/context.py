@@ -45,13 +45,17 @@ class AuditContext:
     body: bytearray = field(default_factory=bytearray)  # its start: the fields it names
     details: dict[str, Any] = field(default_factory=dict)
     scope: Any = None  # the ASGI scope: its route names the action once routed
+    named: bool = False  # action, target and quiet are set from the route
 
     def name(self) -> None:
         """The action and target, from the route the request was sent to (once routed)."""
+        if self.named:
+            return
         route = (self.scope or {}).get("route")
         template = getattr(route, "path_format", None) or getattr(route, "path", None)
         if template is None:
             return
+        self.named = True
         self.action = self.action or actions.action_of(self.method, template)
         self.quiet = actions.quiet(self.method, template)
         if self.target_type is None:

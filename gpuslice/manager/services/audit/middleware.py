@@ -83,8 +83,8 @@ class AuditMiddleware:
 
 async def _finish(scope: Scope, ctx: AuditContext, status: int) -> None:
     """Write the request's row if it needs one and has none yet."""
-    if ctx.finished:
-        return
+    if ctx.finished or (status < 400 and ctx.quiet and ctx.named):
+        return  # a read, answered: the common case, nothing to do
     ctx.finished = True
     _name(scope, ctx)
     committed, ctx.recorded = ctx.recorded, False
