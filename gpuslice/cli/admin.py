@@ -1,5 +1,5 @@
 """`gpuslice admin ...`: users, their quotas, the join tokens of node agents, the platform's
-configuration as JSON, and backups of its database (admins)."""
+configuration as JSON, backups of its database, the audit log (admins)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from gpuslice.cli import admin_backup, admin_config, admin_preset, admin_priority, admin_project
+from gpuslice.cli import (
+    admin_audit,
+    admin_backup,
+    admin_config,
+    admin_preset,
+    admin_priority,
+    admin_project,
+)
 from gpuslice.cli.output import (
     CliError,
     JsonOpt,
@@ -28,8 +35,8 @@ if TYPE_CHECKING:
     from gpuslice.common.schemas.nodes import JoinTokenCreated
     from gpuslice.common.schemas.users import PolicyPublic
 
-app = typer.Typer(help="Users, policies, projects, join tokens, configuration, backups "
-                  "(admins).",
+app = typer.Typer(help="Users, policies, projects, join tokens, configuration, backups, "
+                  "the audit log (admins).",
                   no_args_is_help=True)
 user_app = typer.Typer(help="Users.", no_args_is_help=True)
 policy_app = typer.Typer(help="Resource policies (quotas).", no_args_is_help=True)
@@ -41,6 +48,7 @@ app.add_typer(admin_config.app, name="config")
 app.add_typer(admin_preset.app, name="preset")
 app.add_typer(admin_project.app, name="project")
 app.add_typer(admin_priority.app, name="priority-class")
+app.add_typer(admin_audit.app, name="audit")
 app.command("backup")(admin_backup.backup)
 app.command("restore")(admin_backup.restore)
 

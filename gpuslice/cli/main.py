@@ -57,9 +57,13 @@ COMMANDS = {
     "node": Lazy("gpuslice.cli.node:app", "Nodes and their GPUs (admins)."),
     "admin": Lazy(
         "gpuslice.cli.admin:app",
-        "Users, policies, projects, join tokens, configuration, backups (admins).",
+        "Users, policies, projects, join tokens, configuration, backups, audit log (admins).",
     ),
     "token": Lazy("gpuslice.cli.token:app", "Your API tokens."),
+    "activity": Lazy(
+        "gpuslice.cli.admin_audit:activity",
+        "Your own security log: logins, failed logins on your name, tokens, password changes.",
+    ),
     "notify": Lazy(
         "gpuslice.cli.notify:app",
         "Notifications of your sessions' events: webhooks, Slack, e-mail.",

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 
     from gpuslice.client.terminal import Terminal
     from gpuslice.common.schemas.apps import AppList, AppPublic
+    from gpuslice.common.schemas.audit import AuditPage, AuditVerify
     from gpuslice.common.schemas.common import Page
     from gpuslice.common.schemas.config import ConfigImportResult
     from gpuslice.common.schemas.health import Readiness
@@ -404,6 +405,35 @@ class Client(StorageCalls, SshCalls, ProjectCalls, NotifyCalls):
         user = self.find_user(username)
         body = {"password": password, "keep_api_tokens": keep_api_tokens}
         return self._call("PATCH", f"/users/{user.id}", schemas.users.UserPublic, json=body)
+
+    def audit(self, **filters: str | int | None) -> AuditPage:
+        """A page of the audit log, newest first (admins): filters ``user``, ``action``,
+        ``target``, ``outcome``, ``since``, ``until`` (RFC 3339), ``limit``, ``after``."""
+        params = {k: v for k, v in filters.items() if v is not None}
+        return self._call("GET", "/audit", schemas.audit.AuditPage, params=params)
+
+    def audit_verify(self) -> AuditVerify:
+        """Check the audit log's hash chain (admins)."""
+        return self._call("GET", "/audit/verify", schemas.audit.AuditVerify)
+
+    def audit_export(self, since: str | None = None) -> Iterator[str]:
+        """The audit log as JSON lines, oldest first, streamed (admins)."""
+        try:
+            with self._http.stream("GET", f"{API}/audit/export", headers=self._headers(),
+                                   params={"since": since} if since else {},
+                                   timeout=httpx.Timeout(60.0)) as response:
+                self._check_version(response)
+                if response.status_code >= 400:
+                    response.read()
+                    raise _error_of(response)
+                yield from response.iter_lines()
+        except httpx.TransportError as exc:
+            raise self._unreachable(exc) from None
+
+    def activity(self, since: str | None = None, limit: int = 100) -> AuditPage:
+        """The caller's own security log: logins, tokens, password changes."""
+        params = {"limit": limit, **({"since": since} if since else {})}
+        return self._call("GET", "/auth/activity", schemas.audit.AuditPage, params=params)
 
     def list_users(self) -> list[UserPublic]:
         return self._call("GET", "/users", list[schemas.users.UserPublic])

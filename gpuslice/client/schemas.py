@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gpuslice.common.schemas import (
         agents,
         apps,
+        audit,
         common,
         config,
         health,
@@ -34,9 +35,9 @@ if TYPE_CHECKING:
         users,
     )
 
-__all__ = ["agents", "apps", "common", "config", "health", "images", "models", "monitoring",
-           "nodes", "notify", "presets", "priorities", "projects", "runs", "sessions", "ssh",
-           "storage", "users"]
+__all__ = ["agents", "apps", "audit", "common", "config", "health", "images", "models",
+           "monitoring", "nodes", "notify", "presets", "priorities", "projects", "runs",
+           "sessions", "ssh", "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

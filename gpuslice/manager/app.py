@@ -8,7 +8,7 @@ import os
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, FastAPI
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
 from starlette.datastructures import State
 from starlette.types import Scope
@@ -20,6 +20,7 @@ from gpuslice.manager.api.parking import Parking
 from gpuslice.manager.api.routes import (
     agents,
     apps,
+    audit,
     auth,
     config,
     folders,
@@ -52,6 +53,9 @@ from gpuslice.manager.services import channel
 from gpuslice.manager.services.apps.access import Gate
 from gpuslice.manager.services.apps.links import LinkPool
 from gpuslice.manager.services.apps.traffic import ActivityMeter
+from gpuslice.manager.services.audit import chain as audit_chain
+from gpuslice.manager.services.audit.middleware import AuditMiddleware, routed
+from gpuslice.manager.services.audit.record import install as install_audit
 from gpuslice.manager.services.login_throttle import LoginThrottle, too_many
 from gpuslice.manager.services.models import make_store
 from gpuslice.manager.services.monitoring.metrics import ManagerMetrics
@@ -68,7 +72,7 @@ LOGIN_PATH = f"{API_PREFIX}/auth/login"
 # they are most of the requests (matched after eight routers, a heartbeat took ~30% more CPU).
 ROUTES = (agents, health, auth, users, policies, presets, priorities, sessions, apps, images,
           nodes, monitoring, folders, models, model_store, session_calls, run_calls, runs, config,
-          ssh, projects, notify)
+          ssh, projects, notify, audit)
 
 
 def create_app(
@@ -89,7 +93,8 @@ def create_app(
         responses=errors.ERROR_RESPONSES,
     )
     errors.install(app)
-    api = APIRouter(prefix=API_PREFIX)
+    # The audit context learns the route (its action and target) before any other dependency.
+    api = APIRouter(prefix=API_PREFIX, dependencies=[Depends(routed)])
     for module in ROUTES:
         api.include_router(module.router)
     app.include_router(api)
@@ -125,6 +130,9 @@ def bind(app: FastAPI, settings: ManagerSettings, database: Database | None = No
         node_credential=_is_node, gate=_login_gate,
     )
     app.add_middleware(ProxyDispatch)  # /s/<session>/<app>/…: the apps, before the router
+    # Outermost: every answer gets its request id, and the audit rows their context.
+    app.add_middleware(AuditMiddleware)
+    install_audit()
 
 
 def _login_gate(scope: Scope) -> edge.Refused | None:
@@ -165,6 +173,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     await app.state.model_store.start()
     app.state.schema_head = migrate.head()
     app.state.login_throttle = LoginThrottle.of(settings.auth)
+    app.state.audit_key = audit_chain.load_key(settings.data_dir, create=True)
     app.state.app_ports = None
     if settings.apps.ports() is not None:  # one port per app: listened on again at once
         app.state.app_ports = AppPorts(app, settings, sessionmaker)

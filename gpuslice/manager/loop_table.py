@@ -24,6 +24,8 @@ from gpuslice.manager.loops import Loop, Loops, Pass, key_of
 from gpuslice.manager.proxy.ports import SWEEP_INTERVAL
 from gpuslice.manager.services import channel, retention
 from gpuslice.manager.services.apps import origins
+from gpuslice.manager.services.audit import chain as audit_chain
+from gpuslice.manager.services.audit import retention as audit_retention
 from gpuslice.manager.services.models.catalog import purge_stale
 from gpuslice.manager.services.models.sweep import sweep_store
 from gpuslice.manager.services.monitoring.maintenance import Retention, maintain
@@ -40,6 +42,8 @@ from gpuslice.manager.settings import ManagerSettings
 REQUEST_GRACE = timedelta(minutes=1)
 # Seconds between retention passes (each purges a bounded batch).
 RETENTION_INTERVAL = 300.0
+# Seconds between passes of the audit log's sealer (rows are chained within about this).
+AUDIT_SEAL_INTERVAL = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +98,8 @@ def _retention(app: FastAPI) -> Pass:
                               settings.auth.login_window)
         async with sessionmaker() as db:  # apps' entry codes and cookies that open nothing
             await origins.purge(db)
+        archive = settings.audit.archive_dir or settings.data_dir / "audit-archive"
+        await audit_retention.purge(sessionmaker, settings.audit.retention_days, archive)
 
     return purge
 
@@ -142,6 +148,18 @@ def _time_limits(app: FastAPI) -> Pass:
     return partial(timelimits.sweep, app.state.sessionmaker, warning)
 
 
+def _audit_seal(app: FastAPI) -> Pass:
+    sessionmaker, key = app.state.sessionmaker, app.state.audit_key
+
+    async def seal() -> None:
+        while True:  # every row committed so far, a batch a transaction
+            async with sessionmaker() as db:
+                if await audit_chain.seal(db, key) < audit_chain.BATCH:
+                    return
+
+    return seal
+
+
 def _notifications(app: FastAPI) -> Pass:
     settings: ManagerSettings = app.state.settings
     return partial(notify_delivery.deliver, app.state.sessionmaker, settings.notify,
@@ -166,6 +184,7 @@ TABLE = (  # started in this order
           _model_uploads),
     Entry("node versions", lambda s: s.nodes.assignment_poll, _node_versions, jitter=0),
     Entry("time limits", lambda s: s.sessions.time_limit_interval, _time_limits),
+    Entry("audit seal", lambda s: AUDIT_SEAL_INTERVAL, _audit_seal),
     Entry("notifications", lambda s: s.notify.interval, _notifications,
           wake=lambda hub: hub.notify),
 )

@@ -482,6 +482,16 @@ class ServerSettings(Section):
         return self
 
 
+class AuditSettings(Section):
+    retention_days: int = Field(
+        default=400, ge=0, le=36500,
+        description="Days the audit log keeps a row in the database; older rows are appended "
+        "to a JSON lines file in archive_dir, then purged. 0: keep every row.",
+    )
+    archive_dir: Path | None = Field(
+        default=None, description="Where purged audit rows are archived (audit-YEAR.jsonl, "
+        "mode 0600). Default: <data_dir>/audit-archive.",
+    )
 class NotifySettings(Section):
     """Notifications (issue 43): the SMTP server e-mail channels use, which private targets
     webhooks may reach, how deliveries are retried. See docs/operations.md."""
@@ -566,6 +576,7 @@ class ManagerSettings(FileSettings):
     log: LogSettings = Field(default_factory=LogSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
     notify: NotifySettings = Field(default_factory=NotifySettings)
 
     @field_validator("data_dir")

@@ -85,6 +85,14 @@ def test_scheduler() -> None:
     assert float(fields["placements_per_second"]) > 0, "the pass placed nothing"
 
 
+@BACKENDS
+def test_audit(backend: str) -> None:
+    fields = run_bench("audit", *backend_args(backend))
+    check(fields, "create_ratio scheduled_ratio create_ms_p50 create_off_ms_p50 "
+          "audit_query_ms_p99 rows rows_written")
+    assert int(fields["rows_written"]) > 0, "the audited manager wrote no audit row"
+
+
 def test_fairness() -> None:
     fields = run_bench("fairness")
     check(fields, "starvation_wait_p50_s starvation_wait_p99_s starvation_fifo_wait_p50_s "

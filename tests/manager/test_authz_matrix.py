@@ -6,6 +6,10 @@ routes; no 5xx.
 
 ``ACCESS`` is the one table of decisions, a line per route. A route the API has and the table
 lacks fails the test: whoever adds a route decides who may call it, here.
+
+Every call also leaves what the audit log must have of it (issue 43): one row, with the
+caller, the outcome and the request id the call sent, for a change, a refusal to someone
+known and a login; none for a read of what one may see, a 422 or an unknown caller.
 """
 
 from __future__ import annotations
@@ -22,7 +26,9 @@ import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
 
+from gpuslice.manager.services.audit import actions
 from gpuslice.manager.settings import ManagerSettings
+from tests.manager.audit_helpers import rows
 from tests.manager.conftest import (
     IMAGE,
     AgentFactory,
@@ -74,6 +80,10 @@ ACCESS: dict[str, Access] = {
     "GET /api/v1/auth/tokens": USER,
     "POST /api/v1/auth/tokens": USER,
     "DELETE /api/v1/auth/tokens/{token_id}": SELF,
+    "GET /api/v1/auth/activity": USER,  # one's own security log only
+    "GET /api/v1/audit": ADMIN,
+    "GET /api/v1/audit/verify": ADMIN,
+    "GET /api/v1/audit/export": ADMIN,
     "GET /api/v1/ssh-keys": USER,  # one's own keys only
     "POST /api/v1/ssh-keys": USER,
     "DELETE /api/v1/ssh-keys/{key_id}": SELF,
@@ -255,6 +265,7 @@ class World:
     objects: dict[str, str]  # "<route key>:<param>" or "<param>" -> a real value
     secrets: list[str]  # what must never appear in another user's answers
     other_node: FakeAgent
+    app: FastAPI
 
 
 def _operations(app: FastAPI) -> list[str]:
@@ -342,7 +353,7 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
                          await _runs(alice)):
         objects.update(more)
         secrets += hidden
-    return World(clients, objects, secrets, other_node)
+    return World(clients, objects, secrets, other_node, app)
 
 
 async def _folders(alice: Client) -> tuple[dict[str, str], list[str]]:
@@ -424,12 +435,43 @@ def _real(value: Any, objects: dict[str, str]) -> Any:
     return value
 
 
-async def _call(client: Client, key: str, path: str, objects: dict[str, str]) -> httpx.Response:
+async def _call(client: Client, key: str, path: str, objects: dict[str, str],
+                request_id: str) -> httpx.Response:
     method = key.split(" ", 1)[0]
     body = BODIES.get(key, {}) if method in ("POST", "PUT", "PATCH") else None
     return await client.request(method, path, params=_real(QUERIES.get(key), objects),
                                 content=None if body is None else json.dumps(_real(body, objects)),
-                                headers={"content-type": "application/json"})
+                                headers={"content-type": "application/json",
+                                         "x-request-id": request_id})
+
+
+USERNAMES = {"owner": "alice", "revoked": "alice", "other": "bob", "admin": "admin",
+             "grantee": "carol"}
+
+
+def _audit_row(key: str, who: str, r: httpx.Response) -> tuple[str, str] | None:
+    """The (outcome, actor type) of the one audit row a call leaves; None: it leaves none."""
+    method, path = key.split(" ", 1)
+    if not path.startswith("/api/") or r.status_code >= 500:
+        return None
+    access = ACCESS[key]
+    as_user = who in USERNAMES and access not in (PUBLIC, SIGNED, NODE, NODE_OBJECT)
+    as_node = who in ("node", "another node") and access in (NODE, NODE_OBJECT)
+    actor = "user" if as_user else "node" if as_node else "anonymous"
+    if r.status_code < 400:
+        return None if actions.quiet(method, path) else ("success", actor)
+    code = r.json().get("code") if "json" in r.headers.get("content-type", "") else None
+    if r.status_code in (413, 422) and code in ("validation_error", "too_large"):
+        return None
+    if key == "POST /api/v1/auth/login":
+        return ("denied" if r.status_code == 429 else "failure", "anonymous")
+    if r.status_code == 401:
+        return ("denied", "user") if who == "revoked" and as_user else None
+    if not (as_user or as_node):
+        return None  # unknown callers cannot grow the log
+    if r.status_code in (403, 404):
+        return ("denied", actor)
+    return None if method == "GET" else ("failure", actor)
 
 
 def _same_404(real: httpx.Response, random: httpx.Response, real_id: str, random_id: str) -> bool:
@@ -464,14 +506,30 @@ class Probe:
     async def expect(self, who: str, ok: Callable[[int], bool], path: str | None = None,
                      client: Client | None = None) -> httpx.Response:
         path = path or self.real
-        r = await _call(client or self.world.clients[who], self.key, path, self.world.objects)
+        request_id = f"matrix-{uuid.uuid4().hex}"
+        r = await _call(client or self.world.clients[who], self.key, path, self.world.objects,
+                        request_id)
         if r.status_code >= 500 or not ok(r.status_code):
             self.problems.append(f"{self.key} as {who} ({path}): {r.status_code} {r.text[:200]}")
+        await self._audited(who, r, request_id)
         if who == "other" and any(secret in r.text and secret not in path
                                   for secret in self.world.secrets):  # not what it sent itself
             self.problems.append(f"{self.key} as another user leaks the owner's data: "
                                  f"{r.text[:200]}")
         return r
+
+    async def _audited(self, who: str, r: httpx.Response, request_id: str) -> None:
+        found = await rows(self.world.app, request_id=request_id)
+        want = _audit_row(self.key, who, r)
+        got = [(row.outcome, row.actor_type) for row in found]
+        if want is not None and want[0] != "success" and got[:1] == [("success", want[1])]:
+            got = got[1:]  # a step it committed before it failed (a folder made): its own row
+        if r.headers.get("x-request-id") != request_id or got != ([want] if want else []):
+            self.problems.append(f"{self.key} as {who}: {r.status_code}, audit rows {got}, "
+                                 f"expected {[want] if want else []}")
+        elif found and found[0].actor_type == "user" and \
+                found[0].actor_name != USERNAMES.get(who, found[0].actor_name):
+            self.problems.append(f"{self.key} as {who}: the row names {found[0].actor_name}")
 
     async def refused(self, *who: str, code: int = 401) -> None:
         for name in who:

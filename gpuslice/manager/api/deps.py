@@ -21,6 +21,7 @@ from gpuslice.manager.errors import Forbidden, NotFound, Unauthorized
 from gpuslice.manager.events import Hub
 from gpuslice.manager.loops import Loop
 from gpuslice.manager.services import auth
+from gpuslice.manager.services.audit import context as audit
 from gpuslice.manager.services.channel import Channel
 from gpuslice.manager.services.login_throttle import LoginThrottle
 from gpuslice.manager.services.models.store import ModelStore
@@ -108,12 +109,16 @@ async def _current(
     # A browser's login cookie stands in for the bearer token; it writes only from our origin.
     cookie = None if credentials is not None else browser.login_cookie(request)
     if cookie is None:
-        return await auth.authenticate(db, _secret(credentials))
-    # A page of another origin (an app's own, at <app>--<session>.<apps.domain>, is one) says
-    # so in Origin even when it only reads: its cookie-carrying call gets nothing.
-    if request.method not in browser.SAFE_METHODS or "origin" in request.headers:
-        browser.check_origin(request, settings.auth.allowed_origins)
-    return await auth.authenticate(db, cookie)
+        user, token = await auth.authenticate(db, _secret(credentials))
+    else:
+        # A page of another origin (an app's own, at <app>--<session>.<apps.domain>, is one)
+        # says so in Origin even when it only reads: its cookie-carrying call gets nothing.
+        if request.method not in browser.SAFE_METHODS or "origin" in request.headers:
+            browser.check_origin(request, settings.auth.allowed_origins)
+        user, token = await auth.authenticate(db, cookie)
+    audit.arm_user(user.id, user.username, "cookie" if cookie else f"{token.kind}_token",
+                   token.id)
+    return user, token
 
 
 async def _current_user(
@@ -156,6 +161,7 @@ VisibleSession = Annotated[SessionRow, Depends(_visible_session)]
 async def _current_node(db: DbDep, credentials: Bearer) -> NodeRow:
     node = await authenticate_node(db, _secret(credentials))
     bind(node_id=node.id)  # what this request logs names the node
+    audit.arm_node(node.id)
     return node
 
 
@@ -165,6 +171,7 @@ CurrentNode = Annotated[NodeRow, Depends(_current_node)]
 async def _current_node_id(db: DbDep, credentials: Bearer) -> str:
     node_id = await authenticate_node_id(db, _secret(credentials))
     bind(node_id=node_id)
+    audit.arm_node(node_id)
     return node_id
 
 

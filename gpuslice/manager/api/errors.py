@@ -17,6 +17,7 @@ from gpuslice.common.schemas.errors import ErrorBody
 from gpuslice.common.text import scrub
 from gpuslice.manager import errors
 from gpuslice.manager.db.faults import classify
+from gpuslice.manager.services.audit import context as audit
 
 log = logging.getLogger(__name__)
 
@@ -100,10 +101,12 @@ def _answer(
 
 
 async def _domain(_request: Request, exc: errors.DomainError) -> JSONResponse:
+    audit.refused(exc.code)
     return _answer(status_of(exc), exc.code, exc.message, exc.field, _headers_of(exc))
 
 
 async def _validation(_request: Request, exc: RequestValidationError) -> JSONResponse:
+    audit.refused("validation_error")
     return _invalid(exc.errors())
 
 
@@ -124,6 +127,7 @@ def _invalid(found: Sequence[Any]) -> JSONResponse:
 
 async def _http(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
     code = _HTTP_CODES.get(exc.status_code, "http_error")
+    audit.refused(code)
     return _answer(exc.status_code, code, str(exc.detail))
 
 

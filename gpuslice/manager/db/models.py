@@ -695,6 +695,8 @@ class SshKeyRow(Base):
 
 
 # Projects' tables live in their own module; imported here so that the metadata has them.
+from gpuslice.manager.db.audit_models import AuditRow as AuditRow  # noqa: E402
+from gpuslice.manager.db.audit_models import AuditStateRow as AuditStateRow  # noqa: E402
 from gpuslice.manager.db.notify_models import (  # noqa: E402
     NotificationChannelRow as NotificationChannelRow,
 )

@@ -22,6 +22,7 @@ from gpuslice.manager.security import (
     new_token,
     token_digest,
 )
+from gpuslice.manager.services.audit import context as audit
 from gpuslice.manager.services.login_throttle import LoginThrottle
 
 # A token's last use is written at most this often, so reads do not become writes.
@@ -39,13 +40,18 @@ async def login(
 ) -> tuple[str, ApiTokenRow]:
     """Check the password (unless the username or the address is throttled: 429 first, no
     hash computed); a new login token (the secret and its row)."""
+    audit.attempted(username)
     await throttle.admit(db, username, address)
     user = await db.scalar(select(UserRow).where(UserRow.username == username))
     await db.commit()  # no transaction held while the hash runs (or waits for its turn)
     ok = await throttle.checks.verify(user.password_hash if user else _DUMMY_HASH, password)
     if user is None or not ok or not user.is_active:
+        audit.note(method="password")
+        audit.refused("bad_credentials" if user is None or not ok else "inactive")
         raise Unauthorized("wrong username or password", code="bad_credentials")
     await throttle.succeeded(db, username, address)
+    audit.note(method="password")
+    audit.arm_user(user.id, user.username, "password", None)  # the row joins the token's commit
     token = new_token(USER_TOKEN_PREFIX)
     row = ApiTokenRow(
         user_id=user.id, kind="login", name="login", token_hash=token_digest(token),
@@ -67,11 +73,14 @@ async def authenticate(db: AsyncSession, token: str) -> tuple[UserRow, ApiTokenR
         )
     ).first()
     if found is None:
+        await _rejected(db, token)
         raise Unauthorized("this token is unknown or was revoked")
     user, row = found
     if row.expires_at is not None and row.expires_at <= now:
+        audit.rejected(user.id, user.username, f"{row.kind}_token", row.id, "token_expired")
         raise Unauthorized("this token has expired", code="token_expired")
     if not user.is_active:
+        audit.rejected(user.id, user.username, f"{row.kind}_token", row.id, "inactive")
         raise Unauthorized("this user is disabled")
     if row.last_used_at is None or now - row.last_used_at > _TOUCH_EVERY:
         await db.execute(
@@ -79,6 +88,17 @@ async def authenticate(db: AsyncSession, token: str) -> tuple[UserRow, ApiTokenR
         )
     await db.commit()  # the request's later work starts a fresh transaction
     return user, row
+
+
+async def _rejected(db: AsyncSession, token: str) -> None:
+    """A revoked token presented is audited (one never known is not: anyone can send those)."""
+    found = (await db.execute(
+        select(UserRow.id, UserRow.username, ApiTokenRow.kind, ApiTokenRow.id)
+        .join(ApiTokenRow, ApiTokenRow.user_id == UserRow.id)
+        .where(ApiTokenRow.token_hash == token_digest(token)))).first()
+    if found is not None:
+        user_id, username, kind, token_id = found
+        audit.rejected(user_id, username, f"{kind}_token", token_id, "token_revoked")
 
 
 async def revoke_token(db: AsyncSession, user: UserRow, token_id: str) -> None:

@@ -15,6 +15,7 @@ from gpuslice.manager.db.models import ResourcePolicyRow, UserRow
 from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.security import hash_password, new_password
 from gpuslice.manager.services import presets, priorities
+from gpuslice.manager.services.audit import context as audit
 from gpuslice.manager.services.auth import end_tokens
 from gpuslice.manager.services.projects.service import personal_project
 from gpuslice.manager.services.storage import grants
@@ -62,6 +63,7 @@ async def update_user(db: AsyncSession, user_id: str, body: UserUpdate) -> UserP
         # cannot both succeed; on SQLite the write below serialises them.
         await db.execute(select(UserRow.id).where(UserRow.role == Role.ADMIN).with_for_update())
     row = await get_user(db, user_id)
+    before = {"role": str(row.role), "is_active": row.is_active, "policy_id": row.policy_id}
     if new_hash is not None:
         row.password_hash = new_hash
         await end_tokens(db, row.id, keep_api_tokens=body.keep_api_tokens)
@@ -84,6 +86,9 @@ async def update_user(db: AsyncSession, user_id: str, body: UserUpdate) -> UserP
             f"{username} is the last active admin: make another admin first",
             field="role" if body.role == Role.USER else "is_active", code="last_admin",
         )
+    after = {"role": str(row.role), "is_active": row.is_active, "policy_id": row.policy_id}
+    audit.note(changed={k: [before[k], v] for k, v in after.items() if before[k] != v},
+               password_reset=new_hash is not None)  # before/after in the audit row
     await db.commit()
     return public(row)
 

@@ -26,6 +26,7 @@ from gpuslice.manager.db.models import (
     UserRow,
 )
 from gpuslice.manager.errors import IllegalTransition, StaleStatus
+from gpuslice.manager.services.audit.record import record
 from gpuslice.manager.services.lifecycle import running_since, transition
 from gpuslice.manager.services.monitoring.idle import Observed, Reclaim, decide
 from gpuslice.manager.services.notify import enqueue as notify
@@ -55,6 +56,9 @@ async def reclaim_pass(
                 continue
             try:
                 await transition(db, row, SessionStatus.TERMINATING, reclaim.reason)
+                record(db, "session.reclaim", actor="system:reclaim", target_type="session",
+                       target_id=row.id, details={"kind": reclaim.kind, "owner": row.owner_id,
+                                                  "reason": reclaim.reason})
                 await db.commit()
             except (StaleStatus, IllegalTransition):
                 await db.rollback()

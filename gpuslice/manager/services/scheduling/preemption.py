@@ -59,6 +59,7 @@ from gpuslice.manager.scheduler.preemption import (
     plan_preemptions,
 )
 from gpuslice.manager.scheduler.reasons import preempting
+from gpuslice.manager.services.audit.record import record
 from gpuslice.manager.services.lifecycle import note, transition
 from gpuslice.manager.services.priorities import NONE, ClassRule
 from gpuslice.manager.services.scheduling.snapshot import Snapshot, holds_of
@@ -151,6 +152,10 @@ async def _apply(
             reason = victim_reason(winner, victim)
             await transition(db, victim, SessionStatus.TERMINATING, reason,
                              preempted_by=winner.id, preempt_reason=reason)
+            record(db, "session.preempt", actor="system:scheduler", target_type="session",
+                   target_id=victim.id, details={
+                       "owner": victim.owner_id, "winner": winner.id, "node": node_name,
+                       "winner_class": winner.priority_class or "default"})
         names = victims_named(winner, victims)
         await note(db, winner, f"preempting {names} on node {node_name}: waiting for "
                                f"{'it' if len(victims) == 1 else 'them'} to stop; the capacity "

@@ -21,6 +21,7 @@ from gpuslice.common.timelimits import format_limit
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import SessionRow
 from gpuslice.manager.errors import Conflict, IllegalTransition, StaleStatus
+from gpuslice.manager.services.audit.record import record
 from gpuslice.manager.services.channel import Channel
 from gpuslice.manager.services.lifecycle import note, running_since, transition
 from gpuslice.manager.services.notify import enqueue as notify
@@ -52,6 +53,9 @@ async def sweep(sessionmaker: async_sessionmaker[AsyncSession], warning: WarnSig
             reason = f"time limit reached ({format_limit(row.time_limit)})"
             try:
                 await transition(db, row, SessionStatus.TERMINATING, reason)
+                record(db, "session.time_limit", actor="system:timelimit",
+                       target_type="session", target_id=row.id,
+                       details={"owner": row.owner_id, "time_limit": row.time_limit})
                 await db.commit()
             except (StaleStatus, IllegalTransition):
                 await db.rollback()  # it ended or changed meanwhile: nothing to do

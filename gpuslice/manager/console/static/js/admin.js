@@ -1,14 +1,15 @@
 // Admins: nodes with their GPUs and each slice (who holds it, fGPU, memory, live usage), users
 // and policies, projects and resource groups (admin_projects.js), the image catalog, join
-// tokens and usage charts (by user or by project). The API refuses all of this to
-// other users; the console only hides the link.
+// tokens, usage charts (by user or by project) and the audit log (admin_audit.js). The API
+// refuses all of this to other users; the console only hides the link.
 import { api, del, get, post } from "./api.js";
 import { add, age, badge, bytes, clear, errorLine, fgpu, h, num, toast, when } from "./dom.js";
 import { bars, precise } from "./charts.js";
 import { projectsTab } from "./admin_projects.js";
+import { auditTab } from "./admin_audit.js";
 
 const TABS = { nodes: "Nodes and GPUs", users: "Users and policies", projects: "Projects and groups", images: "Images",
-  tokens: "Join tokens", usage: "Usage" };
+  tokens: "Join tokens", usage: "Usage", audit: "Audit" };
 
 export function adminPage(main, parts, me) {
   if (me.role !== "admin") {
@@ -21,7 +22,7 @@ export function adminPage(main, parts, me) {
     Object.entries(TABS).map(([key, label]) => h("button", { type: "button", role: "tab", "aria-selected": String(key === tab),
       onclick: () => { location.hash = "#/admin/" + key; } }, label))), body);
   let timer = null;
-  const show = { nodes, users, projects: projectsTab, images, tokens, usage }[tab];
+  const show = { nodes, users, projects: projectsTab, images, tokens, usage, audit: auditTab }[tab];
   async function loop() {
     try {
       await show(body);

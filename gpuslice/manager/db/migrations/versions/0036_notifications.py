@@ -2,7 +2,7 @@
 session events are sent, and each delivery, enqueued once per (channel, event).
 
 Revision ID: 0036
-Revises: 0034
+Revises: 0035
 Create Date: 2026-12-07
 """
 
@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0036"
-down_revision: str | None = "0034"
+down_revision: str | None = "0035"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
