@@ -5,7 +5,8 @@ Packages (each owns its rows and rules; its ``__init__`` says what):
 heartbeats, state reports, assignments, liveness, resource groups), ``images/`` (catalog, the
 apps an image gives a session, node reports, aliases, registry), ``scheduling/`` (what a pass
 reads, the pass, guarded allocation, preemption), and ``apps``, ``monitoring``, ``storage``,
-``projects``, ``timelimits``, ``models``, ``runs``, ``ssh``, ``config``, ``notify``.
+``projects``, ``timelimits``, ``models``, ``runs``, ``ssh``, ``config``, ``notify``,
+``audit``.
 
 Cross-cutting, at the root: ``lifecycle`` (the one door for a session's status), ``channel``
 (the one way to ask an agent for something), ``policies``, ``presets``, ``priorities``,
@@ -24,7 +25,8 @@ names on one line not from each other):
 7. ``projects``
 8. ``auth``, ``channel``, ``health``, ``images``, ``lifecycle``, ``models``, ``policies``,
    ``presets``, ``retention``, ``ssh``
-9. ``login_throttle``, ``notify`` (a status change enqueues its notifications, in its
+9. ``audit`` (the services that decide for a user write its row in their transaction),
+   ``login_throttle``, ``notify`` (a status change enqueues its notifications, in its
    transaction: ``lifecycle`` calls in)
 
 then ``db``. ``lint-imports`` (``make lint``; the ``services`` contract in pyproject.toml) keeps
