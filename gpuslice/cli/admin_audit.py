@@ -108,8 +108,10 @@ def export(
 
 @friendly
 def activity(since: SinceOpt = None, limit: LimitOpt = 100, as_json: JsonOpt = False) -> None:
-    """Your own security log: logins (address, method), failed logins on your name, tokens
-    made and revoked, password changes, what admins did to your account."""
+    """Your own security log: logins, failed logins on your name, tokens, password changes.
+
+    Each line says when, from which address and by which method, and includes tokens made
+    and revoked and what admins did to your account."""
     with Client.from_config() as client:
         page = client.activity(since=_time(since, "--since"), limit=limit)
     show(page, as_json)

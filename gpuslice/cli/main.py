@@ -57,7 +57,7 @@ COMMANDS = {
     "node": Lazy("gpuslice.cli.node:app", "Nodes and their GPUs (admins)."),
     "admin": Lazy(
         "gpuslice.cli.admin:app",
-        "Users, policies, projects, join tokens, configuration, backups, audit log (admins).",
+        "Users, policies, projects, join tokens, configuration, backups, the audit log (admins).",
     ),
     "token": Lazy("gpuslice.cli.token:app", "Your API tokens."),
     "activity": Lazy(
