@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gpuslice.manager.services.audit import record
@@ -27,12 +27,14 @@ _BODY_PEEK = 64 * 1024  # the body's field names are read from at most this much
 _NOT_REFUSALS = ("validation_error", "too_large")
 
 
-async def routed(request: Request) -> None:
+async def routed(connection: HTTPConnection) -> None:
     """The API router's first dependency: the request's route names its action and target
-    (the scope the middleware saw is a copy made before routing)."""
+    (the scope the middleware saw is a copy made before routing). A WebSocket route's too:
+    ``HTTPConnection`` is what FastAPI gives both kinds (a ``Request`` parameter fails a
+    WebSocket's dependencies)."""
     ctx = current()
     if ctx is not None:
-        ctx.scope = request.scope
+        ctx.scope = connection.scope
         ctx.name()
 
 
