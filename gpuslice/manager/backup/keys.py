@@ -14,11 +14,10 @@ from __future__ import annotations
 import errno
 import hashlib
 import hmac
-import os
-import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuslice.common import key_files
 from gpuslice.manager.backup.errors import BackupError, KeyUnavailable
 
 KEY_FILE = "backup-key"
@@ -47,7 +46,7 @@ def default_key_file(data_dir: Path) -> Path:
 def load(path: Path) -> BackupKey:
     """The key in ``path``, or a `BackupError` that says what to do."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        secret = key_files.read(path)
     except FileNotFoundError:
         raise KeyUnavailable(
             f"there is no backup key at {path}: give the key of the platform that made the "
@@ -58,40 +57,20 @@ def load(path: Path) -> BackupKey:
         if exc.errno == errno.ELOOP:
             raise BackupError(f"{path} is a symbolic link: give the key file itself") from None
         raise BackupError(f"cannot read the backup key {path}: {exc.strerror or exc}") from None
-    with os.fdopen(fd, "rb") as src:
-        text = src.read(200).strip()
-    try:
-        secret = bytes.fromhex(text.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
-        secret = b""
-    if len(secret) != 32:
+    if secret is None:
         raise BackupError(f"{path} is not a backup key (it holds 64 hexadecimal digits)")
     return BackupKey(secret, path)
 
 
 def load_or_create(path: Path) -> tuple[BackupKey, bool]:
-    """The key in ``path``, made (mode 0600) when there is none; and whether it was made."""
+    """The key in ``path``, made (mode 0600) when there is none; and whether it was made (by
+    this call, not an earlier backup or one running beside it)."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-    except FileExistsError:
-        return load(path), False  # made by an earlier backup (or one running beside this)
-    with os.fdopen(fd, "w") as out:
-        out.write(secrets.token_hex(32) + "\n")
-        out.flush()
-        os.fsync(out.fileno())
-    return load(path), True
+    made = key_files.create(path)
+    return load(path), made
 
 
 def keep(key: BackupKey, path: Path) -> bool:
     """Write ``key`` to ``path`` unless a file is there (a restored platform goes on with the
     key its backups were made with); whether it was written."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-    except FileExistsError:
-        return False
-    with os.fdopen(fd, "w") as out:
-        out.write(key.secret.hex() + "\n")
-    return True
+    return key_files.create(path, key.secret)

@@ -13,8 +13,6 @@ import errno
 import hashlib
 import hmac
 import json
-import os
-import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +23,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from gpuslice.common import key_files
 from gpuslice.manager.db.audit_models import SEAL_COLUMNS, AuditRow, AuditStateRow
 from gpuslice.manager.db.base import utcnow
 
@@ -52,18 +51,9 @@ def load_key(data_dir: Path, *, create: bool = False) -> ChainKey:
     """``<data_dir>/audit-chain.key`` (64 hex digits, mode 0600), made when ``create``."""
     path = data_dir / KEY_FILE
     if create:
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600)
-        except FileExistsError:
-            pass
-        else:
-            with os.fdopen(fd, "w") as out:
-                out.write(secrets.token_hex(32) + "\n")
-                out.flush()
-                os.fsync(out.fileno())
+        key_files.create(path)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        secret = key_files.read(path)
     except FileNotFoundError:
         raise ChainKeyError(f"there is no audit chain key at {path}: copy the file "
                             "audit-chain.key of this platform's data directory there") from None
@@ -73,13 +63,7 @@ def load_key(data_dir: Path, *, create: bool = False) -> ChainKey:
                                 "there") from None
         raise ChainKeyError(f"cannot read the audit chain key {path}: "
                             f"{exc.strerror}") from None
-    with os.fdopen(fd, "rb") as src:
-        raw = src.read(200).strip()
-    try:
-        secret = bytes.fromhex(raw.decode("ascii"))
-    except (UnicodeDecodeError, ValueError):
-        secret = b""
-    if len(secret) != 32:
+    if secret is None:
         raise ChainKeyError(f"{path} is not an audit chain key (it holds 64 hexadecimal digits)")
     return ChainKey(secret)
 
