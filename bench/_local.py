@@ -1,8 +1,9 @@
 """What the benchmarks share: their command line's ``--short`` (the test suite's run); and for
 those that start a manager of their own, a free port, waiting until it answers, the first admin's
-password (from the file the manager writes at its first start), and forgetting a bench node once
-it stopped (its containers and its session network: each run's node has a name of its own, and
-Docker runs out of network address pools after a few dozen)."""
+password (from the file the manager writes at its first start), a database of their own (SQLite,
+or made on a PostgreSQL server and dropped after), an API client logged in as that admin, and
+forgetting a bench node once it stopped (its containers and its session network: each run's
+node has a name of its own, and Docker runs out of network address pools after a few dozen)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ import argparse
 import socket
 import subprocess
 import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,3 +75,38 @@ def forget_node(node: str) -> None:
     if left := node_containers(node):
         subprocess.run(["docker", "rm", "-f", *left], capture_output=True)
     subprocess.run(["docker", "network", "rm", f"gpuslice-{node}"], capture_output=True)
+
+
+@asynccontextmanager
+async def scratch_database(pg: str | None, tmp: Path) -> AsyncIterator[str]:
+    """A database URL of the bench's own: SQLite in ``tmp``, or a new database on the
+    PostgreSQL server ``pg``, dropped afterwards."""
+    from sqlalchemy import text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    if pg is None:
+        yield f"sqlite+aiosqlite:///{tmp / 'bench.db'}"
+        return
+    server = make_url(pg).set(drivername="postgresql+asyncpg")
+    name = f"gpuslice_bench_{uuid.uuid4().hex[:12]}"
+    admin = create_async_engine(server, isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+        yield server.set(database=name).render_as_string(hide_password=False)
+        async with admin.connect() as conn:
+            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        await admin.dispose()
+
+
+async def login_admin(client: httpx.AsyncClient, data_dir: Path) -> None:
+    """Log ``client`` in as the first admin (the credentials file the manager wrote)."""
+    from gpuslice.manager.services.users import CREDENTIALS_FILE
+
+    lines = (data_dir / CREDENTIALS_FILE).read_text().splitlines()
+    creds = dict(line.split(": ", 1) for line in lines)
+    r = await client.post("/api/v1/auth/login", json=creds)
+    r.raise_for_status()
+    client.headers["Authorization"] = f"Bearer {r.json()['access_token']}"

@@ -20,22 +20,16 @@ import asyncio
 import statistics
 import tempfile
 import time
-import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
-from _local import parse_args
-from sqlalchemy import insert, select, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
+from _local import login_admin, parse_args, scratch_database
+from sqlalchemy import insert, select
 
 from gpuslice.manager.app import create_app
 from gpuslice.manager.db.models import SessionRow, UserRow
-from gpuslice.manager.services.users import CREDENTIALS_FILE
 from gpuslice.manager.settings import load_settings
 
 GiB = 1024**3
@@ -45,7 +39,7 @@ IMAGE = "python:3.11"
 async def main() -> None:
     args = _parse()
     with tempfile.TemporaryDirectory() as tmp:
-        async with _database(args.pg, Path(tmp)) as url:
+        async with scratch_database(args.pg, Path(tmp)) as url:
             settings = load_settings(
                 data_dir=Path(tmp), database={"url": url},
                 sessions={"allowed_images": [IMAGE]},
@@ -54,7 +48,7 @@ async def main() -> None:
             async with app.router.lifespan_context(app):
                 transport = httpx.ASGITransport(app=app)
                 async with httpx.AsyncClient(transport=transport, base_url="http://m") as client:
-                    await _login(client, Path(tmp))
+                    await login_admin(client, Path(tmp))
                     await _add_node(client)
                     create_ms = await _create_to_scheduled(client, args.creates)
                     owner = await _fill(app, args.sessions)
@@ -83,32 +77,6 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--sessions", type=int, default=10_000, help="sessions in the database")
     parser.add_argument("--lists", type=int, default=300, help="list samples")
     return parse_args(parser, {"creates": 10, "sessions": 500, "lists": 10})
-
-
-@asynccontextmanager
-async def _database(pg: str | None, tmp: Path) -> AsyncIterator[str]:
-    if pg is None:
-        yield f"sqlite+aiosqlite:///{tmp / 'bench.db'}"
-        return
-    server = make_url(pg).set(drivername="postgresql+asyncpg")
-    name = f"gpuslice_bench_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(server, isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield server.set(database=name).render_as_string(hide_password=False)
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await admin.dispose()
-
-
-async def _login(client: httpx.AsyncClient, data_dir: Path) -> None:
-    lines = (data_dir / CREDENTIALS_FILE).read_text().splitlines()
-    creds = dict(line.split(": ", 1) for line in lines)
-    r = await client.post("/api/v1/auth/login", json=creds)
-    r.raise_for_status()
-    client.headers["Authorization"] = f"Bearer {r.json()['access_token']}"
 
 
 async def _add_node(client: httpx.AsyncClient) -> None:

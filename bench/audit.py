@@ -30,15 +30,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from _local import parse_args
-from sqlalchemy import func, insert, select, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import create_async_engine
+from _local import login_admin, parse_args, scratch_database
+from sqlalchemy import func, insert, select
 
 from gpuslice.manager.app import create_app
 from gpuslice.manager.db.audit_models import AuditRow
 from gpuslice.manager.services.audit.middleware import AuditMiddleware
-from gpuslice.manager.services.users import CREDENTIALS_FILE
 from gpuslice.manager.settings import load_settings
 
 GiB = 1024**3
@@ -90,7 +87,7 @@ def _parse() -> argparse.Namespace:
 async def _manager(pg: str | None, data_dir: Path,
                    audited: bool) -> AsyncIterator[tuple[Any, httpx.AsyncClient]]:
     data_dir.mkdir()
-    async with _database(pg, data_dir) as url:
+    async with scratch_database(pg, data_dir) as url:
         settings = load_settings(data_dir=data_dir, database={"url": url},
                                  sessions={"allowed_images": [IMAGE]})
         app = create_app(settings)
@@ -99,7 +96,7 @@ async def _manager(pg: str | None, data_dir: Path,
         async with app.router.lifespan_context(app):
             transport = httpx.ASGITransport(app=app)
             async with httpx.AsyncClient(transport=transport, base_url="http://m") as client:
-                await _login(client, data_dir)
+                await login_admin(client, data_dir)
                 online = asyncio.Event()
                 beat = asyncio.create_task(_add_node(client, online))
                 await online.wait()
@@ -107,32 +104,6 @@ async def _manager(pg: str | None, data_dir: Path,
                     yield app, client
                 finally:
                     beat.cancel()
-
-
-@asynccontextmanager
-async def _database(pg: str | None, tmp: Path) -> AsyncIterator[str]:
-    if pg is None:
-        yield f"sqlite+aiosqlite:///{tmp / 'bench.db'}"
-        return
-    server = make_url(pg).set(drivername="postgresql+asyncpg")
-    name = f"gpuslice_bench_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(server, isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-        yield server.set(database=name).render_as_string(hide_password=False)
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    finally:
-        await admin.dispose()
-
-
-async def _login(client: httpx.AsyncClient, data_dir: Path) -> None:
-    lines = (data_dir / CREDENTIALS_FILE).read_text().splitlines()
-    creds = dict(line.split(": ", 1) for line in lines)
-    r = await client.post("/api/v1/auth/login", json=creds)
-    r.raise_for_status()
-    client.headers["Authorization"] = f"Bearer {r.json()['access_token']}"
 
 
 async def _add_node(client: httpx.AsyncClient, online: asyncio.Event) -> None:
