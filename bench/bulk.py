@@ -34,8 +34,8 @@ from sqlalchemy import func, insert, select
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._local import parse_args  # noqa: E402
-from bench.api import IMAGE, _database, _login  # noqa: E402
+from bench._local import login_admin, parse_args, scratch_database  # noqa: E402
+from bench.api import IMAGE  # noqa: E402
 from gpuslice.agent.loops import LONG_POLL_S  # noqa: E402
 from gpuslice.manager.app import create_app  # noqa: E402
 from gpuslice.manager.db.base import new_id  # noqa: E402
@@ -56,7 +56,7 @@ FAILED: list[int] = []  # the agents' calls that failed (status), retried as age
 async def main() -> None:
     args = _parse()
     with tempfile.TemporaryDirectory() as tmp:
-        async with _database(args.pg, Path(tmp)) as url:
+        async with scratch_database(args.pg, Path(tmp)) as url:
             settings = load_settings(
                 data_dir=Path(tmp), database={"url": url},
                 sessions={"allowed_images": [IMAGE]}, nodes={"fgpu_per_gpu": "2"},
@@ -66,7 +66,7 @@ async def main() -> None:
                 transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)  # a 500
                 async with httpx.AsyncClient(transport=transport, base_url="http://m",
                                              timeout=120) as client:
-                    await _login(client, Path(tmp))
+                    await login_admin(client, Path(tmp))
                     stop = asyncio.Event()
                     polls = await _join_nodes(client, args.nodes, stop)
                     seconds = await _schedule_all(app, args.sessions)

@@ -40,8 +40,8 @@ import httpx
 from sqlalchemy import func, insert, select, text, update
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _local import parse_args  # noqa: E402
-from api import _database, _login, _pct, _report  # noqa: E402  (the same bench helpers)
+from _local import login_admin, parse_args, scratch_database  # noqa: E402
+from api import _pct, _report  # noqa: E402  (the same bench helpers)
 
 from gpuslice.common.limits import CREATE_COUNT_MAX as MAX_COUNT  # noqa: E402
 from gpuslice.common.schemas.agents import SessionUsage  # noqa: E402
@@ -76,7 +76,7 @@ async def main() -> None:
     args = _parse()
     sessions = args.nodes * PER_NODE
     with tempfile.TemporaryDirectory() as tmp:
-        async with _database(args.pg, Path(tmp)) as url:
+        async with scratch_database(args.pg, Path(tmp)) as url:
             settings = load_settings(data_dir=Path(tmp), database={"url": url},
                                      sessions={"allowed_images": [IMAGE],
                                                "max_count": MAX_COUNT,
@@ -91,7 +91,7 @@ async def main() -> None:
                 transport = httpx.ASGITransport(app=app)
                 async with httpx.AsyncClient(transport=transport, base_url="http://m",
                                              timeout=60) as client:
-                    await _login(client, Path(tmp))
+                    await login_admin(client, Path(tmp))
                     nodes = await _cluster(client, app, args.nodes)
                     store, floor = await _store_heartbeats(app, nodes, args.rounds)
                     render, me = await _scrape(client, args.scrapes, sessions)
