@@ -468,6 +468,9 @@ def test_a_browser_logs_in_and_uses_the_terminal_and_jupyterlab(plat: Platform) 
     with sync_api.sync_playwright() as driver:
         browser = driver.chromium.launch(executable_path=executable, args=["--no-sandbox"])
         page = browser.new_page()
+        # What the page saw, for a failure's message: its console, its WebSockets.
+        page.on("console", lambda m: TRACE.append(f"console {m.type}: {m.text}"))
+        page.on("websocket", _trace_socket)
         page.goto(f"{plat.url}/s/{sid}/terminal/")
         assert "/login?next=" in page.url  # not logged in yet
         post_login(page, "admin", plat.admin_password())
@@ -492,15 +495,28 @@ def test_a_browser_logs_in_and_uses_the_terminal_and_jupyterlab(plat: Platform) 
         browser.close()
 
 
+TRACE: list[str] = []
+
+
+def _trace_socket(ws: Any) -> None:
+    TRACE.append(f"websocket {ws.url}")
+    ws.on("close", lambda _: TRACE.append(f"websocket closed {ws.url}"))
+    ws.on("socketerror", lambda error: TRACE.append(f"websocket error {error}"))
+
+
 def shown(page: Any, selector: str, text: str, timeout: float = 30.0) -> None:
     """Wait until ``text`` shows in ``selector`` (polled from here: the pages' CSP forbids the
     browser-side evaluation wait_for_function uses)."""
     deadline = time.monotonic() + scaled(timeout)
+    seen = "(not on the page)"
     while True:
         try:
-            if text in page.inner_text(selector, timeout=scaled(1000)):
+            seen = page.inner_text(selector, timeout=scaled(1000))
+            if text in seen:
                 return
         except Exception:  # not on the page yet
             pass
-        assert time.monotonic() < deadline, f"no {text!r} in {selector}"
+        assert time.monotonic() < deadline, (
+            f"no {text!r} in {selector}; it shows {seen[-500:]!r}; the page saw "
+            + ("; ".join(TRACE[-20:]) or "no console message and no WebSocket"))
         time.sleep(0.3)
