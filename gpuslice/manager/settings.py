@@ -126,6 +126,143 @@ class NodeSettings(Section):
         return int(self.fgpu_per_gpu * 1000)
 
 
+class IdentityMapping(Section):
+    """Who a provider's user becomes in gpuslice (shared by ``auth.oidc`` and ``auth.ldap``;
+    see gpuslice/manager/services/identity/README.md)."""
+
+    allow_all: bool = Field(
+        default=False,
+        description="Every user the provider signs in may use gpuslice; otherwise only members "
+        "of allowed_groups (the manager refuses to start with the provider on and neither set).",
+    )
+    allowed_groups: list[str] = Field(
+        default_factory=list, max_length=1000,
+        description="Groups (compared exactly, as the provider sends them) whose members may "
+        "sign in.",
+    )
+    admin_groups: list[str] = Field(
+        default_factory=list, max_length=1000,
+        description="Groups whose members are admins; when set, the role of this provider's "
+        "users follows them at every sign-in and re-check (an admin cannot change it).",
+    )
+    provision: Literal["auto", "existing-only", "inactive"] = Field(
+        default="auto",
+        description="At a first sign-in: auto creates the user; existing-only refuses anyone "
+        "an admin has not linked; inactive creates the user disabled until an admin enables it.",
+    )
+    link_existing: Literal["never", "by-username"] = Field(
+        default="never",
+        description="A first sign-in whose user name belongs to an account not linked to any "
+        "provider: never (refused, the admin links it) or by-username (linked once: a "
+        "migration aid). An e-mail address never links accounts.",
+    )
+
+
+class OidcSettings(IdentityMapping):
+    """OpenID Connect single sign-on; off while ``issuer`` is empty."""
+
+    issuer: str = Field(
+        default="", max_length=512,
+        description="The provider's issuer URL (https unless on a loopback address); empty: "
+        "no OIDC sign-in.",
+    )
+    client_id: str = Field(default="", max_length=256, description="gpuslice's client id.")
+    client_secret: SecretStr | None = Field(
+        default=None,
+        description="gpuslice's client secret (GPUSLICE_AUTH__OIDC__CLIENT_SECRET); never "
+        "logged nor shown.",
+    )
+    display_name: str = Field(
+        default="single sign-on", min_length=1, max_length=64,
+        description="The provider's name on the login page (Log in with ...).",
+    )
+    scopes: list[str] = Field(
+        default_factory=lambda: ["openid", "profile", "email", "groups"], max_length=20,
+        description="Scopes asked for (openid is always asked).",
+    )
+    username_claim: str = Field(
+        default="preferred_username", min_length=1, max_length=128,
+        description="The claim (a dotted path) a new user's name comes from, fixed at the "
+        "first sign-in.",
+    )
+    username_strip_domain: str = Field(
+        default="", max_length=253,
+        description="A domain taken off the user name claim (alice@lab.org: alice); a name "
+        "with another domain is refused.",
+    )
+    name_claim: str = Field(default="name", max_length=128,
+                            description="The claim of the user's display name.")
+    email_claim: str = Field(default="email", max_length=128,
+                             description="The claim of the user's e-mail address.")
+    trust_email: bool = Field(
+        default=False,
+        description="Take the e-mail address as verified without an email_verified claim "
+        "(it never links accounts either way).",
+    )
+    groups_claim: str = Field(
+        default="groups", min_length=1, max_length=128,
+        description="The claim (a dotted path, e.g. realm_access.roles) of the user's groups.",
+    )
+
+
+class LdapSettings(IdentityMapping):
+    """An LDAP directory (OpenLDAP, Active Directory) users sign in with; off while ``url`` is
+    empty."""
+
+    url: str = Field(
+        default="", max_length=512,
+        description="ldaps://host[:port], or ldap://host[:port] with start_tls (plain ldap only "
+        "to a loopback address); empty: no directory.",
+    )
+    start_tls: bool = Field(default=False, description="Upgrade ldap:// with StartTLS.")
+    ca_file: Path | None = Field(
+        default=None, description="CA certificates the directory's certificate is checked "
+        "with; default: the system's.",
+    )
+    bind_dn: str = Field(
+        default="", max_length=1024,
+        description="The service account that finds users and their groups; empty: anonymous "
+        "searches.",
+    )
+    bind_password: SecretStr | None = Field(
+        default=None,
+        description="The service account's password (GPUSLICE_AUTH__LDAP__BIND_PASSWORD); "
+        "never logged nor shown.",
+    )
+    user_base: str = Field(default="", max_length=1024,
+                           description="Where users are searched.")
+    user_filter: str = Field(
+        default="(&(objectClass=inetOrgPerson)(uid={username}))", max_length=1024,
+        description="Finds the user signing in ({username} is escaped); AD: "
+        "(&(objectClass=user)(sAMAccountName={username})).",
+    )
+    subject_attribute: str = Field(
+        default="entryUUID", min_length=1, max_length=64,
+        description="The directory's stable id of a user (objectGUID on AD): what a gpuslice "
+        "user is linked by, never the DN.",
+    )
+    email_attribute: str = Field(default="mail", max_length=64,
+                                 description="The user's e-mail address attribute.")
+    name_attribute: str = Field(default="cn", max_length=64,
+                                description="The user's display name attribute.")
+    group_base: str = Field(default="", max_length=1024,
+                            description="Where groups are searched; empty: memberOf is read.")
+    group_filter: str = Field(
+        default="(|(member={user_dn})(uniqueMember={user_dn})(memberUid={username}))",
+        max_length=1024, description="Finds the user's groups under group_base.",
+    )
+    group_value: Literal["cn", "dn"] = Field(
+        default="cn", description="What a group is named by in the group settings: cn or dn.",
+    )
+    timeout: float = Field(default=10.0, ge=0.5, le=120,
+                           description="Seconds a directory operation may take.")
+    recheck_interval: float = Field(
+        default=300.0, ge=10, le=86400,
+        description="Seconds between re-checks of signed-in directory users (gone or locked: "
+        "every token ends; groups synced).",
+    )
+
+
 class AuthSettings(Section):
     login_token_ttl: float = Field(
         default=12 * 3600, ge=60, le=90 * 86400, description="Seconds a login token lasts."
@@ -163,6 +300,29 @@ class AuthSettings(Section):
         description="Web origins (https://host[:port]) besides the manager's own from which a "
         "browser holding the login cookie may write (POST, PUT, DELETE, WebSocket).",
     )
+    public_url: str = Field(
+        default="", max_length=512,
+        description="The manager's URL as browsers reach it (https://gpu.lab.org): sign-in "
+        "redirects and links are built from it, never from a request's Host. Default: the "
+        "address the manager serves on.",
+    )
+    oidc: OidcSettings = Field(default_factory=OidcSettings)
+    ldap: LdapSettings = Field(default_factory=LdapSettings)
+
+    @model_validator(mode="after")
+    def _someone_may_sign_in(self) -> AuthSettings:
+        for name, section, on in (("oidc", self.oidc, bool(self.oidc.issuer)),
+                                  ("ldap", self.ldap, bool(self.ldap.url))):
+            if on and not section.allow_all and not section.allowed_groups:
+                raise ValueError(
+                    f"auth.{name} is on but nobody may sign in with it: set "
+                    f"auth.{name}.allowed_groups (e.g. [\"gpu-users\"]) or "
+                    f"auth.{name}.allow_all = true")
+        if self.public_url and not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?",
+                                                self.public_url):
+            raise ValueError(f"auth.public_url must be an http(s) URL such as "
+                             f"https://gpu.lab.org, got {self.public_url!r}")
+        return self
 
 
 class SessionSettings(Section):

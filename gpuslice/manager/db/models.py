@@ -61,6 +61,7 @@ class UserRow(Base):
 
     id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
     username: Mapped[str] = mapped_column(String(64), unique=True)
+    # a provider's user has none: a value no password matches (services/identity)
     password_hash: Mapped[str] = mapped_column(String(255))
     role: Mapped[Role] = mapped_column(str_enum(Role, 16))
     is_active: Mapped[bool] = mapped_column(Boolean, default=True)
@@ -68,8 +69,34 @@ class UserRow(Base):
         ForeignKey("resource_policies.id", ondelete="RESTRICT"), index=True
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    source: Mapped[str] = mapped_column(String(16), default="local")  # local | oidc | ldap
+    display_name: Mapped[str | None] = mapped_column(String(128))
+    email: Mapped[str | None] = mapped_column(String(320))
+    email_verified: Mapped[bool] = mapped_column(Boolean, default=False)
+    last_login_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # why is_active is false: "admin", or "directory: ..." (a re-check may enable it again)
+    disabled_reason: Mapped[str | None] = mapped_column(String(128))
 
     policy: Mapped[ResourcePolicyRow | None] = relationship(lazy="raise")
+
+
+class UserIdentityRow(Base):
+    """A user's sign-in at a provider: (provider, subject) is who they are there, never their
+    name or e-mail address."""
+
+    __tablename__ = "user_identities"
+    __table_args__ = (UniqueConstraint("provider", "subject"),)
+
+    id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+    provider: Mapped[str] = mapped_column(String(16))  # oidc | ldap
+    subject: Mapped[str] = mapped_column(String(255))
+    claimed_username: Mapped[str] = mapped_column(String(255))
+    # the groups the provider said at the last sign-in or re-check (None: it said nothing)
+    groups: Mapped[list[str] | None] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    last_login_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    checked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
 class ApiTokenRow(Base):
@@ -702,6 +729,9 @@ from gpuslice.manager.db.notify_models import (  # noqa: E402
 )
 from gpuslice.manager.db.notify_models import (  # noqa: E402
     NotificationOutboxRow as NotificationOutboxRow,
+)
+from gpuslice.manager.db.project_models import (  # noqa: E402
+    ProjectIdpGroupRow as ProjectIdpGroupRow,
 )
 from gpuslice.manager.db.project_models import (  # noqa: E402
     ProjectMemberRow as ProjectMemberRow,

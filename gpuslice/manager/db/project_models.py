@@ -59,6 +59,21 @@ class ProjectMemberRow(Base):
         ForeignKey("users.id", ondelete="CASCADE"), primary_key=True, index=True
     )
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
+    # manual: an admin added them; idp: a group linked to the project at their identity
+    # provider did (a group sync adds and removes only those)
+    source: Mapped[str] = mapped_column(String(8), default="manual")
+
+
+class ProjectIdpGroupRow(Base):
+    """A group at an identity provider whose members are the project's members."""
+
+    __tablename__ = "project_idp_groups"
+
+    project_id: Mapped[str] = mapped_column(
+        ForeignKey("projects.id", ondelete="CASCADE"), primary_key=True
+    )
+    provider: Mapped[str] = mapped_column(String(16), primary_key=True)  # oidc | ldap
+    group_value: Mapped[str] = mapped_column(String(1024), primary_key=True)
 
 
 class PriorityClassProjectRow(Base):

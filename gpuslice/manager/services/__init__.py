@@ -6,7 +6,7 @@ heartbeats, state reports, assignments, liveness, resource groups), ``images/`` 
 apps an image gives a session, node reports, aliases, registry), ``scheduling/`` (what a pass
 reads, the pass, guarded allocation, preemption), and ``apps``, ``monitoring``, ``storage``,
 ``projects``, ``timelimits``, ``models``, ``runs``, ``ssh``, ``config``, ``notify``,
-``audit``.
+``audit``, ``identity`` (who a user of an identity provider is here).
 
 Cross-cutting, at the root: ``lifecycle`` (the one door for a session's status), ``channel``
 (the one way to ask an agent for something), ``policies``, ``presets``, ``priorities``,
@@ -15,8 +15,8 @@ Cross-cutting, at the root: ``lifecycle`` (the one door for a session's status),
 Imports point down, never in a circle; each line imports only from the lines below it (the
 names on one line not from each other):
 
-1. ``config``, ``runs``, ``users`` (a new user gets a personal project and their folder
-   invitations)
+1. ``config``, ``identity``, ``runs``, ``users`` (a new user gets a personal project and their
+   folder invitations)
 2. ``nodes`` (the agents' side: heartbeats record usage samples, assignments start apps)
 3. ``apps``, ``monitoring`` (both built on the sessions they show)
 4. ``sessions``

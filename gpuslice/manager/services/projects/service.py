@@ -83,8 +83,12 @@ async def update_project(
 async def add_member(db: AsyncSession, viewer: UserRow, name: str, username: str
                      ) -> ProjectPublic:
     row, user = await _project_and_user(db, viewer, name, username)
-    if user.id not in await _member_ids(db, row.id):
+    held = await db.get(ProjectMemberRow, (row.id, user.id))
+    if held is None:
         db.add(ProjectMemberRow(project_id=row.id, user_id=user.id))
+        await db.commit()
+    elif held.source != "manual":  # an admin's add outlives the provider's group
+        held.source = "manual"
         await db.commit()
     return await public(db, row)
 
@@ -97,7 +101,7 @@ async def remove_member(db: AsyncSession, viewer: UserRow, name: str, username: 
     row, user = await _project_and_user(db, viewer, name, username)
     await db.execute(delete(ProjectMemberRow).where(
         ProjectMemberRow.project_id == row.id, ProjectMemberRow.user_id == user.id))
-    await _cancel_pending(db, row, user.id)
+    await cancel_pending(db, row, user.id)
     await db.commit()
     return await public(db, row)
 
@@ -189,7 +193,9 @@ async def _project_and_user(
     return row, user
 
 
-async def _cancel_pending(db: AsyncSession, project: ProjectRow, user_id: str) -> None:
+async def cancel_pending(db: AsyncSession, project: ProjectRow, user_id: str,
+                         reason: str | None = None) -> None:
+    """End the user's PENDING sessions in ``project`` (they left it)."""
     rows = (await db.scalars(select(SessionRow).where(
         SessionRow.project_id == project.id, SessionRow.owner_id == user_id,
         SessionRow.status == SessionStatus.PENDING))).all()
@@ -198,9 +204,4 @@ async def _cancel_pending(db: AsyncSession, project: ProjectRow, user_id: str) -
         # it runs on, as the member's running sessions do
         with contextlib.suppress(StaleStatus):
             await transition(db, row, SessionStatus.CANCELLED,
-                             f"removed from project {project.name}")
-
-
-async def _member_ids(db: AsyncSession, project_id: str) -> set[str]:
-    return set((await db.scalars(select(ProjectMemberRow.user_id).where(
-        ProjectMemberRow.project_id == project_id))).all())
+                             reason or f"removed from project {project.name}")
