@@ -25,9 +25,9 @@ async def sync_projects(db: AsyncSession, user: UserRow, provider: str,
         select(ProjectIdpGroupRow.project_id, ProjectIdpGroupRow.group_value)
         .where(ProjectIdpGroupRow.provider == provider))).all()
     wanted = {project_id for project_id, group in linked if group in set(groups)}
-    held: dict[str, str] = {project_id: source for project_id, source in (await db.execute(
-        select(ProjectMemberRow.project_id, ProjectMemberRow.source)
-        .where(ProjectMemberRow.user_id == user.id))).all()}
+    rows = (await db.execute(select(ProjectMemberRow.project_id, ProjectMemberRow.source)
+                             .where(ProjectMemberRow.user_id == user.id))).tuples().all()
+    held: dict[str, str] = dict(rows)
     joined = sorted(wanted - held.keys())
     left = sorted(p for p, source in held.items() if source == "idp" and p not in wanted)
     for project_id in joined:
