@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.idp.ldap import Directory
+from tests.idp.ldap import ldap_directory as start_ldap_directory
 from tests.idp.oidc import OidcProvider
 from tests.idp.oidc import oidc_provider as start_oidc_provider
 
@@ -20,3 +22,11 @@ def oidc_provider(tmp_path: Path) -> Iterator[OidcProvider]:
     redirects on any port) and accounts (alice, bob, carol, erin)."""
     with start_oidc_provider(tmp_path / "oidc-provider") as provider:
         yield provider
+
+
+@pytest.fixture
+def ldap_directory(tmp_path: Path) -> Iterator[Directory]:
+    """A fresh slapd with ou=people (alice, bob, carol; dave locked), ou=groups (gpu-users,
+    vision, admins) and a service account, on free ldap:// and ldaps:// ports."""
+    with start_ldap_directory(tmp_path / "ldap") as directory:
+        yield directory

@@ -53,12 +53,12 @@ def account(username: str, sub: str, groups: list[str], *, password: str | None 
 
 
 def default_accounts() -> dict[str, dict[str, Any]]:
-    """alice (gpu-users, vision), bob (gpu-users), carol (gpu-users, gpu-admins), erin (no
+    """alice (gpu-users, vision), bob (gpu-users), carol (gpu-users, admins), erin (no
     group) — a fresh copy each call."""
     return {
         "alice": account("alice", "0b8c3f1e-alice", ["gpu-users", "vision"]),
         "bob": account("bob", "5d2e9a77-bob", ["gpu-users"]),
-        "carol": account("carol", "9f41c6d0-carol", ["gpu-users", "gpu-admins"]),
+        "carol": account("carol", "9f41c6d0-carol", ["gpu-users", "admins"]),
         "erin": account("erin", "c3a7e512-erin", []),
     }
 
