@@ -113,6 +113,8 @@ class ApiTokenRow(Base):
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # the provider's session (sso_sessions) it was made from: it ends with it
+    sso_session_id: Mapped[str | None] = mapped_column(String(36), index=True)
 
 
 class JoinTokenRow(Base):
@@ -737,6 +739,10 @@ from gpuslice.manager.db.project_models import (  # noqa: E402
     ProjectMemberRow as ProjectMemberRow,
 )
 from gpuslice.manager.db.project_models import ProjectRow as ProjectRow  # noqa: E402
+from gpuslice.manager.db.sso_models import DeviceLoginRow as DeviceLoginRow  # noqa: E402
+from gpuslice.manager.db.sso_models import SsoLoginRow as SsoLoginRow  # noqa: E402
+from gpuslice.manager.db.sso_models import SsoLogoutSeenRow as SsoLogoutSeenRow  # noqa: E402
+from gpuslice.manager.db.sso_models import SsoSessionRow as SsoSessionRow  # noqa: E402
 from gpuslice.manager.db.storage_models import (  # noqa: E402
     UploadReservationRow as UploadReservationRow,
 )
