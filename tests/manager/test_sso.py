@@ -1,0 +1,206 @@
+"""Single sign-on through the real test OpenID provider (issue 42, identity.md §6.1-6.4):
+sign-in, refusals, the login page, re-check and back-channel logout, over HTTP."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from collections.abc import AsyncIterator
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import parse_qs, quote, urlsplit
+
+import pytest
+from fastapi import FastAPI
+from sqlalchemy import select, update
+
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import (
+    ProjectIdpGroupRow,
+    ProjectMemberRow,
+    ProjectRow,
+    SsoSessionRow,
+    UserRow,
+)
+from gpuslice.manager.loop_table import run_once
+from tests.idp.oidc import OidcProvider
+from tests.manager.audit_helpers import rows
+from tests.manager.sso_helpers import SsoManager, sso_manager
+
+
+@pytest.fixture
+async def sso(_routed_app: FastAPI, tmp_path: Path, migrated_database_url: str,
+              oidc_provider: OidcProvider) -> AsyncIterator[SsoManager]:
+    async with sso_manager(_routed_app, tmp_path, migrated_database_url,
+                           oidc_provider) as manager:
+        yield manager
+
+
+async def link_group(app: FastAPI, project: str, group: str) -> None:
+    """A project linked to a provider's group (the link routes are another branch's)."""
+    async with app.state.sessionmaker() as db:
+        row = ProjectRow(name=project)
+        db.add(row)
+        await db.flush()
+        db.add(ProjectIdpGroupRow(project_id=row.id, provider="oidc", group_value=group))
+        await db.commit()
+
+
+async def test_alice_signs_in_and_lands_where_she_started(sso: SsoManager) -> None:
+    await link_group(sso.app, "vision", "vision")
+    async with sso.client() as http:
+        answer = await sso.sign_in(http, "alice", next_path="/#/sessions")
+        assert answer.status_code == 303, answer.text
+        assert answer.headers["location"] == "/#/sessions"
+        assert "gpuslice_login" in http.cookies
+        me = (await http.get("/api/v1/auth/me")).json()
+        assert me["username"] == "alice"
+    assert (await members_of(sso.app, "vision")) == {"alice": "idp"}
+    logins = await rows(sso.app, action="auth.login", outcome="success")
+    assert [json.loads(r.details)["method"] for r in logins] == ["oidc"]
+    assert logins[0].actor_name == "alice"
+
+
+async def members_of(app: FastAPI, project: str) -> dict[str, str]:
+    """Usernames → membership source of ``project``."""
+    async with app.state.sessionmaker() as db:
+        found = await db.execute(
+            select(UserRow.username, ProjectMemberRow.source)
+            .join(ProjectMemberRow, ProjectMemberRow.user_id == UserRow.id)
+            .join(ProjectRow, ProjectRow.id == ProjectMemberRow.project_id)
+            .where(ProjectRow.name == project))
+        return dict(found.tuples())
+
+
+async def usernames(app: FastAPI) -> set[str]:
+    async with app.state.sessionmaker() as db:
+        return set(await db.scalars(select(UserRow.username)))
+
+
+async def recheck_now(app: FastAPI) -> None:
+    """The re-check loop's pass, as if every session's last check were an hour old."""
+    async with app.state.sessionmaker() as db:
+        await db.execute(update(SsoSessionRow).values(
+            last_refresh_at=utcnow() - timedelta(hours=1)))
+        await db.commit()
+    await run_once(app, "sso_recheck")
+
+
+async def test_a_user_in_no_allowed_group_is_told_why_and_gets_no_account(
+        sso: SsoManager) -> None:
+    async with sso.client() as http:
+        answer = await sso.sign_in(http, "erin")
+        assert answer.status_code == 403
+        assert "you are not in a group allowed to use gpuslice (ask to join gpu-users)" in \
+            answer.text
+        assert "gpuslice_login" not in http.cookies
+    assert "erin" not in await usernames(sso.app)
+    refused = await rows(sso.app, action="auth.login", outcome="failure")
+    assert [r.reason for r in refused] == ["not_allowed"]
+
+
+async def test_a_local_account_of_the_same_name_is_not_taken_over(sso: SsoManager) -> None:
+    async with sso.app.state.sessionmaker() as db:
+        db.add(UserRow(username="alice", password_hash="x", role="user"))
+        await db.commit()
+    async with sso.client() as http:
+        answer = await sso.sign_in(http, "alice")
+        assert answer.status_code == 403
+        assert ("an account named alice already exists and is not linked to your sign-in; an "
+                "administrator can link it with `gpuslice admin user link alice --provider "
+                "oidc --subject 0b8c3f1e-alice`") in html.unescape(answer.text)
+        assert "gpuslice_login" not in http.cookies
+
+
+async def test_a_replayed_or_tampered_callback_or_another_browser_is_refused(
+        sso: SsoManager) -> None:
+    async with sso.client() as http, sso.client() as stranger:
+        start = await http.get("/auth/oidc/start")
+        callback = await sso.at_provider(start.headers["location"], "bob")
+        # the callback in a browser that did not start the sign-in (login CSRF)
+        answer = await stranger.get(callback)
+        assert answer.status_code == 400 and "another browser" in answer.text
+        # its row is gone with that try: the real browser's callback is now a replay
+        answer = await http.get(callback)
+        assert answer.status_code == 400 and "already used or has expired" in answer.text
+        start = await http.get("/auth/oidc/start")
+        callback = await sso.at_provider(start.headers["location"], "bob")
+        tampered = callback.replace("state=", "state=x")
+        assert (await http.get(tampered)).status_code == 400
+        assert "gpuslice_login" not in http.cookies
+    reasons = [r.reason for r in await rows(sso.app, action="auth.login", outcome="failure")]
+    assert reasons == ["state_invalid"] * 3
+
+
+async def test_an_issuer_parameter_of_another_provider_is_refused(sso: SsoManager) -> None:
+    async with sso.client() as http:
+        start = await http.get("/auth/oidc/start")
+        callback = await sso.at_provider(start.headers["location"], "bob")
+        assert "iss=" in callback
+        mixed = re.sub(r"iss=[^&]*", "iss=" + quote("https://evil.example", safe=""), callback)
+        answer = await http.get(mixed)
+        assert answer.status_code == 400
+        assert "another identity provider" in answer.text
+        assert "gpuslice_login" not in http.cookies
+
+
+async def test_the_providers_error_is_one_line_on_the_login_page(sso: SsoManager) -> None:
+    async with sso.client() as http:
+        start = await http.get("/auth/oidc/start")
+        state = parse_qs(urlsplit(start.headers["location"]).query)["state"][0]
+        answer = await http.get("/auth/oidc/callback", params={
+            "error": "access_denied", "error_description": "no", "state": state})
+        assert answer.status_code == 403
+        assert "the identity provider refused the sign-in: access_denied" in answer.text
+        assert "Log in with Test IdP" in answer.text
+
+
+@pytest.mark.parametrize("target", ["//evil.example", "/\\evil.example", "https://evil.example",
+                                    "%2F%2Fevil.example", "/\t/evil.example"])
+async def test_next_never_leaves_the_manager(sso: SsoManager, target: str) -> None:
+    async with sso.client() as http:
+        answer = await sso.sign_in(http, "bob", next_path=target)
+        assert answer.status_code == 303
+        assert answer.headers["location"] == "/"
+
+
+async def test_the_login_page_links_to_the_provider(sso: SsoManager) -> None:
+    async with sso.client() as http:
+        page = (await http.get("/login", params={"next": "/#/sessions"})).text
+        assert '<a class=sso href="/auth/oidc/start?next=%2F%23%2Fsessions">Log in with ' \
+            'Test IdP</a>' in page
+        assert "<form method=post action=/login>" in page  # the password form stays
+
+
+async def test_groups_removed_at_the_provider_leave_the_project_at_the_recheck(
+        sso: SsoManager) -> None:
+    await link_group(sso.app, "vision", "vision")
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "alice")).status_code == 303
+        assert (await members_of(sso.app, "vision")) == {"alice": "idp"}
+        sso.provider.set_groups("alice", ["gpu-users"])
+        await recheck_now(sso.app)
+        assert (await members_of(sso.app, "vision")) == {}
+        assert (await http.get("/api/v1/auth/me")).status_code == 200  # still signed in
+
+
+async def test_disabled_at_the_provider_ends_her_cookie_at_the_recheck(
+        sso: SsoManager) -> None:
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "alice")).status_code == 303
+        assert (await http.get("/api/v1/auth/me")).status_code == 200
+        sso.provider.disable("alice")
+        await recheck_now(sso.app)
+        assert (await http.get("/api/v1/auth/me")).status_code == 401
+    ended = await rows(sso.app, action="auth.session_refresh_failed")
+    assert [r.reason for r in ended] == ["invalid_grant"]
+
+
+async def test_an_unreachable_provider_ends_nothing(sso: SsoManager) -> None:
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "alice")).status_code == 303
+        sso.provider.process.terminate()
+        sso.provider.process.wait(timeout=10)
+        await recheck_now(sso.app)
+        assert (await http.get("/api/v1/auth/me")).status_code == 200
