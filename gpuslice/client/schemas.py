@@ -31,13 +31,14 @@ if TYPE_CHECKING:
         runs,
         sessions,
         ssh,
+        sso,
         storage,
         users,
     )
 
 __all__ = ["agents", "apps", "audit", "common", "config", "health", "images", "models",
            "monitoring", "nodes", "notify", "presets", "priorities", "projects", "runs",
-           "sessions", "ssh", "storage", "users"]
+           "sessions", "ssh", "sso", "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -40,13 +40,14 @@ from gpuslice.manager.api.routes import (
     runs,
     session_calls,
     sessions,
+    sign_in,
     ssh,
     users,
 )
 from gpuslice.manager.api.version_headers import VersionHeaders
 from gpuslice.manager.console import routes as console
 from gpuslice.manager.db import migrate
-from gpuslice.manager.proxy import pages, sso_pages
+from gpuslice.manager.proxy import device_page, pages, sso_pages
 from gpuslice.manager.proxy import routes as proxy_routes
 from gpuslice.manager.proxy.dispatch import ProxyDispatch
 from gpuslice.manager.proxy.ports import AppPorts
@@ -73,7 +74,7 @@ LOGIN_PATH = f"{API_PREFIX}/auth/login"
 # they are most of the requests (matched after eight routers, a heartbeat took ~30% more CPU).
 ROUTES = (agents, health, auth, users, policies, presets, priorities, sessions, apps, images,
           nodes, monitoring, folders, models, model_store, session_calls, run_calls, runs, config,
-          ssh, projects, notify, audit)
+          ssh, projects, notify, audit, sign_in)
 
 
 def create_app(
@@ -101,7 +102,8 @@ def create_app(
     app.include_router(api)
     app.include_router(monitoring.scrape)  # /metrics, where Prometheus looks by default
     app.include_router(proxy_routes.router)  # /login, for browsers
-    app.include_router(sso_pages.router)  # /auth/oidc/…, /device: single sign-on
+    app.include_router(sso_pages.router)  # /auth/oidc/…: single sign-on
+    app.include_router(device_page.router)  # /device: approving a CLI's device sign-in
     app.include_router(console.router)  # /, the web console
     app.mount("/assets", StaticFiles(directory=pages.STATIC), name="assets")
     app.mount("/console", StaticFiles(directory=console.STATIC), name="console")

@@ -31,7 +31,7 @@ async def login_page(request: Request, next_: NextPath = "/", logged_out: str = 
 @router.post("/login")
 async def login_form(request: Request) -> Response:
     """The login form's post: the login cookie, and on to ``next``."""
-    form = await _form(request)
+    form = await read_form(request)
     next_path = local_path(form.get("next", "/"))
     try:
         browser.check_origin(request, request.app.state.settings.auth.allowed_origins)
@@ -65,7 +65,7 @@ def local_path(target: str) -> str:
     return "/"
 
 
-async def _form(request: Request) -> dict[str, str]:
+async def read_form(request: Request) -> dict[str, str]:
     body = b""
     async for chunk in request.stream():
         body += chunk

@@ -8,15 +8,21 @@ it): the app imports :func:`open_sso` lazily.
 
 from __future__ import annotations
 
-from gpuslice.manager.services.sso.provider import Provider
-from gpuslice.manager.services.sso.state import Sso
-from gpuslice.manager.services.sso.vault import load
+from typing import TYPE_CHECKING
+
 from gpuslice.manager.settings import ManagerSettings
 
-__all__ = ["Sso", "open_sso"]
+if TYPE_CHECKING:
+    from gpuslice.manager.services.sso.state import Sso
+
+__all__ = ["open_sso"]
 
 
 def open_sso(settings: ManagerSettings) -> Sso:
     """The provider and the key of the secrets it leaves with us (made at the first start)."""
+    from gpuslice.manager.services.sso.provider import Provider
+    from gpuslice.manager.services.sso.state import Sso
+    from gpuslice.manager.services.sso.vault import load
+
     return Sso(auth=settings.auth, provider=Provider(settings.auth),
                vault=load(settings.data_dir))

@@ -6,7 +6,6 @@ provider."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import secrets
@@ -32,6 +31,7 @@ from gpuslice.manager.services.identity.profile import SignInRefused, oidc_profi
 from gpuslice.manager.services.sso.provider import ProviderError
 from gpuslice.manager.services.sso.sessions import open_session
 from gpuslice.manager.services.sso.state import Sso
+from gpuslice.manager.services.sso.tokens import digest
 
 log = logging.getLogger(__name__)
 LOGIN_TTL = timedelta(minutes=10)
@@ -53,10 +53,6 @@ class SignedIn:
     row: ApiTokenRow
     user: UserRow
     next_path: str
-
-
-def digest(secret: str) -> str:
-    return hashlib.sha256(secret.encode()).hexdigest()
 
 
 async def start(db: AsyncSession, sso: Sso, next_path: str) -> tuple[str, str]:

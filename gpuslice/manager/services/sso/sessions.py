@@ -20,28 +20,17 @@ from gpuslice.manager.db.models import (
     UserIdentityRow,
     UserRow,
 )
-from gpuslice.manager.security import USER_TOKEN_PREFIX, new_token, token_digest
 from gpuslice.manager.services.audit.record import record
 from gpuslice.manager.services.identity.accounts import allowed, apply_groups
 from gpuslice.manager.services.identity.profile import SignInRefused, oidc_profile
 from gpuslice.manager.services.sso.provider import ProviderError
 from gpuslice.manager.services.sso.state import Sso
+from gpuslice.manager.services.sso.tokens import mint
 
 log = logging.getLogger(__name__)
 _CLAIM_FOR = timedelta(minutes=2)  # one replica re-checks a session at a time
 _BATCH = 100
 _JTI_KEPT = timedelta(minutes=10)
-
-
-def mint(db: AsyncSession, user_id: str, *, kind: str, name: str, ttl: float,
-         sso_session_id: str | None) -> tuple[str, ApiTokenRow]:
-    """A new token of ``user_id`` in ``db``'s transaction: the secret and its row."""
-    secret = new_token(USER_TOKEN_PREFIX)
-    row = ApiTokenRow(user_id=user_id, kind=kind, name=name, token_hash=token_digest(secret),
-                      expires_at=utcnow() + timedelta(seconds=ttl),
-                      sso_session_id=sso_session_id)
-    db.add(row)
-    return secret, row
 
 
 async def open_session(db: AsyncSession, sso: Sso, user: UserRow, tokens: dict[str, Any]
