@@ -54,12 +54,6 @@ async def device_token(body: DeviceTokenRequest, db: DbDep, settings: SettingsDe
     return await device.poll(db, body.device_code)
 
 
-@router.get("/device/{user_code}")
-async def device_request(user_code: str, db: DbDep, user: CurrentUser) -> DeviceRequestPublic:
-    """A pending device sign-in: the host, OS user and address that ask (to approve it)."""
-    return await device.pending(db, user_code)
-
-
 @router.post("/device/approve")
 async def device_approve(body: DeviceDecision, request: Request, db: DbDep, user: CurrentUser,
                          token: CurrentToken) -> DeviceRequestPublic:
