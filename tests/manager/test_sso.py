@@ -70,7 +70,7 @@ async def members_of(app: FastAPI, project: str) -> dict[str, str]:
             .join(ProjectMemberRow, ProjectMemberRow.user_id == UserRow.id)
             .join(ProjectRow, ProjectRow.id == ProjectMemberRow.project_id)
             .where(ProjectRow.name == project))
-        return dict(found.tuples())
+        return dict(found.tuples().all())
 
 
 async def usernames(app: FastAPI) -> set[str]:
