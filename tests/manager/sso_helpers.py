@@ -67,10 +67,11 @@ def sso_settings(data_dir: Path, database_url: str, issuer: str, port: int,
 @asynccontextmanager
 async def sso_manager(app: FastAPI, tmp_path: Path, database_url: str,
                       provider: OidcProvider, loops_off: tuple[str, ...] = ("sso_recheck",),
-                      **oidc: Any) -> AsyncIterator[SsoManager]:
+                      port: int | None = None, **oidc: Any) -> AsyncIterator[SsoManager]:
     """The routed app bound to settings with ``auth.oidc`` at ``provider``, its lifespan
-    running and served by uvicorn on the port of its public URL."""
-    port = free_port()
+    running and served by uvicorn on the port of its public URL (``port``: one chosen before,
+    e.g. for a back-channel logout URI registered at the provider)."""
+    port = port or free_port()
     settings = sso_settings(tmp_path / "data", database_url, provider.issuer, port, **oidc)
     bind(app, settings, loops_off=loops_off)
     async with app.router.lifespan_context(app):

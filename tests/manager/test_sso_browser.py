@@ -20,9 +20,12 @@ from fastapi import FastAPI
 
 from gpuslice.manager.db.models import UserRow
 from tests.browser import ARTIFACTS, console_ready_async
-from tests.idp.oidc import OidcProvider
+from tests.idp.oidc import OidcProvider, client
+from tests.idp.oidc import oidc_provider as start_oidc_provider
+from tests.manager.audit_helpers import rows
 from tests.manager.sso_helpers import SsoManager, sso_manager
 from tests.manager.test_sso import link_group, members_of, usernames
+from tests.ports import free_port
 from tests.waits import scaled
 
 
@@ -118,3 +121,67 @@ async def test_gpuslice_login_sso_device_approved_in_chromium(
     async with httpx.AsyncClient(base_url=sso.url) as http:
         me = await http.get("/api/v1/auth/me", headers={"Authorization": f"Bearer {token}"})
     assert me.json()["username"] == "bob"
+
+
+@pytest.fixture
+async def sso_with_backchannel(_routed_app: FastAPI, tmp_path: Path,
+                               migrated_database_url: str) -> AsyncIterator[SsoManager]:
+    """A provider whose client registers this manager's back-channel logout URI (exact,
+    port included: the manager's port is chosen first)."""
+    port = free_port()
+    registered = client(backchannel_logout_uri=f"http://127.0.0.1:{port}"
+                        "/auth/oidc/backchannel-logout")
+    with start_oidc_provider(tmp_path / "idp", clients=[registered]) as provider:
+        async with sso_manager(_routed_app, tmp_path, migrated_database_url, provider,
+                               port=port) as manager:
+            yield manager
+
+
+async def console_cookie_works(sso: SsoManager, page: Any) -> bool:
+    cookies = {c["name"]: c["value"] for c in await page.context.cookies(sso.url)}
+    if "gpuslice_login" not in cookies:
+        return False
+    async with httpx.AsyncClient(base_url=sso.url) as http:
+        me = await http.get("/api/v1/auth/me",
+                            cookies={"gpuslice_login": cookies["gpuslice_login"]})
+    return me.status_code == 200
+
+
+async def test_console_logout_signs_out_at_the_provider_and_comes_back(
+        sso_with_backchannel: SsoManager, browser: Any) -> None:
+    sso = sso_with_backchannel
+    page = await browser.new_page()
+    await sign_in_at_provider(page, sso, "alice", "sso-logout")
+    await console_ready_async(page, "#sessions")
+    cookie = {c["name"]: c["value"] for c in await page.context.cookies(sso.url)}
+    await page.click("#logout")
+    await page.wait_for_selector("text=Yes, sign me out", timeout=scaled(30) * 1000)
+    await page.screenshot(path=str(ARTIFACTS / "sso-logout-1-provider.png"))
+    await page.click("text=Yes, sign me out")
+    await page.wait_for_url(f"{sso.url}/login?logged_out=1", timeout=scaled(30) * 1000)
+    await page.screenshot(path=str(ARTIFACTS / "sso-logout-2-back.png"))
+    assert "You are signed out of gpuslice." in await page.inner_text("body")
+    async with httpx.AsyncClient(base_url=sso.url) as http:
+        me = await http.get("/api/v1/auth/me",
+                            cookies={"gpuslice_login": cookie["gpuslice_login"]})
+    assert me.status_code == 401
+
+
+async def test_signing_out_at_the_provider_ends_the_console_by_back_channel(
+        sso_with_backchannel: SsoManager, browser: Any) -> None:
+    sso = sso_with_backchannel
+    page = await browser.new_page()
+    await sign_in_at_provider(page, sso, "alice", "sso-backchannel")
+    await console_ready_async(page, "#sessions")
+    assert await console_cookie_works(sso, page)
+    end_session = sso.provider.metadata()["end_session_endpoint"]
+    await page.goto(end_session)  # the provider's own sign-out page, not gpuslice's
+    await page.click("text=Yes, sign me out")
+    await page.wait_for_selector("#signed-out", timeout=scaled(30) * 1000)
+    deadline = asyncio.get_running_loop().time() + scaled(5)
+    while await console_cookie_works(sso, page):
+        assert asyncio.get_running_loop().time() < deadline, \
+            "the console still works 5 s after the provider's sign-out"
+        await asyncio.sleep(0.1)
+    ended = await rows(sso.app, action="auth.idp_logout")
+    assert len(ended) == 1

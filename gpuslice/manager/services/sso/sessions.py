@@ -67,12 +67,26 @@ async def end_sessions(db: AsyncSession, session_ids: list[str], reason: str) ->
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
-async def id_token_of(db: AsyncSession, sso: Sso, session_id: str | None) -> str | None:
-    """The session's ID token (a logout's id_token_hint), None when there is none."""
-    if session_id is None:
-        return None
+async def sign_out(db: AsyncSession, sso: Sso, session_id: str) -> str | None:
+    """A console logout of a single sign-on: the session ends (no more re-checks) unless a
+    token made from it lives on (a CLI's, approved from this sign-in), and the
+    provider's sign-out URL to go on to (``auth.oidc.logout = "idp"``), None for ``local``
+    or a provider without an end_session_endpoint."""
     row = await db.get(SsoSessionRow, session_id)
-    return sso.vault.open(row.id_token_enc) if row is not None and row.id_token_enc else None
+    id_token = sso.vault.open(row.id_token_enc) if row is not None and row.id_token_enc \
+        else None
+    others = await db.scalar(select(ApiTokenRow.id).where(
+        ApiTokenRow.sso_session_id == session_id, ApiTokenRow.revoked_at.is_(None)).limit(1))
+    if others is None:  # a CLI token approved from this sign-in keeps it re-checked
+        await end_sessions(db, [session_id], "logout")
+    await db.commit()
+    if sso.settings.logout != "idp":
+        return None
+    try:
+        return await sso.provider.end_session_url(id_token)
+    except ProviderError as err:  # signed out here all the same
+        log.warning("no sign-out at the provider: %s", err.message)
+        return None
 
 
 async def recheck_pass(sessionmaker: async_sessionmaker[AsyncSession], sso: Sso) -> int:
