@@ -8,6 +8,9 @@ import base64
 import hashlib
 import hmac
 import json
+import re
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -152,3 +155,30 @@ async def test_logout_tokens_hold_only_with_the_event_and_without_a_nonce(
                 _logout(forger, aud="another-client")):
         with pytest.raises(ProviderError):
             await provider.verify_logout_token(bad)
+
+
+@pytest.mark.parametrize(("oidc", "public_url", "said"), [
+    ({"issuer": ISSUER, "allow_all": True}, "https://gpu.test",
+     "auth.oidc.issuer is set but auth.oidc.client_id is not"),
+    ({"issuer": ISSUER, "client_id": CLIENT, "allow_all": True}, "",
+     "auth.oidc needs auth.public_url"),
+    ({"issuer": "http://idp.example.org", "client_id": CLIENT, "allow_all": True},
+     "https://gpu.test", "auth.oidc.issuer must be an https:// URL"),
+    ({"issuer": ISSUER, "client_id": CLIENT}, "https://gpu.test",
+     "auth.oidc is on but nobody may sign in with it"),
+])
+def test_settings_refuse_an_sso_nobody_can_use(oidc: dict[str, Any], public_url: str,
+                                               said: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(said)):
+        AuthSettings(public_url=public_url, oidc=oidc)
+
+
+def test_a_manager_without_sso_and_the_cli_never_import_authlib() -> None:
+    code = ("import sys; from gpuslice.manager.app import create_app; "
+            "from gpuslice.manager.settings import load_settings; import tempfile; "
+            "create_app(load_settings(data_dir=tempfile.mkdtemp())); "
+            "import gpuslice.cli.main, gpuslice.cli.login; "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('authlib', 'joserfc')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
