@@ -46,8 +46,11 @@ async def start(db: AsyncSession, body: DeviceStart, address: str | None,
     recent = await db.scalar(select(func.count()).select_from(DeviceLoginRow).where(
         DeviceLoginRow.client_ip == address, DeviceLoginRow.expires_at > now))
     if address is not None and (recent or 0) >= PER_ADDRESS:
+        first = await db.scalar(select(func.min(DeviceLoginRow.expires_at)).where(
+            DeviceLoginRow.client_ip == address, DeviceLoginRow.expires_at > now))
+        wait = max(1, int(((first or now) - now).total_seconds()) + 1)
         raise TooManyRequests(f"this address asked for {recent} device codes in ten minutes: "
-                              "use one of them, or wait until they expire")
+                              "use one of them, or wait until they expire", retry_after=wait)
     device_code = secrets.token_urlsafe(32)
     user_code = "".join(secrets.choice(_ALPHABET) for _ in range(8))
     user_code = f"{user_code[:4]}-{user_code[4:]}"

@@ -9,10 +9,11 @@ a manager without single sign-on.
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import time
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote_plus, urlencode
 
 import httpx
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
@@ -205,7 +206,7 @@ class Provider:
             if stale:
                 body = await self._get_json((await self.metadata())["jwks_uri"])
                 try:
-                    self._keys = KeySet.import_key_set(body)
+                    self._keys = KeySet.import_key_set(body)  # type: ignore[arg-type]
                 except (ValueError, JoseError, KeyError, TypeError) as err:
                     raise ProviderError(f"the provider's keys (jwks_uri) cannot be read: "
                                         f"{err}") from None
@@ -230,12 +231,14 @@ class Provider:
     async def _token(self, form: dict[str, str]) -> dict[str, Any]:
         endpoint = (await self.metadata())["token_endpoint"]
         secret = self.settings.client_secret
-        auth = (self.settings.client_id, secret.get_secret_value()) if secret else None
-        if auth is None:
+        if secret is None:  # a public client names itself in the form
             form = {**form, "client_id": self.settings.client_id}
+        headers = {"Accept": "application/json"}
+        if secret is not None:  # client_secret_basic: each part form-encoded (RFC 6749 §2.3.1)
+            pair = f"{quote_plus(self.settings.client_id)}:{quote_plus(secret.get_secret_value())}"
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         try:
-            answer = await self._http.post(endpoint, data=form, auth=auth,
-                                           headers={"Accept": "application/json"})
+            answer = await self._http.post(endpoint, data=form, headers=headers)
         except httpx.HTTPError as err:
             raise ProviderError(f"the provider's token endpoint cannot be reached: {err}",
                                 code="idp_unreachable") from None
