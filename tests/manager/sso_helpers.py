@@ -51,7 +51,7 @@ class SsoManager:
 
 
 def sso_settings(data_dir: Path, database_url: str, issuer: str, port: int,
-                 **oidc: Any) -> ManagerSettings:
+                 auth: dict[str, Any] | None = None, **oidc: Any) -> ManagerSettings:
     return load_settings(
         data_dir=data_dir, database={"url": database_url}, scheduler={"interval": 1.0},
         nodes={"node_timeout": 30, "sweep_interval": 0.2, "assignment_poll": 0.5},
@@ -60,19 +60,21 @@ def sso_settings(data_dir: Path, database_url: str, issuer: str, port: int,
               "oidc": {"issuer": issuer, "client_id": CLIENT_ID,
                        "client_secret": CLIENT_SECRET, "display_name": "Test IdP",
                        "allowed_groups": ["gpu-users"], "admin_groups": ["admins"],
-                       **oidc}},
+                       **oidc}, **(auth or {})},
     )
 
 
 @asynccontextmanager
 async def sso_manager(app: FastAPI, tmp_path: Path, database_url: str,
                       provider: OidcProvider, loops_off: tuple[str, ...] = ("sso_recheck",),
-                      port: int | None = None, **oidc: Any) -> AsyncIterator[SsoManager]:
+                      port: int | None = None, auth: dict[str, Any] | None = None,
+                      **oidc: Any) -> AsyncIterator[SsoManager]:
     """The routed app bound to settings with ``auth.oidc`` at ``provider``, its lifespan
     running and served by uvicorn on the port of its public URL (``port``: one chosen before,
     e.g. for a back-channel logout URI registered at the provider)."""
     port = port or free_port()
-    settings = sso_settings(tmp_path / "data", database_url, provider.issuer, port, **oidc)
+    settings = sso_settings(tmp_path / "data", database_url, provider.issuer, port, auth,
+                            **oidc)
     bind(app, settings, loops_off=loops_off)
     async with app.router.lifespan_context(app):
         server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port,

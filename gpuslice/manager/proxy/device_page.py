@@ -33,10 +33,12 @@ async def device_page(request: Request, code: Code = "") -> Response:
     here = "/device" + (f"?code={quote(code, safe='')}" if code else "")
     try:
         async with request.app.state.sessionmaker() as db:
-            await _signed_in(request, db)
+            user, _ = await _signed_in(request, db)
             if not code:
                 return _ask_code()
-            shown = await device.pending(db, code)
+            address = request.client.host if request.client else None
+            shown = await device.pending(db, user, code, request.app.state.login_throttle,
+                                         address)
     except _NotSignedIn:
         return RedirectResponse(f"/login?next={quote(here, safe='')}", status_code=303)
     except DomainError as err:
@@ -55,7 +57,8 @@ async def device_decision(request: Request) -> Response:
         async with request.app.state.sessionmaker() as db:
             user, token = await _signed_in(request, db)
             address = request.client.host if request.client else None
-            shown = await device.decide(db, user, token, code, approve, address, page=True)
+            shown = await device.decide(db, user, token, code, approve, address,
+                                        request.app.state.login_throttle, page=True)
     except _NotSignedIn:
         return RedirectResponse("/login?next=%2Fdevice", status_code=303)
     except DomainError as err:

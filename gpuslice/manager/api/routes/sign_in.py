@@ -15,7 +15,13 @@ from gpuslice.common.schemas.sso import (
     SignInMethod,
     SignInMethods,
 )
-from gpuslice.manager.api.deps import CurrentToken, CurrentUser, DbDep, SettingsDep
+from gpuslice.manager.api.deps import (
+    CurrentToken,
+    CurrentUser,
+    DbDep,
+    SettingsDep,
+    ThrottleDep,
+)
 from gpuslice.manager.errors import NotFound
 from gpuslice.manager.services.sso import device
 
@@ -54,13 +60,15 @@ async def device_token(body: DeviceTokenRequest, db: DbDep, settings: SettingsDe
     return await device.poll(db, body.device_code)
 
 
-@router.post("/device/approve")
+@router.post("/device/approve", responses={404: {"model": ErrorBody},
+                                           429: {"model": ErrorBody}})
 async def device_approve(body: DeviceDecision, request: Request, db: DbDep, user: CurrentUser,
-                         token: CurrentToken) -> DeviceRequestPublic:
-    """Approve (the CLI gets a token as you) or deny a device sign-in by its code."""
+                         token: CurrentToken, throttle: ThrottleDep) -> DeviceRequestPublic:
+    """Approve (the CLI gets a token as you) or deny a device sign-in by its code. A code not
+    found counts as a failed login of yours (429 after as many as a login allows)."""
     address = request.client.host if request.client else None
     return await device.decide(db, user, token, body.user_code, body.approve, address,
-                               page=False)
+                               throttle, page=False)
 
 
 def _device_on(on: bool) -> None:

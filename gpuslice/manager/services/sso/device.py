@@ -23,6 +23,7 @@ from gpuslice.manager.db.models import ApiTokenRow, DeviceLoginRow, UserRow
 from gpuslice.manager.errors import DomainError, NotFound, TooManyRequests
 from gpuslice.manager.services.audit import context
 from gpuslice.manager.services.audit.record import record
+from gpuslice.manager.services.login_throttle import LoginThrottle
 from gpuslice.manager.services.sso.tokens import digest, mint
 
 CODE_TTL = timedelta(minutes=10)
@@ -94,20 +95,24 @@ async def poll(db: AsyncSession, device_code: str) -> DeviceToken:
     return DeviceToken(access_token=secret, expires_at=token.expires_at.isoformat())
 
 
-async def pending(db: AsyncSession, user_code: str) -> DeviceRequestPublic:
-    """The request behind ``user_code`` as the approving page shows it."""
-    row = await _by_code(db, user_code)
+async def pending(db: AsyncSession, user: UserRow, user_code: str, throttle: LoginThrottle,
+                  address: str | None) -> DeviceRequestPublic:
+    """The request behind ``user_code`` as the approving page shows it. Each look-up counts as
+    a failed login of ``user`` until the code is found (a signed-in user cannot guess codes
+    faster than passwords)."""
+    row = await _guarded(db, user, user_code, throttle, address)
     return DeviceRequestPublic(
         user_code=row.user_code, client_host=row.client_host, os_user=row.client_os_user,
         client_ip=row.client_ip, age_seconds=int((utcnow() - row.created_at).total_seconds()))
 
 
 async def decide(db: AsyncSession, user: UserRow, token: ApiTokenRow, user_code: str,
-                 approve: bool, address: str | None, *, page: bool) -> DeviceRequestPublic:
+                 approve: bool, address: str | None, throttle: LoginThrottle, *, page: bool
+                 ) -> DeviceRequestPublic:
     """Approve (the CLI gets a token as ``user``, tied to the provider session ``token`` came
     from) or deny the request behind ``user_code``. Audited: the API request's own row, or
     (``page``: the /device page, outside the API) a row written here."""
-    shown = await pending(db, user_code)
+    shown = await pending(db, user, user_code, throttle, address)
     row = await _by_code(db, user_code)
     now = utcnow()
     values = ({"approved_by": user.id, "approved_at": now, "approved_ip": address,
@@ -133,6 +138,15 @@ def normal_code(user_code: str) -> str:
     """``wdjb mjht`` or ``WDJBMJHT`` as the CLI printed it: ``WDJB-MJHT``."""
     letters = "".join(c for c in user_code.upper() if c.isalnum())
     return f"{letters[:4]}-{letters[4:]}" if len(letters) == 8 else user_code.upper()
+
+
+async def _guarded(db: AsyncSession, user: UserRow, user_code: str, throttle: LoginThrottle,
+                   address: str | None) -> DeviceLoginRow:
+    await throttle.admit(db, user.username, address)
+    row = await _by_code(db, user_code)
+    await throttle.succeeded(db, user.username, address)
+    await db.commit()
+    return row
 
 
 async def _by_code(db: AsyncSession, user_code: str) -> DeviceLoginRow:
