@@ -8,14 +8,25 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
+from sqlalchemy import select, update
 
 from gpuslice.manager.app import bind
+from gpuslice.manager.db.base import utcnow
+from gpuslice.manager.db.models import (
+    ProjectIdpGroupRow,
+    ProjectMemberRow,
+    ProjectRow,
+    SsoSessionRow,
+    UserRow,
+)
+from gpuslice.manager.loop_table import run_once
 from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.idp.oidc import CLIENT_ID, CLIENT_SECRET, OidcProvider
 from tests.manager.conftest import IMAGE
@@ -89,3 +100,38 @@ async def sso_manager(app: FastAPI, tmp_path: Path, database_url: str,
         finally:
             server.should_exit = True
             await task
+
+
+async def link_group(app: FastAPI, project: str, group: str) -> None:
+    """A project linked to a provider's group (the link routes are another branch's)."""
+    async with app.state.sessionmaker() as db:
+        row = ProjectRow(name=project)
+        db.add(row)
+        await db.flush()
+        db.add(ProjectIdpGroupRow(project_id=row.id, provider="oidc", group_value=group))
+        await db.commit()
+
+
+async def members_of(app: FastAPI, project: str) -> dict[str, str]:
+    """Usernames → membership source of ``project``."""
+    async with app.state.sessionmaker() as db:
+        found = await db.execute(
+            select(UserRow.username, ProjectMemberRow.source)
+            .join(ProjectMemberRow, ProjectMemberRow.user_id == UserRow.id)
+            .join(ProjectRow, ProjectRow.id == ProjectMemberRow.project_id)
+            .where(ProjectRow.name == project))
+        return dict(found.tuples().all())
+
+
+async def usernames(app: FastAPI) -> set[str]:
+    async with app.state.sessionmaker() as db:
+        return set(await db.scalars(select(UserRow.username)))
+
+
+async def recheck_now(app: FastAPI) -> None:
+    """The re-check loop's pass, as if every session's last check were an hour old."""
+    async with app.state.sessionmaker() as db:
+        await db.execute(update(SsoSessionRow).values(
+            last_refresh_at=utcnow() - timedelta(hours=1)))
+        await db.commit()
+    await run_once(app, "sso_recheck")

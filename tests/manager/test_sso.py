@@ -7,26 +7,24 @@ import html
 import json
 import re
 from collections.abc import AsyncIterator
-from datetime import timedelta
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
 
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import select, update
 
-from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import (
-    ProjectIdpGroupRow,
-    ProjectMemberRow,
-    ProjectRow,
-    SsoSessionRow,
-    UserRow,
-)
-from gpuslice.manager.loop_table import run_once
+from gpuslice.manager.db.models import UserRow
+from gpuslice.manager.services.sso import provider as provider_module
 from tests.idp.oidc import OidcProvider
 from tests.manager.audit_helpers import rows
-from tests.manager.sso_helpers import SsoManager, sso_manager
+from tests.manager.sso_helpers import (
+    SsoManager,
+    link_group,
+    members_of,
+    recheck_now,
+    sso_manager,
+    usernames,
+)
 
 
 @pytest.fixture
@@ -35,16 +33,6 @@ async def sso(_routed_app: FastAPI, tmp_path: Path, migrated_database_url: str,
     async with sso_manager(_routed_app, tmp_path, migrated_database_url,
                            oidc_provider) as manager:
         yield manager
-
-
-async def link_group(app: FastAPI, project: str, group: str) -> None:
-    """A project linked to a provider's group (the link routes are another branch's)."""
-    async with app.state.sessionmaker() as db:
-        row = ProjectRow(name=project)
-        db.add(row)
-        await db.flush()
-        db.add(ProjectIdpGroupRow(project_id=row.id, provider="oidc", group_value=group))
-        await db.commit()
 
 
 async def test_alice_signs_in_and_lands_where_she_started(sso: SsoManager) -> None:
@@ -60,31 +48,6 @@ async def test_alice_signs_in_and_lands_where_she_started(sso: SsoManager) -> No
     logins = await rows(sso.app, action="auth.login", outcome="success")
     assert [json.loads(r.details)["method"] for r in logins] == ["oidc"]
     assert logins[0].actor_name == "alice"
-
-
-async def members_of(app: FastAPI, project: str) -> dict[str, str]:
-    """Usernames → membership source of ``project``."""
-    async with app.state.sessionmaker() as db:
-        found = await db.execute(
-            select(UserRow.username, ProjectMemberRow.source)
-            .join(ProjectMemberRow, ProjectMemberRow.user_id == UserRow.id)
-            .join(ProjectRow, ProjectRow.id == ProjectMemberRow.project_id)
-            .where(ProjectRow.name == project))
-        return dict(found.tuples().all())
-
-
-async def usernames(app: FastAPI) -> set[str]:
-    async with app.state.sessionmaker() as db:
-        return set(await db.scalars(select(UserRow.username)))
-
-
-async def recheck_now(app: FastAPI) -> None:
-    """The re-check loop's pass, as if every session's last check were an hour old."""
-    async with app.state.sessionmaker() as db:
-        await db.execute(update(SsoSessionRow).values(
-            last_refresh_at=utcnow() - timedelta(hours=1)))
-        await db.commit()
-    await run_once(app, "sso_recheck")
 
 
 async def test_a_user_in_no_allowed_group_is_told_why_and_gets_no_account(
@@ -204,3 +167,13 @@ async def test_an_unreachable_provider_ends_nothing(sso: SsoManager) -> None:
         sso.provider.process.wait(timeout=10)
         await recheck_now(sso.app)
         assert (await http.get("/api/v1/auth/me")).status_code == 200
+
+
+async def test_a_key_rotation_at_the_provider_between_two_sign_ins(
+        sso: SsoManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "alice")).status_code == 303
+    sso.provider.rotate_keys()
+    monkeypatch.setattr(provider_module, "_JWKS_REFETCH_EVERY", 0.0)  # as a minute later
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "alice")).status_code == 303

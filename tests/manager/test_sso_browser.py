@@ -23,8 +23,13 @@ from tests.browser import ARTIFACTS, console_ready_async
 from tests.idp.oidc import OidcProvider, client
 from tests.idp.oidc import oidc_provider as start_oidc_provider
 from tests.manager.audit_helpers import rows
-from tests.manager.sso_helpers import SsoManager, sso_manager
-from tests.manager.test_sso import link_group, members_of, usernames
+from tests.manager.sso_helpers import (
+    SsoManager,
+    link_group,
+    members_of,
+    sso_manager,
+    usernames,
+)
 from tests.ports import free_port
 from tests.waits import scaled
 

@@ -16,8 +16,11 @@ from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import DeviceLoginRow
 from tests.idp.oidc import OidcProvider
 from tests.manager.audit_helpers import rows
-from tests.manager.sso_helpers import SsoManager, sso_manager
-from tests.manager.test_sso import recheck_now
+from tests.manager.sso_helpers import (
+    SsoManager,
+    recheck_now,
+    sso_manager,
+)
 
 
 @pytest.fixture
