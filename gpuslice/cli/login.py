@@ -19,22 +19,26 @@ def login(
     username: Annotated[str | None, typer.Option(help="Default: asked.")] = None,
     password_stdin: Annotated[bool, typer.Option(help="Read the password from stdin.")] = False,
     sso: Annotated[bool, typer.Option(
-        help="Sign in with the manager's single sign-on (with --device).")] = False,
+        help="Sign in through a browser (the manager's single sign-on or its login page); "
+        "the browser comes back to this machine's 127.0.0.1.")] = False,
     device: Annotated[bool, typer.Option(
         help="Print a code to approve in a browser signed in to the manager (its /device "
         "page): for a machine without a browser, e.g. over SSH.")] = False,
 ) -> None:
     """Log in and keep an API token for this machine in ~/.config/gpuslice (mode 0600).
-    With --sso --device: a code to approve in any browser signed in to the manager."""
+    With --sso: through a browser on this machine; with --sso --device: a code to approve in
+    any browser signed in to the manager."""
     if not url.startswith(("http://", "https://")):
         raise CliError(f"URL must start with http:// or https://, got {url!r}", 2)
-    if sso or device:
-        if not device:
-            raise CliError("--sso needs --device here: run gpuslice login URL --sso --device "
-                           "and approve the code it prints in a browser", 2)
+    if device:
         from gpuslice.cli.device_login import device_login
 
         device_login(url)
+        return
+    if sso:
+        from gpuslice.cli.loopback_login import loopback_login
+
+        loopback_login(url)
         return
     username = username or input("username: ")
     if password_stdin:

@@ -130,6 +130,11 @@ class Client(StorageCalls, SshCalls, ProjectCalls, NotifyCalls):
         return self._call("POST", "/auth/device/token", schemas.sso.DeviceToken,
                           json={"device_code": device_code})
 
+    def cli_token(self, code: str, code_verifier: str) -> DeviceToken:
+        """Exchange a loopback sign-in's code (``gpuslice login --sso``) for the CLI's token."""
+        return self._call("POST", "/auth/cli/token", schemas.sso.DeviceToken,
+                          json={"code": code, "code_verifier": code_verifier})
+
     def change_password(self, current: str, new: str, *, keep_api_tokens: bool = False) -> None:
         """Change one's own password; every other login ends (API tokens too unless kept)."""
         body = {"current_password": current, "new_password": new,

@@ -47,7 +47,7 @@ from gpuslice.manager.api.routes import (
 from gpuslice.manager.api.version_headers import VersionHeaders
 from gpuslice.manager.console import routes as console
 from gpuslice.manager.db import migrate
-from gpuslice.manager.proxy import device_page, pages, sso_pages
+from gpuslice.manager.proxy import cli_page, device_page, pages, sso_pages
 from gpuslice.manager.proxy import routes as proxy_routes
 from gpuslice.manager.proxy.dispatch import ProxyDispatch
 from gpuslice.manager.proxy.ports import AppPorts
@@ -104,6 +104,7 @@ def create_app(
     app.include_router(proxy_routes.router)  # /login, for browsers
     app.include_router(sso_pages.router)  # /auth/oidc/…: single sign-on
     app.include_router(device_page.router)  # /device: approving a CLI's device sign-in
+    app.include_router(cli_page.router)  # /auth/cli: allowing `gpuslice login --sso`
     app.include_router(console.router)  # /, the web console
     app.mount("/assets", StaticFiles(directory=pages.STATIC), name="assets")
     app.mount("/console", StaticFiles(directory=console.STATIC), name="console")

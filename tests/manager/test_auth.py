@@ -18,7 +18,7 @@ PUBLIC = {("POST", "/api/v1/auth/login"), ("GET", "/api/v1/health"),
           ("POST", "/api/v1/agents/register"),
           # single sign-on (issue 42): how to sign in, and the CLI's device sign-in
           ("GET", "/api/v1/auth/providers"), ("POST", "/api/v1/auth/device"),
-          ("POST", "/api/v1/auth/device/token")}
+          ("POST", "/api/v1/auth/device/token"), ("POST", "/api/v1/auth/cli/token")}
 # The local model store's presigned URLs: the signature in the URL is the credential
 # (tests/manager/test_models.py: an altered or expired one is a 403).
 SIGNED = {("GET", "/api/v1/model-store/{key}"), ("PUT", "/api/v1/model-store/{key}")}

@@ -85,6 +85,7 @@ ACCESS: dict[str, Access] = {
     "POST /api/v1/auth/device": PUBLIC,  # a CLI asks for a code (limited per address)
     "POST /api/v1/auth/device/token": PUBLIC,  # the device code is the credential
     "POST /api/v1/auth/device/approve": USER,  # anyone signed in who holds the user code
+    "POST /api/v1/auth/cli/token": PUBLIC,  # the code and the PKCE verifier are the credential
     "GET /api/v1/audit": ADMIN,
     "GET /api/v1/audit/verify": ADMIN,
     "GET /api/v1/audit/export": ADMIN,
@@ -212,6 +213,7 @@ BODIES: dict[str, Any] = {
     "POST /api/v1/auth/device": {"client_host": "gpu-box", "os_user": "alice"},
     "POST /api/v1/auth/device/token": {"device_code": "no-such-code"},
     "POST /api/v1/auth/device/approve": {"user_code": "BBBB-CCCC", "approve": True},
+    "POST /api/v1/auth/cli/token": {"code": "no-such-code", "code_verifier": "v" * 43},
     "POST /api/v1/agents/me/sessions/{session_id}/state": {"status": "RUNNING"},
     "PUT /api/v1/agents/me/requests/{request_id}": {"kind": "logs"},
     "POST /api/v1/folders": {"name": "new-folder"},

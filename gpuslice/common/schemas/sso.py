@@ -61,3 +61,10 @@ class DeviceRequestPublic(BaseModel):
     os_user: str
     client_ip: str | None
     age_seconds: int
+
+
+class CliTokenRequest(BaseModel):
+    """The CLI's loopback sign-in: the code its listener got, and its PKCE verifier."""
+
+    code: str = Field(min_length=1, max_length=128)
+    code_verifier: str = Field(min_length=43, max_length=128)

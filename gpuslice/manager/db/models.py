@@ -739,6 +739,7 @@ from gpuslice.manager.db.project_models import (  # noqa: E402
     ProjectMemberRow as ProjectMemberRow,
 )
 from gpuslice.manager.db.project_models import ProjectRow as ProjectRow  # noqa: E402
+from gpuslice.manager.db.sso_models import CliLoginRow as CliLoginRow  # noqa: E402
 from gpuslice.manager.db.sso_models import DeviceLoginRow as DeviceLoginRow  # noqa: E402
 from gpuslice.manager.db.sso_models import SsoLoginRow as SsoLoginRow  # noqa: E402
 from gpuslice.manager.db.sso_models import SsoLogoutSeenRow as SsoLogoutSeenRow  # noqa: E402

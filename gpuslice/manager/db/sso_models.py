@@ -76,6 +76,20 @@ class DeviceLoginRow(Base):
     denied_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
 
+class CliLoginRow(Base):
+    """``gpuslice login --sso`` through a browser: a code the CLI's loopback listener got,
+    exchanged once, within a minute, with the PKCE verifier only the CLI holds."""
+
+    __tablename__ = "cli_logins"
+
+    code_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    code_challenge: Mapped[str] = mapped_column(String(128))
+    client_host: Mapped[str] = mapped_column(String(255))
+    sso_session_id: Mapped[str | None] = mapped_column(String(36))
+    expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
+
+
 class SsoLogoutSeenRow(Base):
     """A back-channel logout token's ``jti``, kept until its replay window closes."""
 

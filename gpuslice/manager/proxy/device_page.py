@@ -33,13 +33,13 @@ async def device_page(request: Request, code: Code = "") -> Response:
     here = "/device" + (f"?code={quote(code, safe='')}" if code else "")
     try:
         async with request.app.state.sessionmaker() as db:
-            user, _ = await _signed_in(request, db)
+            user, _ = await signed_in(request, db)
             if not code:
                 return _ask_code()
             address = request.client.host if request.client else None
             shown = await device.pending(db, user, code, request.app.state.login_throttle,
                                          address)
-    except _NotSignedIn:
+    except NotSignedIn:
         return RedirectResponse(f"/login?next={quote(here, safe='')}", status_code=303)
     except DomainError as err:
         return _ask_code(err.message, status_of(err))
@@ -55,11 +55,11 @@ async def device_decision(request: Request) -> Response:
     try:
         browser.check_origin(request, request.app.state.settings.auth.allowed_origins)
         async with request.app.state.sessionmaker() as db:
-            user, token = await _signed_in(request, db)
+            user, token = await signed_in(request, db)
             address = request.client.host if request.client else None
             shown = await device.decide(db, user, token, code, approve, address,
                                         request.app.state.login_throttle, page=True)
-    except _NotSignedIn:
+    except NotSignedIn:
         return RedirectResponse("/login?next=%2Fdevice", status_code=303)
     except DomainError as err:
         return _ask_code(err.message, status_of(err))
@@ -69,18 +69,19 @@ async def device_decision(request: Request) -> Response:
     return pages.page("Device sign-in: gpuslice", f"<h1>Device sign-in</h1><p id=done>{said}</p>")
 
 
-class _NotSignedIn(Exception):
-    pass
+class NotSignedIn(Exception):
+    """The browser has no valid login cookie: it goes to the login page first."""
 
 
-async def _signed_in(request: Request, db: object) -> tuple[UserRow, ApiTokenRow]:
+async def signed_in(request: Request, db: object) -> tuple[UserRow, ApiTokenRow]:
+    """The user and token of the browser's login cookie, else ``NotSignedIn``."""
     cookie = browser.login_cookie(request)
     if not cookie:
-        raise _NotSignedIn
+        raise NotSignedIn
     try:
         return await auth.authenticate(db, cookie)  # type: ignore[arg-type]
     except DomainError:
-        raise _NotSignedIn from None
+        raise NotSignedIn from None
 
 
 def _ask_code(problem: str = "", status: int = 200) -> Response:

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request
 
 from gpuslice.common.schemas.errors import ErrorBody
 from gpuslice.common.schemas.sso import (
+    CliTokenRequest,
     DeviceCode,
     DeviceDecision,
     DeviceRequestPublic,
@@ -23,7 +24,7 @@ from gpuslice.manager.api.deps import (
     ThrottleDep,
 )
 from gpuslice.manager.errors import NotFound
-from gpuslice.manager.services.sso import device
+from gpuslice.manager.services.sso import device, loopback
 
 router = APIRouter(prefix="/auth", tags=["auth"])
 
@@ -69,6 +70,14 @@ async def device_approve(body: DeviceDecision, request: Request, db: DbDep, user
     address = request.client.host if request.client else None
     return await device.decide(db, user, token, body.user_code, body.approve, address,
                                throttle, page=False)
+
+
+@router.post("/cli/token", responses={400: {"model": ErrorBody}})
+async def cli_token(body: CliTokenRequest, db: DbDep) -> DeviceToken:
+    """`gpuslice login --sso`: exchange the code the CLI's loopback listener got (once, within
+    a minute) and the PKCE verifier only the CLI holds for the CLI's token; 400
+    `invalid_grant` otherwise (the code is used up either way)."""
+    return await loopback.exchange(db, body.code, body.code_verifier)
 
 
 def _device_on(on: bool) -> None:

@@ -13,6 +13,7 @@ NAMES = {
     "POST /auth/device": "auth.device.start",
     "POST /auth/device/token": "auth.device.token",
     "POST /auth/device/approve": "auth.device.approve",
+    "POST /auth/cli/token": "auth.cli.token",
     "POST /sessions/destroy": "session.destroy",
     "DELETE /sessions/{session_id}": "session.destroy",
     "DELETE /runs/{run}": "run.destroy",

@@ -20,6 +20,7 @@ from gpuslice.manager.db.audit_models import AuditRow
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import (
     ApiTokenRow,
+    CliLoginRow,
     DeviceLoginRow,
     SsoLoginRow,
     SsoLogoutSeenRow,
@@ -90,7 +91,7 @@ async def purge(db: AsyncSession) -> None:
     """Sign-ins that never came back, device codes never used, logout ids past their window
     (the retention loop's)."""
     now = utcnow()
-    for table in (SsoLoginRow, DeviceLoginRow, SsoLogoutSeenRow):
+    for table in (SsoLoginRow, DeviceLoginRow, SsoLogoutSeenRow, CliLoginRow):
         await db.execute(delete(table).where(table.expires_at < now))
     await db.commit()
 

@@ -1,6 +1,6 @@
 """Single sign-on (issue 42): sign-ins in flight at the OpenID provider, the provider's sessions
 behind console sign-ins (refresh tokens encrypted), CLI device sign-ins, back-channel logout
-token ids seen; api_tokens say which provider session made them.
+token ids seen, CLI loopback codes; api_tokens say which provider session made them.
 
 Revision ID: 0040
 Revises: 0037
@@ -72,6 +72,17 @@ def upgrade() -> None:
     )
     op.create_index("ix_device_logins_expires_at", "device_logins", ["expires_at"])
     op.create_table(
+        "cli_logins",
+        sa.Column("code_hash", sa.String(64), primary_key=True),
+        sa.Column("user_id", sa.String(36), sa.ForeignKey("users.id", ondelete="CASCADE"),
+                  nullable=False),
+        sa.Column("code_challenge", sa.String(128), nullable=False),
+        sa.Column("client_host", sa.String(255), nullable=False),
+        sa.Column("sso_session_id", sa.String(36), nullable=True),
+        sa.Column("expires_at", _TZ, nullable=False),
+    )
+    op.create_index("ix_cli_logins_expires_at", "cli_logins", ["expires_at"])
+    op.create_table(
         "sso_logouts_seen",
         sa.Column("jti_hash", sa.String(64), primary_key=True),
         sa.Column("expires_at", _TZ, nullable=False),
@@ -85,6 +96,8 @@ def downgrade() -> None:
     op.drop_index("ix_api_tokens_sso_session_id", table_name="api_tokens")
     with op.batch_alter_table("api_tokens", schema=None) as batch_op:
         batch_op.drop_column("sso_session_id")
+    op.drop_index("ix_cli_logins_expires_at", table_name="cli_logins")
+    op.drop_table("cli_logins")
     op.drop_index("ix_sso_logouts_seen_expires_at", table_name="sso_logouts_seen")
     op.drop_table("sso_logouts_seen")
     op.drop_index("ix_device_logins_expires_at", table_name="device_logins")
