@@ -27,8 +27,9 @@ def loopback_login(url: str) -> None:
     challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest())
     got: dict[str, str] = {}
     done = threading.Event()
-    server = HTTPServer(("127.0.0.1", 0), _handler(state, got, done))
+    server = HTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
     port = int(server.server_address[1])
+    server.RequestHandlerClass = _handler(state, port, got, done)
     start = f"{url.rstrip('/')}/auth/cli?" + urlencode({
         "port": port, "state": state, "code_challenge": challenge.rstrip(b"=").decode(),
         "host": socket.gethostname()})
@@ -55,10 +56,9 @@ def loopback_login(url: str) -> None:
                   markup=False)
 
 
-def _handler(state: str, got: dict[str, str], done: threading.Event) -> Any:
+def _handler(state: str, port: int, got: dict[str, str], done: threading.Event) -> Any:
     class Callback(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            port = self.server.server_address[1]
             query = {k: v[0] for k, v in parse_qs(urlsplit(self.path).query).items()}
             # DNS rebinding: only a request addressed to this very listener counts
             if self.headers.get("Host") != f"127.0.0.1:{port}" or \
