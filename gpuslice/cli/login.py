@@ -26,6 +26,7 @@ def login(
         "page): for a machine without a browser, e.g. over SSH.")] = False,
 ) -> None:
     """Log in and keep an API token for this machine in ~/.config/gpuslice (mode 0600).
+
     With --sso: through a browser on this machine; with --sso --device: a code to approve in
     any browser signed in to the manager."""
     if not url.startswith(("http://", "https://")):
