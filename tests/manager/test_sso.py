@@ -10,11 +10,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
 
+import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import select
 
-from gpuslice.manager.db.models import UserRow
+from gpuslice.manager.db.models import SsoSessionRow, UserRow
 from gpuslice.manager.services.sso import provider as provider_module
+from gpuslice.manager.services.sso import sessions
+from gpuslice.manager.services.sso.provider import ProviderError
 from tests.idp.oidc import OidcProvider
 from tests.manager.audit_helpers import rows
 from tests.manager.sso_helpers import (
@@ -177,3 +181,39 @@ async def test_a_key_rotation_at_the_provider_between_two_sign_ins(
     monkeypatch.setattr(provider_module, "_JWKS_REFETCH_EVERY", 0.0)  # as a minute later
     async with sso.client() as http:
         assert (await sso.sign_in(http, "alice")).status_code == 303
+
+
+async def test_a_browser_at_another_host_name_goes_to_the_public_url_first(
+        sso: SsoManager) -> None:
+    other = sso.url.replace("127.0.0.1", "localhost")
+    async with httpx.AsyncClient(base_url=other) as http:
+        answer = await http.get("/auth/oidc/start", params={"next": "/#/sessions"})
+    assert answer.status_code == 303
+    assert answer.headers["location"] == f"{sso.url}/auth/oidc/start?next=%2F%23%2Fsessions"
+    assert "gpuslice_sso" not in answer.cookies  # the binder is set on the public host only
+
+
+async def test_userinfo_is_read_when_asked_and_must_name_the_same_subject(
+        _routed_app: FastAPI, tmp_path: Path, migrated_database_url: str,
+        oidc_provider: OidcProvider) -> None:
+    async with sso_manager(_routed_app, tmp_path, migrated_database_url, oidc_provider,
+                           use_userinfo=True) as manager, manager.client() as http:
+        assert (await manager.sign_in(http, "bob")).status_code == 303
+        assert (await http.get("/api/v1/auth/me")).json()["username"] == "bob"
+
+
+async def test_a_back_channel_logout_ends_its_session_once(sso: SsoManager) -> None:
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "alice")).status_code == 303
+        async with sso.app.state.sessionmaker() as db:
+            # no sid (this client did not ask for one): every session of the subject ends
+            assert await db.scalar(select(SsoSessionRow.subject)) == "0b8c3f1e-alice"
+            claims = {"jti": "logout-1", "sub": "0b8c3f1e-alice"}
+            assert await sessions.backchannel_logout(db, claims) == 1
+            with pytest.raises(ProviderError, match="already used"):
+                await sessions.backchannel_logout(db, claims)
+        assert (await http.get("/api/v1/auth/me")).status_code == 401
+        forged = await http.post("/auth/oidc/backchannel-logout",
+                                 data={"logout_token": "not.a.token"})
+        assert forged.status_code == 400
+        assert forged.json()["error"] == "invalid_request"

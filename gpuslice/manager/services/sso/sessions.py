@@ -95,24 +95,34 @@ async def recheck_pass(sessionmaker: async_sessionmaker[AsyncSession], sso: Sso)
     unreachable provider changes nothing (it is tried again next time)."""
     checked = 0
     for session_id in await _claim_due(sessionmaker, sso.settings.recheck_interval):
-        async with sessionmaker() as db:
-            row = await db.get_one(SsoSessionRow, session_id)
-            refresh = sso.vault.open(row.refresh_token_enc or "")
         checked += 1
-        if refresh is None:
-            await _finish(sessionmaker, session_id, None, ended="idp: refresh token unreadable")
-            continue
         try:
-            tokens = await sso.provider.refresh(refresh)
-        except ProviderError as err:
-            if err.code in ("invalid_grant", "token_invalid"):
-                await _finish(sessionmaker, session_id, None, ended=f"idp: {err.code}")
-            else:
-                log.warning("re-check of SSO session %s kept it: %s", session_id, err.message)
-                await _release(sessionmaker, session_id)
-            continue
-        await _finish(sessionmaker, session_id, tokens, ended=None, sso=sso)
+            await _recheck(sessionmaker, sso, session_id)
+        except Exception:  # one session's failure is logged; the others go on
+            log.exception("re-check of SSO session %s failed; it is tried again next time",
+                          session_id)
+            await _release(sessionmaker, session_id)
     return checked
+
+
+async def _recheck(sessionmaker: async_sessionmaker[AsyncSession], sso: Sso,
+                   session_id: str) -> None:
+    async with sessionmaker() as db:
+        row = await db.get_one(SsoSessionRow, session_id)
+        refresh = sso.vault.open(row.refresh_token_enc or "")
+    if refresh is None:
+        await _finish(sessionmaker, session_id, None, ended="idp: refresh token unreadable")
+        return
+    try:
+        tokens = await sso.provider.refresh(refresh)
+    except ProviderError as err:
+        if err.code in ("invalid_grant", "token_invalid"):
+            await _finish(sessionmaker, session_id, None, ended=f"idp: {err.code}")
+        else:  # unreachable, or answering errors: nothing ends (a flapping provider)
+            log.warning("re-check of SSO session %s kept it: %s", session_id, err.message)
+            await _release(sessionmaker, session_id)
+        return
+    await _finish(sessionmaker, session_id, tokens, ended=None, sso=sso)
 
 
 async def backchannel_logout(db: AsyncSession, claims: dict[str, Any]) -> int:
