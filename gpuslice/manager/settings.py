@@ -239,6 +239,11 @@ class OidcSettings(IdentityMapping):
         description="Seconds a console sign-in lasts at most when the provider gives no "
         "refresh token (back-channel logout then ends it earlier).",
     )
+    auto_redirect: bool = Field(
+        default=False,
+        description="/login goes straight to the provider; /login?local=1 still shows the "
+        "password form (the local admin's way in when the provider is down).",
+    )
     logout: Literal["idp", "local"] = Field(
         default="idp",
         description="Console logout: idp also signs out at the provider (its "

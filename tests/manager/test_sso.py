@@ -217,3 +217,19 @@ async def test_a_back_channel_logout_ends_its_session_once(sso: SsoManager) -> N
                                  data={"logout_token": "not.a.token"})
         assert forged.status_code == 400
         assert forged.json()["error"] == "invalid_request"
+
+
+async def test_auto_redirect_goes_to_the_provider_and_local_1_keeps_the_form(
+        _routed_app: FastAPI, tmp_path: Path, migrated_database_url: str,
+        oidc_provider: OidcProvider) -> None:
+    async with sso_manager(_routed_app, tmp_path, migrated_database_url, oidc_provider,
+                           auto_redirect=True) as manager, manager.client() as http:
+        answer = await http.get("/login", params={"next": "/#/sessions"})
+        assert answer.status_code == 303
+        assert answer.headers["location"] == "/auth/oidc/start?next=%2F%23%2Fsessions"
+        form = await http.get("/login", params={"local": "1"})
+        assert form.status_code == 200
+        assert "<form method=post action=/login>" in form.text
+        assert "Log in with" not in form.text
+        signed_out = await http.get("/login", params={"logged_out": "1"})
+        assert "You are signed out of gpuslice." in signed_out.text

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import RedirectResponse, Response
@@ -22,10 +22,17 @@ NextPath = Annotated[str, Query(alias="next", max_length=4096)]
 
 
 @router.get("/login")
-async def login_page(request: Request, next_: NextPath = "/", logged_out: str = "") -> Response:
-    """The login form (and the single sign-on link); after it, the browser goes to ``next``."""
+async def login_page(request: Request, next_: NextPath = "/", logged_out: str = "",
+                     local: str = "") -> Response:
+    """The login form (and the single sign-on link); after it, the browser goes to ``next``.
+    With ``auth.oidc.auto_redirect`` straight on to the provider, unless ``local=1`` (the
+    password form alone) or just signed out."""
     notice = "You are signed out of gpuslice." if logged_out else ""
-    return pages.login(local_path(next_), sso=sso_link(request), notice=notice)
+    sso = None if local else sso_link(request)
+    if sso is not None and request.app.state.settings.auth.oidc.auto_redirect and not logged_out:
+        return RedirectResponse(f"{sso[1]}?next={quote(local_path(next_), safe='')}",
+                                status_code=303)
+    return pages.login(local_path(next_), sso=sso, notice=notice)
 
 
 @router.post("/login")
