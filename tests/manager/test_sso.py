@@ -16,8 +16,8 @@ from fastapi import FastAPI
 from sqlalchemy import select
 
 from gpuslice.manager.db.models import SsoSessionRow, UserRow
+from gpuslice.manager.services.sso import logins, sessions
 from gpuslice.manager.services.sso import provider as provider_module
-from gpuslice.manager.services.sso import sessions
 from gpuslice.manager.services.sso.provider import ProviderError
 from tests.idp.oidc import OidcProvider
 from tests.manager.audit_helpers import rows
@@ -233,3 +233,14 @@ async def test_auto_redirect_goes_to_the_provider_and_local_1_keeps_the_form(
         assert "Log in with" not in form.text
         signed_out = await http.get("/login", params={"logged_out": "1"})
         assert "You are signed out of gpuslice." in signed_out.text
+
+
+async def test_sign_ins_left_unfinished_are_limited_per_address(
+        sso: SsoManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(logins, "PER_ADDRESS", 3)
+    async with sso.client() as http:
+        started = [(await http.get("/auth/oidc/start")).status_code for _ in range(4)]
+        assert started == [303, 303, 303, 429]
+        refused = await http.get("/auth/oidc/start")
+        assert "3 sign-ins were started from this address" in refused.text
+        assert refused.headers["retry-after"] == "600"

@@ -27,7 +27,8 @@ class SsoLoginRow(Base):
     binder_hash: Mapped[str] = mapped_column(String(64))
     secrets_enc: Mapped[str] = mapped_column(Text)  # {"nonce", "verifier"}, encrypted
     next_path: Mapped[str] = mapped_column(String(4096))
-    purpose: Mapped[str] = mapped_column(String(16))  # browser | device
+    purpose: Mapped[str] = mapped_column(String(16))  # browser
+    client_ip: Mapped[str | None] = mapped_column(String(64), index=True)  # the start's
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     expires_at: Mapped[datetime] = mapped_column(UTCDateTime, index=True)
 

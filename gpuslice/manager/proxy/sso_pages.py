@@ -13,6 +13,7 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from gpuslice.manager.api import browser
+from gpuslice.manager.errors import TooManyRequests
 from gpuslice.manager.proxy import pages
 from gpuslice.manager.proxy.routes import NextPath, local_path, sso_link
 
@@ -39,13 +40,18 @@ async def sso_start(request: Request, next_: NextPath = "/") -> Response:
         # the binder cookie must be set on the host the provider sends the browser back to
         query = urlencode({"next": local_path(next_)})
         return RedirectResponse(f"{public}/auth/oidc/start?{query}", status_code=303)
+    address = request.client.host if request.client else None
     try:
         async with request.app.state.sessionmaker() as db:
-            url, binder = await logins.start(db, sso, local_path(next_))
+            url, binder = await logins.start(db, sso, local_path(next_), address)
     except ProviderError as err:
         log.warning("SSO start failed: %s", err.message)
         return pages.login(local_path(next_), f"single sign-on is unavailable: {err.message}",
                            502, sso=sso_link(request))
+    except TooManyRequests as err:
+        response = pages.login(local_path(next_), err.message, 429, sso=sso_link(request))
+        response.headers["Retry-After"] = str(err.retry_after)
+        return response
     response = RedirectResponse(url, status_code=303)
     response.set_cookie(BINDER, binder, max_age=int(logins.LOGIN_TTL.total_seconds()),
                         path=_BINDER_PATH, httponly=True, samesite="lax",

@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.manager.db.audit_models import AuditRow
@@ -26,6 +26,7 @@ from gpuslice.manager.db.models import (
     SsoLogoutSeenRow,
     UserRow,
 )
+from gpuslice.manager.errors import TooManyRequests
 from gpuslice.manager.services.audit.context import current
 from gpuslice.manager.services.identity.accounts import sign_in
 from gpuslice.manager.services.identity.profile import SignInRefused, oidc_profile
@@ -36,6 +37,7 @@ from gpuslice.manager.services.sso.tokens import digest
 
 log = logging.getLogger(__name__)
 LOGIN_TTL = timedelta(minutes=10)
+PER_ADDRESS = 30  # sign-ins in flight from one address
 _PARAM_MAX = 2048
 
 
@@ -56,17 +58,27 @@ class SignedIn:
     next_path: str
 
 
-async def start(db: AsyncSession, sso: Sso, next_path: str) -> tuple[str, str]:
+async def start(db: AsyncSession, sso: Sso, next_path: str, address: str | None
+                ) -> tuple[str, str]:
     """A new sign-in: the provider's authorization URL to send the browser to, and the binder
-    to set as its cookie."""
+    to set as its cookie. At most ``PER_ADDRESS`` in flight from one address (anyone may
+    start one: the table must not grow without bound)."""
+    now = utcnow()
+    if address is not None:
+        pending = await db.scalar(select(func.count()).select_from(SsoLoginRow).where(
+            SsoLoginRow.client_ip == address, SsoLoginRow.expires_at > now))
+        if (pending or 0) >= PER_ADDRESS:
+            raise TooManyRequests(f"{pending} sign-ins were started from this address in ten "
+                                  "minutes and not finished: finish one, or wait",
+                                  retry_after=int(LOGIN_TTL.total_seconds()))
     state, binder = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     nonce, verifier = secrets.token_urlsafe(32), secrets.token_urlsafe(48)
     url = await sso.provider.authorize_url(state, nonce, verifier)
-    now = utcnow()
     db.add(SsoLoginRow(state_hash=digest(state), binder_hash=digest(binder),
                        secrets_enc=sso.vault.seal(json.dumps({"nonce": nonce,
                                                               "verifier": verifier})),
-                       next_path=next_path, purpose="browser", created_at=now,
+                       next_path=next_path, purpose="browser", client_ip=address,
+                       created_at=now,
                        expires_at=now + LOGIN_TTL))
     await db.commit()
     return url, binder

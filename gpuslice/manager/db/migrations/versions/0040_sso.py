@@ -30,10 +30,12 @@ def upgrade() -> None:
         sa.Column("secrets_enc", sa.Text(), nullable=False),
         sa.Column("next_path", sa.String(4096), nullable=False),
         sa.Column("purpose", sa.String(16), nullable=False),
+        sa.Column("client_ip", sa.String(64), nullable=True),
         sa.Column("created_at", _TZ, nullable=False),
         sa.Column("expires_at", _TZ, nullable=False),
     )
     op.create_index("ix_sso_logins_expires_at", "sso_logins", ["expires_at"])
+    op.create_index("ix_sso_logins_client_ip", "sso_logins", ["client_ip"])
     op.create_table(
         "sso_sessions",
         sa.Column("id", sa.String(36), primary_key=True),
@@ -105,5 +107,6 @@ def downgrade() -> None:
     for column in ("user_id", "subject", "idp_sid", "last_refresh_at"):
         op.drop_index(f"ix_sso_sessions_{column}", table_name="sso_sessions")
     op.drop_table("sso_sessions")
+    op.drop_index("ix_sso_logins_client_ip", table_name="sso_logins")
     op.drop_index("ix_sso_logins_expires_at", table_name="sso_logins")
     op.drop_table("sso_logins")
