@@ -146,9 +146,9 @@ async def console_cookie_works(sso: SsoManager, page: Any) -> bool:
     cookies = {c["name"]: c["value"] for c in await page.context.cookies(sso.url)}
     if "gpuslice_login" not in cookies:
         return False
-    async with httpx.AsyncClient(base_url=sso.url) as http:
-        me = await http.get("/api/v1/auth/me",
-                            cookies={"gpuslice_login": cookies["gpuslice_login"]})
+    async with httpx.AsyncClient(base_url=sso.url,
+                                 cookies={"gpuslice_login": cookies["gpuslice_login"]}) as http:
+        me = await http.get("/api/v1/auth/me")
     return me.status_code == 200
 
 
@@ -166,9 +166,9 @@ async def test_console_logout_signs_out_at_the_provider_and_comes_back(
     await page.wait_for_url(f"{sso.url}/login?logged_out=1", timeout=scaled(30) * 1000)
     await page.screenshot(path=str(ARTIFACTS / "sso-logout-2-back.png"))
     assert "You are signed out of gpuslice." in await page.inner_text("body")
-    async with httpx.AsyncClient(base_url=sso.url) as http:
-        me = await http.get("/api/v1/auth/me",
-                            cookies={"gpuslice_login": cookie["gpuslice_login"]})
+    async with httpx.AsyncClient(base_url=sso.url,
+                                 cookies={"gpuslice_login": cookie["gpuslice_login"]}) as http:
+        me = await http.get("/api/v1/auth/me")
     assert me.status_code == 401
 
 
