@@ -1,0 +1,106 @@
+"""The test OpenID provider itself, with nothing of gpuslice: discovery, a code + PKCE login
+through its login page, the ID token checked against its JWKS, refreshes that see a groups
+change, a disabled account refused, key rotation, and a login in Chromium."""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+
+from tests.browser import browser  # noqa: F401  (the module's Chromium)
+from tests.idp.oidc import LoginRefused, OidcProvider
+from tests.idp.relying_party import SCOPE, RelyingParty, callback_listener
+from tests.ports import free_port
+
+
+def _party(provider: OidcProvider) -> RelyingParty:
+    # a native client: any port of 127.0.0.1 matches its registered redirect (RFC 8252)
+    return RelyingParty(provider, f"http://127.0.0.1:{free_port()}/callback")
+
+
+def _login(party: RelyingParty, username: str, prompt: str | None = "consent") -> dict:
+    pending = party.authorize(prompt=prompt)
+    with httpx.Client(timeout=10) as http:
+        callback = party.provider.sign_in(http, pending.url, username, f"{username}-password")
+    assert callback.startswith(f"{party.redirect_uri}?"), callback
+    return party.finish(callback, pending)
+
+
+def test_code_pkce_login_refresh_and_groups_change(oidc_provider: OidcProvider) -> None:
+    party = _party(oidc_provider)
+    assert party.metadata["issuer"] == oidc_provider.issuer
+    assert party.metadata["code_challenge_methods_supported"] == ["S256"]
+    assert "groups" in party.metadata["scopes_supported"]
+
+    tokens = _login(party, "alice")
+    claims = tokens["claims"]
+    assert claims["sub"] == oidc_provider.accounts()["alice"]["sub"]
+    assert claims["preferred_username"] == "alice"
+    assert claims["groups"] == ["gpu-users", "vision"]
+    assert claims["email"] == "alice@lab.test" and claims["email_verified"] is True
+    assert party.userinfo(tokens["access_token"])["groups"] == ["gpu-users", "vision"]
+
+    oidc_provider.set_groups("alice", ["gpu-users"])
+    refreshed = party.refresh(tokens["refresh_token"])
+    assert refreshed.status_code == 200, refreshed.text
+    assert party.verify_id_token(refreshed.json()["id_token"])["groups"] == ["gpu-users"]
+
+
+def test_disabled_or_removed_account_refused(oidc_provider: OidcProvider) -> None:
+    party = _party(oidc_provider)
+    alice = _login(party, "alice")
+    bob = _login(party, "bob")
+
+    oidc_provider.disable("alice")
+    oidc_provider.remove("bob")
+    for tokens in (alice, bob):
+        refused = party.refresh(tokens["refresh_token"])
+        assert refused.status_code == 400 and refused.json()["error"] == "invalid_grant"
+    with httpx.Client(timeout=10) as http, pytest.raises(LoginRefused, match="disabled"):
+        oidc_provider.sign_in(http, party.authorize().url, "alice", "alice-password")
+    with httpx.Client(timeout=10) as http, pytest.raises(LoginRefused, match="Wrong"):
+        oidc_provider.sign_in(http, party.authorize().url, "carol", "not-carol's")
+
+    oidc_provider.disable("alice", False)
+    assert _login(party, "alice")["claims"]["preferred_username"] == "alice"
+
+
+def test_offline_access_needs_prompt_consent(oidc_provider: OidcProvider) -> None:
+    """oidc-provider drops offline_access without prompt=consent: no refresh token then."""
+    tokens = _login(_party(oidc_provider), "carol", prompt=None)
+    assert "refresh_token" not in tokens
+    assert "offline_access" not in tokens["scope"].split()
+    assert set(tokens["scope"].split()) == set(SCOPE.split()) - {"offline_access"}
+
+
+def test_key_rotation(oidc_provider: OidcProvider) -> None:
+    party = _party(oidc_provider)
+    tokens = _login(party, "alice")
+    assert tokens["claims"].header["kid"] == "key-1"
+    jwks = httpx.get(party.metadata["jwks_uri"]).json()
+    assert [key["kid"] for key in jwks["keys"]] == ["key-1"]
+
+    assert oidc_provider.rotate_keys() == "key-2"
+    jwks = httpx.get(party.metadata["jwks_uri"]).json()
+    assert [key["kid"] for key in jwks["keys"]] == ["key-2", "key-1"]
+    refreshed = party.refresh(tokens["refresh_token"]).json()
+    assert party.verify_id_token(refreshed["id_token"]).header["kid"] == "key-2"
+
+
+def test_login_in_chromium(oidc_provider: OidcProvider, browser: Any) -> None:  # noqa: F811
+    with callback_listener() as callbacks:
+        party = RelyingParty(oidc_provider, callbacks.url)
+        pending = party.authorize()
+        page = browser.new_page()
+        page.goto(pending.url)
+        page.fill("input[name=login]", "alice")
+        page.fill("input[name=password]", "alice-password")
+        page.click("button[type=submit]")
+        page.wait_for_selector("text=signed in")
+        callback = callbacks.wait()
+    assert page.url == callback
+    assert parse_qs(urlsplit(callback).query)["state"] == [pending.state]
+    assert party.finish(callback, pending)["claims"]["groups"] == ["gpu-users", "vision"]
