@@ -38,7 +38,8 @@ async def login_form(request: Request) -> Response:
         async with request.app.state.sessionmaker() as db:
             token, row = await auth.login(db, form.get("username", ""), form.get("password", ""),
                                           request.app.state.settings.auth.login_token_ttl,
-                                          request.app.state.login_throttle, address)
+                                          request.app.state.login_throttle, address,
+                                          request.app.state.settings.auth.ldap)
     except DomainError as err:
         return pages.login(next_path, err.message, status_of(err))
     # an app's path goes on to the app's own origin: not as the form post's redirect

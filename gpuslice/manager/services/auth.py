@@ -15,7 +15,7 @@ from gpuslice.common.schemas.users import (
 )
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import ApiTokenRow, UserRow
-from gpuslice.manager.errors import NotFound, Unauthorized
+from gpuslice.manager.errors import DomainError, NotFound, Unauthorized, Unavailable
 from gpuslice.manager.security import (
     USER_TOKEN_PREFIX,
     hash_password,
@@ -23,7 +23,11 @@ from gpuslice.manager.security import (
     token_digest,
 )
 from gpuslice.manager.services.audit import context as audit
+from gpuslice.manager.services.identity import ldap
+from gpuslice.manager.services.identity.directory import DirectoryDown
+from gpuslice.manager.services.identity.profile import SignInRefused
 from gpuslice.manager.services.login_throttle import LoginThrottle
+from gpuslice.manager.settings import LdapSettings
 
 # A token's last use is written at most this often, so reads do not become writes.
 _TOUCH_EVERY = timedelta(minutes=1)
@@ -36,21 +40,23 @@ _DUMMY_HASH = (
 
 async def login(
     db: AsyncSession, username: str, password: str, ttl: float, throttle: LoginThrottle,
-    address: str | None,
+    address: str | None, directory: LdapSettings | None = None,
 ) -> tuple[str, ApiTokenRow]:
     """Check the password (unless the username or the address is throttled: 429 first, no
-    hash computed); a new login token (the secret and its row)."""
+    hash computed, no bind made); a new login token (the secret and its row). A local user's
+    password is checked here; a directory user's (``directory`` on, or a user it made) by a
+    bind at the directory."""
     audit.attempted(username)
     await throttle.admit(db, username, address)
     user = await db.scalar(select(UserRow).where(UserRow.username == username))
     await db.commit()  # no transaction held while the hash runs (or waits for its turn)
-    ok = await throttle.checks.verify(user.password_hash if user else _DUMMY_HASH, password)
-    if user is None or not ok or not user.is_active:
-        audit.note(method="password")
-        audit.refused("bad_credentials" if user is None or not ok else "inactive")
-        raise Unauthorized("wrong username or password", code="bad_credentials")
+    if user is None and directory is not None and directory.url or (
+            user is not None and user.source == "ldap"):
+        user, method = await _directory_login(db, username, password, directory, throttle), "ldap"
+    else:
+        user, method = await _password_login(db, user, password, throttle, directory)
     await throttle.succeeded(db, username, address)
-    audit.note(method="password")
+    audit.note(method=method)
     audit.arm_user(user.id, user.username, "password", None)  # the row joins the token's commit
     token = new_token(USER_TOKEN_PREFIX)
     row = ApiTokenRow(
@@ -60,6 +66,43 @@ async def login(
     db.add(row)
     await db.commit()
     return token, row
+
+
+async def _password_login(db: AsyncSession, user: UserRow | None, password: str,
+                          throttle: LoginThrottle, directory: LdapSettings | None
+                          ) -> tuple[UserRow, str]:
+    ok = await throttle.checks.verify(user.password_hash if user else _DUMMY_HASH, password)
+    if user is not None and not ok and user.source == "local" and directory and directory.url:
+        # the directory's user of this name: told why a local account is not theirs (or
+        # linked to it where auth.ldap.link_existing says so); nothing said to anyone else
+        try:
+            return await ldap.ldap_sign_in(db, user.username, password, directory,
+                                           throttle.checks.run), "ldap"
+        except SignInRefused as err:
+            if err.code != "account_locked":
+                raise
+        except (Unauthorized, DirectoryDown):
+            pass
+    if user is None or not ok or not user.is_active:
+        audit.note(method="password")
+        audit.refused("bad_credentials" if user is None or not ok else "inactive")
+        raise Unauthorized("wrong username or password", code="bad_credentials")
+    return user, "password"
+
+
+async def _directory_login(db: AsyncSession, username: str, password: str,
+                           directory: LdapSettings | None, throttle: LoginThrottle) -> UserRow:
+    audit.note(method="ldap")
+    if directory is None or not directory.url:
+        audit.refused("ldap_off")
+        raise Unavailable("this account signs in with the LDAP directory, which is not "
+                          "configured now (auth.ldap.url): ask an administrator",
+                          code="directory_unavailable")
+    try:
+        return await ldap.ldap_sign_in(db, username, password, directory, throttle.checks.run)
+    except DomainError as err:
+        audit.refused(err.code)
+        raise
 
 
 async def authenticate(db: AsyncSession, token: str) -> tuple[UserRow, ApiTokenRow]:

@@ -36,7 +36,8 @@ async def login(
     (seconds)."""
     address = request.client.host if request.client else None
     token, row = await auth.login(
-        db, body.username, body.password, settings.auth.login_token_ttl, throttle, address
+        db, body.username, body.password, settings.auth.login_token_ttl, throttle, address,
+        settings.auth.ldap,
     )
     browser.set_login_cookie(response, request, token, row.expires_at)
     return TokenPublic(access_token=token, expires_at=row.expires_at)

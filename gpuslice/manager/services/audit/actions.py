@@ -19,6 +19,7 @@ NAMES = {
     "DELETE /join-tokens/{token_id}": "node.join_token.revoke",
     "POST /projects/{name}/members": "project.member.add",
     "DELETE /projects/{name}/members/{username}": "project.member.remove",
+    "PUT /projects/{name}/idp-groups": "project.idp_groups.set",
     "PUT /folders/{folder_id}/grants": "folder.share",
     "DELETE /folders/{folder_id}/grants/{user}": "folder.revoke",
     "POST /sessions/{session_id}/apps/{name}/start": "app.start",
