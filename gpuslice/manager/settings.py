@@ -12,6 +12,7 @@ import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, ClassVar, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
@@ -261,6 +262,22 @@ class LdapSettings(IdentityMapping):
         description="Seconds between re-checks of signed-in directory users (gone or locked: "
         "every token ends; groups synced).",
     )
+
+    @model_validator(mode="after")
+    def _password_not_in_clear(self) -> LdapSettings:
+        """ldaps://, or ldap:// upgraded with StartTLS; plain ldap:// only to a loopback
+        address (a password crosses it)."""
+        if not self.url:
+            return self
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("ldap", "ldaps") or not parts.hostname:
+            raise ValueError(f"auth.ldap.url must be ldaps://host[:port] or "
+                             f"ldap://host[:port], got {self.url!r}")
+        if parts.scheme == "ldap" and not self.start_tls and not _loopback(parts.hostname):
+            raise ValueError(f"auth.ldap.url {self.url!r} is plain ldap:// to another host: "
+                             "passwords would cross the network in clear; use ldaps:// or set "
+                             "auth.ldap.start_tls = true")
+        return self
 
 
 class AuthSettings(Section):
@@ -760,3 +777,12 @@ class ManagerSettings(FileSettings):
 def load_settings(config_file: Path | None = None, **overrides: Any) -> ManagerSettings:
     """Build the settings once: ``overrides`` > ``GPUSLICE_*`` env > ``config_file`` (TOML)."""
     return ManagerSettings.load(config_file, **overrides)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

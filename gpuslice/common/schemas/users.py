@@ -90,6 +90,11 @@ class UserPublic(BaseModel):
     is_active: bool
     policy_id: str | None
     created_at: datetime
+    source: str = Field(default="local", description="Where the user signs in: local (a "
+                        "gpuslice password), ldap (the directory) or oidc (single sign-on).")
+    disabled_reason: str | None = Field(
+        default=None, description="Why is_active is false: admin, or directory: ... (the "
+        "directory's re-check enables its own again).")
 
 
 class PolicyCreate(BaseModel):

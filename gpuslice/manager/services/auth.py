@@ -15,7 +15,13 @@ from gpuslice.common.schemas.users import (
 )
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import ApiTokenRow, UserRow
-from gpuslice.manager.errors import DomainError, NotFound, Unauthorized, Unavailable
+from gpuslice.manager.errors import (
+    DomainError,
+    InvalidRequest,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+)
 from gpuslice.manager.security import (
     USER_TOKEN_PREFIX,
     hash_password,
@@ -176,6 +182,7 @@ async def change_password(
 ) -> None:
     """Check the current password (throttled like a login), set the new one, and end every
     other login token of the user (and their API tokens, unless kept)."""
+    managed_elsewhere(user)
     await throttle.admit(db, user.username, address)
     ok = await throttle.checks.verify(user.password_hash, body.current_password)
     if not ok:
@@ -186,6 +193,15 @@ async def change_password(
     await db.execute(update(UserRow).where(UserRow.id == user.id).values(password_hash=new_hash))
     await end_tokens(db, user.id, keep_api_tokens=body.keep_api_tokens, keep=current.id)
     await db.commit()
+
+
+def managed_elsewhere(user: UserRow) -> None:
+    """Refuse to set a password for a user who signs in at an identity provider."""
+    if user.source != "local":
+        where = "the LDAP directory" if user.source == "ldap" else "single sign-on"
+        raise InvalidRequest(f"{user.username} signs in with {where}: the password is "
+                             f"changed there, not in gpuslice", field="password",
+                             code="password_managed_by_idp")
 
 
 async def end_tokens(

@@ -8,7 +8,6 @@ is imported on first use only: the CLI and a manager without ``auth.ldap`` never
 
 from __future__ import annotations
 
-import ipaddress
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -51,18 +50,6 @@ class Entry:
             return True
         control = self.first("userAccountControl")
         return control is not None and control.isdigit() and bool(int(control) & _AD_DISABLED)
-
-
-def plain_ldap_refused(url: str, start_tls: bool) -> str | None:
-    """Why ``url`` may not be used (None: it may): ldaps://, or ldap:// upgraded with
-    StartTLS, or plain ldap:// to a loopback address only (a password crosses it)."""
-    parts = urlsplit(url)
-    if parts.scheme not in ("ldap", "ldaps") or not parts.hostname:
-        return f"auth.ldap.url must be ldaps://host[:port] or ldap://host[:port], got {url!r}"
-    if parts.scheme == "ldaps" or start_tls or _loopback(parts.hostname):
-        return None
-    return (f"auth.ldap.url {url!r} is plain ldap:// to another host: passwords would cross "
-            "the network in clear; use ldaps:// or set auth.ldap.start_tls = true")
 
 
 class Directory:
@@ -179,10 +166,11 @@ class Directory:
         tls = ldap3.Tls(validate=ssl.CERT_REQUIRED,
                         ca_certs_file=str(self.settings.ca_file) if self.settings.ca_file
                         else None)
+        seconds = max(1, round(self.settings.timeout))  # ldap3 packs them as whole seconds
         server = ldap3.Server(self.settings.url, get_info=ldap3.NONE, tls=tls,
-                              connect_timeout=self.settings.timeout)
+                              connect_timeout=seconds)
         conn = ldap3.Connection(server, user, password, read_only=True,
-                                receive_timeout=self.settings.timeout,
+                                receive_timeout=seconds,
                                 raise_exceptions=False)
         try:
             conn.open()
@@ -192,15 +180,6 @@ class Directory:
             conn.unbind()
             raise self._down(err) from None
         return conn
-
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _list(values: Any) -> list[Any]:
