@@ -12,6 +12,7 @@ from gpuslice.cli import (
     admin_audit,
     admin_backup,
     admin_config,
+    admin_ldap,
     admin_preset,
     admin_priority,
     admin_project,
@@ -33,7 +34,7 @@ from gpuslice.common.resources import parse_cpu, parse_fgpu, parse_mem
 
 if TYPE_CHECKING:
     from gpuslice.common.schemas.nodes import JoinTokenCreated
-    from gpuslice.common.schemas.users import PolicyPublic
+    from gpuslice.common.schemas.users import PolicyPublic, UserPublic
 
 app = typer.Typer(help="Users, policies, projects, join tokens, configuration, backups, "
                   "the audit log (admins).",
@@ -49,6 +50,7 @@ app.add_typer(admin_preset.app, name="preset")
 app.add_typer(admin_project.app, name="project")
 app.add_typer(admin_priority.app, name="priority-class")
 app.add_typer(admin_audit.app, name="audit")
+app.add_typer(admin_ldap.app, name="ldap")
 app.command("backup")(admin_backup.backup)
 app.command("restore")(admin_backup.restore)
 
@@ -107,9 +109,15 @@ def user_list(as_json: JsonOpt = False) -> None:
             for u in users
         ])
         return
-    table(["id", "name", "role", "status", "policy", "created"],
-          [(u.id, u.username, u.role.value, "active" if u.is_active else "disabled",
+    table(["id", "name", "role", "status", "source", "policy", "created"],
+          [(u.id, u.username, u.role.value, _status(u), u.source,
             policies.get(u.policy_id or "", "-"), ago(u.created_at)) for u in users])
+
+
+def _status(user: UserPublic) -> str:
+    if user.is_active:
+        return "active"
+    return f"disabled ({user.disabled_reason})" if user.disabled_reason else "disabled"
 
 
 @policy_app.command("set")

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         ImageUpdated,
         SessionCommitResult,
     )
+    from gpuslice.common.schemas.ldap import LdapTestResult
     from gpuslice.common.schemas.monitoring import SessionStats, Top, UsageReport
     from gpuslice.common.schemas.nodes import JoinTokenCreated, JoinTokenPublic, NodePublic
     from gpuslice.common.schemas.presets import PresetPublic
@@ -437,6 +438,12 @@ class Client(StorageCalls, SshCalls, ProjectCalls, NotifyCalls):
 
     def list_users(self) -> list[UserPublic]:
         return self._call("GET", "/users", list[schemas.users.UserPublic])
+
+    def test_ldap(self, user: str | None = None) -> LdapTestResult:
+        """The directory as the manager's service account sees it; with ``user``, what
+        gpuslice would do with them (admins)."""
+        params = {"user": user} if user else None
+        return self._call("GET", "/ldap/test", schemas.ldap.LdapTestResult, params=params)
 
     def find_user(self, username: str) -> UserPublic:
         for user in self.list_users():

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
         config,
         health,
         images,
+        ldap,
         models,
         monitoring,
         nodes,
@@ -35,7 +36,7 @@ if TYPE_CHECKING:
         users,
     )
 
-__all__ = ["agents", "apps", "audit", "common", "config", "health", "images", "models",
+__all__ = ["agents", "apps", "audit", "common", "config", "health", "images", "ldap", "models",
            "monitoring", "nodes", "notify", "presets", "priorities", "projects", "runs",
            "sessions", "ssh", "storage", "users"]
 
