@@ -5,7 +5,6 @@ re-check loop disables users the directory dropped and syncs projects from group
 from __future__ import annotations
 
 import json
-
 from pathlib import Path
 from typing import Any
 
@@ -14,10 +13,11 @@ from fastapi import FastAPI
 
 from gpuslice.manager.loop_table import run_once
 from gpuslice.manager.services.identity.directory import Directory
-from gpuslice.manager.settings import ManagerSettings, load_settings
+from gpuslice.manager.settings import ManagerSettings
 from tests.idp.ldap import Directory as SlapdDirectory
 from tests.manager.audit_helpers import rows
-from tests.manager.conftest import IMAGE, Client, client_for
+from tests.manager.conftest import Client, client_for
+from tests.manager.ldap_helpers import manager_settings
 
 pytestmark = pytest.mark.loops_off("ldap_recheck")  # each test runs its passes itself
 ORIGIN = "http://manager"
@@ -26,16 +26,7 @@ ORIGIN = "http://manager"
 @pytest.fixture
 def settings(tmp_path: Path, migrated_database_url: str,
              ldap_directory: SlapdDirectory) -> ManagerSettings:
-    return load_settings(
-        data_dir=tmp_path / "data", database={"url": migrated_database_url},
-        sessions={"allowed_images": [IMAGE]},
-        auth={"password_check_nice": 0, "ldap": ldap_settings(ldap_directory)})
-
-
-def ldap_settings(directory: SlapdDirectory, **more: Any) -> dict[str, Any]:
-    return {"url": directory.url, "bind_dn": directory.service_dn,
-            "bind_password": directory.service_password, "user_base": directory.people_dn,
-            "allowed_groups": ["gpu-users"], "timeout": 5, **more}
+    return manager_settings(tmp_path, migrated_database_url, ldap_directory)
 
 
 async def sign_in(anon: Client, username: str, password: str | None = None) -> Any:
