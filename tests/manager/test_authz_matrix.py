@@ -177,6 +177,9 @@ ACCESS: dict[str, Access] = {
     "DELETE /api/v1/projects/{name}": ADMIN,
     "POST /api/v1/projects/{name}/members": ADMIN,
     "DELETE /api/v1/projects/{name}/members/{username}": ADMIN,
+    "GET /api/v1/projects/{name}/idp-groups": ADMIN,  # issue 42: groups giving membership
+    "PUT /api/v1/projects/{name}/idp-groups": ADMIN,
+    "GET /api/v1/ldap/test": ADMIN,  # the directory as the service account sees it
     "GET /api/v1/groups": USER,  # the launch dialog shows each group's free capacity
     "POST /api/v1/nodes/{node_id}/revoke": ADMIN,
     "GET /api/v1/join-tokens": ADMIN,
@@ -228,6 +231,7 @@ BODIES: dict[str, Any] = {
     "POST /api/v1/agents/me/sessions/{session_id}/run/saving": {"script_s": 1.5},
     "POST /api/v1/projects": {"name": "new-project"},
     "POST /api/v1/projects/{name}/members": {"username": "dave"},
+    "PUT /api/v1/projects/{name}/idp-groups": {"provider": "ldap", "groups": ["vision"]},
     "POST /api/v1/projects/{name}/rename": {"name": "renamed-team"},
     "PUT /api/v1/nodes/{node}/group": {"group": "default"},
 }
@@ -345,7 +349,9 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
         **{f"{route}:name": "alice-team" for route in (
             "GET /api/v1/projects/{name}", "PUT /api/v1/projects/{name}",
             "POST /api/v1/projects/{name}/members",
-            "DELETE /api/v1/projects/{name}/members/{username}")},
+            "DELETE /api/v1/projects/{name}/members/{username}",
+            "GET /api/v1/projects/{name}/idp-groups",
+            "PUT /api/v1/projects/{name}/idp-groups")},
     }
     secrets = [s["id"], "s3cret-value", image, token["id"], "alice-work", ssh_key["id"],
                "alice-team", "alice-class", hooks[0]["id"], hooks[0]["secret"], "alice-hook"]

@@ -40,14 +40,17 @@ async def set_links(db: AsyncSession, viewer: UserRow, name: str, body: IdpGroup
         raise InvalidRequest(f"{project.name} is a personal project: only its user launches "
                              "in it, no group can be linked", field="project",
                              code="personal_project")
-    await replace(db, project, body.provider, body.groups)
+    before = await replace(db, project, body.provider, body.groups)
+    audit.note(project=project.name, provider=body.provider, before=before,
+               after=sorted(set(body.groups)))
     await db.commit()
     return await links_of(db, project.id)
 
 
 async def replace(db: AsyncSession, project: ProjectRow, provider: str,
-                  groups: list[str]) -> None:
-    """Make ``groups`` the project's links at ``provider`` (in the caller's transaction)."""
+                  groups: list[str]) -> list[str]:
+    """Make ``groups`` the project's links at ``provider`` (in the caller's transaction); the
+    groups it had."""
     wanted = list(dict.fromkeys(groups))
     before = list(await db.scalars(select(ProjectIdpGroupRow.group_value).where(
         ProjectIdpGroupRow.project_id == project.id, ProjectIdpGroupRow.provider == provider)))
@@ -55,5 +58,4 @@ async def replace(db: AsyncSession, project: ProjectRow, provider: str,
         ProjectIdpGroupRow.project_id == project.id, ProjectIdpGroupRow.provider == provider))
     db.add_all(ProjectIdpGroupRow(project_id=project.id, provider=provider, group_value=g)
                for g in wanted)
-    audit.note(project=project.name, provider=provider, before=sorted(before),
-               after=sorted(wanted))
+    return sorted(before)
