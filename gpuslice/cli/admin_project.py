@@ -183,7 +183,8 @@ def _links(name: str, provider: str, change: Callable[[list[str]], list[str]],
     if provider not in ("ldap", "oidc"):
         raise CliError(f"--provider must be ldap or oidc, got {provider!r}", 2)
     with Client.from_config() as client:
-        now = {link.provider: link.groups for link in client.get_idp_groups(name)}
+        now: dict[str, list[str]] = {link.provider: link.groups
+                                     for link in client.get_idp_groups(name)}
         links = client.set_idp_groups(name, provider, change(now.get(provider, [])))
     if as_json:
         print_json([link.model_dump(mode="json") for link in links])

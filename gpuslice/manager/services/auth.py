@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from sqlalchemy import select, update
@@ -29,11 +30,13 @@ from gpuslice.manager.security import (
     token_digest,
 )
 from gpuslice.manager.services.audit import context as audit
-from gpuslice.manager.services.identity import ldap
-from gpuslice.manager.services.identity.directory import DirectoryDown
-from gpuslice.manager.services.identity.profile import SignInRefused
 from gpuslice.manager.services.login_throttle import LoginThrottle
-from gpuslice.manager.settings import LdapSettings
+
+# A directory's sign-in (services/identity/ldap.py, given by the routes where auth.ldap is on):
+# the user whose password binds at the directory, or a DomainError with the line to show.
+DirectorySignIn = Callable[[AsyncSession, str, str], Awaitable[UserRow]]
+# what a failed local password tried at the directory may say (nothing about the directory)
+_SILENT = frozenset({"bad_credentials", "account_locked", "directory_unavailable"})
 
 # A token's last use is written at most this often, so reads do not become writes.
 _TOUCH_EVERY = timedelta(minutes=1)
@@ -46,7 +49,7 @@ _DUMMY_HASH = (
 
 async def login(
     db: AsyncSession, username: str, password: str, ttl: float, throttle: LoginThrottle,
-    address: str | None, directory: LdapSettings | None = None,
+    address: str | None, directory: DirectorySignIn | None = None,
 ) -> tuple[str, ApiTokenRow]:
     """Check the password (unless the username or the address is throttled: 429 first, no
     hash computed, no bind made); a new login token (the secret and its row). A local user's
@@ -56,9 +59,8 @@ async def login(
     await throttle.admit(db, username, address)
     user = await db.scalar(select(UserRow).where(UserRow.username == username))
     await db.commit()  # no transaction held while the hash runs (or waits for its turn)
-    if user is None and directory is not None and directory.url or (
-            user is not None and user.source == "ldap"):
-        user, method = await _directory_login(db, username, password, directory, throttle), "ldap"
+    if user is None and directory is not None or (user is not None and user.source == "ldap"):
+        user, method = await _directory_login(db, username, password, directory), "ldap"
     else:
         user, method = await _password_login(db, user, password, throttle, directory)
     await throttle.succeeded(db, username, address)
@@ -75,20 +77,17 @@ async def login(
 
 
 async def _password_login(db: AsyncSession, user: UserRow | None, password: str,
-                          throttle: LoginThrottle, directory: LdapSettings | None
+                          throttle: LoginThrottle, directory: DirectorySignIn | None
                           ) -> tuple[UserRow, str]:
     ok = await throttle.checks.verify(user.password_hash if user else _DUMMY_HASH, password)
-    if user is not None and not ok and user.source == "local" and directory and directory.url:
+    if user is not None and not ok and user.source == "local" and directory is not None:
         # the directory's user of this name: told why a local account is not theirs (or
         # linked to it where auth.ldap.link_existing says so); nothing said to anyone else
         try:
-            return await ldap.ldap_sign_in(db, user.username, password, directory,
-                                           throttle.checks.run), "ldap"
-        except SignInRefused as err:
-            if err.code != "account_locked":
+            return await directory(db, user.username, password), "ldap"
+        except DomainError as err:
+            if err.code not in _SILENT:
                 raise
-        except (Unauthorized, DirectoryDown):
-            pass
     if user is None or not ok or not user.is_active:
         audit.note(method="password")
         audit.refused("bad_credentials" if user is None or not ok else "inactive")
@@ -97,15 +96,15 @@ async def _password_login(db: AsyncSession, user: UserRow | None, password: str,
 
 
 async def _directory_login(db: AsyncSession, username: str, password: str,
-                           directory: LdapSettings | None, throttle: LoginThrottle) -> UserRow:
+                           directory: DirectorySignIn | None) -> UserRow:
     audit.note(method="ldap")
-    if directory is None or not directory.url:
+    if directory is None:
         audit.refused("ldap_off")
         raise Unavailable("this account signs in with the LDAP directory, which is not "
                           "configured now (auth.ldap.url): ask an administrator",
                           code="directory_unavailable")
     try:
-        return await ldap.ldap_sign_in(db, username, password, directory, throttle.checks.run)
+        return await directory(db, username, password)
     except DomainError as err:
         audit.refused(err.code)
         raise

@@ -21,6 +21,7 @@ from gpuslice.manager.api.deps import (
     ThrottleDep,
 )
 from gpuslice.manager.services import auth, users
+from gpuslice.manager.services.identity import ldap
 
 router = APIRouter(prefix="/auth", tags=["auth"])
 
@@ -37,7 +38,7 @@ async def login(
     address = request.client.host if request.client else None
     token, row = await auth.login(
         db, body.username, body.password, settings.auth.login_token_ttl, throttle, address,
-        settings.auth.ldap,
+        ldap.signer(settings.auth.ldap, throttle.checks.run),
     )
     browser.set_login_cookie(response, request, token, row.expires_at)
     return TokenPublic(access_token=token, expires_at=row.expires_at)

@@ -14,9 +14,9 @@ from gpuslice.common.schemas.projects import (
     ProjectUpdate,
 )
 from gpuslice.manager.api.deps import AdminUser, CurrentUser, DbDep, HubDep
-from gpuslice.manager.services.identity import links
 from gpuslice.manager.services.nodes import groups
 from gpuslice.manager.services.projects import admin as projects_admin
+from gpuslice.manager.services.projects import idp_links as links
 from gpuslice.manager.services.projects import service
 
 router = APIRouter(tags=["projects"])

@@ -13,7 +13,7 @@ from gpuslice.common.schemas.projects import IdpGroups
 from gpuslice.manager.db.models import NodeRow, ProjectMemberRow, ProjectRow, UserRow
 from gpuslice.manager.errors import InvalidRequest
 from gpuslice.manager.services.config.sections import Outcome, _apply, _entries, _pairs, _unique
-from gpuslice.manager.services.identity import links
+from gpuslice.manager.services.projects import idp_links as links
 
 
 class Projects:
@@ -102,8 +102,10 @@ async def _members(db: AsyncSession, project_id: str, wanted: set[str]) -> bool:
 
 async def _links(db: AsyncSession, row: ProjectRow, wanted: list[IdpGroups]) -> bool:
     """Make the project's links exactly ``wanted``; whether anything changed."""
-    have = {link.provider: sorted(link.groups) for link in await links.links_of(db, row.id)}
-    want = {link.provider: sorted(set(link.groups)) for link in wanted if link.groups}
+    have: dict[str, list[str]] = {
+        link.provider: sorted(link.groups) for link in await links.links_of(db, row.id)}
+    want: dict[str, list[str]] = {
+        link.provider: sorted(set(link.groups)) for link in wanted if link.groups}
     for provider in links.PROVIDERS:
         if have.get(provider, []) != want.get(provider, []):
             await links.replace(db, row, provider, want.get(provider, []))

@@ -15,6 +15,7 @@ from gpuslice.common.schemas.users import USERNAME_PATTERN
 from gpuslice.manager.db.models import ProjectIdpGroupRow, ProjectRow, UserIdentityRow, UserRow
 from gpuslice.manager.errors import InvalidRequest, Unauthorized
 from gpuslice.manager.services.audit.record import record
+from gpuslice.manager.services.auth import DirectorySignIn
 from gpuslice.manager.services.identity.accounts import allowed, sign_in
 from gpuslice.manager.services.identity.directory import Directory, Entry
 from gpuslice.manager.services.identity.profile import Profile, SignInRefused, text_of
@@ -44,6 +45,13 @@ async def ldap_sign_in(db: AsyncSession, username: str, password: str,
     profile = profile_of(entry, username, await run(directory.groups_of, entry), settings)
     await enable_if_back(db, profile, settings)
     return await sign_in(db, profile, settings)
+
+
+def signer(settings: LdapSettings, run: Runner) -> DirectorySignIn | None:
+    """The directory's sign-in for the password login (None while ``auth.ldap`` is off)."""
+    if not settings.url:
+        return None
+    return lambda db, username, password: ldap_sign_in(db, username, password, settings, run)
 
 
 def profile_of(entry: Entry, username: str, groups: tuple[str, ...],

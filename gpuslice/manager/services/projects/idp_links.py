@@ -24,7 +24,7 @@ async def links_of(db: AsyncSession, project_id: str) -> list[IdpGroups]:
     found: dict[str, list[str]] = {}
     for provider, group in rows:
         found.setdefault(provider, []).append(group)
-    return [IdpGroups(provider=p, groups=g) for p, g in found.items()]  # type: ignore[arg-type]
+    return [IdpGroups.model_validate({"provider": p, "groups": g}) for p, g in found.items()]
 
 
 async def get_links(db: AsyncSession, viewer: UserRow, name: str) -> list[IdpGroups]:
