@@ -219,3 +219,22 @@ async def test_admin_ldap_test_says_what_gpuslice_would_do(
     assert (await admin.get("/api/v1/ldap/test")).status_code == 200
     user = await make_user()
     assert (await user.get("/api/v1/ldap/test")).status_code == 403
+
+
+async def test_a_directory_users_password_is_the_directorys(
+        app: FastAPI, admin: Client, anon: Client, ldap_directory: SlapdDirectory) -> None:
+    token = (await sign_in(anon, "alice")).json()["access_token"]
+    async with client_for(app, token) as alice:
+        r = await alice.post("/api/v1/auth/password", json={
+            "current_password": "alice-password", "new_password": "a-new-password-1"})
+    assert r.status_code == 422 and r.json()["code"] == "password_managed_by_idp", r.text
+    assert r.json()["message"] == ("alice signs in with the LDAP directory: the password is "
+                                   "changed there, not in gpuslice")
+    users = {u["username"]: u for u in (await admin.get("/api/v1/users")).json()}
+    r = await admin.patch(f"/api/v1/users/{users['alice']['id']}",
+                          json={"password": "a-new-password-1"})
+    assert r.status_code == 422 and r.json()["code"] == "password_managed_by_idp", r.text
+    # a personal project follows its user: no group is linked to it
+    r = await admin.put("/api/v1/projects/~alice/idp-groups",
+                        json={"provider": "ldap", "groups": ["vision"]})
+    assert r.status_code == 422 and r.json()["code"] == "personal_project", r.text
