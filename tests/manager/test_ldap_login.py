@@ -5,6 +5,9 @@ re-check loop disables users the directory dropped and syncs projects from group
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -238,3 +241,18 @@ async def test_a_directory_users_password_is_the_directorys(
     r = await admin.put("/api/v1/projects/~alice/idp-groups",
                         json={"provider": "ldap", "groups": ["vision"]})
     assert r.status_code == 422 and r.json()["code"] == "personal_project", r.text
+
+
+def test_ldap3_is_loaded_only_where_a_directory_is_configured(tmp_path: Path) -> None:
+    """The CLI's start and a manager without auth.ldap never import ldap3 (§4.1)."""
+    code = ("import sys\n"
+            "import gpuslice.cli.main, gpuslice.cli.admin\n"
+            "from gpuslice.manager.app import create_app\n"
+            "from gpuslice.manager.settings import load_settings\n"
+            f"create_app(load_settings(data_dir={str(tmp_path)!r}))\n"
+            "print('ldap3' in sys.modules)\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUSLICE_")}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
