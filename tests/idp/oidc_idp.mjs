@@ -122,6 +122,8 @@ function start() {
     },
   });
   provider.on('server_error', (ctx, error) => console.error('server_error', error));
+  provider.on('backchannel.error', (ctx, error, client) => console.error(
+    `back-channel logout to ${client.clientId} failed:`, error));
   const app = provider.callback();
   server.on('request', (req, res) => route(provider, req, res, app).catch((error) => {
     console.error(error);

@@ -4,14 +4,16 @@ change, a disabled account refused, key rotation, and a login in Chromium."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
 
 from tests.browser import browser  # noqa: F401  (the module's Chromium)
-from tests.idp.oidc import LoginRefused, OidcProvider
+from tests.idp.oidc import CLIENT_ID, LoginRefused, OidcProvider, client
+from tests.idp.oidc import oidc_provider as start_oidc_provider
 from tests.idp.relying_party import SCOPE, RelyingParty, callback_listener
 from tests.ports import free_port
 
@@ -104,3 +106,28 @@ def test_login_in_chromium(oidc_provider: OidcProvider, browser: Any) -> None:  
     assert page.url == callback
     assert parse_qs(urlsplit(callback).query)["state"] == [pending.state]
     assert party.finish(callback, pending)["claims"]["groups"] == ["gpu-users", "vision"]
+
+
+def test_logout_at_the_provider_reaches_the_back_channel(tmp_path: Path) -> None:
+    """A web client (exact URIs, port included) with a back-channel logout URI on 127.0.0.1:
+    signing out at the provider posts it a logout token for the session it signed in."""
+    with callback_listener() as rp:
+        registered = client(redirect_uris=[rp.url],
+                            post_logout_redirect_uris=[f"{rp.origin}/logged-out"],
+                            backchannel_logout_uri=f"{rp.origin}/backchannel-logout")
+        with start_oidc_provider(tmp_path, clients=[registered]) as provider:
+            party = RelyingParty(provider, rp.url)
+            pending = party.authorize()
+            with httpx.Client(timeout=10) as http:
+                tokens = party.finish(
+                    provider.sign_in(http, pending.url, "bob", "bob-password"), pending)
+                end = urlencode({"id_token_hint": tokens["id_token"], "client_id": CLIENT_ID,
+                                 "post_logout_redirect_uri": f"{rp.origin}/logged-out"})
+                after = provider.sign_out(
+                    http, f"{party.metadata['end_session_endpoint']}?{end}")
+            assert after == f"{rp.origin}/logged-out"
+            logout = party.verify_id_token(rp.wait_post()["logout_token"])
+    assert logout["sub"] == tokens["claims"]["sub"]
+    assert logout["sid"] == tokens["claims"]["sid"]
+    assert "http://schemas.openid.net/event/backchannel-logout" in logout["events"]
+    assert "nonce" not in logout
