@@ -210,10 +210,13 @@ def node_and_packages() -> str:
 @contextmanager
 def oidc_provider(workdir: Path, clients: list[dict[str, Any]] | None = None,
                   accounts: dict[str, dict[str, Any]] | None = None,
-                  ttl: dict[str, int] | None = None) -> Iterator[OidcProvider]:
+                  ttl: dict[str, int] | None = None, rotate_refresh_tokens: bool = True
+                  ) -> Iterator[OidcProvider]:
     """The provider with ``clients`` (default: ``[client()]``) and ``accounts`` (default:
     ``default_accounts()``), until the block ends. ``ttl``: oidc-provider's lifetimes in
-    seconds by kind (``{"AccessToken": 60, "RefreshToken": 600, "IdToken": 60}``)."""
+    seconds by kind (``{"AccessToken": 60, "RefreshToken": 600, "IdToken": 60}``);
+    ``rotate_refresh_tokens``: each refresh answers a new refresh token, and reusing an old
+    one revokes the grant."""
     node = node_and_packages()
     workdir.mkdir(parents=True, exist_ok=True)
     accounts_file = workdir / "accounts.json"
@@ -223,6 +226,7 @@ def oidc_provider(workdir: Path, clients: list[dict[str, Any]] | None = None,
     config.write_text(json.dumps({
         "port": 0, "accounts_file": str(accounts_file), "admin_token": admin_token,
         "clients": [client()] if clients is None else clients, "ttl": ttl or {},
+        "rotate_refresh_tokens": rotate_refresh_tokens,
     }))
     log = workdir / "oidc-provider.log"
     with log.open("wb") as log_file:

@@ -1,7 +1,7 @@
 // A real OpenID Provider for gpuslice's sign-in tests: npm `oidc-provider` (OpenID-certified),
 // started as `node oidc_idp.mjs CONFIG.json` by tests/idp/oidc.py. Config (JSON):
 //   {"port": 0, "accounts_file": "...", "admin_token": "...", "clients": [<client metadata>],
-//    "ttl": {"AccessToken": 600, ...}}
+//    "ttl": {"AccessToken": 600, ...}, "rotate_refresh_tokens": true}
 // It listens on 127.0.0.1 (port 0: a free one) and prints one JSON line {"issuer", "port"} on
 // stdout once it answers. Accounts are read from accounts_file on every lookup, so a test changes
 // a user's claims, disables or removes them while the provider runs:
@@ -97,6 +97,9 @@ function start() {
     // The ID token carries the scopes' claims (groups included), not only userinfo.
     conformIdTokenClaims: false,
     pkce: { required: () => true },
+    // Each refresh answers a new refresh token (as Entra and Okta do) unless the config says not
+    // to; oidc-provider's own default rotates only public clients' tokens.
+    rotateRefreshToken: () => config.rotate_refresh_tokens !== false,
     ttl: config.ttl ?? {},
     interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
     features: {

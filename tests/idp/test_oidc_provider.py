@@ -50,6 +50,13 @@ def test_code_pkce_login_refresh_and_groups_change(oidc_provider: OidcProvider) 
     assert refreshed.status_code == 200, refreshed.text
     assert party.verify_id_token(refreshed.json()["id_token"])["groups"] == ["gpu-users"]
 
+    # rotated: the old refresh token, used again, revokes the grant (the new one with it)
+    rotated = refreshed.json()["refresh_token"]
+    assert rotated != tokens["refresh_token"]
+    for reused in (tokens["refresh_token"], rotated):
+        refused = party.refresh(reused)
+        assert refused.status_code == 400 and refused.json()["error"] == "invalid_grant"
+
 
 def test_disabled_or_removed_account_refused(oidc_provider: OidcProvider) -> None:
     party = _party(oidc_provider)
