@@ -14,7 +14,7 @@ import { generateKeyPairSync, randomBytes, sign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 
-import Provider, { ExternalSigningKey } from 'oidc-provider';
+import Provider, { ExternalSigningKey, interactionPolicy } from 'oidc-provider';
 
 const config = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 
@@ -54,6 +54,14 @@ function accountBySub(sub) {
   const found = Object.values(accounts()).find((account) => account.sub === sub);
   return found && !found.disabled ? found : undefined;
 }
+
+// A session whose account was disabled or removed since signs in again (the login page then
+// refuses it), as an identity provider ends such a user's sessions.
+const policy = interactionPolicy.base();
+policy.get('login').checks.add(new interactionPolicy.Check(
+  'account_gone', 'the account was disabled or removed',
+  (ctx) => Boolean(ctx.oidc.session.accountId && !ctx.oidc.account),
+), 0);
 
 const html = (text) => String(text).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
@@ -101,7 +109,7 @@ function start() {
     // to; oidc-provider's own default rotates only public clients' tokens.
     rotateRefreshToken: () => config.rotate_refresh_tokens !== false,
     ttl: config.ttl ?? {},
-    interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
+    interactions: { policy, url: (ctx, interaction) => `/interaction/${interaction.uid}` },
     features: {
       devInteractions: { enabled: false },
       deviceFlow: { enabled: false },

@@ -23,10 +23,13 @@ def _party(provider: OidcProvider) -> RelyingParty:
     return RelyingParty(provider, f"http://127.0.0.1:{free_port()}/callback")
 
 
-def _login(party: RelyingParty, username: str, prompt: str | None = "consent") -> dict:
+def _login(party: RelyingParty, username: str, prompt: str | None = "consent",
+           http: httpx.Client | None = None) -> dict:
+    if http is None:
+        with httpx.Client(timeout=10) as fresh:
+            return _login(party, username, prompt, fresh)
     pending = party.authorize(prompt=prompt)
-    with httpx.Client(timeout=10) as http:
-        callback = party.provider.sign_in(http, pending.url, username, f"{username}-password")
+    callback = party.provider.sign_in(http, pending.url, username, f"{username}-password")
     assert callback.startswith(f"{party.redirect_uri}?"), callback
     return party.finish(callback, pending)
 
@@ -60,16 +63,24 @@ def test_code_pkce_login_refresh_and_groups_change(oidc_provider: OidcProvider) 
 
 def test_disabled_or_removed_account_refused(oidc_provider: OidcProvider) -> None:
     party = _party(oidc_provider)
-    alice = _login(party, "alice")
+    session = httpx.Client(timeout=10)  # keeps alice's session at the provider
+    alice = _login(party, "alice", http=session)
     bob = _login(party, "bob")
+    # her session signs her in again without the login page (no password asked)
+    again = oidc_provider.sign_in(session, party.authorize().url, "alice", "never asked")
+    assert again.startswith(f"{party.redirect_uri}?code="), again
 
     oidc_provider.disable("alice")
     oidc_provider.remove("bob")
     for tokens in (alice, bob):
         refused = party.refresh(tokens["refresh_token"])
         assert refused.status_code == 400 and refused.json()["error"] == "invalid_grant"
-    with httpx.Client(timeout=10) as http, pytest.raises(LoginRefused, match="disabled"):
-        oidc_provider.sign_in(http, party.authorize().url, "alice", "alice-password")
+    # her session at the provider no longer signs her in: the login page refuses her
+    with pytest.raises(LoginRefused, match="disabled"):
+        oidc_provider.sign_in(session, party.authorize().url, "alice", "alice-password")
+    session.close()
+    with httpx.Client(timeout=10) as http, pytest.raises(LoginRefused, match="Wrong"):
+        oidc_provider.sign_in(http, party.authorize().url, "bob", "bob-password")
     with httpx.Client(timeout=10) as http, pytest.raises(LoginRefused, match="Wrong"):
         oidc_provider.sign_in(http, party.authorize().url, "carol", "not-carol's")
 
