@@ -14,6 +14,7 @@ from ldap3.core.exceptions import LDAPInvalidCredentialsResult, LDAPSocketOpenEr
 from ldap3.utils.conv import escape_filter_chars
 
 from tests.idp.ldap import Directory, make_ca
+from tests.idp.ldap import ldap_directory as start_ldap_directory
 
 
 def test_binds_groups_and_changes(ldap_directory: Directory) -> None:
@@ -60,9 +61,13 @@ def test_binds_groups_and_changes(ldap_directory: Directory) -> None:
     assert directory.member_of("carol") == []
 
 
-def test_service_account_search_escapes_and_ldaps(ldap_directory: Directory,
-                                                   tmp_path: Path) -> None:
-    directory = ldap_directory
+def test_service_account_search_escapes_and_ldaps(tmp_path: Path) -> None:
+    with start_ldap_directory(tmp_path / "ldap") as directory:
+        _search_and_tls(directory, tmp_path)
+    assert directory.process.returncode == 0, directory.log_tail()  # SIGTERM: a clean exit
+
+
+def _search_and_tls(directory: Directory, tmp_path: Path) -> None:
     with directory.connect(directory.service_dn, directory.service_password) as service:
         wanted = escape_filter_chars("alice)(uid=*")
         service.search(directory.people_dn, f"(uid={wanted})", attributes=["uid"])

@@ -145,6 +145,7 @@ def test_logout_at_the_provider_reaches_the_back_channel(tmp_path: Path) -> None
                     http, f"{party.metadata['end_session_endpoint']}?{end}")
             assert after == f"{rp.origin}/logged-out"
             logout = party.verify_id_token(rp.wait_post()["logout_token"])
+        assert provider.process.returncode == 0, provider.log_tail()  # SIGTERM: a clean exit
     assert logout["sub"] == tokens["claims"]["sub"]
     assert logout["sid"] == tokens["claims"]["sid"]
     assert "http://schemas.openid.net/event/backchannel-logout" in logout["events"]
