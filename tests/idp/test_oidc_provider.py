@@ -39,6 +39,13 @@ def test_code_pkce_login_refresh_and_groups_change(oidc_provider: OidcProvider) 
     assert party.metadata["issuer"] == oidc_provider.issuer
     assert party.metadata["code_challenge_methods_supported"] == ["S256"]
     assert "groups" in party.metadata["scopes_supported"]
+    # PKCE is required: a request without a code challenge goes back with an error
+    bare = party.authorize().url.split("&code_challenge_method=")[0]
+    refused = httpx.get(bare, follow_redirects=False)
+    assert refused.status_code == 303
+    error = parse_qs(urlsplit(refused.headers["location"]).query)
+    assert error["error"] == ["invalid_request"], error
+    assert "PKCE" in error["error_description"][0]
 
     tokens = _login(party, "alice")
     claims = tokens["claims"]
