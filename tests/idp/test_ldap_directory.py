@@ -1,6 +1,6 @@
 """The test LDAP directory itself (slapd), with ldap3 and nothing of gpuslice: binds, a wrong
 password and a locked account refused, memberOf and entryUUID, changes while it runs, LDAPS
-with the test CA and a wrong CA refused."""
+and StartTLS with the test CA, and a wrong CA refused."""
 
 from __future__ import annotations
 
@@ -82,6 +82,12 @@ def _search_and_tls(directory: Directory, tmp_path: Path) -> None:
     with ldap3.Connection(server, directory.user_dn("alice"), "alice-password",
                           auto_bind=True, raise_exceptions=True) as over_tls:
         assert over_tls.extend.standard.who_am_i() == f"dn:{directory.user_dn('alice')}"
+    server = ldap3.Server(directory.url, tls=trusted, connect_timeout=10)
+    with ldap3.Connection(server, directory.user_dn("bob"), "bob-password",
+                          auto_bind=ldap3.AUTO_BIND_TLS_BEFORE_BIND,
+                          raise_exceptions=True) as start_tls:
+        assert start_tls.tls_started
+        assert start_tls.extend.standard.who_am_i() == f"dn:{directory.user_dn('bob')}"
 
     _, other_ca = make_ca("another CA")
     wrong = tmp_path / "wrong-ca.pem"
