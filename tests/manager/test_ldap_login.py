@@ -12,15 +12,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.serialization import Encoding
 from fastapi import FastAPI
 
 from gpuslice.manager.loop_table import run_once
-from gpuslice.manager.services.identity.directory import Directory
-from gpuslice.manager.settings import ManagerSettings
+from gpuslice.manager.services.identity.directory import Directory, DirectoryDown
+from gpuslice.manager.settings import ManagerSettings, load_settings
 from tests.idp.ldap import Directory as SlapdDirectory
+from tests.idp.ldap import make_ca
 from tests.manager.audit_helpers import rows
 from tests.manager.conftest import Client, client_for
-from tests.manager.ldap_helpers import manager_settings
+from tests.manager.ldap_helpers import ldap_settings, manager_settings
 
 pytestmark = pytest.mark.loops_off("ldap_recheck")  # each test runs its passes itself
 ORIGIN = "http://manager"
@@ -256,3 +258,24 @@ def test_ldap3_is_loaded_only_where_a_directory_is_configured(tmp_path: Path) ->
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                           text=True, timeout=120, check=False)
     assert done.returncode == 0 and done.stdout.strip() == "False", done.stderr
+
+
+def test_the_directory_is_reached_over_tls_with_its_ca_only(
+        tmp_path: Path, ldap_directory: SlapdDirectory) -> None:
+    """ldaps:// and StartTLS check the directory's certificate with ca_file; another CA is
+    refused in one line (the directory "did not answer" gpuslice's terms)."""
+    def directory(**more: Any) -> Directory:
+        config = ldap_settings(ldap_directory, **more)
+        return Directory(load_settings(data_dir=tmp_path, auth={"ldap": config}).auth.ldap)
+
+    for tls in ({"url": ldap_directory.ldaps_url}, {"start_tls": True}):
+        found = directory(ca_file=str(ldap_directory.ca_file), **tls).find_user("alice")
+        assert found is not None and found.subject == ldap_directory.entry_uuid("alice")
+        other_ca = tmp_path / "other-ca.pem"
+        other_ca.write_bytes(make_ca("another CA")[1].public_bytes(Encoding.PEM))
+        with pytest.raises(DirectoryDown) as refused:
+            directory(ca_file=str(other_ca), **tls).find_user("alice")
+        assert refused.value.message.endswith("local accounts can still sign in")
+    with pytest.raises(ValueError, match="passwords would cross the network in clear"):
+        load_settings(data_dir=tmp_path, auth={"ldap": ldap_settings(
+            ldap_directory, url="ldap://ldap.lab.test")})

@@ -151,7 +151,7 @@ class Directory:
         except LDAPException as err:
             raise self._down(err) from None
         finally:
-            conn.unbind()
+            _close(conn)
 
     def _down(self, err: Exception) -> DirectoryDown:
         return DirectoryDown(f"the directory at {self.where} did not answer "
@@ -177,9 +177,19 @@ class Directory:
             if self.settings.start_tls and not conn.start_tls():
                 raise DirectoryDown(f"the directory at {self.where} refused StartTLS")
         except LDAPException as err:
-            conn.unbind()
+            _close(conn)
             raise self._down(err) from None
         return conn
+
+
+def _close(conn: Any) -> None:
+    """Unbind; a connection already broken (a failed TLS handshake) is only closed."""
+    from ldap3.core.exceptions import LDAPException
+
+    try:
+        conn.unbind()
+    except LDAPException:
+        pass
 
 
 def _list(values: Any) -> list[Any]:
