@@ -8,6 +8,7 @@ is imported on first use only: the CLI and a manager without ``auth.ldap`` never
 
 from __future__ import annotations
 
+import re
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -106,7 +107,12 @@ class Directory:
         any name), None when it is gone or filtered out."""
         from ldap3.utils.conv import escape_filter_chars
 
-        wanted = f"({self.settings.subject_attribute}={escape_filter_chars(subject)})"
+        name = self.settings.subject_attribute
+        if name.lower() == "objectguid" and re.fullmatch(r"[0-9a-f]{32}", subject):
+            value = "".join(f"\\{b:02x}" for b in bytes.fromhex(subject))  # its bytes (AD)
+        else:
+            value = escape_filter_chars(subject)
+        wanted = f"({name}={value})"
         search = f"(&{self.settings.user_filter.replace('{username}', '*')}{wanted})"
         entries = self._search_users(search)
         return entries[0] if len(entries) == 1 else None
