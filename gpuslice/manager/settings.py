@@ -262,6 +262,12 @@ class LdapSettings(IdentityMapping):
         description="Seconds between re-checks of signed-in directory users (gone or locked: "
         "every token ends; groups synced).",
     )
+    lockout_threshold: int | None = Field(
+        default=None, ge=1, le=10_000,
+        description="Failed binds after which the directory locks an account (its password "
+        "policy); when given, auth.login_failures_per_user must stay below it, so a flood "
+        "through gpuslice cannot lock people out of the directory.",
+    )
 
     @model_validator(mode="after")
     def _password_not_in_clear(self) -> LdapSettings:
@@ -335,6 +341,12 @@ class AuthSettings(Section):
                     f"auth.{name} is on but nobody may sign in with it: set "
                     f"auth.{name}.allowed_groups (e.g. [\"gpu-users\"]) or "
                     f"auth.{name}.allow_all = true")
+        threshold = self.ldap.lockout_threshold if self.ldap.url else None
+        if threshold is not None and self.login_failures_per_user >= threshold:
+            raise ValueError(
+                f"auth.login_failures_per_user ({self.login_failures_per_user}) must stay below "
+                f"auth.ldap.lockout_threshold ({threshold}): otherwise failed sign-ins through "
+                "gpuslice lock directory accounts; lower login_failures_per_user")
         if self.public_url and not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?",
                                                 self.public_url):
             raise ValueError(f"auth.public_url must be an http(s) URL such as "

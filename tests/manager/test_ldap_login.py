@@ -279,3 +279,8 @@ def test_the_directory_is_reached_over_tls_with_its_ca_only(
     with pytest.raises(ValueError, match="passwords would cross the network in clear"):
         load_settings(data_dir=tmp_path, auth={"ldap": ldap_settings(
             ldap_directory, url="ldap://ldap.lab.test")})
+    # the throttle stops a flood through gpuslice before the directory locks the account
+    with pytest.raises(ValueError, match=r"login_failures_per_user \(10\) must stay below "
+                                         r"auth.ldap.lockout_threshold \(5\)"):
+        load_settings(data_dir=tmp_path, auth={"ldap": ldap_settings(
+            ldap_directory, lockout_threshold=5)})
