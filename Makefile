@@ -20,7 +20,7 @@ host:
 	bash tools/host-setup.sh
 
 host-test:
-	bash tools/host-setup.sh --postgres --prometheus --browser
+	bash tools/host-setup.sh --postgres --prometheus --browser --idp
 
 images: venv
 	bash scripts/build-images.sh

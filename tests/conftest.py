@@ -25,7 +25,8 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 PG_URL = os.environ.get("GPUSLICE_TEST_PG")
 # Each test's wall and CPU time, where GPUSLICE_TEST_TIMES names a folder (tools/test-times.py).
-pytest_plugins = ["tests.timings"]
+# The identity providers' fixtures (tests/idp/fixtures.py): oidc_provider, ldap_directory.
+pytest_plugins = ["tests.timings", "tests.idp.fixtures"]
 # A hung test fails at pytest-timeout's limit (pyproject.toml) instead of holding CI until it
 # is killed. A minute before that, every task of the test's event loop prints its stack: an
 # idle loop's thread stack says nothing about which wait never ended.

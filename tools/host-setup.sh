@@ -11,19 +11,24 @@
 #   systemd; nothing is started) to check the service units;
 #   with --prometheus also the Prometheus server binary (the monitoring tests start their own
 #   on a free port; the package's own service is not left running);
-#   with --browser also headless Chromium (the tests drive the terminal and JupyterLab in it).
+#   with --browser also headless Chromium (the tests drive the terminal and JupyterLab in it);
+#   with --idp also the test identity providers: slapd and ldap-utils (the LDAP tests run
+#   their own slapd; the system one is neither configured nor started) and the npm packages
+#   of the test OpenID provider (`npm ci` in tests/idp: oidc-provider and its Node 22).
 # Runs as root, or through sudo.
 set -euo pipefail
 
 want_pg=0
 want_prometheus=0
 want_browser=0
+want_idp=0
 for arg in "$@"; do
   case "$arg" in
     --postgres) want_pg=1 ;;
     --prometheus) want_prometheus=1 ;;
     --browser) want_browser=1 ;;
-    *) echo "usage: $0 [--postgres] [--prometheus] [--browser]" >&2; exit 2 ;;
+    --idp) want_idp=1 ;;
+    *) echo "usage: $0 [--postgres] [--prometheus] [--browser] [--idp]" >&2; exit 2 ;;
   esac
 done
 
@@ -108,4 +113,33 @@ if [ "$want_pg" = 1 ]; then
     psql_admin "CREATE DATABASE gpuslice OWNER gpuslice"
   fi
   log "postgresql: postgresql+asyncpg://gpuslice:gpuslice@127.0.0.1:${cport}/gpuslice"
+fi
+
+if [ "$want_idp" = 1 ]; then
+  if [ ! -x /usr/sbin/slapd ] || ! command -v ldapsearch >/dev/null 2>&1; then
+    log "installing slapd and ldap-utils (for the LDAP tests; the system slapd stays off)"
+    # No directory of the package's own (the tests make theirs), no service started (a
+    # policy-rc.d for the install's length, unless the host has one), and needrestart only
+    # lists what it would restart: it must never restart Docker under running sessions.
+    echo "slapd slapd/no_configuration boolean true" | $SUDO debconf-set-selections
+    own_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+      $SUDO chmod 755 /usr/sbin/policy-rc.d
+      own_policy=1
+    fi
+    $SUDO apt-get update -qq
+    $SUDO env DEBIAN_FRONTEND=noninteractive NEEDRESTART_MODE=l \
+      apt-get install -y -qq --no-install-recommends slapd ldap-utils >/dev/null
+    if [ "$own_policy" = 1 ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
+  fi
+  # The test OpenID provider's packages, as tests/idp/package-lock.json pins them (the
+  # registry is npm's configured one); nothing to do when they are already installed.
+  idp=$(cd "$(dirname "$0")/../tests/idp" && pwd)
+  if ! cmp -s "$idp/package-lock.json" "$idp/node_modules/.gpuslice-lock" 2>/dev/null; then
+    log "npm ci in tests/idp (oidc-provider, Node 22)"
+    (cd "$idp" && npm ci --no-audit --no-fund --loglevel=error)
+    cp "$idp/package-lock.json" "$idp/node_modules/.gpuslice-lock"
+  fi
+  log "test identity providers: $(/usr/sbin/slapd -VV 2>&1 | head -n 1 | sed 's/.*slapd/slapd/;s/ (.*//'), oidc-provider $(node -p "require('$idp/node_modules/oidc-provider/package.json').version")"
 fi
