@@ -49,8 +49,8 @@ def login(
     with Client(url, token) as client:
         me, info = client.me(), client.token_info()
     path = save_config(ClientConfig(url=url, token=token))
-    console.print(f"logged in to {url} as {me.username} ({me.role.value}) with a {info.kind} "
-                  f"token; token in {path}", markup=False)
+    console.print(f"logged in to {url} as {me.username} ({me.role.value}) with a token of "
+                  f"kind {info.kind}, kept in {path}", markup=False)
 
 
 @friendly
