@@ -27,7 +27,7 @@ COMMANDS = {
         "gpuslice.cli.login:logout",
         "Revoke this machine's token on the manager and remove it from ~/.config/gpuslice.",
     ),
-    "auth": Lazy("gpuslice.cli.auth:app", "Your login on this machine: auth status."),
+    "auth": Lazy("gpuslice.cli.auth:app", "Your login on this machine."),
     "password": Lazy(
         "gpuslice.cli.password:password",
         "Change your password; your other logins end (API tokens too, unless kept).",
