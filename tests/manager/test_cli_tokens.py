@@ -158,3 +158,21 @@ async def test_a_password_change_ends_the_other_cli_logins(
     assert r.status_code == 204, r.text
     async with client_for(app, cli_token) as cli:
         assert (await cli.get("/api/v1/auth/me")).status_code == 401
+
+
+async def test_a_cli_login_is_listed_and_ended_from_elsewhere(
+    app: FastAPI, anon: Client, make_user: UserFactory
+) -> None:
+    """`gpuslice token list` shows each machine's CLI login (expired once idle too long), and
+    `gpuslice token revoke ID` ends one from another machine."""
+    alice = await make_user("alice")
+    token = await _cli_login(anon)
+    [listed] = (await alice.get("/api/v1/auth/tokens")).json()
+    assert (listed["kind"], listed["name"], listed["status"]) == ("cli", "cli@laptop", "active")
+    await _move(app, listed["id"], created_at=IDLE + 1)
+    [listed] = (await alice.get("/api/v1/auth/tokens")).json()
+    assert listed["status"] == "expired"
+    assert (await alice.delete(f"/api/v1/auth/tokens/{listed['id']}")).status_code == 204
+    assert (await alice.get("/api/v1/auth/tokens")).json() == []
+    async with client_for(app, token) as cli:
+        assert (await cli.get("/api/v1/auth/me")).status_code == 401

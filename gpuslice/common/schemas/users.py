@@ -64,6 +64,8 @@ class ApiTokenCreate(BaseModel):
 class ApiTokenPublic(BaseModel):
     id: str
     name: str
+    kind: str = Field(default="api", description="api (`gpuslice token create`) or cli "
+                      "(`gpuslice login` on a machine: its name says which).")
     created_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None

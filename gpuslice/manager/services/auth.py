@@ -236,10 +236,10 @@ async def end_tokens(
 
 
 async def list_api_tokens(db: AsyncSession, user: UserRow) -> list[ApiTokenPublic]:
-    """The user's API tokens not revoked, expired ones included (marked so)."""
+    """The user's API and CLI tokens not revoked, expired ones included (marked so)."""
     rows = await db.scalars(
         select(ApiTokenRow)
-        .where(ApiTokenRow.user_id == user.id, ApiTokenRow.kind == "api",
+        .where(ApiTokenRow.user_id == user.id, ApiTokenRow.kind.in_(("api", "cli")),
                ApiTokenRow.revoked_at.is_(None))
         .order_by(ApiTokenRow.created_at)
     )
@@ -247,8 +247,9 @@ async def list_api_tokens(db: AsyncSession, user: UserRow) -> list[ApiTokenPubli
 
 
 def _public(row: ApiTokenRow) -> ApiTokenPublic:
-    expired = row.expires_at is not None and row.expires_at <= utcnow()
+    expired = _expired(row, utcnow())
     return ApiTokenPublic(
-        id=row.id, name=row.name, created_at=row.created_at, expires_at=row.expires_at,
+        id=row.id, name=row.name, kind=row.kind, created_at=row.created_at,
+        expires_at=row.expires_at,
         last_used_at=row.last_used_at, status="expired" if expired else "active",
     )

@@ -101,7 +101,8 @@ async def create_token(body: ApiTokenCreate, db: DbDep, user: CurrentUser) -> Ap
 
 @router.get("/tokens")
 async def list_tokens(db: DbDep, user: CurrentUser) -> list[ApiTokenPublic]:
-    """The caller's API tokens not revoked, each `active` or `expired` (never a secret)."""
+    """The caller's API tokens and CLI logins (kind `cli`) not revoked, each `active` or
+    `expired` (never a secret)."""
     return await auth.list_api_tokens(db, user)
 
 
