@@ -25,8 +25,10 @@ IDLE, MAX = 3600, 7 * 86400
 
 @pytest.fixture
 def settings(settings: ManagerSettings) -> ManagerSettings:
-    """CLI tokens that last an hour unused and a week in all."""
-    auth = settings.auth.model_copy(update={"cli_token_idle": IDLE, "cli_token_max": MAX})
+    """CLI tokens that last an hour unused and a week in all; a username throttled after
+    three failed logins."""
+    auth = settings.auth.model_copy(update={"cli_token_idle": IDLE, "cli_token_max": MAX,
+                                            "login_failures_per_user": 3})
     return settings.model_copy(update={"auth": auth})
 
 
@@ -176,3 +178,17 @@ async def test_a_cli_login_is_listed_and_ended_from_elsewhere(
     assert (await alice.get("/api/v1/auth/tokens")).json() == []
     async with client_for(app, token) as cli:
         assert (await cli.get("/api/v1/auth/me")).status_code == 401
+
+
+async def test_cli_logins_are_throttled_with_the_other_logins(
+    app: FastAPI, anon: Client, make_user: UserFactory
+) -> None:
+    await make_user("alice")
+    wrong = {"username": "alice", "password": "wrong"}
+    for _ in range(2):
+        assert (await anon.post("/api/v1/auth/login", json=wrong)).status_code == 401
+    assert (await anon.post("/api/v1/auth/cli-token", json=wrong)).status_code == 401
+    r = await anon.post("/api/v1/auth/cli-token",
+                        json={"username": "alice", "password": "password-alice"})
+    assert r.status_code == 429 and int(r.headers["retry-after"]) > 0
+    assert (await rows(app, action="auth.login", outcome="denied"))[-1].reason == "throttled"
