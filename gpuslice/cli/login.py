@@ -30,8 +30,9 @@ def login(
 ) -> None:
     """Log in and keep a token for this machine in ~/.config/gpuslice (mode 0600).
 
-    With a password the token is a CLI login: it ends after 30 days unused or 90 days in all
-    (the manager's auth.cli_token_idle and auth.cli_token_max); then log in again.
+    With a password the token is a CLI login (kind cli): it ends once unused for
+    auth.cli_token_idle, and auth.cli_token_max after it was made (the manager's settings: 30
+    and 90 days by default); then log in again. `gpuslice auth status` says when.
     """
     if not url.startswith(("http://", "https://")):
         raise CliError(f"URL must start with http:// or https://, got {url!r}", 2)
