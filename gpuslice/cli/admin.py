@@ -15,6 +15,7 @@ from gpuslice.cli import (
     admin_preset,
     admin_priority,
     admin_project,
+    admin_recover,
 )
 from gpuslice.cli.output import (
     CliError,
@@ -51,6 +52,7 @@ app.add_typer(admin_priority.app, name="priority-class")
 app.add_typer(admin_audit.app, name="audit")
 app.command("backup")(admin_backup.backup)
 app.command("restore")(admin_backup.restore)
+app.command("recover")(admin_recover.recover)
 
 
 @user_app.command("create")

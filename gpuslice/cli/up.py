@@ -69,12 +69,18 @@ def up(
     resource_group: Annotated[str | None, typer.Option(
         "--resource-group", help="This node's resource group, e.g. a100 (default: \"default\")."
     )] = None,
+    config: Annotated[Path | None, typer.Option(
+        "--config", help="The manager's TOML settings file, as `gpuslice manager serve "
+        "--config` takes it ([auth], [sessions]...); GPUSLICE_* variables win over it, these "
+        "options over both. Its data_dir is --data-dir's to say.",
+    )] = None,
 ) -> None:
     """Run everything on this machine: manager (SQLite) and a local agent, in one command."""
     options = UpOptions(
         data_dir=data_dir.expanduser().resolve(), host=host, port=port,
         mock_gpus=parse_mock_gpus(mock_gpus), fgpu_per_gpu=fgpu_per_gpu,
         node_name=node_name, resource_group=resource_group,
+        config=config.expanduser().resolve() if config is not None else None,
     )
     log_to_stderr(quiet=True)
     prepare_data_dir(options.data_dir, "--data-dir")
@@ -114,6 +120,7 @@ class UpOptions:
     fgpu_per_gpu: str
     node_name: str | None  # None: this data directory's own (``local_node_name``)
     resource_group: str | None = None
+    config: Path | None = None  # the manager's TOML settings file (--config)
 
     @property
     def url(self) -> str:
@@ -122,13 +129,10 @@ class UpOptions:
 
 async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], None]) -> None:
     from gpuslice.agent.settings import AgentSettings
-    from gpuslice.manager.settings import load_settings
 
     check_port(options.host, options.port)  # before a build that may take minutes
-    try:  # so is a misspelt setting
-        settings = load_settings(
-            None, data_dir=options.data_dir, nodes={"fgpu_per_gpu": options.fgpu_per_gpu}
-        )
+    settings = up_settings(options)  # so is a misspelt setting, or a bad --config
+    try:
         AgentSettings.check_names()  # the local agent's GPUSLICE_AGENT_* (built once joined)
     except ValueError as err:
         raise CliError(f"settings: {err}", 2) from None
@@ -148,6 +152,40 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
             keeper.cancel()
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await keeper
+
+
+def up_settings(options: UpOptions) -> ManagerSettings:
+    """The manager's settings `up` runs with: its options > ``GPUSLICE_*`` > ``--config``. A
+    problem is one line naming the setting and what it may be (exit status 2)."""
+    from pydantic import ValidationError
+
+    from gpuslice.manager.settings import load_settings
+
+    where = f"--config {options.config}" if options.config is not None else "settings"
+    try:
+        if options.config is not None and "data_dir" in _toml(options.config):
+            raise CliError(f"{where}: data_dir is --data-dir's to say for gpuslice up: remove "
+                           "it from the file", 2)
+        return load_settings(
+            options.config, data_dir=options.data_dir,
+            nodes={"fgpu_per_gpu": options.fgpu_per_gpu},
+        )
+    except ValidationError as err:
+        first = err.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise CliError(f"{where}: {key}: {first['msg']} (got {first['input']!r})", 2) from None
+    except (FileNotFoundError, ValueError) as err:
+        raise CliError(f"{where}: {err}", 2) from None
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file)
+    except OSError as err:
+        raise FileNotFoundError(f"cannot read it: {err.strerror}") from None
 
 
 async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Serving,

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         ApiTokenCreated,
         ApiTokenPublic,
         PolicyPublic,
+        TokenInfo,
         TokenPublic,
         UserPublic,
     )
@@ -110,6 +111,23 @@ class Client(StorageCalls, SshCalls, ProjectCalls, NotifyCalls):
                                         json={"username": username, "password": password})
         self.token = token.access_token
         return token
+
+    def cli_login(self, username: str, password: str, host: str = "") -> TokenPublic:
+        """A password login whose token is of kind ``cli`` (what ``gpuslice login`` keeps)."""
+        body = {"username": username, "password": password, "host": host}
+        token: TokenPublic = self._call("POST", "/auth/cli-token", schemas.users.TokenPublic,
+                                        json=body)
+        self.token = token.access_token
+        return token
+
+    def token_info(self) -> TokenInfo:
+        """The token this client uses: its kind and when it ends."""
+        return self._call("GET", "/auth/token", schemas.users.TokenInfo)
+
+    def logout(self) -> None:
+        """Revoke the token this client uses."""
+        self._call("POST", "/auth/logout", None)
+        self.token = None
 
     def me(self) -> UserPublic:
         return self._call("GET", "/auth/me", schemas.users.UserPublic)

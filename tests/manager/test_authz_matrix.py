@@ -75,6 +75,8 @@ ACCESS: dict[str, Access] = {
     "GET /metrics": SCRAPE,
     "POST /api/v1/auth/login": PUBLIC,
     "POST /api/v1/auth/logout": USER,
+    "POST /api/v1/auth/cli-token": PUBLIC,  # a password login whose token is of kind cli
+    "GET /api/v1/auth/token": USER,  # the caller's own token, whatever it is
     "GET /api/v1/auth/me": USER,
     "POST /api/v1/auth/password": USER,
     "GET /api/v1/auth/tokens": USER,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -12,6 +12,7 @@ from gpuslice.common.schemas.users import (
     ApiTokenCreated,
     ApiTokenPublic,
     PasswordChange,
+    TokenInfo,
 )
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import ApiTokenRow, UserRow
@@ -24,9 +25,12 @@ from gpuslice.manager.security import (
 )
 from gpuslice.manager.services.audit import context as audit
 from gpuslice.manager.services.login_throttle import LoginThrottle
+from gpuslice.manager.settings import AuthSettings
 
 # A token's last use is written at most this often, so reads do not become writes.
 _TOUCH_EVERY = timedelta(minutes=1)
+#: What an expired token of a kind answers: what to do next.
+EXPIRED = {"cli": "this token has expired: log in again with gpuslice login URL"}
 # Verified against when a username does not exist, so a miss takes as long as a wrong password.
 _DUMMY_HASH = (
     "$argon2id$v=19$m=65536,t=3,p=4$wClreS0C1Bn7mcGEL7vUCA$"
@@ -40,24 +44,26 @@ async def login(
 ) -> tuple[str, ApiTokenRow]:
     """Check the password (unless the username or the address is throttled: 429 first, no
     hash computed); a new login token (the secret and its row)."""
-    audit.attempted(username)
-    await throttle.admit(db, username, address)
-    user = await db.scalar(select(UserRow).where(UserRow.username == username))
-    await db.commit()  # no transaction held while the hash runs (or waits for its turn)
-    ok = await throttle.checks.verify(user.password_hash if user else _DUMMY_HASH, password)
-    if user is None or not ok or not user.is_active:
-        audit.note(method="password")
-        audit.refused("bad_credentials" if user is None or not ok else "inactive")
-        raise Unauthorized("wrong username or password", code="bad_credentials")
-    await throttle.succeeded(db, username, address)
-    audit.note(method="password")
-    audit.arm_user(user.id, user.username, "password", None)  # the row joins the token's commit
+    user = await _password_login(db, username, password, throttle, address)
     token = new_token(USER_TOKEN_PREFIX)
     row = ApiTokenRow(
         user_id=user.id, kind="login", name="login", token_hash=token_digest(token),
         expires_at=utcnow() + timedelta(seconds=ttl),
     )
     db.add(row)
+    await db.commit()
+    return token, row
+
+
+async def cli_login(
+    db: AsyncSession, username: str, password: str, host: str, settings: AuthSettings,
+    throttle: LoginThrottle, address: str | None,
+) -> tuple[str, ApiTokenRow]:
+    """A password login (checked and throttled as :func:`login`) that makes a ``cli`` token
+    straight away: no login token is left behind beside it."""
+    user = await _password_login(db, username, password, throttle, address)
+    audit.note(kind="cli")
+    token, row = issue_cli_token(db, user, settings, host)
     await db.commit()
     return token, row
 
@@ -76,18 +82,88 @@ async def authenticate(db: AsyncSession, token: str) -> tuple[UserRow, ApiTokenR
         await _rejected(db, token)
         raise Unauthorized("this token is unknown or was revoked")
     user, row = found
-    if row.expires_at is not None and row.expires_at <= now:
+    if _expired(row, now):
         audit.rejected(user.id, user.username, f"{row.kind}_token", row.id, "token_expired")
-        raise Unauthorized("this token has expired", code="token_expired")
+        raise Unauthorized(EXPIRED[row.kind] if row.kind in EXPIRED else "this token has expired",
+                           code="token_expired")
     if not user.is_active:
         audit.rejected(user.id, user.username, f"{row.kind}_token", row.id, "inactive")
         raise Unauthorized("this user is disabled")
-    if row.last_used_at is None or now - row.last_used_at > _TOUCH_EVERY:
+    if row.last_used_at is None or now - row.last_used_at > _touch_every(row):
         await db.execute(
             update(ApiTokenRow).where(ApiTokenRow.id == row.id).values(last_used_at=now)
         )
     await db.commit()  # the request's later work starts a fresh transaction
     return user, row
+
+
+def issue_cli_token(
+    db: AsyncSession, user: UserRow, settings: AuthSettings, host: str
+) -> tuple[str, ApiTokenRow]:
+    """A ``cli`` token (the secret and its row, added to ``db``; the caller commits): it ends
+    ``cli_token_idle`` seconds after its last use, and ``cli_token_max`` after it is made."""
+    token = new_token(USER_TOKEN_PREFIX)
+    now = utcnow()
+    row = ApiTokenRow(
+        user_id=user.id, kind="cli", name=f"cli@{host}" if host else "cli",
+        token_hash=token_digest(token), created_at=now,
+        expires_at=now + timedelta(seconds=settings.cli_token_max),
+        idle_seconds=settings.cli_token_idle,
+    )
+    db.add(row)
+    return token, row
+
+
+def token_info(row: ApiTokenRow) -> TokenInfo:
+    """What the holder of a token may know of it (never the secret)."""
+    idle_end = None
+    if row.idle_seconds is not None:
+        idle_end = _idle_end(row)
+        if row.expires_at is not None:
+            idle_end = min(idle_end, row.expires_at)
+    return TokenInfo(
+        id=row.id, kind=row.kind, name=row.name, created_at=row.created_at,
+        last_used_at=row.last_used_at, expires_at=row.expires_at,
+        idle_seconds=row.idle_seconds, idle_expires_at=idle_end,
+    )
+
+
+def _expired(row: ApiTokenRow, now: datetime) -> bool:
+    if row.expires_at is not None and row.expires_at <= now:
+        return True
+    return row.idle_seconds is not None and _idle_end(row) <= now
+
+
+def _idle_end(row: ApiTokenRow) -> datetime:
+    return (row.last_used_at or row.created_at) + timedelta(seconds=row.idle_seconds or 0)
+
+
+def _touch_every(row: ApiTokenRow) -> timedelta:
+    """A token with an idle limit is touched often enough that the limit holds to a quarter
+    of itself (a minute at most, as every token)."""
+    if row.idle_seconds is None:
+        return _TOUCH_EVERY
+    return min(_TOUCH_EVERY, timedelta(seconds=row.idle_seconds / 4))
+
+
+async def _password_login(
+    db: AsyncSession, username: str, password: str, throttle: LoginThrottle,
+    address: str | None,
+) -> UserRow:
+    """The active user whose password this is (the audit row armed), else ``Unauthorized``."""
+    audit.attempted(username)
+    await throttle.admit(db, username, address)
+    user = await db.scalar(select(UserRow).where(UserRow.username == username))
+    await db.commit()  # no transaction held while the hash runs (or waits for its turn)
+    ok = await throttle.checks.verify(user.password_hash if user else _DUMMY_HASH, password)
+    if user is None or not ok or not user.is_active:
+        audit.note(method="password")
+        audit.refused("bad_credentials" if user is None or not ok else "inactive")
+        raise Unauthorized("wrong username or password", code="bad_credentials")
+    await throttle.succeeded(db, username, address)
+    audit.note(method="password")
+    audit.arm_user(user.id, user.username, "password", None)  # the row joins the token's commit
+    return user
 
 
 async def _rejected(db: AsyncSession, token: str) -> None:
@@ -148,9 +224,9 @@ async def change_password(
 async def end_tokens(
     db: AsyncSession, user_id: str, *, keep_api_tokens: bool, keep: str | None = None
 ) -> None:
-    """Revoke the user's login tokens (and API tokens unless ``keep_api_tokens``), but ``keep``
-    (the token the change was made with). In the caller's transaction."""
-    kinds = ["login"] if keep_api_tokens else ["login", "api"]
+    """Revoke the user's login and CLI tokens (and API tokens unless ``keep_api_tokens``), but
+    ``keep`` (the token the change was made with). In the caller's transaction."""
+    kinds = ["login", "cli"] if keep_api_tokens else ["login", "cli", "api"]
     await db.execute(
         update(ApiTokenRow)
         .where(ApiTokenRow.user_id == user_id, ApiTokenRow.kind.in_(kinds),
@@ -160,10 +236,10 @@ async def end_tokens(
 
 
 async def list_api_tokens(db: AsyncSession, user: UserRow) -> list[ApiTokenPublic]:
-    """The user's API tokens not revoked, expired ones included (marked so)."""
+    """The user's API and CLI tokens not revoked, expired ones included (marked so)."""
     rows = await db.scalars(
         select(ApiTokenRow)
-        .where(ApiTokenRow.user_id == user.id, ApiTokenRow.kind == "api",
+        .where(ApiTokenRow.user_id == user.id, ApiTokenRow.kind.in_(("api", "cli")),
                ApiTokenRow.revoked_at.is_(None))
         .order_by(ApiTokenRow.created_at)
     )
@@ -171,8 +247,9 @@ async def list_api_tokens(db: AsyncSession, user: UserRow) -> list[ApiTokenPubli
 
 
 def _public(row: ApiTokenRow) -> ApiTokenPublic:
-    expired = row.expires_at is not None and row.expires_at <= utcnow()
+    expired = _expired(row, utcnow())
     return ApiTokenPublic(
-        id=row.id, name=row.name, created_at=row.created_at, expires_at=row.expires_at,
+        id=row.id, name=row.name, kind=row.kind, created_at=row.created_at,
+        expires_at=row.expires_at,
         last_used_at=row.last_used_at, status="expired" if expired else "active",
     )
