@@ -203,7 +203,7 @@ async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Ser
 
     url, credentials = options.url, options.data_dir / CREDENTIALS_FILE
     admin = await asyncio.to_thread(_admin_client, url, credentials)
-    cli_note = await asyncio.to_thread(_log_in_cli, admin, url)
+    cli_note = await asyncio.to_thread(_log_in_cli, url, credentials)
     node_name = options.node_name or await asyncio.to_thread(
         local_node_name, admin, options.data_dir)
     # Bound to this node's name and allowed to re-key it: `up` is its own node's admin, and
@@ -370,9 +370,9 @@ def _client_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
 
 
-def _admin_client(url: str, path: Path) -> Client:
+def _admin_credentials(path: Path) -> dict[str, str]:
     try:
-        fields = dict(
+        return dict(
             line.split(": ", 1) for line in path.read_text().splitlines() if ": " in line
         )
     except OSError:
@@ -380,6 +380,10 @@ def _admin_client(url: str, path: Path) -> Client:
             f"the admin credentials file {path} is missing: `gpuslice up` needs it to join "
             "its local agent (restore it, or start with a new --data-dir)"
         ) from None
+
+
+def _admin_client(url: str, path: Path) -> Client:
+    fields = _admin_credentials(path)
     client = Client(url)
     try:
         client.login(fields.get("username", "admin"), fields.get("password", ""))
@@ -388,15 +392,23 @@ def _admin_client(url: str, path: Path) -> Client:
     return client
 
 
-def _log_in_cli(admin: Client, url: str) -> str:
-    """Log the CLI of this user in as the admin, unless it already works against this URL."""
+def _log_in_cli(url: str, path: Path) -> str:
+    """Log the CLI of this user in as the admin (a ``cli`` token, which expires as
+    ``gpuslice login``'s does), unless it already works against this URL."""
     stored = load_config()
     if stored.url == url and stored.token:
         with Client(url, stored.token) as client, contextlib.suppress(ApiError):
             return f"logged in as {client.me().username}"
-    token = admin.create_token(f"cli@{socket.gethostname()}")
-    path = save_config(ClientConfig(url=url, token=token.token))
-    return f"logged in as {admin.me().username} (token in {path})"
+    fields = _admin_credentials(path)
+    with Client(url) as client:
+        try:
+            token = client.cli_login(fields.get("username", "admin"),
+                                     fields.get("password", ""), socket.gethostname())
+        except ApiError as err:
+            raise CliError(f"cannot log in as the admin from {path}: {err.message}") from None
+        username = client.me().username
+    saved = save_config(ClientConfig(url=url, token=token.access_token))
+    return f"logged in as {username} (token in {saved})"
 
 
 def _announce(say: Callable[[str], None], url: str, options: UpOptions, cli_note: str,

@@ -3,7 +3,7 @@
 Tokens made before (login and api) have none, so they keep working as they did.
 
 Revision ID: 0038
-Revises: 0036
+Revises: 0037
 Create Date: 2026-12-07
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0038"
-down_revision: str | None = "0036"
+down_revision: str | None = "0037"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
