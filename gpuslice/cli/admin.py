@@ -12,6 +12,7 @@ from gpuslice.cli import (
     admin_audit,
     admin_backup,
     admin_config,
+    admin_identity,
     admin_preset,
     admin_priority,
     admin_project,
@@ -53,6 +54,9 @@ app.add_typer(admin_audit.app, name="audit")
 app.command("backup")(admin_backup.backup)
 app.command("restore")(admin_backup.restore)
 app.command("recover")(admin_recover.recover)
+user_app.command("show")(admin_identity.show)
+user_app.command("link")(admin_identity.link)
+user_app.command("unlink")(admin_identity.unlink)
 
 
 @user_app.command("create")

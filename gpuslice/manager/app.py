@@ -25,6 +25,7 @@ from gpuslice.manager.api.routes import (
     config,
     folders,
     health,
+    identities,
     images,
     model_store,
     models,
@@ -72,7 +73,7 @@ LOGIN_PATH = f"{API_PREFIX}/auth/login"
 # they are most of the requests (matched after eight routers, a heartbeat took ~30% more CPU).
 ROUTES = (agents, health, auth, users, policies, presets, priorities, sessions, apps, images,
           nodes, monitoring, folders, models, model_store, session_calls, run_calls, runs, config,
-          ssh, projects, notify, audit)
+          ssh, projects, notify, audit, identities)
 
 
 def create_app(
