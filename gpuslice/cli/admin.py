@@ -12,10 +12,12 @@ from gpuslice.cli import (
     admin_audit,
     admin_backup,
     admin_config,
+    admin_identity,
     admin_ldap,
     admin_preset,
     admin_priority,
     admin_project,
+    admin_recover,
 )
 from gpuslice.cli.output import (
     CliError,
@@ -53,6 +55,10 @@ app.add_typer(admin_audit.app, name="audit")
 app.add_typer(admin_ldap.app, name="ldap")
 app.command("backup")(admin_backup.backup)
 app.command("restore")(admin_backup.restore)
+app.command("recover")(admin_recover.recover)
+user_app.command("show")(admin_identity.show)
+user_app.command("link")(admin_identity.link)
+user_app.command("unlink")(admin_identity.unlink)
 
 
 @user_app.command("create")

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
         common,
         config,
         health,
+        identity,
         images,
         ldap,
         models,
@@ -36,9 +37,9 @@ if TYPE_CHECKING:
         users,
     )
 
-__all__ = ["agents", "apps", "audit", "common", "config", "health", "images", "ldap", "models",
-           "monitoring", "nodes", "notify", "presets", "priorities", "projects", "runs",
-           "sessions", "ssh", "storage", "users"]
+__all__ = ["agents", "apps", "audit", "common", "config", "health", "identity", "images",
+           "ldap", "models", "monitoring", "nodes", "notify", "presets", "priorities",
+           "projects", "runs", "sessions", "ssh", "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

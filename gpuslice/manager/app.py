@@ -26,6 +26,7 @@ from gpuslice.manager.api.routes import (
     directory,
     folders,
     health,
+    identities,
     images,
     model_store,
     models,
@@ -73,7 +74,7 @@ LOGIN_PATH = f"{API_PREFIX}/auth/login"
 # they are most of the requests (matched after eight routers, a heartbeat took ~30% more CPU).
 ROUTES = (agents, health, auth, users, policies, presets, priorities, sessions, apps, images,
           nodes, monitoring, folders, models, model_store, session_calls, run_calls, runs, config,
-          ssh, projects, notify, audit, directory)
+          ssh, projects, notify, audit, identities, directory)
 
 
 def create_app(

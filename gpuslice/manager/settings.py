@@ -294,6 +294,16 @@ class AuthSettings(Section):
         default="admin", pattern=r"^[a-z_][a-z0-9_.-]{0,63}$",
         description="The admin created on first start.",
     )
+    cli_token_idle: int = Field(
+        default=30 * 86400, ge=60, le=3650 * 86400,
+        description="Seconds a CLI login (`gpuslice login`) lasts unused; each use moves its "
+        "end on. Set when the token is made.",
+    )
+    cli_token_max: int = Field(
+        default=90 * 86400, ge=60, le=3650 * 86400,
+        description="Seconds a CLI login lasts at most, however often it is used; then "
+        "`gpuslice login` again. Set when the token is made.",
+    )
     login_window: float = Field(
         default=300, ge=1, le=86400,
         description="Login throttling: the window (seconds) failed logins are counted in; a "

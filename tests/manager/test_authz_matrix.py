@@ -75,6 +75,8 @@ ACCESS: dict[str, Access] = {
     "GET /metrics": SCRAPE,
     "POST /api/v1/auth/login": PUBLIC,
     "POST /api/v1/auth/logout": USER,
+    "POST /api/v1/auth/cli-token": PUBLIC,  # a password login whose token is of kind cli
+    "GET /api/v1/auth/token": USER,  # the caller's own token, whatever it is
     "GET /api/v1/auth/me": USER,
     "POST /api/v1/auth/password": USER,
     "GET /api/v1/auth/tokens": USER,
@@ -98,6 +100,9 @@ ACCESS: dict[str, Access] = {
     "POST /api/v1/users": ADMIN,
     "GET /api/v1/users/{user_id}": ADMIN,
     "PATCH /api/v1/users/{user_id}": ADMIN,
+    "GET /api/v1/users/{user_id}/identities": ADMIN,
+    "POST /api/v1/users/{user_id}/identities": ADMIN,
+    "DELETE /api/v1/users/{user_id}/identities/{identity_id}": ADMIN,
     "GET /api/v1/policies": ADMIN,
     "POST /api/v1/policies": ADMIN,
     "PUT /api/v1/policies/{policy_id}": ADMIN,
@@ -333,6 +338,7 @@ async def _world(app: FastAPI, admin: Client, anon: Client, make_user: UserFacto
         "session_id": s["id"], "token_id": token["id"], "user_id": users["alice"],
         "policy_id": policy["id"], "node_id": spare_node.node_id, "request_id": str(uuid.uuid4()),
         "key_id": ssh_key["id"], "channel_id": hooks[0]["id"],
+        "identity_id": str(uuid.uuid4()),
         "DELETE /api/v1/notifications/channels/{channel_id}:channel_id": hooks[1]["id"],
         "DELETE /api/v1/sessions/{session_id}:session_id": doomed["id"],
         "DELETE /api/v1/join-tokens/{token_id}:token_id": join["id"],

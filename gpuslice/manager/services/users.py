@@ -129,12 +129,13 @@ async def ensure_admin(
         except IntegrityError:  # another manager created it first
             return None
     path = data_dir / CREDENTIALS_FILE
-    _write_private(path, f"username: {username}\npassword: {password}\n")
+    write_private(path, f"username: {username}\npassword: {password}\n")
     log.warning("created admin user %r; its password is in %s (mode 0600)", username, path)
     return path
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
+    """``text`` in a file only its owner may read (the admin credentials)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

@@ -9,6 +9,7 @@ NAMES = {
     "POST /auth/logout": "auth.logout",
     "POST /auth/password": "auth.password.change",
     "POST /auth/tokens": "auth.token.create",
+    "POST /auth/cli-token": "auth.login",  # a login whose token is of kind cli
     "DELETE /auth/tokens/{token_id}": "auth.token.revoke",
     "POST /sessions/destroy": "session.destroy",
     "DELETE /sessions/{session_id}": "session.destroy",
