@@ -260,10 +260,15 @@ SCRAPE_TOKEN = "scrape-" + "s" * 40
 
 @pytest.fixture
 def settings(settings: ManagerSettings) -> ManagerSettings:
-    """The manager's test settings, with a scrape token for /metrics."""
+    """The manager's test settings, with a scrape token for /metrics, and nodes that are not
+    lost while the matrix runs: its fake agents beat once, and on a loaded machine the matrix
+    outlasted the usual 30 s; the lost node ended alice's run, so its owner's DELETE removed it
+    before the admin's could find it (CI, PostgreSQL lane)."""
     monitoring = settings.monitoring.model_copy(update={"scrape_token": SecretStr(SCRAPE_TOKEN)})
     notify = settings.notify.model_copy(update={"allowed_targets": ["127.0.0.1/32"]})
-    return settings.model_copy(update={"monitoring": monitoring, "notify": notify})
+    nodes = settings.nodes.model_copy(update={"node_timeout": 3600})
+    return settings.model_copy(update={"monitoring": monitoring, "notify": notify,
+                                       "nodes": nodes})
 
 
 @dataclass
