@@ -12,9 +12,12 @@ from gpuslice.cli import (
     admin_audit,
     admin_backup,
     admin_config,
+    admin_identity,
+    admin_ldap,
     admin_preset,
     admin_priority,
     admin_project,
+    admin_recover,
 )
 from gpuslice.cli.output import (
     CliError,
@@ -33,7 +36,7 @@ from gpuslice.common.resources import parse_cpu, parse_fgpu, parse_mem
 
 if TYPE_CHECKING:
     from gpuslice.common.schemas.nodes import JoinTokenCreated
-    from gpuslice.common.schemas.users import PolicyPublic
+    from gpuslice.common.schemas.users import PolicyPublic, UserPublic
 
 app = typer.Typer(help="Users, policies, projects, join tokens, configuration, backups, "
                   "the audit log (admins).",
@@ -49,8 +52,13 @@ app.add_typer(admin_preset.app, name="preset")
 app.add_typer(admin_project.app, name="project")
 app.add_typer(admin_priority.app, name="priority-class")
 app.add_typer(admin_audit.app, name="audit")
+app.add_typer(admin_ldap.app, name="ldap")
 app.command("backup")(admin_backup.backup)
 app.command("restore")(admin_backup.restore)
+app.command("recover")(admin_recover.recover)
+user_app.command("show")(admin_identity.show)
+user_app.command("link")(admin_identity.link)
+user_app.command("unlink")(admin_identity.unlink)
 
 
 @user_app.command("create")
@@ -107,9 +115,15 @@ def user_list(as_json: JsonOpt = False) -> None:
             for u in users
         ])
         return
-    table(["id", "name", "role", "status", "policy", "created"],
-          [(u.id, u.username, u.role.value, "active" if u.is_active else "disabled",
+    table(["id", "name", "role", "status", "source", "policy", "created"],
+          [(u.id, u.username, u.role.value, _status(u), u.source,
             policies.get(u.policy_id or "", "-"), ago(u.created_at)) for u in users])
+
+
+def _status(user: UserPublic) -> str:
+    if user.is_active:
+        return "active"
+    return f"disabled ({user.disabled_reason})" if user.disabled_reason else "disabled"
 
 
 @policy_app.command("set")

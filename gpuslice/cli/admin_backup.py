@@ -63,7 +63,7 @@ def backup(
     from gpuslice.manager.backup.record import record
     from gpuslice.manager.backup.settings_doc import settings_document
 
-    settings = _settings(config, database_url, data_dir)
+    settings = settings_of(config, database_url, data_dir)
     url = settings.database_url
     if file.is_dir():
         raise CliError(f"{file} is a directory: name the backup file", 2)
@@ -130,7 +130,7 @@ def restore(
         raise CliError(f"{file}: no such backup file", 2)
     if check:  # the key is all it needs: on another machine, --key alone
         key = key_file.expanduser() if key_file is not None else _key_file(
-            None, _settings(config, database_url, data_dir))
+            None, settings_of(config, database_url, data_dir))
         with _errors(), _progress("checking", quiet) as (rows, files):
             header = verify(file, key, trust_unsigned=trust_unsigned, progress=rows,
                             file_progress=files)
@@ -138,7 +138,7 @@ def restore(
                       f"{header.created_at:%Y-%m-%d %H:%M:%S} UTC from {header.source}, "
                       f"{_signed(header, key)}: {_summary(header)}", markup=False)
         return
-    settings = _settings(config, database_url, data_dir)
+    settings = settings_of(config, database_url, data_dir)
     key = _key_file(key_file, settings)
     url = settings.database_url
     targets = None if database_only else _targets(settings)
@@ -188,7 +188,7 @@ def _restore_notes(header: Header, targets: dict[str, Path] | None) -> None:
                           markup=False)
 
 
-def _settings(config: Path | None, database_url: str | None,
+def settings_of(config: Path | None, database_url: str | None,
               data_dir: Path | None) -> ManagerSettings:
     from gpuslice.manager.settings import load_settings
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -21,7 +22,7 @@ from gpuslice.client import Client
 from gpuslice.common.timelimits import format_limit
 
 if TYPE_CHECKING:
-    from gpuslice.common.schemas.projects import ProjectPublic
+    from gpuslice.common.schemas.projects import IdpGroups, ProjectPublic
 
 app = typer.Typer(help="Projects: members, quotas, resource groups.", no_args_is_help=True)
 
@@ -134,9 +135,66 @@ def project_list(as_json: JsonOpt = False) -> None:
 @app.command("show")
 @friendly
 def project_show(name: str, as_json: JsonOpt = False) -> None:
-    """One project: members, quotas, groups and what it uses now."""
+    """One project: members, quotas, groups, the identity providers' groups linked to it and
+    what it uses now."""
     with Client.from_config() as client:
-        _show(client.get_project(name), as_json)
+        project = client.get_project(name)
+        links = client.get_idp_groups(project.name) if project.personal is False else []
+    if as_json:
+        print_json(project.model_dump(mode="json")
+                   | {"idp_groups": [link.model_dump(mode="json") for link in links]})
+        return
+    _show(project, False)
+    _show_links(links)
+
+
+ProviderOpt = Annotated[str, typer.Option(
+    "--provider", help="The identity provider the group is at: ldap or oidc.")]
+
+
+@app.command("link-group")
+@friendly
+def project_link_group(name: str, group: str, provider: ProviderOpt = "ldap",
+                       as_json: JsonOpt = False) -> None:
+    """Make the members of GROUP at the provider members of the project.
+
+    They join (and leave, when they leave the group) at their next sign-in or at the
+    directory's re-check; members an admin added stay. GROUP is named as the provider sends it
+    (a cn or a DN for LDAP, as auth.ldap.group_value says)."""
+    _links(name, provider, lambda groups: [*groups, group], as_json)
+
+
+@app.command("unlink-group")
+@friendly
+def project_unlink_group(name: str, group: str, provider: ProviderOpt = "ldap",
+                         as_json: JsonOpt = False) -> None:
+    """Stop GROUP at the provider giving membership of the project (its members leave at
+    their next sign-in or re-check, unless an admin added them)."""
+    def without(groups: list[str]) -> list[str]:
+        if group not in groups:
+            raise CliError(f"{group} is not linked to project {name} at {provider} (see "
+                           f"`gpuslice admin project show {name}`)", 1)
+        return [g for g in groups if g != group]
+    _links(name, provider, without, as_json)
+
+
+def _links(name: str, provider: str, change: Callable[[list[str]], list[str]],
+           as_json: bool) -> None:
+    if provider not in ("ldap", "oidc"):
+        raise CliError(f"--provider must be ldap or oidc, got {provider!r}", 2)
+    with Client.from_config() as client:
+        now: dict[str, list[str]] = {link.provider: link.groups
+                                     for link in client.get_idp_groups(name)}
+        links = client.set_idp_groups(name, provider, change(now.get(provider, [])))
+    if as_json:
+        print_json([link.model_dump(mode="json") for link in links])
+        return
+    _show_links(links)
+
+
+def _show_links(links: list[IdpGroups]) -> None:
+    shown = "; ".join(f"{link.provider}: {', '.join(link.groups)}" for link in links)
+    console.print(f"idp_groups: {shown or '-'}", markup=False)
 
 
 def _quotas(gpu: str | None, cpu: str | None, memory: str | None, sessions: int | None,

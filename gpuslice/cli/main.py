@@ -21,8 +21,13 @@ COMMANDS = {
     ),
     "login": Lazy(
         "gpuslice.cli.login:login",
-        "Log in and keep an API token for this machine in ~/.config/gpuslice (mode 0600).",
+        "Log in and keep a token for this machine in ~/.config/gpuslice (mode 0600).",
     ),
+    "logout": Lazy(
+        "gpuslice.cli.login:logout",
+        "Revoke this machine's token on the manager and remove it from ~/.config/gpuslice.",
+    ),
+    "auth": Lazy("gpuslice.cli.auth:app", "Your login on this machine."),
     "password": Lazy(
         "gpuslice.cli.password:password",
         "Change your password; your other logins end (API tokens too, unless kept).",

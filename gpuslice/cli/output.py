@@ -137,6 +137,8 @@ def _with_hint(err: ApiError) -> str:
         from gpuslice.client import load_config
 
         url = load_config().url or "URL"
+        if "gpuslice login URL" in err.message:  # the manager says what to do: name the URL
+            return err.message.replace("gpuslice login URL", f"gpuslice login {url}")
         return f"{err.message}: log in again with `gpuslice login {url}`"
     return err.message
 

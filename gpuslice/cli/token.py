@@ -28,21 +28,21 @@ def token_create(name: str, days: Annotated[int | None, typer.Option()] = None,
 @app.command("list")
 @friendly
 def token_list(as_json: JsonOpt = False) -> None:
-    """Your API tokens (never their secrets)."""
+    """Your API tokens and CLI logins (kind cli, one per machine; never their secrets)."""
     with Client.from_config() as client:
         tokens = client.list_tokens()
     if as_json:
         print_json([t.model_dump(mode="json") for t in tokens])
         return
-    table(["id", "name", "status", "created", "expires", "last used"],
-          [(t.id, t.name, t.status, ago(t.created_at), t.expires_at or "never",
+    table(["id", "kind", "name", "status", "created", "expires", "last used"],
+          [(t.id, t.kind, t.name, t.status, ago(t.created_at), t.expires_at or "never",
             ago(t.last_used_at)) for t in tokens])
 
 
 @app.command("revoke")
 @friendly
 def token_revoke(token_id: str) -> None:
-    """Revoke one of your API tokens."""
+    """Revoke one of your API tokens, or the CLI login of another machine."""
     with Client.from_config() as client:
         client.revoke_token(token_id)
     console.print(f"revoked {token_id}", markup=False)

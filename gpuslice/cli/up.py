@@ -69,12 +69,18 @@ def up(
     resource_group: Annotated[str | None, typer.Option(
         "--resource-group", help="This node's resource group, e.g. a100 (default: \"default\")."
     )] = None,
+    config: Annotated[Path | None, typer.Option(
+        "--config", help="The manager's TOML settings file, as `gpuslice manager serve "
+        "--config` takes it ([auth], [sessions]...); GPUSLICE_* variables win over it, these "
+        "options over both. Its data_dir is --data-dir's to say.",
+    )] = None,
 ) -> None:
     """Run everything on this machine: manager (SQLite) and a local agent, in one command."""
     options = UpOptions(
         data_dir=data_dir.expanduser().resolve(), host=host, port=port,
         mock_gpus=parse_mock_gpus(mock_gpus), fgpu_per_gpu=fgpu_per_gpu,
         node_name=node_name, resource_group=resource_group,
+        config=config.expanduser().resolve() if config is not None else None,
     )
     log_to_stderr(quiet=True)
     prepare_data_dir(options.data_dir, "--data-dir")
@@ -114,6 +120,7 @@ class UpOptions:
     fgpu_per_gpu: str
     node_name: str | None  # None: this data directory's own (``local_node_name``)
     resource_group: str | None = None
+    config: Path | None = None  # the manager's TOML settings file (--config)
 
     @property
     def url(self) -> str:
@@ -122,13 +129,10 @@ class UpOptions:
 
 async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], None]) -> None:
     from gpuslice.agent.settings import AgentSettings
-    from gpuslice.manager.settings import load_settings
 
     check_port(options.host, options.port)  # before a build that may take minutes
-    try:  # so is a misspelt setting
-        settings = load_settings(
-            None, data_dir=options.data_dir, nodes={"fgpu_per_gpu": options.fgpu_per_gpu}
-        )
+    settings = up_settings(options)  # so is a misspelt setting, or a bad --config
+    try:
         AgentSettings.check_names()  # the local agent's GPUSLICE_AGENT_* (built once joined)
     except ValueError as err:
         raise CliError(f"settings: {err}", 2) from None
@@ -150,6 +154,40 @@ async def run_up(options: UpOptions, stop: asyncio.Event, say: Callable[[str], N
                 await keeper
 
 
+def up_settings(options: UpOptions) -> ManagerSettings:
+    """The manager's settings `up` runs with: its options > ``GPUSLICE_*`` > ``--config``. A
+    problem is one line naming the setting and what it may be (exit status 2)."""
+    from pydantic import ValidationError
+
+    from gpuslice.manager.settings import load_settings
+
+    where = f"--config {options.config}" if options.config is not None else "settings"
+    try:
+        if options.config is not None and "data_dir" in _toml(options.config):
+            raise CliError(f"{where}: data_dir is --data-dir's to say for gpuslice up: remove "
+                           "it from the file", 2)
+        return load_settings(
+            options.config, data_dir=options.data_dir,
+            nodes={"fgpu_per_gpu": options.fgpu_per_gpu},
+        )
+    except ValidationError as err:
+        first = err.errors()[0]
+        key = ".".join(str(part) for part in first["loc"])
+        raise CliError(f"{where}: {key}: {first['msg']} (got {first['input']!r})", 2) from None
+    except (FileNotFoundError, ValueError) as err:
+        raise CliError(f"{where}: {err}", 2) from None
+
+
+def _toml(path: Path) -> dict[str, Any]:
+    import tomllib
+
+    try:
+        with path.open("rb") as file:
+            return tomllib.load(file)
+    except OSError as err:
+        raise FileNotFoundError(f"cannot read it: {err.strerror}") from None
+
+
 async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Serving,
                      stop: asyncio.Event, say: Callable[[str], None]) -> None:
     """Log the CLI in, run the local agent, say that all is up once it joined; until stopped
@@ -165,7 +203,7 @@ async def _run_agent(options: UpOptions, settings: ManagerSettings, running: Ser
 
     url, credentials = options.url, options.data_dir / CREDENTIALS_FILE
     admin = await asyncio.to_thread(_admin_client, url, credentials)
-    cli_note = await asyncio.to_thread(_log_in_cli, admin, url)
+    cli_note = await asyncio.to_thread(_log_in_cli, url, credentials)
     node_name = options.node_name or await asyncio.to_thread(
         local_node_name, admin, options.data_dir)
     # Bound to this node's name and allowed to re-key it: `up` is its own node's admin, and
@@ -332,9 +370,9 @@ def _client_host(host: str) -> str:
     return "127.0.0.1" if host in ("0.0.0.0", "") else ("[::1]" if host == "::" else host)
 
 
-def _admin_client(url: str, path: Path) -> Client:
+def _admin_credentials(path: Path) -> dict[str, str]:
     try:
-        fields = dict(
+        return dict(
             line.split(": ", 1) for line in path.read_text().splitlines() if ": " in line
         )
     except OSError:
@@ -342,6 +380,10 @@ def _admin_client(url: str, path: Path) -> Client:
             f"the admin credentials file {path} is missing: `gpuslice up` needs it to join "
             "its local agent (restore it, or start with a new --data-dir)"
         ) from None
+
+
+def _admin_client(url: str, path: Path) -> Client:
+    fields = _admin_credentials(path)
     client = Client(url)
     try:
         client.login(fields.get("username", "admin"), fields.get("password", ""))
@@ -350,15 +392,23 @@ def _admin_client(url: str, path: Path) -> Client:
     return client
 
 
-def _log_in_cli(admin: Client, url: str) -> str:
-    """Log the CLI of this user in as the admin, unless it already works against this URL."""
+def _log_in_cli(url: str, path: Path) -> str:
+    """Log the CLI of this user in as the admin (a ``cli`` token, which expires as
+    ``gpuslice login``'s does), unless it already works against this URL."""
     stored = load_config()
     if stored.url == url and stored.token:
         with Client(url, stored.token) as client, contextlib.suppress(ApiError):
             return f"logged in as {client.me().username}"
-    token = admin.create_token(f"cli@{socket.gethostname()}")
-    path = save_config(ClientConfig(url=url, token=token.token))
-    return f"logged in as {admin.me().username} (token in {path})"
+    fields = _admin_credentials(path)
+    with Client(url) as client:
+        try:
+            token = client.cli_login(fields.get("username", "admin"),
+                                     fields.get("password", ""), socket.gethostname())
+        except ApiError as err:
+            raise CliError(f"cannot log in as the admin from {path}: {err.message}") from None
+        username = client.me().username
+    saved = save_config(ClientConfig(url=url, token=token.access_token))
+    return f"logged in as {username} (token in {saved})"
 
 
 def _announce(say: Callable[[str], None], url: str, options: UpOptions, cli_note: str,

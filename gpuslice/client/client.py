@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from gpuslice.common.schemas.common import Page
     from gpuslice.common.schemas.config import ConfigImportResult
     from gpuslice.common.schemas.health import Readiness
+    from gpuslice.common.schemas.identity import IdentityPublic
     from gpuslice.common.schemas.images import (
         ImageAliasPublic,
         ImagePublic,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
         ImageUpdated,
         SessionCommitResult,
     )
+    from gpuslice.common.schemas.ldap import LdapTestResult
     from gpuslice.common.schemas.monitoring import SessionStats, Top, UsageReport
     from gpuslice.common.schemas.nodes import JoinTokenCreated, JoinTokenPublic, NodePublic
     from gpuslice.common.schemas.presets import PresetPublic
@@ -58,6 +60,7 @@ if TYPE_CHECKING:
         ApiTokenCreated,
         ApiTokenPublic,
         PolicyPublic,
+        TokenInfo,
         TokenPublic,
         UserPublic,
     )
@@ -111,6 +114,23 @@ class Client(StorageCalls, SshCalls, ProjectCalls, NotifyCalls):
                                         json={"username": username, "password": password})
         self.token = token.access_token
         return token
+
+    def cli_login(self, username: str, password: str, host: str = "") -> TokenPublic:
+        """A password login whose token is of kind ``cli`` (what ``gpuslice login`` keeps)."""
+        body = {"username": username, "password": password, "host": host}
+        token: TokenPublic = self._call("POST", "/auth/cli-token", schemas.users.TokenPublic,
+                                        json=body)
+        self.token = token.access_token
+        return token
+
+    def token_info(self) -> TokenInfo:
+        """The token this client uses: its kind and when it ends."""
+        return self._call("GET", "/auth/token", schemas.users.TokenInfo)
+
+    def logout(self) -> None:
+        """Revoke the token this client uses."""
+        self._call("POST", "/auth/logout", None)
+        self.token = None
 
     def me(self) -> UserPublic:
         return self._call("GET", "/auth/me", schemas.users.UserPublic)
@@ -423,6 +443,29 @@ class Client(StorageCalls, SshCalls, ProjectCalls, NotifyCalls):
         body = {"password": password, "keep_api_tokens": keep_api_tokens}
         return self._call("PATCH", f"/users/{user.id}", schemas.users.UserPublic, json=body)
 
+    def identities(self, username: str) -> list[IdentityPublic]:
+        """A user's identities at OIDC and LDAP providers (admins)."""
+        user = self.find_user(username)
+        return self._call("GET", f"/users/{user.id}/identities",
+                          list[schemas.identity.IdentityPublic])
+
+    def link_identity(self, username: str, provider: str, subject: str) -> IdentityPublic:
+        """Link a user to a provider's user (admins)."""
+        user = self.find_user(username)
+        return self._call("POST", f"/users/{user.id}/identities",
+                          schemas.identity.IdentityPublic,
+                          json={"provider": provider, "subject": subject})
+
+    def unlink_identity(self, username: str, provider: str) -> IdentityPublic:
+        """Unlink a user's identity at ``provider`` (admins): the one unlinked."""
+        found = [i for i in self.identities(username) if i.provider == provider]
+        if not found:
+            raise ApiError(f"{username} is not linked to a user at {provider}", status=404,
+                           code="not_found")
+        user = self.find_user(username)
+        self._call("DELETE", f"/users/{user.id}/identities/{found[0].id}", None)
+        return found[0]
+
     def audit(self, **filters: str | int | None) -> AuditPage:
         """A page of the audit log, newest first (admins): filters ``user``, ``action``,
         ``target``, ``outcome``, ``since``, ``until`` (RFC 3339), ``limit``, ``after``."""
@@ -454,6 +497,12 @@ class Client(StorageCalls, SshCalls, ProjectCalls, NotifyCalls):
 
     def list_users(self) -> list[UserPublic]:
         return self._call("GET", "/users", list[schemas.users.UserPublic])
+
+    def test_ldap(self, user: str | None = None) -> LdapTestResult:
+        """The directory as the manager's service account sees it; with ``user``, what
+        gpuslice would do with them (admins)."""
+        params = {"user": user} if user else None
+        return self._call("GET", "/ldap/test", schemas.ldap.LdapTestResult, params=params)
 
     def find_user(self, username: str) -> UserPublic:
         for user in self.list_users():

@@ -53,3 +53,15 @@ def save_config(config: ClientConfig) -> Path:
     os.chmod(tmp, 0o600)
     os.replace(tmp, path)
     return path
+
+
+def stored_config() -> ClientConfig:
+    """What the file says, without the environment's overrides (``gpuslice logout`` ends the
+    stored login, never one a variable brings)."""
+    path = config_path()
+    try:
+        loaded = json.loads(path.read_text()) if path.is_file() else {}
+    except (OSError, ValueError):
+        loaded = {}
+    stored = loaded if isinstance(loaded, dict) else {}
+    return ClientConfig(url=stored.get("url"), token=stored.get("token"))

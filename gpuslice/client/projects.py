@@ -9,7 +9,7 @@ from gpuslice.client import schemas
 
 if TYPE_CHECKING:
     from gpuslice.common.schemas.nodes import NodePublic
-    from gpuslice.common.schemas.projects import GroupPublic, ProjectPublic
+    from gpuslice.common.schemas.projects import GroupPublic, IdpGroups, ProjectPublic
 
 
 class ProjectCalls:
@@ -53,6 +53,17 @@ class ProjectCalls:
     def remove_project_member(self, name: str, username: str) -> ProjectPublic:
         return self._call("DELETE", f"/projects/{name}/members/{username}",
                           schemas.projects.ProjectPublic)
+
+    def get_idp_groups(self, name: str) -> list[IdpGroups]:
+        """The groups at each identity provider whose members are the project's (admins)."""
+        return self._call("GET", f"/projects/{name}/idp-groups",
+                          list[schemas.projects.IdpGroups])
+
+    def set_idp_groups(self, name: str, provider: str, groups: list[str]) -> list[IdpGroups]:
+        """Replace the project's groups at ``provider`` (``ldap`` or ``oidc``; admins)."""
+        return self._call("PUT", f"/projects/{name}/idp-groups",
+                          list[schemas.projects.IdpGroups],
+                          json={"provider": provider, "groups": groups})
 
     def list_groups(self) -> list[GroupPublic]:
         """Resource groups of the alive nodes, with their free capacity."""

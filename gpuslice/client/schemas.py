@@ -20,7 +20,9 @@ if TYPE_CHECKING:
         common,
         config,
         health,
+        identity,
         images,
+        ldap,
         models,
         monitoring,
         nodes,
@@ -36,9 +38,9 @@ if TYPE_CHECKING:
         users,
     )
 
-__all__ = ["agents", "apps", "audit", "common", "config", "health", "images", "models",
-           "monitoring", "nodes", "notify", "presets", "priorities", "projects", "runs",
-           "sessions", "ssh", "sso", "storage", "users"]
+__all__ = ["agents", "apps", "audit", "common", "config", "health", "identity", "images",
+           "ldap", "models", "monitoring", "nodes", "notify", "presets", "priorities",
+           "projects", "runs", "sessions", "ssh", "sso", "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

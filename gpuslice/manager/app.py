@@ -24,8 +24,10 @@ from gpuslice.manager.api.routes import (
     audit,
     auth,
     config,
+    directory,
     folders,
     health,
+    identities,
     images,
     model_store,
     models,
@@ -74,7 +76,7 @@ LOGIN_PATH = f"{API_PREFIX}/auth/login"
 # they are most of the requests (matched after eight routers, a heartbeat took ~30% more CPU).
 ROUTES = (agents, health, auth, users, policies, presets, priorities, sessions, apps, images,
           nodes, monitoring, folders, models, model_store, session_calls, run_calls, runs, config,
-          ssh, projects, notify, audit, sign_in)
+          ssh, projects, notify, audit, identities, directory, sign_in)
 
 
 def create_app(

@@ -26,6 +26,7 @@ from gpuslice.manager.services import channel, retention
 from gpuslice.manager.services.apps import origins
 from gpuslice.manager.services.audit import chain as audit_chain
 from gpuslice.manager.services.audit import retention as audit_retention
+from gpuslice.manager.services.identity import recheck as ldap_recheck
 from gpuslice.manager.services.models.catalog import purge_stale
 from gpuslice.manager.services.models.sweep import sweep_store
 from gpuslice.manager.services.monitoring.maintenance import Retention, maintain
@@ -183,6 +184,13 @@ def _notifications(app: FastAPI) -> Pass:
                    settings.apps.console_url)
 
 
+def _ldap_recheck(app: FastAPI) -> Pass | None:
+    settings = app.state.settings.auth.ldap  # only where a directory is configured
+    run = app.state.login_throttle.checks.run
+    return partial(ldap_recheck.recheck, app.state.sessionmaker, settings, run) \
+        if settings.url else None
+
+
 def _app_ports(app: FastAPI) -> Pass | None:
     ports = app.state.app_ports  # only where apps get a port each (apps.port_range)
     return None if ports is None else ports.sweep
@@ -206,6 +214,7 @@ TABLE = (  # started in this order
     Entry("sso recheck", lambda s: min(60.0, s.auth.oidc.recheck_interval / 4), _sso_recheck),
     Entry("notifications", lambda s: s.notify.interval, _notifications,
           wake=lambda hub: hub.notify),
+    Entry("ldap recheck", lambda s: s.auth.ldap.recheck_interval, _ldap_recheck),
 )
 KEYS = frozenset(entry.key for entry in TABLE)
 

@@ -11,10 +11,14 @@ import hashlib
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
+
+T = TypeVar("T")
 
 _HASHER = PasswordHasher()
 
@@ -51,6 +55,12 @@ class PasswordChecks:
     async def verify(self, password_hash: str, password: str) -> bool:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, _verify, password_hash, password)
+
+    async def run(self, call: Callable[..., T], *args: Any) -> T:
+        """``call(*args)`` on these threads: a directory's bind, which is a password check
+        too (it blocks, and a flood of them must wait its turn like hashes)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, call, *args)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

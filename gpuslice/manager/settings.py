@@ -307,6 +307,28 @@ class LdapSettings(IdentityMapping):
         description="Seconds between re-checks of signed-in directory users (gone or locked: "
         "every token ends; groups synced).",
     )
+    lockout_threshold: int | None = Field(
+        default=None, ge=1, le=10_000,
+        description="Failed binds after which the directory locks an account (its password "
+        "policy); when given, auth.login_failures_per_user must stay below it, so a flood "
+        "through gpuslice cannot lock people out of the directory.",
+    )
+
+    @model_validator(mode="after")
+    def _password_not_in_clear(self) -> LdapSettings:
+        """ldaps://, or ldap:// upgraded with StartTLS; plain ldap:// only to a loopback
+        address (a password crosses it)."""
+        if not self.url:
+            return self
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("ldap", "ldaps") or not parts.hostname:
+            raise ValueError(f"auth.ldap.url must be ldaps://host[:port] or "
+                             f"ldap://host[:port], got {self.url!r}")
+        if parts.scheme == "ldap" and not self.start_tls and not _loopback(parts.hostname):
+            raise ValueError(f"auth.ldap.url {self.url!r} is plain ldap:// to another host: "
+                             "passwords would cross the network in clear; use ldaps:// or set "
+                             "auth.ldap.start_tls = true")
+        return self
 
 
 class AuthSettings(Section):
@@ -316,6 +338,16 @@ class AuthSettings(Section):
     admin_username: str = Field(
         default="admin", pattern=r"^[a-z_][a-z0-9_.-]{0,63}$",
         description="The admin created on first start.",
+    )
+    cli_token_idle: int = Field(
+        default=30 * 86400, ge=60, le=3650 * 86400,
+        description="Seconds a CLI login (`gpuslice login`) lasts unused; each use moves its "
+        "end on. Set when the token is made.",
+    )
+    cli_token_max: int = Field(
+        default=90 * 86400, ge=60, le=3650 * 86400,
+        description="Seconds a CLI login lasts at most, however often it is used; then "
+        "`gpuslice login` again. Set when the token is made.",
     )
     login_window: float = Field(
         default=300, ge=1, le=86400,
@@ -369,6 +401,12 @@ class AuthSettings(Section):
                     f"auth.{name} is on but nobody may sign in with it: set "
                     f"auth.{name}.allowed_groups (e.g. [\"gpu-users\"]) or "
                     f"auth.{name}.allow_all = true")
+        threshold = self.ldap.lockout_threshold if self.ldap.url else None
+        if threshold is not None and self.login_failures_per_user >= threshold:
+            raise ValueError(
+                f"auth.login_failures_per_user ({self.login_failures_per_user}) must stay below "
+                f"auth.ldap.lockout_threshold ({threshold}): otherwise failed sign-ins through "
+                "gpuslice lock directory accounts; lower login_failures_per_user")
         if self.oidc.issuer:
             self._oidc_complete()
         if self.public_url and not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?",
@@ -376,7 +414,6 @@ class AuthSettings(Section):
             raise ValueError(f"auth.public_url must be an http(s) URL such as "
                              f"https://gpu.lab.org, got {self.public_url!r}")
         return self
-
 
     def _oidc_complete(self) -> None:
         oidc = self.oidc
@@ -831,3 +868,12 @@ class ManagerSettings(FileSettings):
 def load_settings(config_file: Path | None = None, **overrides: Any) -> ManagerSettings:
     """Build the settings once: ``overrides`` > ``GPUSLICE_*`` env > ``config_file`` (TOML)."""
     return ManagerSettings.load(config_file, **overrides)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

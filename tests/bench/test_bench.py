@@ -141,6 +141,14 @@ def test_login_flood() -> None:
     assert int(fields["flood_requests"]) > 0, "no login was sent"
 
 
+def test_ldap_login() -> None:
+    if not Path("/usr/sbin/slapd").is_file():
+        pytest.skip("needs slapd (tools/host-setup.sh --idp installs it)")
+    fields = run_bench("ldap_login")
+    check(fields, "ldap_p50_ms ldap_p99_ms local_p50_ms local_p99_ms ratio_p50", logins=10,
+          all_ok="yes")
+
+
 def test_storage() -> None:
     fields = run_bench("storage")
     check(fields, "upload_mib_s download_mib_s copy_mib_s upload_ratio download_ratio "

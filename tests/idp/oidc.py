@@ -168,6 +168,26 @@ class OidcProvider:
             url = urljoin(url, answer.headers["location"])
         raise AssertionError(f"sign-in did not leave {self.issuer} within 30 s (at {url})")
 
+    def sign_out(self, http: httpx.Client, url: str) -> str:
+        """Follow ``url`` (the end-session endpoint with its parameters, or a relying party's
+        logout that redirects there) with ``http``, say yes on the provider's "sign out?" page,
+        and return the first address outside the provider it redirects to."""
+        deadline = Deadline(30)
+        while not deadline.passed:
+            if not url.startswith(f"{self.issuer}/"):
+                return url
+            answer = http.get(url, follow_redirects=False)
+            if answer.status_code == 200 and 'name="xsrf"' in answer.text:
+                action = re.search(r'action="([^"]+)"', answer.text)
+                xsrf = re.search(r'name="xsrf" value="([^"]+)"', answer.text)
+                assert action and xsrf, f"no logout form:\n{answer.text[:2000]}"
+                answer = http.post(urljoin(url, action.group(1)), follow_redirects=False,
+                                   data={"xsrf": xsrf.group(1), "logout": "yes"})
+            if answer.status_code not in (302, 303):
+                raise AssertionError(f"{url}: {answer.status_code}\n{answer.text[:2000]}")
+            url = urljoin(url, answer.headers["location"])
+        raise AssertionError(f"sign-out did not leave {self.issuer} within 30 s (at {url})")
+
     def log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:]
 
@@ -190,10 +210,13 @@ def node_and_packages() -> str:
 @contextmanager
 def oidc_provider(workdir: Path, clients: list[dict[str, Any]] | None = None,
                   accounts: dict[str, dict[str, Any]] | None = None,
-                  ttl: dict[str, int] | None = None) -> Iterator[OidcProvider]:
+                  ttl: dict[str, int] | None = None, rotate_refresh_tokens: bool = True
+                  ) -> Iterator[OidcProvider]:
     """The provider with ``clients`` (default: ``[client()]``) and ``accounts`` (default:
     ``default_accounts()``), until the block ends. ``ttl``: oidc-provider's lifetimes in
-    seconds by kind (``{"AccessToken": 60, "RefreshToken": 600, "IdToken": 60}``)."""
+    seconds by kind (``{"AccessToken": 60, "RefreshToken": 600, "IdToken": 60}``);
+    ``rotate_refresh_tokens``: each refresh answers a new refresh token, and reusing an old
+    one revokes the grant."""
     node = node_and_packages()
     workdir.mkdir(parents=True, exist_ok=True)
     accounts_file = workdir / "accounts.json"
@@ -203,6 +226,7 @@ def oidc_provider(workdir: Path, clients: list[dict[str, Any]] | None = None,
     config.write_text(json.dumps({
         "port": 0, "accounts_file": str(accounts_file), "admin_token": admin_token,
         "clients": [client()] if clients is None else clients, "ttl": ttl or {},
+        "rotate_refresh_tokens": rotate_refresh_tokens,
     }))
     log = workdir / "oidc-provider.log"
     with log.open("wb") as log_file:

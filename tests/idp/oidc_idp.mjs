@@ -1,7 +1,7 @@
 // A real OpenID Provider for gpuslice's sign-in tests: npm `oidc-provider` (OpenID-certified),
 // started as `node oidc_idp.mjs CONFIG.json` by tests/idp/oidc.py. Config (JSON):
 //   {"port": 0, "accounts_file": "...", "admin_token": "...", "clients": [<client metadata>],
-//    "ttl": {"AccessToken": 600, ...}}
+//    "ttl": {"AccessToken": 600, ...}, "rotate_refresh_tokens": true}
 // It listens on 127.0.0.1 (port 0: a free one) and prints one JSON line {"issuer", "port"} on
 // stdout once it answers. Accounts are read from accounts_file on every lookup, so a test changes
 // a user's claims, disables or removes them while the provider runs:
@@ -14,7 +14,7 @@ import { generateKeyPairSync, randomBytes, sign } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 
-import Provider, { ExternalSigningKey } from 'oidc-provider';
+import Provider, { ExternalSigningKey, interactionPolicy } from 'oidc-provider';
 
 const config = JSON.parse(readFileSync(process.argv[2], 'utf8'));
 
@@ -54,6 +54,14 @@ function accountBySub(sub) {
   const found = Object.values(accounts()).find((account) => account.sub === sub);
   return found && !found.disabled ? found : undefined;
 }
+
+// A session whose account was disabled or removed since signs in again (the login page then
+// refuses it), as an identity provider ends such a user's sessions.
+const policy = interactionPolicy.base();
+policy.get('login').checks.add(new interactionPolicy.Check(
+  'account_gone', 'the account was disabled or removed',
+  (ctx) => Boolean(ctx.oidc.session.accountId && !ctx.oidc.account),
+), 0);
 
 const html = (text) => String(text).replace(/[&<>"']/g, (c) => `&#${c.charCodeAt(0)};`);
 
@@ -97,8 +105,11 @@ function start() {
     // The ID token carries the scopes' claims (groups included), not only userinfo.
     conformIdTokenClaims: false,
     pkce: { required: () => true },
+    // Each refresh answers a new refresh token (as Entra and Okta do) unless the config says not
+    // to; oidc-provider's own default rotates only public clients' tokens.
+    rotateRefreshToken: () => config.rotate_refresh_tokens !== false,
     ttl: config.ttl ?? {},
-    interactions: { url: (ctx, interaction) => `/interaction/${interaction.uid}` },
+    interactions: { policy, url: (ctx, interaction) => `/interaction/${interaction.uid}` },
     features: {
       devInteractions: { enabled: false },
       deviceFlow: { enabled: false },
@@ -122,6 +133,8 @@ function start() {
     },
   });
   provider.on('server_error', (ctx, error) => console.error('server_error', error));
+  provider.on('backchannel.error', (ctx, error, client) => console.error(
+    `back-channel logout to ${client.clientId} failed:`, error));
   const app = provider.callback();
   server.on('request', (req, res) => route(provider, req, res, app).catch((error) => {
     console.error(error);

@@ -100,32 +100,50 @@ class RelyingParty:
 
 
 class Callbacks:
-    """The requests a browser made to a relying party's callback listener (their URLs)."""
+    """What a browser or the provider sent a relying party's listener: each GET's full URL
+    (``seen``) and each POST's form (``posts``: a back-channel logout's ``logout_token``)."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, origin: str, path: str) -> None:
+        self.origin = origin
+        self.url = f"{origin}{path}"
         self.seen: list[str] = []
+        self.posts: list[dict[str, str]] = []
 
     def wait(self, timeout: float = 30) -> str:
-        """The first callback's full URL, once it came."""
+        """The first GET's full URL, once it came."""
         return str(wait_for(lambda: self.seen[0] if self.seen else None, timeout,
                             f"a request to {self.url}"))
+
+    def wait_post(self, timeout: float = 30) -> dict[str, str]:
+        """The first POST's form, once it came."""
+        return dict(wait_for(lambda: self.posts[0] if self.posts else None, timeout,
+                             f"a POST to {self.origin}"))
 
 
 @contextmanager
 def callback_listener(path: str = "/callback") -> Iterator[Callbacks]:
-    """An HTTP listener on a free 127.0.0.1 port that records each request a browser sends it
-    and answers "signed in": a relying party's redirect URI (``Callbacks.url``)."""
+    """An HTTP listener on a free 127.0.0.1 port that records each request sent to it and
+    answers "signed in" (a GET) or 200 (a POST): a relying party's redirect URI
+    (``Callbacks.url``) and back-channel logout URI (any other path of ``Callbacks.origin``)."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), BaseHTTPRequestHandler)
-    callbacks = Callbacks(f"http://127.0.0.1:{server.server_address[1]}{path}")
+    callbacks = Callbacks(f"http://127.0.0.1:{server.server_address[1]}", path)
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            callbacks.seen.append(f"http://127.0.0.1:{server.server_address[1]}{self.path}")
+            callbacks.seen.append(f"{callbacks.origin}{self.path}")
+            self._answer(b"signed in")
+
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            callbacks.posts.append({k: v[0] for k, v in parse_qs(body.decode()).items()})
+            self._answer(b"")
+
+        def _answer(self, body: bytes) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(b"signed in")
+            self.wfile.write(body)
 
         def log_message(self, format: str, *args: Any) -> None:
             pass

@@ -1,6 +1,6 @@
 """The test LDAP directory itself (slapd), with ldap3 and nothing of gpuslice: binds, a wrong
 password and a locked account refused, memberOf and entryUUID, changes while it runs, LDAPS
-with the test CA and a wrong CA refused."""
+and StartTLS with the test CA, and a wrong CA refused."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from ldap3.core.exceptions import LDAPInvalidCredentialsResult, LDAPSocketOpenEr
 from ldap3.utils.conv import escape_filter_chars
 
 from tests.idp.ldap import Directory, make_ca
+from tests.idp.ldap import ldap_directory as start_ldap_directory
 
 
 def test_binds_groups_and_changes(ldap_directory: Directory) -> None:
@@ -60,9 +61,13 @@ def test_binds_groups_and_changes(ldap_directory: Directory) -> None:
     assert directory.member_of("carol") == []
 
 
-def test_service_account_search_escapes_and_ldaps(ldap_directory: Directory,
-                                                   tmp_path: Path) -> None:
-    directory = ldap_directory
+def test_service_account_search_escapes_and_ldaps(tmp_path: Path) -> None:
+    with start_ldap_directory(tmp_path / "ldap") as directory:
+        _search_and_tls(directory, tmp_path)
+    assert directory.process.returncode == 0, directory.log_tail()  # SIGTERM: a clean exit
+
+
+def _search_and_tls(directory: Directory, tmp_path: Path) -> None:
     with directory.connect(directory.service_dn, directory.service_password) as service:
         wanted = escape_filter_chars("alice)(uid=*")
         service.search(directory.people_dn, f"(uid={wanted})", attributes=["uid"])
@@ -77,6 +82,12 @@ def test_service_account_search_escapes_and_ldaps(ldap_directory: Directory,
     with ldap3.Connection(server, directory.user_dn("alice"), "alice-password",
                           auto_bind=True, raise_exceptions=True) as over_tls:
         assert over_tls.extend.standard.who_am_i() == f"dn:{directory.user_dn('alice')}"
+    server = ldap3.Server(directory.url, tls=trusted, connect_timeout=10)
+    with ldap3.Connection(server, directory.user_dn("bob"), "bob-password",
+                          auto_bind=ldap3.AUTO_BIND_TLS_BEFORE_BIND,
+                          raise_exceptions=True) as start_tls:
+        assert start_tls.tls_started
+        assert start_tls.extend.standard.who_am_i() == f"dn:{directory.user_dn('bob')}"
 
     _, other_ca = make_ca("another CA")
     wrong = tmp_path / "wrong-ca.pem"

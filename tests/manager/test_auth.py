@@ -12,7 +12,8 @@ from gpuslice.manager.services.users import CREDENTIALS_FILE
 from gpuslice.manager.settings import ManagerSettings
 from tests.manager.conftest import PRODUCTION_HASHER, Client, UserFactory, client_for, login
 
-PUBLIC = {("POST", "/api/v1/auth/login"), ("GET", "/api/v1/health"),
+PUBLIC = {("POST", "/api/v1/auth/login"), ("POST", "/api/v1/auth/cli-token"),
+          ("GET", "/api/v1/health"),
           ("GET", "/api/v1/health/live"), ("GET", "/api/v1/health/ready"),
           ("GET", "/api/v1/health/loops"),
           ("POST", "/api/v1/agents/register"),

@@ -164,7 +164,7 @@ async def test_projects_and_groups_travel_with_the_configuration(
         "name": "vision", "description": "", "members": ["alice"], "max_sessions": None,
         "max_gpu": 8, "max_cpu": None, "max_mem": 64 * 1024**3, "max_storage": None,
         "max_gpu_models": None, "groups": ["a100"], "default_time_limit": None,
-        "max_time_limit": None}]
+        "max_time_limit": None, "idp_groups": []}]
     assert exported["groups"] == [{"node": "n1", "group": "a100"}]
     again = await admin.post("/api/v1/config/import", json=exported)
     assert again.status_code == 200, again.text
@@ -278,3 +278,28 @@ async def test_an_import_cannot_make_a_limited_class_the_default(admin: Client) 
     listed = {c["name"]: (c["default"], c["projects"]) for c in (await admin.get(
         "/api/v1/priority-classes")).json()}
     assert listed == {"team": (False, ["vision"]), "normal": (True, [])}
+
+
+async def test_project_group_links_travel_with_the_configuration(admin: Client) -> None:
+    """Issue 42: the groups at identity providers linked to a project are exported and
+    imported by project name; a document without them leaves a project's links alone."""
+    assert (await admin.post("/api/v1/projects", json={"name": "vision"})).status_code == 201
+    r = await admin.put("/api/v1/projects/vision/idp-groups",
+                        json={"provider": "ldap", "groups": ["vision", "cv-lab"]})
+    assert r.status_code == 200, r.text
+    [entry] = (await _export(admin))["projects"]
+    assert entry["idp_groups"] == [{"provider": "ldap", "groups": ["cv-lab", "vision"]}]
+    again = await admin.post("/api/v1/config/import", json={"projects": [entry]})
+    assert again.json()["sections"]["projects"]["unchanged"] == 1, again.text
+    moved = {**entry, "idp_groups": [{"provider": "oidc", "groups": ["/vision"]}]}
+    r = await admin.post("/api/v1/config/import", json={"projects": [moved]})
+    assert r.json()["sections"]["projects"]["updated"] == 1, r.text
+    links = (await admin.get("/api/v1/projects/vision/idp-groups")).json()
+    assert links == [{"provider": "oidc", "groups": ["/vision"]}]
+    untouched = {k: v for k, v in entry.items() if k != "idp_groups"}
+    r = await admin.post("/api/v1/config/import", json={"projects": [untouched]})
+    assert r.status_code == 200, r.text
+    assert (await admin.get("/api/v1/projects/vision/idp-groups")).json() == links
+    bad = await admin.put("/api/v1/projects/vision/idp-groups",
+                          json={"provider": "saml", "groups": ["x"]})
+    assert bad.status_code == 422 and "provider" in bad.json()["field"], bad.text

@@ -73,6 +73,9 @@ async def test_the_code_goes_once_to_the_verifier_it_was_made_for(sso: SsoManage
         token = await http.post("/api/v1/auth/cli/token",
                                 json={"code": code, "code_verifier": verifier})
         assert token.status_code == 200, token.text
+        info = await http.get("/api/v1/auth/token", headers={
+            "Authorization": f"Bearer {token.json()['access_token']}"})
+        assert (info.json()["kind"], info.json()["name"]) == ("cli", "cli@box")
         replay = await http.post("/api/v1/auth/cli/token",
                                  json={"code": code, "code_verifier": verifier})
         assert replay.status_code == 400

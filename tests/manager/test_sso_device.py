@@ -68,9 +68,12 @@ async def test_a_code_approved_on_the_device_page_gives_the_cli_a_token(
         token = await cli.post("/api/v1/auth/device/token",
                                json={"device_code": code["device_code"]})
         assert token.status_code == 200, token.text
-        me = await cli.get("/api/v1/auth/me",
-                           headers={"Authorization": f"Bearer {token.json()['access_token']}"})
+        bearer = {"Authorization": f"Bearer {token.json()['access_token']}"}
+        me = await cli.get("/api/v1/auth/me", headers=bearer)
         assert me.json()["username"] == "bob"
+        info = (await cli.get("/api/v1/auth/token", headers=bearer)).json()
+        assert (info["kind"], info["name"]) == ("cli", "cli@gpu-box")
+        assert info["idle_expires_at"] is not None
         used = await cli.post("/api/v1/auth/device/token",
                               json={"device_code": code["device_code"]})
         assert used.json()["code"] == "expired_token"

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from gpuslice.common.schemas.images import ALIAS_PATTERN
 from gpuslice.common.schemas.presets import PresetCreate
 from gpuslice.common.schemas.priorities import PriorityClassCreate
-from gpuslice.common.schemas.projects import GroupName, ProjectName, ProjectQuotas
+from gpuslice.common.schemas.projects import GroupName, IdpGroups, ProjectName, ProjectQuotas
 from gpuslice.common.schemas.users import USERNAME_PATTERN, PolicyCreate, Role
 
 FORMAT = "gpuslice-config"
@@ -73,6 +73,9 @@ class ProjectConfig(ProjectQuotas):
     name: ProjectName
     description: str = Field(default="", max_length=255)
     members: list[str] = Field(default_factory=list, max_length=100_000)
+    idp_groups: list[IdpGroups] | None = Field(
+        default=None, max_length=2, description="Groups at identity providers whose members "
+        "are its members (issue 42); absent: the project's links are left as they are.")
 
 
 class NodeGroupConfig(_Strict):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
@@ -160,3 +160,14 @@ class GroupPublic(BaseModel):
     largest_slice: Number = Field(description="The largest free slice on one GPU (fGPU).")
     cpu_free: Number
     mem_free: int
+
+
+class IdpGroups(BaseModel):
+    """The groups at an identity provider whose members are a project's members (``idp``
+    memberships, synced at each sign-in and re-check)."""
+
+    provider: Literal["ldap", "oidc"]
+    groups: list[Annotated[Line, Field(min_length=1, max_length=1024)]] = Field(
+        default_factory=list, max_length=100,
+        description="Group names as the provider sends them (a cn or DN for LDAP, as "
+        "auth.ldap.group_value says); an empty list unlinks every group of this provider.")

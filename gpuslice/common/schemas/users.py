@@ -32,6 +32,28 @@ class TokenPublic(BaseModel):
     expires_at: datetime | None
 
 
+class CliLoginRequest(LoginRequest):
+    """A password login for the CLI: the token it gives is of kind `cli`."""
+
+    host: Line = Field(default="", max_length=48,
+                       description="The machine the CLI runs on (names the token `cli@host`).")
+
+
+class TokenInfo(BaseModel):
+    """The token a request was made with: its kind and when it ends (never its secret)."""
+
+    id: str
+    kind: str = Field(description="login (console, 12 h), cli (gpuslice login) or api.")
+    name: str
+    created_at: datetime
+    last_used_at: datetime | None
+    expires_at: datetime | None = Field(description="The absolute end; null: none.")
+    idle_seconds: int | None = Field(
+        description="It ends after this many seconds unused (cli tokens); null: no idle limit.")
+    idle_expires_at: datetime | None = Field(
+        description="When it ends if it is not used before then (cli tokens).")
+
+
 class ApiTokenCreate(BaseModel):
     name: Line = Field(min_length=1, max_length=64)
     expires_in_days: int | None = Field(
@@ -42,6 +64,8 @@ class ApiTokenCreate(BaseModel):
 class ApiTokenPublic(BaseModel):
     id: str
     name: str
+    kind: str = Field(default="api", description="api (`gpuslice token create`) or cli "
+                      "(`gpuslice login` on a machine: its name says which).")
     created_at: datetime
     expires_at: datetime | None
     last_used_at: datetime | None
@@ -90,6 +114,11 @@ class UserPublic(BaseModel):
     is_active: bool
     policy_id: str | None
     created_at: datetime
+    source: str = Field(default="local", description="Where the user signs in: local (a "
+                        "gpuslice password), ldap (the directory) or oidc (single sign-on).")
+    disabled_reason: str | None = Field(
+        default=None, description="Why is_active is false: admin, or directory: ... (the "
+        "directory's re-check enables its own again).")
 
 
 class PolicyCreate(BaseModel):

@@ -100,19 +100,21 @@ class UserIdentityRow(Base):
 
 
 class ApiTokenRow(Base):
-    """A user's bearer token (login or API), stored as the SHA-256 of the secret."""
+    """A user's bearer token (login, cli or API), stored as the SHA-256 of the secret."""
 
     __tablename__ = "api_tokens"
 
     id: Mapped[str] = mapped_column(ID, primary_key=True, default=new_id)
     user_id: Mapped[str] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
-    kind: Mapped[str] = mapped_column(String(16))  # login | api
+    kind: Mapped[str] = mapped_column(String(16))  # login | cli | api
     name: Mapped[str] = mapped_column(String(64))
     token_hash: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utcnow)
     expires_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
+    # A cli token ends after this many seconds unused (its last use, or its making).
+    idle_seconds: Mapped[int | None] = mapped_column(Integer)
     # the provider's session (sso_sessions) it was made from: it ends with it
     sso_session_id: Mapped[str | None] = mapped_column(String(36), index=True)
 

@@ -13,6 +13,7 @@ from gpuslice.manager.api.errors import status_of
 from gpuslice.manager.errors import DomainError
 from gpuslice.manager.proxy import pages
 from gpuslice.manager.services import auth
+from gpuslice.manager.services.identity import ldap
 
 router = APIRouter(include_in_schema=False)
 _MAX_FORM = 16 * 1024
@@ -46,7 +47,9 @@ async def login_form(request: Request) -> Response:
         async with request.app.state.sessionmaker() as db:
             token, row = await auth.login(db, form.get("username", ""), form.get("password", ""),
                                           request.app.state.settings.auth.login_token_ttl,
-                                          request.app.state.login_throttle, address)
+                                          request.app.state.login_throttle, address,
+                                          ldap.signer(request.app.state.settings.auth.ldap,
+                                                      request.app.state.login_throttle.checks.run))
     except DomainError as err:
         return pages.login(next_path, err.message, status_of(err), sso=sso_link(request))
     # an app's path goes on to the app's own origin: not as the form post's redirect

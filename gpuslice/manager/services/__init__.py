@@ -10,11 +10,12 @@ reads, the pass, guarded allocation, preemption), and ``apps``, ``monitoring``, 
 
 Cross-cutting, at the root: ``lifecycle`` (the one door for a session's status), ``channel``
 (the one way to ask an agent for something), ``policies``, ``presets``, ``priorities``,
-``users``, ``auth``.
+``users``, ``auth``, ``breakglass``.
 
 Imports point down, never in a circle; each line imports only from the lines below it (the
 names on one line not from each other):
 
+0. ``breakglass`` (``gpuslice admin recover``: the first admin reset on the manager host)
 1. ``config``, ``identity``, ``runs``, ``users`` (a new user gets a personal project and their
    folder invitations)
 2. ``nodes`` (the agents' side: heartbeats record usage samples, assignments start apps)

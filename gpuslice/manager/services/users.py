@@ -16,7 +16,7 @@ from gpuslice.manager.errors import Conflict, InvalidRequest, NotFound
 from gpuslice.manager.security import hash_password, new_password
 from gpuslice.manager.services import presets, priorities
 from gpuslice.manager.services.audit import context as audit
-from gpuslice.manager.services.auth import end_tokens
+from gpuslice.manager.services.auth import end_tokens, managed_elsewhere
 from gpuslice.manager.services.projects.service import personal_project
 from gpuslice.manager.services.storage import grants
 
@@ -65,12 +65,15 @@ async def update_user(db: AsyncSession, user_id: str, body: UserUpdate) -> UserP
     row = await get_user(db, user_id)
     before = {"role": str(row.role), "is_active": row.is_active, "policy_id": row.policy_id}
     if new_hash is not None:
+        managed_elsewhere(row)
         row.password_hash = new_hash
         await end_tokens(db, row.id, keep_api_tokens=body.keep_api_tokens)
     if body.role is not None:
         row.role = body.role
     if body.is_active is not None:
         row.is_active = body.is_active
+        # an admin's disable outlives a directory's re-check (which enables only its own)
+        row.disabled_reason = None if body.is_active else "admin"
     if body.clear_policy:
         row.policy_id = None
     elif body.policy_id is not None:
@@ -96,7 +99,8 @@ async def update_user(db: AsyncSession, user_id: str, body: UserUpdate) -> UserP
 def public(row: UserRow) -> UserPublic:
     return UserPublic(
         id=row.id, username=row.username, role=Role(row.role), is_active=row.is_active,
-        policy_id=row.policy_id, created_at=row.created_at,
+        policy_id=row.policy_id, created_at=row.created_at, source=row.source,
+        disabled_reason=row.disabled_reason,
     )
 
 
@@ -125,12 +129,13 @@ async def ensure_admin(
         except IntegrityError:  # another manager created it first
             return None
     path = data_dir / CREDENTIALS_FILE
-    _write_private(path, f"username: {username}\npassword: {password}\n")
+    write_private(path, f"username: {username}\npassword: {password}\n")
     log.warning("created admin user %r; its password is in %s (mode 0600)", username, path)
     return path
 
 
-def _write_private(path: Path, text: str) -> None:
+def write_private(path: Path, text: str) -> None:
+    """``text`` in a file only its owner may read (the admin credentials)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:

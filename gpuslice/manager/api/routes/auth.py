@@ -8,8 +8,10 @@ from gpuslice.common.schemas.users import (
     ApiTokenCreate,
     ApiTokenCreated,
     ApiTokenPublic,
+    CliLoginRequest,
     LoginRequest,
     PasswordChange,
+    TokenInfo,
     TokenPublic,
     UserPublic,
 )
@@ -22,6 +24,7 @@ from gpuslice.manager.api.deps import (
     ThrottleDep,
 )
 from gpuslice.manager.services import auth, users
+from gpuslice.manager.services.identity import ldap
 
 router = APIRouter(prefix="/auth", tags=["auth"])
 
@@ -37,7 +40,8 @@ async def login(
     (seconds)."""
     address = request.client.host if request.client else None
     token, row = await auth.login(
-        db, body.username, body.password, settings.auth.login_token_ttl, throttle, address
+        db, body.username, body.password, settings.auth.login_token_ttl, throttle, address,
+        ldap.signer(settings.auth.ldap, throttle.checks.run),
     )
     browser.set_login_cookie(response, request, token, row.expires_at)
     return TokenPublic(access_token=token, expires_at=row.expires_at)
@@ -62,6 +66,29 @@ async def logout(
                           else Response(status_code=status.HTTP_204_NO_CONTENT))
     browser.clear_login_cookie(response, request)
     return response
+
+
+@router.post("/cli-token", responses={429: {"model": ErrorBody}})
+async def cli_login(
+    body: CliLoginRequest, request: Request, db: DbDep, settings: SettingsDep,
+    throttle: ThrottleDep,
+) -> TokenPublic:
+    """Exchange a username and password for a token of kind `cli` (what `gpuslice login`
+    keeps): it ends after `auth.cli_token_idle` seconds unused and `auth.cli_token_max`
+    seconds after it is made, whichever comes first. Checked and throttled as a login."""
+    address = request.client.host if request.client else None
+    token, row = await auth.cli_login(
+        db, body.username, body.password, body.host, settings.auth, throttle, address,
+        ldap.signer(settings.auth.ldap, throttle.checks.run),
+    )
+    return TokenPublic(access_token=token, expires_at=row.expires_at)
+
+
+@router.get("/token")
+async def current_token(token: CurrentToken) -> TokenInfo:
+    """The token this request is made with: its kind, and when it ends (absolute and
+    idle), never its secret."""
+    return auth.token_info(token)
 
 
 @router.get("/me")
@@ -90,7 +117,8 @@ async def create_token(body: ApiTokenCreate, db: DbDep, user: CurrentUser) -> Ap
 
 @router.get("/tokens")
 async def list_tokens(db: DbDep, user: CurrentUser) -> list[ApiTokenPublic]:
-    """The caller's API tokens not revoked, each `active` or `expired` (never a secret)."""
+    """The caller's API tokens and CLI logins (kind `cli`) not revoked, each `active` or
+    `expired` (never a secret)."""
     return await auth.list_api_tokens(db, user)
 
 

@@ -6,6 +6,7 @@ from gpuslice.common.schemas.nodes import NodePublic
 from gpuslice.common.schemas.projects import (
     GroupPublic,
     GroupSetRequest,
+    IdpGroups,
     ProjectCreate,
     ProjectMember,
     ProjectPublic,
@@ -15,6 +16,7 @@ from gpuslice.common.schemas.projects import (
 from gpuslice.manager.api.deps import AdminUser, CurrentUser, DbDep, HubDep
 from gpuslice.manager.services.nodes import groups
 from gpuslice.manager.services.projects import admin as projects_admin
+from gpuslice.manager.services.projects import idp_links as links
 from gpuslice.manager.services.projects import service
 
 router = APIRouter(tags=["projects"])
@@ -75,6 +77,22 @@ async def remove_member(name: str, username: str, db: DbDep, admin: AdminUser) -
     """Take a user out of the project: their queued sessions in it are cancelled, running ones
     keep running (admins only)."""
     return await service.remove_member(db, admin, name, username)
+
+
+@router.get("/projects/{name}/idp-groups")
+async def get_idp_groups(name: str, db: DbDep, admin: AdminUser) -> list[IdpGroups]:
+    """The groups at each identity provider whose members are the project's members (admins
+    only)."""
+    return await links.get_links(db, admin, name)
+
+
+@router.put("/projects/{name}/idp-groups")
+async def set_idp_groups(
+    name: str, body: IdpGroups, db: DbDep, admin: AdminUser
+) -> list[IdpGroups]:
+    """Replace the project's groups at one provider (`ldap` or `oidc`); members join or leave
+    at their next sign-in or re-check, manual members stay (admins only)."""
+    return await links.set_links(db, admin, name, body)
 
 
 @router.get("/groups")

@@ -58,7 +58,7 @@ async def device_token(body: DeviceTokenRequest, db: DbDep, settings: SettingsDe
     `authorization_pending`, `slow_down` (poll 5 s slower), `access_denied` or
     `expired_token`."""
     _device_on(settings.auth.device_login)
-    return await device.poll(db, body.device_code)
+    return await device.poll(db, body.device_code, settings.auth)
 
 
 @router.post("/device/approve", responses={404: {"model": ErrorBody},
@@ -73,11 +73,11 @@ async def device_approve(body: DeviceDecision, request: Request, db: DbDep, user
 
 
 @router.post("/cli/token", responses={400: {"model": ErrorBody}})
-async def cli_token(body: CliTokenRequest, db: DbDep) -> DeviceToken:
+async def cli_token(body: CliTokenRequest, db: DbDep, settings: SettingsDep) -> DeviceToken:
     """`gpuslice login --sso`: exchange the code the CLI's loopback listener got (once, within
     a minute) and the PKCE verifier only the CLI holds for the CLI's token; 400
     `invalid_grant` otherwise (the code is used up either way)."""
-    return await loopback.exchange(db, body.code, body.code_verifier)
+    return await loopback.exchange(db, body.code, body.code_verifier, settings.auth)
 
 
 def _device_on(on: bool) -> None:

@@ -9,6 +9,7 @@ NAMES = {
     "POST /auth/logout": "auth.logout",
     "POST /auth/password": "auth.password.change",
     "POST /auth/tokens": "auth.token.create",
+    "POST /auth/cli-token": "auth.login",  # a login whose token is of kind cli
     "DELETE /auth/tokens/{token_id}": "auth.token.revoke",
     "POST /auth/device": "auth.device.start",
     "POST /auth/device/token": "auth.device.token",
@@ -23,6 +24,7 @@ NAMES = {
     "DELETE /join-tokens/{token_id}": "node.join_token.revoke",
     "POST /projects/{name}/members": "project.member.add",
     "DELETE /projects/{name}/members/{username}": "project.member.remove",
+    "PUT /projects/{name}/idp-groups": "project.idp_groups.set",
     "PUT /folders/{folder_id}/grants": "folder.share",
     "DELETE /folders/{folder_id}/grants/{user}": "folder.revoke",
     "POST /sessions/{session_id}/apps/{name}/start": "app.start",

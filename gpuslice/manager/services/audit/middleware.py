@@ -21,7 +21,7 @@ from gpuslice.manager.services.audit.context import (
 log = logging.getLogger(__name__)
 HEADER = b"x-request-id"
 _API = "/api/"
-_LOGIN = "/api/v1/auth/login"
+_LOGINS = frozenset({"/api/v1/auth/login", "/api/v1/auth/cli-token"})  # every attempt a row
 _BODY_PEEK = 64 * 1024  # the body's field names are read from at most this much
 # Answers that say nothing about who may do what (the body was wrong or too large).
 _NOT_REFUSALS = ("validation_error", "too_large")
@@ -106,13 +106,13 @@ async def _finish(scope: Scope, ctx: AuditContext, status: int) -> None:
 
 def _name(scope: Scope, ctx: AuditContext) -> None:
     ctx.name()
-    if ctx.action is None and scope["path"] == _LOGIN:  # refused by the edge before routing
+    if ctx.action is None and scope["path"] in _LOGINS:  # refused by the edge before routing
         ctx.action = "auth.login"
 
 
 def _outcome(scope: Scope, ctx: AuditContext, status: int) -> str | None:
     """The outcome of a request that gets a row, None for one that does not."""
-    login = scope["path"] == _LOGIN and ctx.method == "POST"
+    login = scope["path"] in _LOGINS and ctx.method == "POST"
     if status < 400:
         return None if ctx.quiet else "success"
     if status in (413, 422) and ctx.reason in (None, *_NOT_REFUSALS):

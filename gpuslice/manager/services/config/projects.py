@@ -9,9 +9,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.common.resources import fgpu_decimal
 from gpuslice.common.schemas.config import ConfigDocument, NodeGroupConfig, ProjectConfig
+from gpuslice.common.schemas.projects import IdpGroups
 from gpuslice.manager.db.models import NodeRow, ProjectMemberRow, ProjectRow, UserRow
 from gpuslice.manager.errors import InvalidRequest
 from gpuslice.manager.services.config.sections import Outcome, _apply, _entries, _pairs, _unique
+from gpuslice.manager.services.projects import idp_links as links
 
 
 class Projects:
@@ -26,11 +28,12 @@ class Projects:
         for pid, uid in (await db.execute(select(
                 ProjectMemberRow.project_id, ProjectMemberRow.user_id))).tuples():
             members.setdefault(pid, []).append(names.get(uid, uid))
-        rows = await db.scalars(select(ProjectRow).where(ProjectRow.personal_of.is_(None))
-                                .order_by(ProjectRow.name))
+        rows = list(await db.scalars(select(ProjectRow).where(ProjectRow.personal_of.is_(None))
+                                     .order_by(ProjectRow.name)))
+        linked = {r.id: await links.links_of(db, r.id) for r in rows}
         return _entries(rows, lambda r: ProjectConfig.model_validate(
             _quotas(r) | {"name": r.name, "description": r.description,
-                          "members": sorted(members.get(r.id, []))}),
+                          "members": sorted(members.get(r.id, [])), "idp_groups": linked[r.id]}),
             lambda r: f"projects: {r.name!r}", left_out)
 
     async def merge(self, db: AsyncSession, doc: ConfigDocument, outcome: Outcome) -> None:
@@ -41,7 +44,7 @@ class Projects:
             if unknown:
                 raise InvalidRequest(f"projects.{index}.members: no user named {unknown[0]!r}",
                                      field=f"projects.{index}.members")
-            values = item.model_dump(exclude={"name", "members"})
+            values = item.model_dump(exclude={"name", "members", "idp_groups"})
             if values["groups"] is not None:
                 values["groups"] = sorted(set(values["groups"]))
             row = await db.scalar(select(ProjectRow).where(ProjectRow.name == item.name))
@@ -52,6 +55,8 @@ class Projects:
                 await db.flush()
             changed = not created and _apply(row, values)
             changed = await _members(db, row.id, {users[m] for m in item.members}) or changed
+            if item.idp_groups is not None:
+                changed = await _links(db, row, item.idp_groups) or changed
             outcome.count(self.name, created, changed)
         await db.flush()
 
@@ -93,6 +98,18 @@ async def _members(db: AsyncSession, project_id: str, wanted: set[str]) -> bool:
             ProjectMemberRow.project_id == project_id,
             ProjectMemberRow.user_id.in_(have - wanted)))
     return wanted != have
+
+
+async def _links(db: AsyncSession, row: ProjectRow, wanted: list[IdpGroups]) -> bool:
+    """Make the project's links exactly ``wanted``; whether anything changed."""
+    have: dict[str, list[str]] = {
+        link.provider: sorted(link.groups) for link in await links.links_of(db, row.id)}
+    want: dict[str, list[str]] = {
+        link.provider: sorted(set(link.groups)) for link in wanted if link.groups}
+    for provider in links.PROVIDERS:
+        if have.get(provider, []) != want.get(provider, []):
+            await links.replace(db, row, provider, want.get(provider, []))
+    return have != want
 
 
 def _quotas(row: ProjectRow) -> dict[str, Any]:

@@ -21,8 +21,9 @@ from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import ApiTokenRow, CliLoginRow, UserRow
 from gpuslice.manager.errors import DomainError, InvalidRequest
 from gpuslice.manager.services.audit import context
-from gpuslice.manager.services.sso.device import TOKEN_TTL
-from gpuslice.manager.services.sso.tokens import digest, mint
+from gpuslice.manager.services.sso.device import cli_token
+from gpuslice.manager.services.sso.tokens import digest
+from gpuslice.manager.settings import AuthSettings
 
 CODE_TTL = timedelta(seconds=60)
 _STATE = re.compile(r"[A-Za-z0-9_-]{16,128}")
@@ -54,7 +55,8 @@ async def allow(db: AsyncSession, user: UserRow, token: ApiTokenRow, challenge: 
     return code
 
 
-async def exchange(db: AsyncSession, code: str, verifier: str) -> DeviceToken:
+async def exchange(db: AsyncSession, code: str, verifier: str, settings: AuthSettings
+                   ) -> DeviceToken:
     """The CLI's token for ``code`` and its PKCE ``verifier``; the code is used up either
     way."""
     row = await db.get(CliLoginRow, digest(code))
@@ -69,8 +71,8 @@ async def exchange(db: AsyncSession, code: str, verifier: str) -> DeviceToken:
             expected.rstrip(b"=").decode(), row.code_challenge):
         raise refused
     context.note(client_host=row.client_host, method="cli-loopback")
-    secret, token = mint(db, row.user_id, kind="login", name=f"cli@{row.client_host}"[:64],
-                         ttl=TOKEN_TTL, sso_session_id=row.sso_session_id)
+    secret, token = cli_token(db, await db.get_one(UserRow, row.user_id), settings,
+                              row.client_host, row.sso_session_id)
     await db.commit()
     assert token.expires_at is not None
     return DeviceToken(access_token=secret, expires_at=token.expires_at.isoformat())

@@ -3,7 +3,7 @@ behind console sign-ins (refresh tokens encrypted), CLI device sign-ins, back-ch
 token ids seen, CLI loopback codes; api_tokens say which provider session made them.
 
 Revision ID: 0040
-Revises: 0037
+Revises: 0038
 Create Date: 2026-12-07
 """
 
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0040"
-down_revision: str | None = "0037"
+down_revision: str | None = "0038"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
