@@ -55,6 +55,7 @@ if TYPE_CHECKING:
         SessionPublic,
         StatusChange,
     )
+    from gpuslice.common.schemas.sso import DeviceCode, DeviceToken
     from gpuslice.common.schemas.users import (
         ApiTokenCreated,
         ApiTokenPublic,
@@ -137,6 +138,22 @@ class Client(StorageCalls, SshCalls, ProjectCalls, NotifyCalls):
     def create_token(self, name: str, expires_in_days: int | None = None) -> ApiTokenCreated:
         body = {"name": name, "expires_in_days": expires_in_days}
         return self._call("POST", "/auth/tokens", schemas.users.ApiTokenCreated, json=body)
+
+    def device_start(self, client_host: str, os_user: str) -> DeviceCode:
+        """Start a device sign-in (``gpuslice login --sso --device``)."""
+        body = {"client_host": client_host, "os_user": os_user}
+        return self._call("POST", "/auth/device", schemas.sso.DeviceCode, json=body)
+
+    def device_token(self, device_code: str) -> DeviceToken:
+        """Poll a device sign-in: the token, or ``ApiError`` with the code
+        ``authorization_pending``, ``slow_down``, ``access_denied`` or ``expired_token``."""
+        return self._call("POST", "/auth/device/token", schemas.sso.DeviceToken,
+                          json={"device_code": device_code})
+
+    def cli_token(self, code: str, code_verifier: str) -> DeviceToken:
+        """Exchange a loopback sign-in's code (``gpuslice login --sso``) for the CLI's token."""
+        return self._call("POST", "/auth/cli/token", schemas.sso.DeviceToken,
+                          json={"code": code, "code_verifier": code_verifier})
 
     def change_password(self, current: str, new: str, *, keep_api_tokens: bool = False) -> None:
         """Change one's own password; every other login ends (API tokens too unless kept)."""

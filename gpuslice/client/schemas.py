@@ -33,13 +33,14 @@ if TYPE_CHECKING:
         runs,
         sessions,
         ssh,
+        sso,
         storage,
         users,
     )
 
 __all__ = ["agents", "apps", "audit", "common", "config", "health", "identity", "images",
            "ldap", "models", "monitoring", "nodes", "notify", "presets", "priorities",
-           "projects", "runs", "sessions", "ssh", "storage", "users"]
+           "projects", "runs", "sessions", "ssh", "sso", "storage", "users"]
 
 
 def __getattr__(name: str) -> ModuleType:

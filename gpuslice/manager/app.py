@@ -7,6 +7,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.staticfiles import StaticFiles
@@ -41,13 +42,14 @@ from gpuslice.manager.api.routes import (
     runs,
     session_calls,
     sessions,
+    sign_in,
     ssh,
     users,
 )
 from gpuslice.manager.api.version_headers import VersionHeaders
 from gpuslice.manager.console import routes as console
 from gpuslice.manager.db import migrate
-from gpuslice.manager.proxy import pages
+from gpuslice.manager.proxy import cli_page, device_page, pages, sso_pages
 from gpuslice.manager.proxy import routes as proxy_routes
 from gpuslice.manager.proxy.dispatch import ProxyDispatch
 from gpuslice.manager.proxy.ports import AppPorts
@@ -74,7 +76,7 @@ LOGIN_PATH = f"{API_PREFIX}/auth/login"
 # they are most of the requests (matched after eight routers, a heartbeat took ~30% more CPU).
 ROUTES = (agents, health, auth, users, policies, presets, priorities, sessions, apps, images,
           nodes, monitoring, folders, models, model_store, session_calls, run_calls, runs, config,
-          ssh, projects, notify, audit, identities, directory)
+          ssh, projects, notify, audit, identities, directory, sign_in)
 
 
 def create_app(
@@ -102,6 +104,9 @@ def create_app(
     app.include_router(api)
     app.include_router(monitoring.scrape)  # /metrics, where Prometheus looks by default
     app.include_router(proxy_routes.router)  # /login, for browsers
+    app.include_router(sso_pages.router)  # /auth/oidc/…: single sign-on
+    app.include_router(device_page.router)  # /device: approving a CLI's device sign-in
+    app.include_router(cli_page.router)  # /auth/cli: allowing `gpuslice login --sso`
     app.include_router(console.router)  # /, the web console
     app.mount("/assets", StaticFiles(directory=pages.STATIC), name="assets")
     app.mount("/console", StaticFiles(directory=console.STATIC), name="console")
@@ -176,6 +181,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     app.state.schema_head = migrate.head()
     app.state.login_throttle = LoginThrottle.of(settings.auth)
     app.state.audit_key = audit_chain.load_key(settings.data_dir, create=True)
+    app.state.sso = _sso(settings)
     app.state.app_ports = None
     if settings.apps.ports() is not None:  # one port per app: listened on again at once
         app.state.app_ports = AppPorts(app, settings, sessionmaker)
@@ -194,9 +200,21 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             if app.state.app_ports is not None:
                 await app.state.app_ports.close()
     finally:
+        if app.state.sso is not None:
+            await app.state.sso.provider.close()
         await app.state.model_store.close()
         app.state.login_throttle.checks.close()
         await database.close()
+
+
+def _sso(settings: ManagerSettings) -> Any:
+    """Single sign-on's state when ``auth.oidc`` is on (imported only then: Authlib and
+    joserfc stay out of a manager without it), else None."""
+    if not settings.auth.oidc.issuer:
+        return None
+    from gpuslice.manager.services.sso import open_sso
+
+    return open_sso(settings)
 
 
 async def _storage(settings: ManagerSettings) -> StorageFS:

@@ -101,8 +101,25 @@ def _retention(app: FastAPI) -> Pass:
             await origins.purge(db)
         archive = settings.audit.archive_dir or settings.data_dir / "audit-archive"
         await audit_retention.purge(sessionmaker, settings.audit.retention_days, archive)
+        if app.state.sso is not None:  # sign-ins and device codes that never came back
+            from gpuslice.manager.services.sso import logins
+
+            async with sessionmaker() as db:
+                await logins.purge(db)
 
     return purge
+
+
+def _sso_recheck(app: FastAPI) -> Pass | None:
+    sso = app.state.sso
+    if sso is None:
+        return None
+    from gpuslice.manager.services.sso.sessions import recheck_pass
+
+    async def recheck() -> None:
+        await recheck_pass(app.state.sessionmaker, sso)
+
+    return recheck
 
 
 def _usage_history(app: FastAPI) -> Pass:
@@ -193,6 +210,8 @@ TABLE = (  # started in this order
     Entry("node versions", lambda s: s.nodes.assignment_poll, _node_versions, jitter=0),
     Entry("time limits", lambda s: s.sessions.time_limit_interval, _time_limits),
     Entry("audit seal", lambda s: AUDIT_SEAL_INTERVAL, _audit_seal),
+    # each pass refreshes the sessions whose last check is older than the interval
+    Entry("sso recheck", lambda s: min(60.0, s.auth.oidc.recheck_interval / 4), _sso_recheck),
     Entry("notifications", lambda s: s.notify.interval, _notifications,
           wake=lambda hub: hub.notify),
     Entry("ldap recheck", lambda s: s.auth.ldap.recheck_interval, _ldap_recheck),

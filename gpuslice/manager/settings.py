@@ -204,6 +204,51 @@ class OidcSettings(IdentityMapping):
         default="groups", min_length=1, max_length=128,
         description="The claim (a dotted path, e.g. realm_access.roles) of the user's groups.",
     )
+    redirect_url: str = Field(
+        default="", max_length=512,
+        description="The redirect URI registered at the provider; default "
+        "<auth.public_url>/auth/oidc/callback. Never taken from a request's Host.",
+    )
+    id_token_algorithms: list[str] = Field(
+        default_factory=lambda: ["RS256", "ES256", "PS256", "EdDSA"], min_length=1,
+        max_length=12,
+        description="Signature algorithms an ID token may use (none is never accepted; HS256 "
+        "only when listed).",
+    )
+    expected_audiences: list[str] = Field(
+        default_factory=list, max_length=20,
+        description="Audiences an ID token may name besides client_id (ADFS's prefixed one); "
+        "client_id is always accepted.",
+    )
+    use_userinfo: bool = Field(
+        default=False,
+        description="Also read the userinfo endpoint at sign-in; its sub must equal the ID "
+        "token's.",
+    )
+    clock_leeway: int = Field(
+        default=60, ge=0, le=600,
+        description="Seconds of clock difference allowed when checking exp and iat.",
+    )
+    recheck_interval: float = Field(
+        default=900.0, ge=1, le=86400,
+        description="Seconds between re-checks of each sign-in with its refresh token (groups "
+        "synced; a refused refresh ends the sign-in's tokens).",
+    )
+    session_max: float = Field(
+        default=28800.0, ge=60, le=90 * 86400,
+        description="Seconds a console sign-in lasts at most when the provider gives no "
+        "refresh token (back-channel logout then ends it earlier).",
+    )
+    auto_redirect: bool = Field(
+        default=False,
+        description="/login goes straight to the provider; /login?local=1 still shows the "
+        "password form (the local admin's way in when the provider is down).",
+    )
+    logout: Literal["idp", "local"] = Field(
+        default="idp",
+        description="Console logout: idp also signs out at the provider (its "
+        "end_session_endpoint, when it has one); local only ends the gpuslice sign-in.",
+    )
 
 
 class LdapSettings(IdentityMapping):
@@ -339,6 +384,11 @@ class AuthSettings(Section):
         "redirects and links are built from it, never from a request's Host. Default: the "
         "address the manager serves on.",
     )
+    device_login: bool = Field(
+        default=True,
+        description="gpuslice login --sso --device: a code the user approves on the /device "
+        "page; false turns device sign-in off.",
+    )
     oidc: OidcSettings = Field(default_factory=OidcSettings)
     ldap: LdapSettings = Field(default_factory=LdapSettings)
 
@@ -357,11 +407,31 @@ class AuthSettings(Section):
                 f"auth.login_failures_per_user ({self.login_failures_per_user}) must stay below "
                 f"auth.ldap.lockout_threshold ({threshold}): otherwise failed sign-ins through "
                 "gpuslice lock directory accounts; lower login_failures_per_user")
+        if self.oidc.issuer:
+            self._oidc_complete()
         if self.public_url and not re.fullmatch(r"https?://[^/?#\s]+(/[^?#\s]*)?",
                                                 self.public_url):
             raise ValueError(f"auth.public_url must be an http(s) URL such as "
                              f"https://gpu.lab.org, got {self.public_url!r}")
         return self
+
+
+    def _oidc_complete(self) -> None:
+        oidc = self.oidc
+        if not oidc.client_id:
+            raise ValueError("auth.oidc.issuer is set but auth.oidc.client_id is not: set the "
+                             "client id registered for gpuslice at the provider")
+        if not (self.public_url or oidc.redirect_url):
+            raise ValueError("auth.oidc needs auth.public_url (the URL browsers reach the "
+                             "manager at, e.g. https://gpu.lab.org) or auth.oidc.redirect_url")
+        host = urlsplit(oidc.issuer).hostname or ""
+        loopback = host in ("localhost", "127.0.0.1", "::1")
+        if not oidc.issuer.startswith("https://") and not (
+                loopback and oidc.issuer.startswith("http://")):
+            raise ValueError(f"auth.oidc.issuer must be an https:// URL (http only on a "
+                             f"loopback address), got {oidc.issuer!r}")
+        if "none" in (a.lower() for a in oidc.id_token_algorithms):
+            raise ValueError("auth.oidc.id_token_algorithms may not list none")
 
 
 class SessionSettings(Section):

@@ -172,6 +172,18 @@ def test_console() -> None:
           list_sessions=150)
 
 
+def test_sso_login() -> None:
+    if importlib.util.find_spec("playwright") is None:
+        pytest.skip("needs playwright (the [test] extras)")
+    if not any(os.path.exists(b) for b in BROWSERS):
+        pytest.skip("no Chromium (tools/host-setup.sh --browser installs it)")
+    if not (ROOT / "tests/idp/node_modules/oidc-provider").is_dir():
+        pytest.skip("the test OpenID provider is not installed (tools/host-setup.sh --idp)")
+    fields = run_bench("sso_login")
+    check(fields, "round_trip_p50_ms round_trip_p99_ms callback_p50_ms callback_p99_ms",
+          browser_runs=2, callbacks=5, ok=1)
+
+
 # ------------------------------------------------------------ `gpuslice up`, real Docker
 
 

@@ -16,7 +16,10 @@ PUBLIC = {("POST", "/api/v1/auth/login"), ("POST", "/api/v1/auth/cli-token"),
           ("GET", "/api/v1/health"),
           ("GET", "/api/v1/health/live"), ("GET", "/api/v1/health/ready"),
           ("GET", "/api/v1/health/loops"),
-          ("POST", "/api/v1/agents/register")}
+          ("POST", "/api/v1/agents/register"),
+          # single sign-on (issue 42): how to sign in, and the CLI's device sign-in
+          ("GET", "/api/v1/auth/providers"), ("POST", "/api/v1/auth/device"),
+          ("POST", "/api/v1/auth/device/token"), ("POST", "/api/v1/auth/cli/token")}
 # The local model store's presigned URLs: the signature in the URL is the credential
 # (tests/manager/test_models.py: an altered or expired one is a 403).
 SIGNED = {("GET", "/api/v1/model-store/{key}"), ("PUT", "/api/v1/model-store/{key}")}

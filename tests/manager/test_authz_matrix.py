@@ -83,6 +83,11 @@ ACCESS: dict[str, Access] = {
     "POST /api/v1/auth/tokens": USER,
     "DELETE /api/v1/auth/tokens/{token_id}": SELF,
     "GET /api/v1/auth/activity": USER,  # one's own security log only
+    "GET /api/v1/auth/providers": PUBLIC,  # how to sign in: the login page and CLI read it
+    "POST /api/v1/auth/device": PUBLIC,  # a CLI asks for a code (limited per address)
+    "POST /api/v1/auth/device/token": PUBLIC,  # the device code is the credential
+    "POST /api/v1/auth/device/approve": USER,  # anyone signed in who holds the user code
+    "POST /api/v1/auth/cli/token": PUBLIC,  # the code and the PKCE verifier are the credential
     "GET /api/v1/audit": ADMIN,
     "GET /api/v1/audit/verify": ADMIN,
     "GET /api/v1/audit/export": ADMIN,
@@ -213,6 +218,10 @@ NEW_RUN = {"name": "new-run", "script": "train.py", "image": IMAGE}
 HOOK = "http://127.0.0.1:9/hook"  # allowed below; nothing listens: a test send fails fast
 SSH_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFjR3aj3zxPSbiTmxDqEC7FU4nqDfJS9SVZXh3IW9U9b t"
 BODIES: dict[str, Any] = {
+    "POST /api/v1/auth/device": {"client_host": "gpu-box", "os_user": "alice"},
+    "POST /api/v1/auth/device/token": {"device_code": "no-such-code"},
+    "POST /api/v1/auth/device/approve": {"user_code": "BBBB-CCCC", "approve": True},
+    "POST /api/v1/auth/cli/token": {"code": "no-such-code", "code_verifier": "v" * 43},
     "POST /api/v1/agents/me/sessions/{session_id}/state": {"status": "RUNNING"},
     "PUT /api/v1/agents/me/requests/{request_id}": {"kind": "logs"},
     "POST /api/v1/folders": {"name": "new-folder"},

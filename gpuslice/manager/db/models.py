@@ -115,6 +115,8 @@ class ApiTokenRow(Base):
     last_used_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # A cli token ends after this many seconds unused (its last use, or its making).
     idle_seconds: Mapped[int | None] = mapped_column(Integer)
+    # the provider's session (sso_sessions) it was made from: it ends with it
+    sso_session_id: Mapped[str | None] = mapped_column(String(36), index=True)
 
 
 class JoinTokenRow(Base):
@@ -739,6 +741,11 @@ from gpuslice.manager.db.project_models import (  # noqa: E402
     ProjectMemberRow as ProjectMemberRow,
 )
 from gpuslice.manager.db.project_models import ProjectRow as ProjectRow  # noqa: E402
+from gpuslice.manager.db.sso_models import CliLoginRow as CliLoginRow  # noqa: E402
+from gpuslice.manager.db.sso_models import DeviceLoginRow as DeviceLoginRow  # noqa: E402
+from gpuslice.manager.db.sso_models import SsoLoginRow as SsoLoginRow  # noqa: E402
+from gpuslice.manager.db.sso_models import SsoLogoutSeenRow as SsoLogoutSeenRow  # noqa: E402
+from gpuslice.manager.db.sso_models import SsoSessionRow as SsoSessionRow  # noqa: E402
 from gpuslice.manager.db.storage_models import (  # noqa: E402
     UploadReservationRow as UploadReservationRow,
 )

@@ -52,14 +52,24 @@ def failed(conn: HTTPConnection, reply: Failed | AgentReply) -> Response:
     return error(conn, reply.status, reply.code, message)
 
 
-def login(next_path: str, problem: str = "", status: int = 200) -> Response:
+def login(next_path: str, problem: str = "", status: int = 200, *,
+          sso: tuple[str, str] | None = None, notice: str = "") -> Response:
+    """The login page: ``sso`` (the provider's name, its start URL) puts "Log in with ..."
+    above the form, as a link (a form would be held by CSP form-action on its way out)."""
     warning = f"<p class=error>{html.escape(problem)}</p>" if problem else ""
+    said = f"<p>{html.escape(notice)}</p>" if notice else ""
+    link = ""
+    if sso is not None:
+        name, start = sso
+        href = f"{start}?next={quote(next_path, safe='')}"
+        link = (f"<p><a class=sso href=\"{html.escape(href, quote=True)}\">Log in with "
+                f"{html.escape(name)}</a></p><p>Or use a password:</p>")
     form = (
-        f"<h1>Log in to gpuslice</h1>{warning}"
+        f"<h1>Log in to gpuslice</h1>{said}{warning}{link}"
         "<form method=post action=/login>"
         f"<input type=hidden name=next value=\"{html.escape(next_path, quote=True)}\">"
         "<label for=u>Username</label><input id=u name=username autocomplete=username "
-        "required autofocus>"
+        f"required{'' if sso else ' autofocus'}>"
         "<label for=p>Password</label><input id=p name=password type=password "
         "autocomplete=current-password required>"
         "<p><button type=submit>Log in</button></p></form>"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from typing import Annotated
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, quote
 
 from fastapi import APIRouter, Query, Request
 from starlette.responses import RedirectResponse, Response
@@ -23,16 +23,24 @@ NextPath = Annotated[str, Query(alias="next", max_length=4096)]
 
 
 @router.get("/login")
-async def login_page(next_: NextPath = "/") -> Response:
-    """The login form; after it, the browser goes to ``next``."""
-    return pages.login(_local(next_))
+async def login_page(request: Request, next_: NextPath = "/", logged_out: str = "",
+                     local: str = "") -> Response:
+    """The login form (and the single sign-on link); after it, the browser goes to ``next``.
+    With ``auth.oidc.auto_redirect`` straight on to the provider, unless ``local=1`` (the
+    password form alone) or just signed out."""
+    notice = "You are signed out of gpuslice." if logged_out else ""
+    sso = None if local else sso_link(request)
+    if sso is not None and request.app.state.settings.auth.oidc.auto_redirect and not logged_out:
+        return RedirectResponse(f"{sso[1]}?next={quote(local_path(next_), safe='')}",
+                                status_code=303)
+    return pages.login(local_path(next_), sso=sso, notice=notice)
 
 
 @router.post("/login")
 async def login_form(request: Request) -> Response:
     """The login form's post: the login cookie, and on to ``next``."""
-    form = await _form(request)
-    next_path = _local(form.get("next", "/"))
+    form = await read_form(request)
+    next_path = local_path(form.get("next", "/"))
     try:
         browser.check_origin(request, request.app.state.settings.auth.allowed_origins)
         address = request.client.host if request.client else None
@@ -43,7 +51,7 @@ async def login_form(request: Request) -> Response:
                                           ldap.signer(request.app.state.settings.auth.ldap,
                                                       request.app.state.login_throttle.checks.run))
     except DomainError as err:
-        return pages.login(next_path, err.message, status_of(err))
+        return pages.login(next_path, err.message, status_of(err), sso=sso_link(request))
     # an app's path goes on to the app's own origin: not as the form post's redirect
     response = (pages.onwards(next_path) if next_path.startswith("/s/")
                 else RedirectResponse(next_path, status_code=303))
@@ -51,14 +59,23 @@ async def login_form(request: Request) -> Response:
     return response
 
 
-def _local(target: str) -> str:
+def sso_link(request: Request) -> tuple[str, str] | None:
+    """The single sign-on provider's name and start path, None without one."""
+    if getattr(request.app.state, "sso", None) is None:
+        return None
+    return request.app.state.settings.auth.oidc.display_name, "/auth/oidc/start"
+
+
+def local_path(target: str) -> str:
     """``target`` if it is a path on this site, else ``/`` (no redirect elsewhere)."""
+    if any(ord(c) < 0x20 or c == "\x7f" for c in target):  # browsers drop tabs, newlines
+        return "/"
     if target.startswith("/") and not target.startswith(("//", "/\\")):
         return target
     return "/"
 
 
-async def _form(request: Request) -> dict[str, str]:
+async def read_form(request: Request) -> dict[str, str]:
     body = b""
     async for chunk in request.stream():
         body += chunk

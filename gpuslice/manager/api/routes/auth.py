@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response, status
+from fastapi.responses import JSONResponse
 
 from gpuslice.common.schemas.errors import ErrorBody
 from gpuslice.common.schemas.users import (
@@ -46,13 +47,25 @@ async def login(
     return TokenPublic(access_token=token, expires_at=row.expires_at)
 
 
-@router.post("/logout", status_code=status.HTTP_204_NO_CONTENT)
+@router.post("/logout", status_code=status.HTTP_204_NO_CONTENT,
+             responses={200: {"description": "Signed out here; `redirect` signs out at the "
+                              "single sign-on provider too (auth.oidc.logout = \"idp\")."}})
 async def logout(
-    db: DbDep, user: CurrentUser, token: CurrentToken, request: Request, response: Response
-) -> None:
-    """Revoke the token this request was made with (and clear the login cookie)."""
+    db: DbDep, user: CurrentUser, token: CurrentToken, request: Request
+) -> Response:
+    """Revoke the token this request was made with (and clear the login cookie). A console
+    sign-in made with single sign-on answers `{"redirect": URL}`: the provider's sign-out,
+    which comes back to the login page."""
     await auth.revoke_token(db, user, token.id)
+    redirect = None
+    if token.sso_session_id and request.app.state.sso is not None:
+        from gpuslice.manager.services.sso.sessions import sign_out
+
+        redirect = await sign_out(db, request.app.state.sso, token.sso_session_id)
+    response: Response = (JSONResponse({"redirect": redirect}) if redirect
+                          else Response(status_code=status.HTTP_204_NO_CONTENT))
     browser.clear_login_cookie(response, request)
+    return response
 
 
 @router.post("/cli-token", responses={429: {"model": ErrorBody}})

@@ -11,6 +11,10 @@ NAMES = {
     "POST /auth/tokens": "auth.token.create",
     "POST /auth/cli-token": "auth.login",  # a login whose token is of kind cli
     "DELETE /auth/tokens/{token_id}": "auth.token.revoke",
+    "POST /auth/device": "auth.device.start",
+    "POST /auth/device/token": "auth.device.token",
+    "POST /auth/device/approve": "auth.device.approve",
+    "POST /auth/cli/token": "auth.cli.token",
     "POST /sessions/destroy": "session.destroy",
     "DELETE /sessions/{session_id}": "session.destroy",
     "DELETE /runs/{run}": "run.destroy",

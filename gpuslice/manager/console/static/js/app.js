@@ -42,10 +42,13 @@ async function start() {
   document.getElementById("who").textContent = me.username + (me.role === "admin" ? " (admin)" : "");
   document.querySelector('[data-page="admin"]').hidden = me.role !== "admin";
   document.getElementById("logout").addEventListener("click", async () => {
+    let next = "/login?next=/";
     try {
-      await post("/auth/logout");
+      const done = await post("/auth/logout");
+      // signed in with single sign-on: sign out at the provider too (it comes back to /login)
+      if (done && typeof done.redirect === "string" && /^https?:\/\//.test(done.redirect)) next = done.redirect;
     } finally {
-      location.assign("/login?next=/");
+      location.assign(next);
     }
   });
   window.addEventListener("hashchange", route);
