@@ -36,27 +36,26 @@ def login(
 ) -> None:
     """Log in and keep a token for this machine in ~/.config/gpuslice (mode 0600).
 
-    With a password, --sso (through a browser on this machine) or --sso --device (a code to
-    approve in any browser signed in to the manager) the token is a CLI login (kind cli): it
-    ends once unused for auth.cli_token_idle, and auth.cli_token_max after it was made (the
-    manager's settings: 30 and 90 days by default), or when your sign-in at the provider ends;
-    then log in again. `gpuslice auth status` says when.
+    The token is a CLI login (kind cli): it ends once unused for auth.cli_token_idle, and
+    auth.cli_token_max after it was made (the manager's settings: 30 and 90 days by default);
+    then log in again. `gpuslice auth status` says when. With --sso: through a browser on this
+    machine; with --sso --device: a code to approve in any browser signed in to the manager.
     """
     if not url.startswith(("http://", "https://")):
         raise CliError(f"URL must start with http:// or https://, got {url!r}", 2)
     url = url.rstrip("/")
-    if sso or device:
-        if with_token or username is not None or password_stdin:
-            raise CliError("--sso and --device sign in through a browser: leave out "
-                           "--with-token, --username and --password-stdin", 2)
-        if device:
-            from gpuslice.cli.device_login import device_login
+    if (sso or device) and (with_token or username is not None or password_stdin):
+        raise CliError("--sso and --device sign in through a browser: leave out --username, "
+                       "--password-stdin and --with-token", 2)
+    if device:
+        from gpuslice.cli.device_login import device_login
 
-            device_login(url)
-        else:
-            from gpuslice.cli.loopback_login import loopback_login
+        device_login(url)
+        return
+    if sso:
+        from gpuslice.cli.loopback_login import loopback_login
 
-            loopback_login(url)
+        loopback_login(url)
         return
     if with_token:
         if username is not None or password_stdin:

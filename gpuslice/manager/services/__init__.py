@@ -15,7 +15,9 @@ Cross-cutting, at the root: ``lifecycle`` (the one door for a session's status),
 Imports point down, never in a circle; each line imports only from the lines below it (the
 names on one line not from each other):
 
-0. ``breakglass`` (``gpuslice admin recover``: the first admin reset on the manager host)
+0. ``breakglass`` (``gpuslice admin recover``: the first admin reset on the manager host),
+   ``sso`` (single sign-on: the OpenID Connect protocol, provider sessions, device and CLI
+   sign-ins; who a signed-in person is, it asks ``identity``)
 1. ``config``, ``identity``, ``runs``, ``users`` (a new user gets a personal project and their
    folder invitations)
 2. ``nodes`` (the agents' side: heartbeats record usage samples, assignments start apps)

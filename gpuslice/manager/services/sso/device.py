@@ -23,13 +23,14 @@ from gpuslice.manager.db.models import ApiTokenRow, DeviceLoginRow, UserRow
 from gpuslice.manager.errors import DomainError, NotFound, TooManyRequests
 from gpuslice.manager.services.audit import context
 from gpuslice.manager.services.audit.record import record
-from gpuslice.manager.services.auth import issue_cli_token
 from gpuslice.manager.services.login_throttle import LoginThrottle
-from gpuslice.manager.services.sso.tokens import digest
+from gpuslice.manager.services.sso.tokens import digest, mint
 from gpuslice.manager.settings import AuthSettings
 
 CODE_TTL = timedelta(minutes=10)
 INTERVAL = 5
+# The CLI's token (a login token with the CLI's lifetime; a `cli` kind comes with issue 42's
+# token branch).
 PER_ADDRESS = 20  # codes one address may ask for within CODE_TTL
 _ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"  # RFC 8628 §6.1: no vowels, no look-alikes
 
@@ -65,9 +66,8 @@ async def start(db: AsyncSession, body: DeviceStart, address: str | None,
                       expires_in=int(CODE_TTL.total_seconds()), interval=INTERVAL)
 
 
-async def poll(db: AsyncSession, device_code: str, settings: AuthSettings) -> DeviceToken:
-    """The CLI's token once approved (a ``cli`` token, ending with the provider session it was
-    approved from; the row is deleted then), else the RFC 8628 error."""
+async def poll(db: AsyncSession, device_code: str, auth: AuthSettings) -> DeviceToken:
+    """The token once approved (the row is deleted then), else the RFC 8628 error."""
     now = utcnow()
     row = await db.get(DeviceLoginRow, digest(device_code))
     if row is None or row.expires_at <= now:
@@ -88,8 +88,9 @@ async def poll(db: AsyncSession, device_code: str, settings: AuthSettings) -> De
                           code="authorization_pending")
     if not await _drop(db, row):  # another poll took it
         raise DeviceError("the code expired; run gpuslice login again", code="expired_token")
-    secret, token = cli_token(db, await db.get_one(UserRow, row.approved_by), settings,
-                              row.client_host, row.sso_session_id)
+    secret, token = mint(db, row.approved_by, kind="cli", name=f"cli@{row.client_host}"[:64],
+                         ttl=auth.cli_token_max, idle=auth.cli_token_idle,
+                         sso_session_id=row.sso_session_id)
     await db.commit()
     assert token.expires_at is not None
     return DeviceToken(access_token=secret, expires_at=token.expires_at.isoformat())
@@ -132,15 +133,6 @@ async def decide(db: AsyncSession, user: UserRow, token: ApiTokenRow, user_code:
                details=said)
     await db.commit()
     return shown
-
-
-def cli_token(db: AsyncSession, user: UserRow, settings: AuthSettings, host: str,
-              sso_session_id: str | None) -> tuple[str, ApiTokenRow]:
-    """The CLI's token (kind ``cli``: idle and absolute limits), tied to the provider session
-    the browser that allowed it was signed in with (it ends with that session)."""
-    secret, token = issue_cli_token(db, user, settings, host[:58])  # name: cli@host, 64 max
-    token.sso_session_id = sso_session_id
-    return secret, token
 
 
 def normal_code(user_code: str) -> str:

@@ -21,8 +21,7 @@ from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import ApiTokenRow, CliLoginRow, UserRow
 from gpuslice.manager.errors import DomainError, InvalidRequest
 from gpuslice.manager.services.audit import context
-from gpuslice.manager.services.sso.device import cli_token
-from gpuslice.manager.services.sso.tokens import digest
+from gpuslice.manager.services.sso.tokens import digest, mint
 from gpuslice.manager.settings import AuthSettings
 
 CODE_TTL = timedelta(seconds=60)
@@ -55,7 +54,7 @@ async def allow(db: AsyncSession, user: UserRow, token: ApiTokenRow, challenge: 
     return code
 
 
-async def exchange(db: AsyncSession, code: str, verifier: str, settings: AuthSettings
+async def exchange(db: AsyncSession, code: str, verifier: str, auth: AuthSettings
                    ) -> DeviceToken:
     """The CLI's token for ``code`` and its PKCE ``verifier``; the code is used up either
     way."""
@@ -71,8 +70,9 @@ async def exchange(db: AsyncSession, code: str, verifier: str, settings: AuthSet
             expected.rstrip(b"=").decode(), row.code_challenge):
         raise refused
     context.note(client_host=row.client_host, method="cli-loopback")
-    secret, token = cli_token(db, await db.get_one(UserRow, row.user_id), settings,
-                              row.client_host, row.sso_session_id)
+    secret, token = mint(db, row.user_id, kind="cli", name=f"cli@{row.client_host}"[:64],
+                         ttl=auth.cli_token_max, idle=auth.cli_token_idle,
+                         sso_session_id=row.sso_session_id)
     await db.commit()
     assert token.expires_at is not None
     return DeviceToken(access_token=secret, expires_at=token.expires_at.isoformat())

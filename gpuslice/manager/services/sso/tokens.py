@@ -18,11 +18,13 @@ def digest(secret: str) -> str:
 
 
 def mint(db: AsyncSession, user_id: str, *, kind: str, name: str, ttl: float,
-         sso_session_id: str | None) -> tuple[str, ApiTokenRow]:
-    """A new token of ``user_id`` in ``db``'s transaction: the secret and its row."""
+         sso_session_id: str | None, idle: float | None = None) -> tuple[str, ApiTokenRow]:
+    """A new token of ``user_id`` in ``db``'s transaction: the secret and its row (``idle``:
+    it also ends that many seconds after its last use, as a ``cli`` token does)."""
     secret = new_token(USER_TOKEN_PREFIX)
     row = ApiTokenRow(user_id=user_id, kind=kind, name=name, token_hash=token_digest(secret),
                       expires_at=utcnow() + timedelta(seconds=ttl),
-                      sso_session_id=sso_session_id)
+                      sso_session_id=sso_session_id,
+                      idle_seconds=None if idle is None else round(idle))
     db.add(row)
     return secret, row
