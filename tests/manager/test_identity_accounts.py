@@ -4,6 +4,7 @@ groups the provider did not state change nothing."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -18,8 +19,16 @@ from gpuslice.manager.db.models import (
     UserIdentityRow,
     UserRow,
 )
-from gpuslice.manager.services.identity import Profile, SignInRefused, oidc_profile, sign_in
-from gpuslice.manager.settings import OidcSettings
+from gpuslice.manager.services.identity import (
+    Profile,
+    SignInRefused,
+    oidc_profile,
+    recheck,
+    sign_in,
+)
+from gpuslice.manager.services.identity.directory import Directory, Entry
+from gpuslice.manager.services.identity.profile import MAX_GROUPS
+from gpuslice.manager.settings import IdentityMapping, LdapSettings, OidcSettings
 from tests.manager.conftest import Client, UserFactory
 
 MAPPING = OidcSettings(issuer="http://127.0.0.1:1", allowed_groups=["gpu-users"],
@@ -32,7 +41,8 @@ def alice(groups: tuple[str, ...] | None = ("gpu-users", "vision"), sub: str = "
                    email="alice@lab.org", email_verified=True, groups=groups)
 
 
-async def _sign_in(app: FastAPI, profile: Profile, mapping: OidcSettings = MAPPING) -> UserRow:
+async def _sign_in(app: FastAPI, profile: Profile, mapping: IdentityMapping = MAPPING
+                   ) -> UserRow:
     async with app.state.sessionmaker() as db:
         return await sign_in(db, profile, mapping)
 
@@ -150,3 +160,29 @@ def test_claims_map_to_a_profile_or_a_clear_refusal() -> None:
     assert oidc_profile({**claims, "realm_access": {"roles": ["x"]}}, nested).groups == ("x",)
     with pytest.raises(SignInRefused, match="no valid subject"):
         oidc_profile({**claims, "sub": ""}, MAPPING)
+
+
+async def test_by_username_never_links_an_admin_account(app: FastAPI) -> None:
+    """A provider's user named like the break-glass admin never becomes it."""
+    by_name = MAPPING.model_copy(update={"link_existing": "by-username"})
+    with pytest.raises(SignInRefused) as refused:
+        await _sign_in(app, alice(username="admin", sub="sub-admin"), by_name)
+    assert refused.value.code == "identity_conflict"
+    assert not await _rows(app, select(UserIdentityRow.id))
+
+
+async def test_a_directory_group_list_cut_short_changes_nothing(app: FastAPI) -> None:
+    """More groups than gpuslice takes are not known: a re-check disables nobody for them."""
+    settings = LdapSettings(url="ldap://127.0.0.1:1", allowed_groups=["gpu-users"])
+    many = {"memberOf": [f"cn=g{i},ou=groups,dc=lab" for i in range(MAX_GROUPS + 1)]}
+    entry = Entry(dn="uid=alice,ou=people,dc=lab", subject="uuid-a", attributes=many)
+    assert Directory(settings).groups_of(entry) is None
+    user = await _sign_in(app, dataclasses.replace(alice(sub="uuid-a"), provider="ldap"),
+                          settings)
+    async with app.state.sessionmaker() as db:
+        identity = await db.scalar(select(UserIdentityRow).where(
+            UserIdentityRow.user_id == user.id))
+        assert identity is not None
+        await recheck._apply(db, user.id, identity.id, entry, None, settings)
+        await db.commit()
+        assert (await db.get_one(UserRow, user.id)).is_active

@@ -90,7 +90,9 @@ async def _first_sign_in(db: AsyncSession, profile: Profile, mapping: IdentityMa
     if taken is not None:
         linked = await db.scalar(select(func.count()).select_from(UserIdentityRow).where(
             UserIdentityRow.user_id == taken.id))
-        if mapping.link_existing != "by-username" or linked:
+        # by-username links a user's account, never an admin's: a provider's user of the
+        # same name must not become the break-glass admin (an admin links it by hand)
+        if mapping.link_existing != "by-username" or linked or Role(taken.role) == Role.ADMIN:
             raise SignInRefused(
                 f"an account named {profile.username} already exists and is not linked to "
                 "your sign-in; an administrator can link it with `gpuslice admin user link "

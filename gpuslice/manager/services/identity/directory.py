@@ -79,9 +79,10 @@ class Directory:
         with self._answering(conn):
             return bool(conn.bind())
 
-    def groups_of(self, entry: Entry) -> tuple[str, ...]:
+    def groups_of(self, entry: Entry) -> tuple[str, ...] | None:
         """The user's groups, named as ``group_value`` says: searched under ``group_base``
-        with ``group_filter``, or read from the entry's memberOf when it is empty."""
+        with ``group_filter``, or read from the entry's memberOf when it is empty. None (not
+        known) when there are more than gpuslice takes: a cut list would judge on a part."""
         from ldap3.utils.conv import escape_filter_chars
         from ldap3.utils.dn import parse_dn
 
@@ -92,6 +93,8 @@ class Directory:
             dns = [dn for dn, _ in self._search(self.settings.group_base, search, [])]
         else:
             dns = [str(dn) for dn in entry.attributes.get("memberOf", [])]
+        if len(dns) > MAX_GROUPS:
+            return None
         if self.settings.group_value == "dn":
             return tuple(dns)
         names = []

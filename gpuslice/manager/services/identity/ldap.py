@@ -54,7 +54,7 @@ def signer(settings: LdapSettings, run: Runner) -> DirectorySignIn | None:
     return lambda db, username, password: ldap_sign_in(db, username, password, settings, run)
 
 
-def profile_of(entry: Entry, username: str, groups: tuple[str, ...],
+def profile_of(entry: Entry, username: str, groups: tuple[str, ...] | None,
                settings: LdapSettings) -> Profile:
     """The profile of a directory entry (named as the user signs in). The directory's
     administrators set its e-mail addresses: taken as verified."""
@@ -93,13 +93,14 @@ async def test_user(db: AsyncSession, settings: LdapSettings, username: str | No
     entry = await run(directory.find_user, username)
     if entry is None:
         return LdapTestResult(url=settings.url, user=username, found=False)
-    groups = await run(directory.groups_of, entry)
+    found = await run(directory.groups_of, entry)
+    groups = found or ()  # more than gpuslice takes: shown as none (a sign-in changes nothing)
     linked = await db.execute(
         select(ProjectRow.name).join(ProjectIdpGroupRow,
                                      ProjectIdpGroupRow.project_id == ProjectRow.id)
         .where(ProjectIdpGroupRow.provider == "ldap",
                ProjectIdpGroupRow.group_value.in_(groups)).distinct())
-    profile = profile_of(entry, username, groups, settings)
+    profile = profile_of(entry, username, found, settings)
     admin = bool(set(groups) & set(settings.admin_groups)) if settings.admin_groups else None
     return LdapTestResult(
         url=settings.url, user=username, found=True, dn=entry.dn, subject=entry.subject,

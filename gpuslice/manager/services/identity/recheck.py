@@ -61,7 +61,7 @@ def _due() -> Select[tuple[str, str, str]]:
 
 
 async def _apply(db: AsyncSession, user_id: str, identity_id: str, entry: Entry | None,
-                 groups: tuple[str, ...], settings: LdapSettings) -> None:
+                 groups: tuple[str, ...] | None, settings: LdapSettings) -> None:
     user = await db.get(UserRow, user_id)
     identity = await db.get(UserIdentityRow, identity_id)
     if user is None or identity is None:  # deleted meanwhile
@@ -70,7 +70,9 @@ async def _apply(db: AsyncSession, user_id: str, identity_id: str, entry: Entry 
     profile = profile_of(entry, user.username, groups, settings) if entry else None
     reason = ("not found" if profile is None or entry is None
               else "disabled" if entry.locked
-              else None if allowed(profile, settings) else "not in allowed groups")
+              # groups not known (more than gpuslice takes): no change for them
+              else None if groups is None or allowed(profile, settings)
+              else "not in allowed groups")
     if reason is not None:
         if user.is_active:
             user.is_active, user.disabled_reason = False, DIRECTORY + reason
