@@ -23,8 +23,11 @@ def show(username: str, as_json: JsonOpt = False) -> None:
         print_json(user.model_dump(mode="json")
                    | {"identities": [i.model_dump(mode="json") for i in identities]})
         return
-    status = "active" if user.is_active else "disabled"
-    console.print(f"{user.username} ({user.id}): {user.role.value}, {status}", markup=False)
+    status = "active" if user.is_active else f"disabled ({user.disabled_reason or 'admin'})"
+    source = {"local": "a password here", "oidc": "single sign-on",
+              "ldap": "the directory"}.get(user.source, user.source)
+    console.print(f"{user.username} ({user.id}): {user.role.value}, {status}; signs in with "
+                  f"{source}", markup=False)
     if not identities:
         console.print("no identity at a provider: signs in with a password", markup=False)
         return

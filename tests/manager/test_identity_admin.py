@@ -83,4 +83,5 @@ async def test_the_cli_shows_links_and_unlinks(
     assert done.returncode != 0 and done.stderr.count("\n") == 1, done.stderr
     assert "alice is not linked to a user at ldap" in done.stderr
     done = await cli("show", "alice")
-    assert "signs in with a password" in done.stdout
+    assert "signs in with a password here" in done.stdout
+    assert "no identity at a provider" in done.stdout
