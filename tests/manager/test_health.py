@@ -20,7 +20,7 @@ from gpuslice.manager.db import migrate
 from gpuslice.manager.loop_table import run_once
 from gpuslice.manager.loops import Loop, supervise
 from gpuslice.manager.services.scheduling.passes import PassStats
-from gpuslice.manager.settings import ManagerSettings
+from gpuslice.manager.settings import LdapSettings, ManagerSettings, OidcSettings
 from tests.manager.conftest import Client, client_for, create
 from tests.waits import await_for
 
@@ -77,6 +77,11 @@ async def test_every_loop_of_the_table_reports_its_health_after_its_first_pass(
 ) -> None:
     settings.apps.port_range = "29000-29009"  # so that the app ports loop exists too
     settings.monitoring.public_metrics = True
+    # the sign-in re-checks exist with a provider (nobody signed in: a pass asks it nothing)
+    settings.auth.public_url = "http://127.0.0.1:1"
+    settings.auth.oidc = OidcSettings(issuer="http://127.0.0.1:1", client_id="gpuslice",
+                                      allow_all=True)
+    settings.auth.ldap = LdapSettings(url="ldap://127.0.0.1:1", allow_all=True)
     app = create_app(settings)
     async with app.router.lifespan_context(app), client_for(app) as anon:
 
