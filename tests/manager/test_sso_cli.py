@@ -12,6 +12,7 @@ import os
 import re
 import secrets
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,10 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import update
 
+from gpuslice.manager.db.models import UserRow
+from gpuslice.manager.services.sso import sessions
 from tests.browser import ARTIFACTS
 from tests.idp.oidc import OidcProvider
 from tests.manager.sso_helpers import SsoManager, sso_manager
@@ -146,3 +150,24 @@ async def test_gpuslice_login_sso_through_chromium(sso: SsoManager, browser: Any
     async with httpx.AsyncClient(base_url=sso.url) as http:
         me = await http.get("/api/v1/auth/me", headers={"Authorization": f"Bearer {token}"})
     assert me.json()["username"] == "bob"
+
+
+@pytest.mark.parametrize("ended", ["logout", "disabled"])
+async def test_a_code_allowed_in_a_sign_in_ended_since_gives_no_token(
+        sso: SsoManager, ended: str) -> None:
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "alice")).status_code == 303
+        verifier, challenge = pkce()
+        code = await allowed_code(sso, http, challenge)
+        async with sso.app.state.sessionmaker() as db:
+            if ended == "logout":  # the provider's back-channel logout
+                await sessions.backchannel_logout(
+                    db, {"jti": "logout-c", "sub": "0b8c3f1e-alice", "iat": int(time.time())})
+            else:
+                await db.execute(update(UserRow).where(UserRow.username == "alice")
+                                 .values(is_active=False))
+                await db.commit()
+        token = await http.post("/api/v1/auth/cli/token",
+                                json={"code": code, "code_verifier": verifier})
+        assert token.status_code == 400, token.text
+        assert token.json()["code"] == "invalid_grant"

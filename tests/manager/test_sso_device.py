@@ -4,16 +4,18 @@ the /device page by a user signed in with single sign-on, polled for by the CLI.
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import DeviceLoginRow
+from gpuslice.manager.db.models import ApiTokenRow, DeviceLoginRow, UserRow
+from gpuslice.manager.services.sso import sessions
 from tests.idp.oidc import OidcProvider
 from tests.manager.audit_helpers import rows
 from tests.manager.sso_helpers import (
@@ -174,3 +176,47 @@ async def test_device_sign_in_can_be_switched_off(
         assert "auth.device_login = false" in answer.json()["message"]
         providers = (await cli.get("/api/v1/auth/providers")).json()
         assert providers["device_login"] is False
+
+
+async def approved_code(sso: SsoManager, cli: httpx.AsyncClient, browser: httpx.AsyncClient,
+                        username: str) -> dict[str, str]:
+    """A device code ``username`` (signed in with ``browser``) approved; not yet polled."""
+    code = await ask(cli)
+    assert (await sso.sign_in(browser, username)).status_code == 303
+    approved = await browser.post("/api/v1/auth/device/approve", headers={"Origin": sso.url},
+                                  json={"user_code": code["user_code"], "approve": True})
+    assert approved.status_code == 200, approved.text
+    return code
+
+
+async def test_a_code_approved_in_a_session_ended_since_gives_no_token(
+        sso: SsoManager) -> None:
+    async with sso.client() as cli, sso.client() as browser:
+        code = await approved_code(sso, cli, browser, "alice")
+        async with sso.app.state.sessionmaker() as db:  # the provider's back-channel logout
+            ended = await sessions.backchannel_logout(
+                db, {"jti": "logout-d", "sub": "0b8c3f1e-alice", "iat": int(time.time())})
+            assert ended == 1
+            assert await db.scalar(select(func.count()).select_from(DeviceLoginRow)) == 0
+        answer = await cli.post("/api/v1/auth/device/token",
+                                json={"device_code": code["device_code"]})
+        assert answer.status_code == 400
+        assert answer.json()["code"] == "expired_token"
+
+
+async def test_a_code_approved_by_a_user_disabled_since_gives_no_token(
+        sso: SsoManager) -> None:
+    async with sso.client() as cli, sso.client() as browser:
+        code = await approved_code(sso, cli, browser, "alice")
+        async with sso.app.state.sessionmaker() as db:
+            await db.execute(update(UserRow).where(UserRow.username == "alice")
+                             .values(is_active=False))
+            await db.commit()
+        answer = await cli.post("/api/v1/auth/device/token",
+                                json={"device_code": code["device_code"]})
+        assert answer.status_code == 400
+        assert answer.json()["code"] == "expired_token"
+        assert "the sign-in that approved the code has ended" in answer.json()["message"]
+        async with sso.app.state.sessionmaker() as db:
+            assert await db.scalar(select(func.count()).select_from(ApiTokenRow).where(
+                ApiTokenRow.kind == "cli")) == 0

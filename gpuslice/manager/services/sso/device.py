@@ -24,7 +24,7 @@ from gpuslice.manager.errors import DomainError, NotFound, TooManyRequests
 from gpuslice.manager.services.audit import context
 from gpuslice.manager.services.audit.record import record
 from gpuslice.manager.services.login_throttle import LoginThrottle
-from gpuslice.manager.services.sso.tokens import digest, mint
+from gpuslice.manager.services.sso.tokens import digest, may_mint, mint
 from gpuslice.manager.settings import AuthSettings
 
 CODE_TTL = timedelta(minutes=10)
@@ -88,6 +88,11 @@ async def poll(db: AsyncSession, device_code: str, auth: AuthSettings) -> Device
                           code="authorization_pending")
     if not await _drop(db, row):  # another poll took it
         raise DeviceError("the code expired; run gpuslice login again", code="expired_token")
+    if not await may_mint(db, row.approved_by, row.sso_session_id):
+        await db.commit()
+        raise DeviceError("the sign-in that approved the code has ended (signed out at the "
+                          "identity provider, or the account was disabled); run gpuslice "
+                          "login again", code="expired_token")
     secret, token = mint(db, row.approved_by, kind="cli", name=f"cli@{row.client_host}"[:64],
                          ttl=auth.cli_token_max, idle=auth.cli_token_idle,
                          sso_session_id=row.sso_session_id)

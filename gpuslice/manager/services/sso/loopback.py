@@ -21,7 +21,7 @@ from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import ApiTokenRow, CliLoginRow, UserRow
 from gpuslice.manager.errors import DomainError, InvalidRequest
 from gpuslice.manager.services.audit import context
-from gpuslice.manager.services.sso.tokens import digest, mint
+from gpuslice.manager.services.sso.tokens import digest, may_mint, mint
 from gpuslice.manager.settings import AuthSettings
 
 CODE_TTL = timedelta(seconds=60)
@@ -69,6 +69,10 @@ async def exchange(db: AsyncSession, code: str, verifier: str, auth: AuthSetting
     if result.rowcount != 1 or row.expires_at <= utcnow() or not hmac.compare_digest(  # type: ignore[attr-defined]
             expected.rstrip(b"=").decode(), row.code_challenge):
         raise refused
+    if not await may_mint(db, row.user_id, row.sso_session_id):
+        raise DomainError("the sign-in that allowed this CLI has ended (signed out at the "
+                          "identity provider, or the account was disabled): run gpuslice "
+                          "login again", code="invalid_grant")
     context.note(client_host=row.client_host, method="cli-loopback")
     secret, token = mint(db, row.user_id, kind="cli", name=f"cli@{row.client_host}"[:64],
                          ttl=auth.cli_token_max, idle=auth.cli_token_idle,

@@ -9,12 +9,14 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import (
     ApiTokenRow,
+    CliLoginRow,
+    DeviceLoginRow,
     SsoLogoutSeenRow,
     SsoSessionRow,
     UserIdentityRow,
@@ -53,8 +55,9 @@ async def open_session(db: AsyncSession, sso: Sso, user: UserRow, tokens: dict[s
 
 
 async def end_sessions(db: AsyncSession, session_ids: list[str], reason: str) -> int:
-    """End these sessions and revoke every token made from them (the caller commits); how
-    many tokens were revoked."""
+    """End these sessions and revoke every token made from them (the caller commits), and drop
+    the CLI sign-ins approved in them that no CLI has collected yet; how many tokens were
+    revoked."""
     if not session_ids:
         return 0
     now = utcnow()
@@ -64,6 +67,8 @@ async def end_sessions(db: AsyncSession, session_ids: list[str], reason: str) ->
     result = await db.execute(update(ApiTokenRow).where(
         ApiTokenRow.sso_session_id.in_(session_ids), ApiTokenRow.revoked_at.is_(None))
         .values(revoked_at=now))
+    for table in (DeviceLoginRow, CliLoginRow):
+        await db.execute(delete(table).where(table.sso_session_id.in_(session_ids)))
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
