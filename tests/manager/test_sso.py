@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
@@ -13,7 +14,7 @@ from urllib.parse import parse_qs, quote, urlsplit
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from gpuslice.manager.db.models import SsoSessionRow, UserRow
 from gpuslice.manager.services.sso import logins, sessions
@@ -208,7 +209,7 @@ async def test_a_back_channel_logout_ends_its_session_once(sso: SsoManager) -> N
         async with sso.app.state.sessionmaker() as db:
             # no sid (this client did not ask for one): every session of the subject ends
             assert await db.scalar(select(SsoSessionRow.subject)) == "0b8c3f1e-alice"
-            claims = {"jti": "logout-1", "sub": "0b8c3f1e-alice"}
+            claims = {"jti": "logout-1", "sub": "0b8c3f1e-alice", "iat": int(time.time())}
             assert await sessions.backchannel_logout(db, claims) == 1
             with pytest.raises(ProviderError, match="already used"):
                 await sessions.backchannel_logout(db, claims)
@@ -217,6 +218,33 @@ async def test_a_back_channel_logout_ends_its_session_once(sso: SsoManager) -> N
                                  data={"logout_token": "not.a.token"})
         assert forged.status_code == 400
         assert forged.json()["error"] == "invalid_request"
+
+
+async def test_a_logout_token_with_sid_and_sub_ends_her_sessions_stored_without_sid(
+        sso: SsoManager) -> None:
+    async with sso.client() as first, sso.client() as second:
+        assert (await sso.sign_in(first, "alice")).status_code == 303
+        async with sso.app.state.sessionmaker() as db:  # the first sign-in's came with a sid
+            await db.execute(update(SsoSessionRow).values(idp_sid="sid-first"))
+            await db.commit()
+        assert (await sso.sign_in(second, "alice")).status_code == 303
+        async with sso.app.state.sessionmaker() as db:  # Keycloak and Okta send both
+            claims = {"jti": "logout-2", "sid": "sid-other", "sub": "0b8c3f1e-alice",
+                      "iat": int(time.time())}
+            assert await sessions.backchannel_logout(db, claims) == 1
+        assert (await second.get("/api/v1/auth/me")).status_code == 401
+        assert (await first.get("/api/v1/auth/me")).status_code == 200
+
+
+async def test_a_logout_token_older_than_its_replay_window_is_refused(sso: SsoManager) -> None:
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "alice")).status_code == 303
+        async with sso.app.state.sessionmaker() as db:
+            claims = {"jti": "logout-3", "sub": "0b8c3f1e-alice",
+                      "iat": int(time.time()) - 11 * 60}
+            with pytest.raises(ProviderError, match="issued more than 10 minutes ago"):
+                await sessions.backchannel_logout(db, claims, leeway=60)
+        assert (await http.get("/api/v1/auth/me")).status_code == 200
 
 
 async def test_auto_redirect_goes_to_the_provider_and_local_1_keeps_the_form(

@@ -97,7 +97,7 @@ async def sso_backchannel_logout(request: Request) -> Response:
     try:
         claims = await sso.provider.verify_logout_token(await _logout_token(request))
         async with request.app.state.sessionmaker() as db:
-            await sessions.backchannel_logout(db, claims)
+            await sessions.backchannel_logout(db, claims, sso.settings.clock_leeway)
     except ProviderError as err:
         log.info("back-channel logout refused: %s", err.message)
         return JSONResponse({"error": "invalid_request", "error_description": err.message},
