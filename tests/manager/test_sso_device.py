@@ -14,7 +14,12 @@ from fastapi import FastAPI
 from sqlalchemy import func, select, update
 
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import ApiTokenRow, DeviceLoginRow, UserRow
+from gpuslice.manager.db.models import (
+    ApiTokenRow,
+    DeviceLoginRow,
+    LoginFailureRow,
+    UserRow,
+)
 from gpuslice.manager.services.sso import sessions
 from tests.idp.oidc import OidcProvider
 from tests.manager.audit_helpers import rows
@@ -220,3 +225,20 @@ async def test_a_code_approved_by_a_user_disabled_since_gives_no_token(
         async with sso.app.state.sessionmaker() as db:
             assert await db.scalar(select(func.count()).select_from(ApiTokenRow).where(
                 ApiTokenRow.kind == "cli")) == 0
+
+
+async def test_codes_looked_up_by_a_link_never_lock_the_user_out(sso: SsoManager) -> None:
+    """Another site can send her browser (with its SameSite=Lax cookie) to /device?code=...
+    as often as it likes: only the Origin-checked decision counts a wrong code."""
+    async with sso.client() as cli, sso.client() as browser:
+        code = await ask(cli)
+        assert (await sso.sign_in(browser, "bob")).status_code == 303
+        looks = [await browser.get("/device", params={"code": f"BBBB-CCC{c}"},
+                                   headers={"Referer": "https://evil.example/"})
+                 for c in "BCDFGHJKLMNP"]
+        assert [look.status_code for look in looks] == [404] * 12
+        async with sso.app.state.sessionmaker() as db:
+            assert (await db.scalars(select(LoginFailureRow))).all() == []
+        right = await browser.post("/api/v1/auth/device/approve", headers={"Origin": sso.url},
+                                   json={"user_code": code["user_code"], "approve": True})
+        assert right.status_code == 200, right.text

@@ -101,25 +101,23 @@ async def poll(db: AsyncSession, device_code: str, auth: AuthSettings) -> Device
     return DeviceToken(access_token=secret, expires_at=token.expires_at.isoformat())
 
 
-async def pending(db: AsyncSession, user: UserRow, user_code: str, throttle: LoginThrottle,
-                  address: str | None) -> DeviceRequestPublic:
-    """The request behind ``user_code`` as the approving page shows it. Each look-up counts as
-    a failed login of ``user`` until the code is found (a signed-in user cannot guess codes
-    faster than passwords)."""
-    row = await _guarded(db, user, user_code, throttle, address)
-    return DeviceRequestPublic(
-        user_code=row.user_code, client_host=row.client_host, os_user=row.client_os_user,
-        client_ip=row.client_ip, age_seconds=int((utcnow() - row.created_at).total_seconds()))
+async def pending(db: AsyncSession, user_code: str) -> DeviceRequestPublic:
+    """The request behind ``user_code`` as the approving page shows it. Not counted as a
+    login: a link from another site may open the page with the login cookie (SameSite=Lax),
+    so only the decision, an Origin-checked post, counts a wrong code."""
+    return _public(await _by_code(db, user_code))
 
 
 async def decide(db: AsyncSession, user: UserRow, token: ApiTokenRow, user_code: str,
                  approve: bool, address: str | None, throttle: LoginThrottle, *, page: bool
                  ) -> DeviceRequestPublic:
     """Approve (the CLI gets a token as ``user``, tied to the provider session ``token`` came
-    from) or deny the request behind ``user_code``. Audited: the API request's own row, or
-    (``page``: the /device page, outside the API) a row written here."""
-    shown = await pending(db, user, user_code, throttle, address)
-    row = await _by_code(db, user_code)
+    from) or deny the request behind ``user_code``. A code not found counts as a failed
+    login of ``user`` (a signed-in user cannot guess codes faster than passwords). Audited:
+    the API request's own row, or (``page``: the /device page, outside the API) a row
+    written here."""
+    row = await _guarded(db, user, user_code, throttle, address)
+    shown = _public(row)
     now = utcnow()
     values = ({"approved_by": user.id, "approved_at": now, "approved_ip": address,
                "sso_session_id": token.sso_session_id} if approve else {"denied_at": now})
@@ -138,6 +136,12 @@ async def decide(db: AsyncSession, user: UserRow, token: ApiTokenRow, user_code:
                details=said)
     await db.commit()
     return shown
+
+
+def _public(row: DeviceLoginRow) -> DeviceRequestPublic:
+    return DeviceRequestPublic(
+        user_code=row.user_code, client_host=row.client_host, os_user=row.client_os_user,
+        client_ip=row.client_ip, age_seconds=int((utcnow() - row.created_at).total_seconds()))
 
 
 def normal_code(user_code: str) -> str:
