@@ -85,7 +85,8 @@ async def test_the_code_goes_once_to_the_verifier_it_was_made_for(sso: SsoManage
         assert replay.status_code == 400
 
 
-@pytest.mark.parametrize("port", ["80@evil.example", "80", "65536", "4000.5", "-1"])
+@pytest.mark.parametrize("port", ["80@evil.example", "80", "65536", "4000.5", "-1", "²",
+                                  "\u0664\u0660\u0660\u0660\u0660", "040000"])
 async def test_the_redirect_is_built_from_a_port_number_only(sso: SsoManager,
                                                               port: str) -> None:
     async with sso.client() as http:
@@ -94,6 +95,17 @@ async def test_the_redirect_is_built_from_a_port_number_only(sso: SsoManager,
             "port": port, "state": "s" * 16, "code_challenge": pkce()[1], "host": "box"})
         assert page.status_code == 422
         assert "port must be a number from 1024 to 65535" in page.text
+
+
+@pytest.mark.parametrize("port", ["²", "\u0664\u0660\u0660\u0660\u0660"])
+async def test_allow_names_a_port_that_is_not_ascii_digits(sso: SsoManager, port: str) -> None:
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "bob")).status_code == 303
+        answer = await http.post("/auth/cli/allow", headers={"Origin": sso.url}, data={
+            "port": port, "state": "s" * 16, "code_challenge": "b" * 43, "host": "box",
+            "decision": "allow"})
+        assert answer.status_code == 422
+        assert "port must be a number from 1024 to 65535" in answer.text
 
 
 async def test_allow_from_another_site_is_refused(sso: SsoManager) -> None:

@@ -242,3 +242,19 @@ async def test_codes_looked_up_by_a_link_never_lock_the_user_out(sso: SsoManager
         right = await browser.post("/api/v1/auth/device/approve", headers={"Origin": sso.url},
                                    json={"user_code": code["user_code"], "approve": True})
         assert right.status_code == 200, right.text
+
+
+async def test_a_code_with_other_characters_is_refused_before_any_look_up(
+        sso: SsoManager) -> None:
+    async with sso.client() as browser:
+        assert (await sso.sign_in(browser, "bob")).status_code == 303
+        said = "the code is letters, digits, spaces and dashes as the CLI printed it"
+        page = await browser.get("/device", params={"code": "\x00"})
+        assert page.status_code == 422 and said in page.text
+        form = await browser.post("/device", headers={"Origin": sso.url},
+                                  data={"user_code": "BBBB\x00CCCC", "decision": "approve"})
+        assert form.status_code == 422 and said in form.text
+        api = await browser.post("/api/v1/auth/device/approve", headers={"Origin": sso.url},
+                                 json={"user_code": "BBBB;CCCC", "approve": True})
+        assert api.status_code == 422
+        assert api.json()["field"] == "user_code" and said in api.json()["message"]

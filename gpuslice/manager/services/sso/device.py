@@ -6,6 +6,7 @@ device-code phishing)."""
 
 from __future__ import annotations
 
+import re
 import secrets
 from datetime import timedelta
 
@@ -20,7 +21,7 @@ from gpuslice.common.schemas.sso import (
 )
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import ApiTokenRow, DeviceLoginRow, UserRow
-from gpuslice.manager.errors import DomainError, NotFound, TooManyRequests
+from gpuslice.manager.errors import DomainError, InvalidRequest, NotFound, TooManyRequests
 from gpuslice.manager.services.audit import context
 from gpuslice.manager.services.audit.record import record
 from gpuslice.manager.services.login_throttle import LoginThrottle
@@ -33,6 +34,7 @@ INTERVAL = 5
 # token branch).
 PER_ADDRESS = 20  # codes one address may ask for within CODE_TTL
 _ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"  # RFC 8628 §6.1: no vowels, no look-alikes
+_TYPED = re.compile(r"[A-Za-z0-9 -]{1,32}")  # a user code as a user may type it
 
 
 class DeviceError(DomainError):
@@ -160,6 +162,9 @@ async def _guarded(db: AsyncSession, user: UserRow, user_code: str, throttle: Lo
 
 
 async def _by_code(db: AsyncSession, user_code: str) -> DeviceLoginRow:
+    if not _TYPED.fullmatch(user_code):  # before any query (PostgreSQL refuses a NUL)
+        raise InvalidRequest("the code is letters, digits, spaces and dashes as the CLI "
+                             "printed it (such as WDJB-MJHT)", field="user_code")
     row = await db.scalar(select(DeviceLoginRow).where(
         DeviceLoginRow.user_code == normal_code(user_code)))
     if row is None or row.expires_at <= utcnow() or row.denied_at or row.approved_by:

@@ -25,6 +25,7 @@ from gpuslice.manager.services.sso.tokens import digest, may_mint, mint
 from gpuslice.manager.settings import AuthSettings
 
 CODE_TTL = timedelta(seconds=60)
+_PORT = re.compile(r"[0-9]{1,5}")  # ASCII digits only: str.isdigit() takes "²"
 _STATE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _CHALLENGE = re.compile(r"[A-Za-z0-9_-]{43}")
 
@@ -32,7 +33,7 @@ _CHALLENGE = re.compile(r"[A-Za-z0-9_-]{43}")
 def check_request(port: str, state: str, challenge: str) -> int:
     """The CLI's listening port, once the request's parts are what the CLI sends; else
     ``InvalidRequest`` naming the part (a port is an integer 1024-65535, nothing else)."""
-    if not port.isdigit() or not 1024 <= int(port) <= 65535:
+    if not _PORT.fullmatch(port) or not 1024 <= int(port) <= 65535:
         raise InvalidRequest(f"port must be a number from 1024 to 65535, got {port[:40]!r}",
                              field="port")
     if not _STATE.fullmatch(state):
