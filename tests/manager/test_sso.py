@@ -165,6 +165,21 @@ async def test_disabled_at_the_provider_ends_her_cookie_at_the_recheck(
     assert [r.reason for r in ended] == ["invalid_grant"]
 
 
+async def test_a_refresh_answered_for_another_user_ends_the_session(sso: SsoManager) -> None:
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "alice")).status_code == 303
+        async with sso.app.state.sessionmaker() as db:  # her refresh token now speaks for bob
+            await db.execute(update(SsoSessionRow).values(subject="7d1e9a2c-bob"))
+            await db.commit()
+        await recheck_now(sso.app)
+        assert (await http.get("/api/v1/auth/me")).status_code == 401
+        async with sso.app.state.sessionmaker() as db:
+            assert await db.scalar(select(SsoSessionRow.ended_reason)) == \
+                "idp: the provider answered for another user"
+    ended = await rows(sso.app, action="auth.session_refresh_failed")
+    assert [r.reason for r in ended] == ["the provider answered for another user"]
+
+
 async def test_an_unreachable_provider_ends_nothing(sso: SsoManager) -> None:
     async with sso.client() as http:
         assert (await sso.sign_in(http, "alice")).status_code == 303

@@ -222,8 +222,10 @@ async def _apply(db: AsyncSession, sso: Sso, row: SsoSessionRow, tokens: dict[st
         row.id_token_enc = sso.vault.seal(tokens["id_token"])
     row.last_refresh_at, row.claimed_until = utcnow(), None
     claims = tokens.get("claims")
-    if not isinstance(claims, dict) or claims.get("sub") != row.subject:
+    if not isinstance(claims, dict):  # no ID token with this refresh: nothing more to sync
         return None
+    if claims.get("sub") != row.subject:
+        return "idp: the provider answered for another user"
     identity = await db.scalar(select(UserIdentityRow).where(
         UserIdentityRow.provider == "oidc", UserIdentityRow.subject == row.subject))
     user = await db.get(UserRow, row.user_id)
