@@ -3,6 +3,7 @@ the /device page by a user signed in with single sign-on, polled for by the CLI.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ import pytest
 from fastapi import FastAPI
 from sqlalchemy import func, select, update
 
+from gpuslice.manager.app import bind
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import (
     ApiTokenRow,
@@ -20,7 +22,9 @@ from gpuslice.manager.db.models import (
     LoginFailureRow,
     UserRow,
 )
+from gpuslice.manager.server import ManagerServer
 from gpuslice.manager.services.sso import sessions
+from gpuslice.manager.settings import ManagerSettings
 from tests.idp.oidc import OidcProvider
 from tests.manager.audit_helpers import rows
 from tests.manager.sso_helpers import (
@@ -28,6 +32,7 @@ from tests.manager.sso_helpers import (
     recheck_now,
     sso_manager,
 )
+from tests.ports import free_port
 
 
 @pytest.fixture
@@ -258,3 +263,27 @@ async def test_a_code_with_other_characters_is_refused_before_any_look_up(
                                  json={"user_code": "BBBB;CCCC", "approve": True})
         assert api.status_code == 422
         assert api.json()["field"] == "user_code" and said in api.json()["message"]
+
+
+async def test_without_a_public_url_the_device_link_is_the_managers_own_address(
+        _routed_app: FastAPI, settings: ManagerSettings) -> None:
+    """Never the request's Host: a phishing host that relays the request must not get its
+    own name into the link the CLI prints."""
+    assert not settings.auth.public_url
+    bind(_routed_app, settings)
+    port = free_port()
+    server = ManagerServer(_routed_app, "127.0.0.1", port)  # its lifespan, as `manager serve`
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if serving.done():
+                serving.result()
+            await asyncio.sleep(0.01)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as cli:
+            answer = await cli.post("/api/v1/auth/device", headers={"Host": "evil.example"},
+                                    json={"client_host": "gpu-box", "os_user": "bob"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["verification_uri"] == f"http://127.0.0.1:{port}/device"
+    finally:
+        server.exit()
+        await serving
