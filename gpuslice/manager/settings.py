@@ -381,8 +381,8 @@ class AuthSettings(Section):
     public_url: str = Field(
         default="", max_length=512,
         description="The manager's URL as browsers reach it (https://gpu.lab.org): sign-in "
-        "redirects and links are built from it, never from a request's Host. Default: the "
-        "address the manager serves on.",
+        "redirects and links are built from it, never from a request's Host. Default: "
+        "nodes.advertise_url, else the address the manager serves on.",
     )
     device_login: bool = Field(
         default=True,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlsplit
@@ -13,9 +14,9 @@ from urllib.parse import parse_qs, quote, urlsplit
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import select
+from sqlalchemy import select, update
 
-from gpuslice.manager.db.models import SsoSessionRow, UserRow
+from gpuslice.manager.db.models import SsoLoginRow, SsoSessionRow, UserRow
 from gpuslice.manager.services.sso import logins, sessions
 from gpuslice.manager.services.sso import provider as provider_module
 from gpuslice.manager.services.sso.provider import ProviderError
@@ -164,6 +165,21 @@ async def test_disabled_at_the_provider_ends_her_cookie_at_the_recheck(
     assert [r.reason for r in ended] == ["invalid_grant"]
 
 
+async def test_a_refresh_answered_for_another_user_ends_the_session(sso: SsoManager) -> None:
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "alice")).status_code == 303
+        async with sso.app.state.sessionmaker() as db:  # her refresh token now speaks for bob
+            await db.execute(update(SsoSessionRow).values(subject="7d1e9a2c-bob"))
+            await db.commit()
+        await recheck_now(sso.app)
+        assert (await http.get("/api/v1/auth/me")).status_code == 401
+        async with sso.app.state.sessionmaker() as db:
+            assert await db.scalar(select(SsoSessionRow.ended_reason)) == \
+                "idp: the provider answered for another user"
+    ended = await rows(sso.app, action="auth.session_refresh_failed")
+    assert [r.reason for r in ended] == ["the provider answered for another user"]
+
+
 async def test_an_unreachable_provider_ends_nothing(sso: SsoManager) -> None:
     async with sso.client() as http:
         assert (await sso.sign_in(http, "alice")).status_code == 303
@@ -208,7 +224,7 @@ async def test_a_back_channel_logout_ends_its_session_once(sso: SsoManager) -> N
         async with sso.app.state.sessionmaker() as db:
             # no sid (this client did not ask for one): every session of the subject ends
             assert await db.scalar(select(SsoSessionRow.subject)) == "0b8c3f1e-alice"
-            claims = {"jti": "logout-1", "sub": "0b8c3f1e-alice"}
+            claims = {"jti": "logout-1", "sub": "0b8c3f1e-alice", "iat": int(time.time())}
             assert await sessions.backchannel_logout(db, claims) == 1
             with pytest.raises(ProviderError, match="already used"):
                 await sessions.backchannel_logout(db, claims)
@@ -217,6 +233,33 @@ async def test_a_back_channel_logout_ends_its_session_once(sso: SsoManager) -> N
                                  data={"logout_token": "not.a.token"})
         assert forged.status_code == 400
         assert forged.json()["error"] == "invalid_request"
+
+
+async def test_a_logout_token_with_sid_and_sub_ends_her_sessions_stored_without_sid(
+        sso: SsoManager) -> None:
+    async with sso.client() as first, sso.client() as second:
+        assert (await sso.sign_in(first, "alice")).status_code == 303
+        async with sso.app.state.sessionmaker() as db:  # the first sign-in's came with a sid
+            await db.execute(update(SsoSessionRow).values(idp_sid="sid-first"))
+            await db.commit()
+        assert (await sso.sign_in(second, "alice")).status_code == 303
+        async with sso.app.state.sessionmaker() as db:  # Keycloak and Okta send both
+            claims = {"jti": "logout-2", "sid": "sid-other", "sub": "0b8c3f1e-alice",
+                      "iat": int(time.time())}
+            assert await sessions.backchannel_logout(db, claims) == 1
+        assert (await second.get("/api/v1/auth/me")).status_code == 401
+        assert (await first.get("/api/v1/auth/me")).status_code == 200
+
+
+async def test_a_logout_token_older_than_its_replay_window_is_refused(sso: SsoManager) -> None:
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "alice")).status_code == 303
+        async with sso.app.state.sessionmaker() as db:
+            claims = {"jti": "logout-3", "sub": "0b8c3f1e-alice",
+                      "iat": int(time.time()) - 11 * 60}
+            with pytest.raises(ProviderError, match="issued more than 10 minutes ago"):
+                await sessions.backchannel_logout(db, claims, leeway=60)
+        assert (await http.get("/api/v1/auth/me")).status_code == 200
 
 
 async def test_auto_redirect_goes_to_the_provider_and_local_1_keeps_the_form(
@@ -235,12 +278,22 @@ async def test_auto_redirect_goes_to_the_provider_and_local_1_keeps_the_form(
         assert "You are signed out of gpuslice." in signed_out.text
 
 
-async def test_sign_ins_left_unfinished_are_limited_per_address(
+async def test_sign_ins_left_unfinished_give_way_to_new_ones_per_address(
         sso: SsoManager, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page with many <img src=/auth/oidc/start> cannot lock an address (a lab behind one
+    NAT) out of single sign-on: the oldest unfinished sign-ins give way, the table stays
+    bounded."""
     monkeypatch.setattr(logins, "PER_ADDRESS", 3)
     async with sso.client() as http:
-        started = [(await http.get("/auth/oidc/start")).status_code for _ in range(4)]
-        assert started == [303, 303, 303, 429]
-        refused = await http.get("/auth/oidc/start")
-        assert "3 sign-ins were started from this address" in refused.text
-        assert refused.headers["retry-after"] == "600"
+        started = [await http.get("/auth/oidc/start") for _ in range(5)]
+        assert [s.status_code for s in started] == [303] * 5
+        async with sso.app.state.sessionmaker() as db:
+            assert len((await db.scalars(select(SsoLoginRow))).all()) == 3
+        # the newest finishes; the oldest gave way
+        callback = await sso.at_provider(started[-1].headers["location"], "alice")
+        assert (await http.get(callback)).status_code == 303
+        assert (await http.get("/api/v1/auth/me")).json()["username"] == "alice"
+        state = parse_qs(urlsplit(started[0].headers["location"]).query)["state"][0]
+        old = await http.get("/auth/oidc/callback", params={"code": "x", "state": state})
+        assert old.status_code == 400
+        assert "already used or has expired" in html.unescape(old.text)

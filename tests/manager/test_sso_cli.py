@@ -12,6 +12,7 @@ import os
 import re
 import secrets
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,10 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy import update
 
+from gpuslice.manager.db.models import UserRow
+from gpuslice.manager.services.sso import sessions
 from tests.browser import ARTIFACTS
 from tests.idp.oidc import OidcProvider
 from tests.manager.sso_helpers import SsoManager, sso_manager
@@ -81,7 +85,8 @@ async def test_the_code_goes_once_to_the_verifier_it_was_made_for(sso: SsoManage
         assert replay.status_code == 400
 
 
-@pytest.mark.parametrize("port", ["80@evil.example", "80", "65536", "4000.5", "-1"])
+@pytest.mark.parametrize("port", ["80@evil.example", "80", "65536", "4000.5", "-1", "²",
+                                  "\u0664\u0660\u0660\u0660\u0660", "040000"])
 async def test_the_redirect_is_built_from_a_port_number_only(sso: SsoManager,
                                                               port: str) -> None:
     async with sso.client() as http:
@@ -90,6 +95,17 @@ async def test_the_redirect_is_built_from_a_port_number_only(sso: SsoManager,
             "port": port, "state": "s" * 16, "code_challenge": pkce()[1], "host": "box"})
         assert page.status_code == 422
         assert "port must be a number from 1024 to 65535" in page.text
+
+
+@pytest.mark.parametrize("port", ["²", "\u0664\u0660\u0660\u0660\u0660"])
+async def test_allow_names_a_port_that_is_not_ascii_digits(sso: SsoManager, port: str) -> None:
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "bob")).status_code == 303
+        answer = await http.post("/auth/cli/allow", headers={"Origin": sso.url}, data={
+            "port": port, "state": "s" * 16, "code_challenge": "b" * 43, "host": "box",
+            "decision": "allow"})
+        assert answer.status_code == 422
+        assert "port must be a number from 1024 to 65535" in answer.text
 
 
 async def test_allow_from_another_site_is_refused(sso: SsoManager) -> None:
@@ -146,3 +162,24 @@ async def test_gpuslice_login_sso_through_chromium(sso: SsoManager, browser: Any
     async with httpx.AsyncClient(base_url=sso.url) as http:
         me = await http.get("/api/v1/auth/me", headers={"Authorization": f"Bearer {token}"})
     assert me.json()["username"] == "bob"
+
+
+@pytest.mark.parametrize("ended", ["logout", "disabled"])
+async def test_a_code_allowed_in_a_sign_in_ended_since_gives_no_token(
+        sso: SsoManager, ended: str) -> None:
+    async with sso.client() as http:
+        assert (await sso.sign_in(http, "alice")).status_code == 303
+        verifier, challenge = pkce()
+        code = await allowed_code(sso, http, challenge)
+        async with sso.app.state.sessionmaker() as db:
+            if ended == "logout":  # the provider's back-channel logout
+                await sessions.backchannel_logout(
+                    db, {"jti": "logout-c", "sub": "0b8c3f1e-alice", "iat": int(time.time())})
+            else:
+                await db.execute(update(UserRow).where(UserRow.username == "alice")
+                                 .values(is_active=False))
+                await db.commit()
+        token = await http.post("/api/v1/auth/cli/token",
+                                json={"code": code, "code_verifier": verifier})
+        assert token.status_code == 400, token.text
+        assert token.json()["code"] == "invalid_grant"

@@ -3,17 +3,28 @@ the /device page by a user signed in with single sign-on, polled for by the CLI.
 
 from __future__ import annotations
 
+import asyncio
 import re
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import FastAPI
-from sqlalchemy import update
+from sqlalchemy import func, select, update
 
+from gpuslice.manager.app import bind
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import DeviceLoginRow
+from gpuslice.manager.db.models import (
+    ApiTokenRow,
+    DeviceLoginRow,
+    LoginFailureRow,
+    UserRow,
+)
+from gpuslice.manager.server import ManagerServer
+from gpuslice.manager.services.sso import sessions
+from gpuslice.manager.settings import ManagerSettings
 from tests.idp.oidc import OidcProvider
 from tests.manager.audit_helpers import rows
 from tests.manager.sso_helpers import (
@@ -21,6 +32,7 @@ from tests.manager.sso_helpers import (
     recheck_now,
     sso_manager,
 )
+from tests.ports import free_port
 
 
 @pytest.fixture
@@ -174,3 +186,104 @@ async def test_device_sign_in_can_be_switched_off(
         assert "auth.device_login = false" in answer.json()["message"]
         providers = (await cli.get("/api/v1/auth/providers")).json()
         assert providers["device_login"] is False
+
+
+async def approved_code(sso: SsoManager, cli: httpx.AsyncClient, browser: httpx.AsyncClient,
+                        username: str) -> dict[str, str]:
+    """A device code ``username`` (signed in with ``browser``) approved; not yet polled."""
+    code = await ask(cli)
+    assert (await sso.sign_in(browser, username)).status_code == 303
+    approved = await browser.post("/api/v1/auth/device/approve", headers={"Origin": sso.url},
+                                  json={"user_code": code["user_code"], "approve": True})
+    assert approved.status_code == 200, approved.text
+    return code
+
+
+async def test_a_code_approved_in_a_session_ended_since_gives_no_token(
+        sso: SsoManager) -> None:
+    async with sso.client() as cli, sso.client() as browser:
+        code = await approved_code(sso, cli, browser, "alice")
+        async with sso.app.state.sessionmaker() as db:  # the provider's back-channel logout
+            ended = await sessions.backchannel_logout(
+                db, {"jti": "logout-d", "sub": "0b8c3f1e-alice", "iat": int(time.time())})
+            assert ended == 1
+            assert await db.scalar(select(func.count()).select_from(DeviceLoginRow)) == 0
+        answer = await cli.post("/api/v1/auth/device/token",
+                                json={"device_code": code["device_code"]})
+        assert answer.status_code == 400
+        assert answer.json()["code"] == "expired_token"
+
+
+async def test_a_code_approved_by_a_user_disabled_since_gives_no_token(
+        sso: SsoManager) -> None:
+    async with sso.client() as cli, sso.client() as browser:
+        code = await approved_code(sso, cli, browser, "alice")
+        async with sso.app.state.sessionmaker() as db:
+            await db.execute(update(UserRow).where(UserRow.username == "alice")
+                             .values(is_active=False))
+            await db.commit()
+        answer = await cli.post("/api/v1/auth/device/token",
+                                json={"device_code": code["device_code"]})
+        assert answer.status_code == 400
+        assert answer.json()["code"] == "expired_token"
+        assert "the sign-in that approved the code has ended" in answer.json()["message"]
+        async with sso.app.state.sessionmaker() as db:
+            assert await db.scalar(select(func.count()).select_from(ApiTokenRow).where(
+                ApiTokenRow.kind == "cli")) == 0
+
+
+async def test_codes_looked_up_by_a_link_never_lock_the_user_out(sso: SsoManager) -> None:
+    """Another site can send her browser (with its SameSite=Lax cookie) to /device?code=...
+    as often as it likes: only the Origin-checked decision counts a wrong code."""
+    async with sso.client() as cli, sso.client() as browser:
+        code = await ask(cli)
+        assert (await sso.sign_in(browser, "bob")).status_code == 303
+        looks = [await browser.get("/device", params={"code": f"BBBB-CCC{c}"},
+                                   headers={"Referer": "https://evil.example/"})
+                 for c in "BCDFGHJKLMNP"]
+        assert [look.status_code for look in looks] == [404] * 12
+        async with sso.app.state.sessionmaker() as db:
+            assert (await db.scalars(select(LoginFailureRow))).all() == []
+        right = await browser.post("/api/v1/auth/device/approve", headers={"Origin": sso.url},
+                                   json={"user_code": code["user_code"], "approve": True})
+        assert right.status_code == 200, right.text
+
+
+async def test_a_code_with_other_characters_is_refused_before_any_look_up(
+        sso: SsoManager) -> None:
+    async with sso.client() as browser:
+        assert (await sso.sign_in(browser, "bob")).status_code == 303
+        said = "the code is letters, digits, spaces and dashes as the CLI printed it"
+        page = await browser.get("/device", params={"code": "\x00"})
+        assert page.status_code == 422 and said in page.text
+        form = await browser.post("/device", headers={"Origin": sso.url},
+                                  data={"user_code": "BBBB\x00CCCC", "decision": "approve"})
+        assert form.status_code == 422 and said in form.text
+        api = await browser.post("/api/v1/auth/device/approve", headers={"Origin": sso.url},
+                                 json={"user_code": "BBBB;CCCC", "approve": True})
+        assert api.status_code == 422
+        assert api.json()["field"] == "user_code" and said in api.json()["message"]
+
+
+async def test_without_a_public_url_the_device_link_is_the_managers_own_address(
+        _routed_app: FastAPI, settings: ManagerSettings) -> None:
+    """Never the request's Host: a phishing host that relays the request must not get its
+    own name into the link the CLI prints."""
+    assert not settings.auth.public_url
+    bind(_routed_app, settings)
+    port = free_port()
+    server = ManagerServer(_routed_app, "127.0.0.1", port)  # its lifespan, as `manager serve`
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if serving.done():
+                serving.result()
+            await asyncio.sleep(0.01)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as cli:
+            answer = await cli.post("/api/v1/auth/device", headers={"Host": "evil.example"},
+                                    json={"client_host": "gpu-box", "os_user": "bob"})
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["verification_uri"] == f"http://127.0.0.1:{port}/device"
+    finally:
+        server.exit()
+        await serving

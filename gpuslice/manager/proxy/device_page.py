@@ -33,12 +33,10 @@ async def device_page(request: Request, code: Code = "") -> Response:
     here = "/device" + (f"?code={quote(code, safe='')}" if code else "")
     try:
         async with request.app.state.sessionmaker() as db:
-            user, _ = await signed_in(request, db)
+            await signed_in(request, db)
             if not code:
                 return _ask_code()
-            address = request.client.host if request.client else None
-            shown = await device.pending(db, user, code, request.app.state.login_throttle,
-                                         address)
+            shown = await device.pending(db, code)
     except NotSignedIn:
         return RedirectResponse(f"/login?next={quote(here, safe='')}", status_code=303)
     except DomainError as err:

@@ -13,7 +13,6 @@ from fastapi import APIRouter, Query, Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 
 from gpuslice.manager.api import browser
-from gpuslice.manager.errors import TooManyRequests
 from gpuslice.manager.proxy import pages
 from gpuslice.manager.proxy.routes import NextPath, local_path, sso_link
 
@@ -48,10 +47,6 @@ async def sso_start(request: Request, next_: NextPath = "/") -> Response:
         log.warning("SSO start failed: %s", err.message)
         return pages.login(local_path(next_), f"single sign-on is unavailable: {err.message}",
                            502, sso=sso_link(request))
-    except TooManyRequests as err:
-        response = pages.login(local_path(next_), err.message, 429, sso=sso_link(request))
-        response.headers["Retry-After"] = str(err.retry_after)
-        return response
     response = RedirectResponse(url, status_code=303)
     response.set_cookie(BINDER, binder, max_age=int(logins.LOGIN_TTL.total_seconds()),
                         path=_BINDER_PATH, httponly=True, samesite="lax",
@@ -97,7 +92,7 @@ async def sso_backchannel_logout(request: Request) -> Response:
     try:
         claims = await sso.provider.verify_logout_token(await _logout_token(request))
         async with request.app.state.sessionmaker() as db:
-            await sessions.backchannel_logout(db, claims)
+            await sessions.backchannel_logout(db, claims, sso.settings.clock_leeway)
     except ProviderError as err:
         log.info("back-channel logout refused: %s", err.message)
         return JSONResponse({"error": "invalid_request", "error_description": err.message},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 from fastapi import APIRouter, Request
 
 from gpuslice.common.schemas.errors import ErrorBody
@@ -25,6 +27,7 @@ from gpuslice.manager.api.deps import (
 )
 from gpuslice.manager.errors import NotFound
 from gpuslice.manager.services.sso import device, loopback
+from gpuslice.manager.settings import ManagerSettings
 
 router = APIRouter(prefix="/auth", tags=["auth"])
 
@@ -48,7 +51,7 @@ async def device_start(body: DeviceStart, request: Request, db: DbDep,
     the `/device` page within ten minutes, after seeing this host, OS user and address."""
     _device_on(settings.auth.device_login)
     address = request.client.host if request.client else None
-    return await device.start(db, body, address, _public_url(request, settings.auth.public_url))
+    return await device.start(db, body, address, _public_url(request, settings))
 
 
 @router.post("/device/token", responses={400: {"model": ErrorBody}})
@@ -86,7 +89,15 @@ def _device_on(on: bool) -> None:
                        "sign in with gpuslice login --sso, or a password", code="device_login_off")
 
 
-def _public_url(request: Request, public_url: str) -> str:
-    """Where browsers reach the manager (auth.public_url; without it, the address this
-    request came to)."""
-    return public_url or str(request.base_url)
+def _public_url(request: Request, settings: ManagerSettings) -> str:
+    """Where browsers reach the manager, from its settings, never from a request's Host (a
+    phishing page's): auth.public_url, else nodes.advertise_url, else the address
+    `manager serve` listens on."""
+    if settings.auth.public_url or settings.nodes.advertise_url:
+        return settings.auth.public_url or settings.nodes.advertise_url or ""
+    host = str(getattr(request.app.state, "bind_host", "127.0.0.1"))
+    port = int(getattr(request.app.state, "manager_port", 8080))
+    if host in ("", "0.0.0.0", "::"):  # every interface: the machine's own name
+        host = socket.getfqdn()
+    scheme = "https" if settings.server.tls_cert is not None else "http"
+    return f"{scheme}://{f'[{host}]' if ':' in host else host}:{port}"

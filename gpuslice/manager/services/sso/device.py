@@ -6,6 +6,7 @@ device-code phishing)."""
 
 from __future__ import annotations
 
+import re
 import secrets
 from datetime import timedelta
 
@@ -20,11 +21,11 @@ from gpuslice.common.schemas.sso import (
 )
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import ApiTokenRow, DeviceLoginRow, UserRow
-from gpuslice.manager.errors import DomainError, NotFound, TooManyRequests
+from gpuslice.manager.errors import DomainError, InvalidRequest, NotFound, TooManyRequests
 from gpuslice.manager.services.audit import context
 from gpuslice.manager.services.audit.record import record
 from gpuslice.manager.services.login_throttle import LoginThrottle
-from gpuslice.manager.services.sso.tokens import digest, mint
+from gpuslice.manager.services.sso.tokens import digest, may_mint, mint
 from gpuslice.manager.settings import AuthSettings
 
 CODE_TTL = timedelta(minutes=10)
@@ -33,6 +34,7 @@ INTERVAL = 5
 # token branch).
 PER_ADDRESS = 20  # codes one address may ask for within CODE_TTL
 _ALPHABET = "BCDFGHJKLMNPQRSTVWXZ"  # RFC 8628 §6.1: no vowels, no look-alikes
+_TYPED = re.compile(r"[A-Za-z0-9 -]{1,32}")  # a user code as a user may type it
 
 
 class DeviceError(DomainError):
@@ -88,6 +90,11 @@ async def poll(db: AsyncSession, device_code: str, auth: AuthSettings) -> Device
                           code="authorization_pending")
     if not await _drop(db, row):  # another poll took it
         raise DeviceError("the code expired; run gpuslice login again", code="expired_token")
+    if not await may_mint(db, row.approved_by, row.sso_session_id):
+        await db.commit()
+        raise DeviceError("the sign-in that approved the code has ended (signed out at the "
+                          "identity provider, or the account was disabled); run gpuslice "
+                          "login again", code="expired_token")
     secret, token = mint(db, row.approved_by, kind="cli", name=f"cli@{row.client_host}"[:64],
                          ttl=auth.cli_token_max, idle=auth.cli_token_idle,
                          sso_session_id=row.sso_session_id)
@@ -96,25 +103,23 @@ async def poll(db: AsyncSession, device_code: str, auth: AuthSettings) -> Device
     return DeviceToken(access_token=secret, expires_at=token.expires_at.isoformat())
 
 
-async def pending(db: AsyncSession, user: UserRow, user_code: str, throttle: LoginThrottle,
-                  address: str | None) -> DeviceRequestPublic:
-    """The request behind ``user_code`` as the approving page shows it. Each look-up counts as
-    a failed login of ``user`` until the code is found (a signed-in user cannot guess codes
-    faster than passwords)."""
-    row = await _guarded(db, user, user_code, throttle, address)
-    return DeviceRequestPublic(
-        user_code=row.user_code, client_host=row.client_host, os_user=row.client_os_user,
-        client_ip=row.client_ip, age_seconds=int((utcnow() - row.created_at).total_seconds()))
+async def pending(db: AsyncSession, user_code: str) -> DeviceRequestPublic:
+    """The request behind ``user_code`` as the approving page shows it. Not counted as a
+    login: a link from another site may open the page with the login cookie (SameSite=Lax),
+    so only the decision, an Origin-checked post, counts a wrong code."""
+    return _public(await _by_code(db, user_code))
 
 
 async def decide(db: AsyncSession, user: UserRow, token: ApiTokenRow, user_code: str,
                  approve: bool, address: str | None, throttle: LoginThrottle, *, page: bool
                  ) -> DeviceRequestPublic:
     """Approve (the CLI gets a token as ``user``, tied to the provider session ``token`` came
-    from) or deny the request behind ``user_code``. Audited: the API request's own row, or
-    (``page``: the /device page, outside the API) a row written here."""
-    shown = await pending(db, user, user_code, throttle, address)
-    row = await _by_code(db, user_code)
+    from) or deny the request behind ``user_code``. A code not found counts as a failed
+    login of ``user`` (a signed-in user cannot guess codes faster than passwords). Audited:
+    the API request's own row, or (``page``: the /device page, outside the API) a row
+    written here."""
+    row = await _guarded(db, user, user_code, throttle, address)
+    shown = _public(row)
     now = utcnow()
     values = ({"approved_by": user.id, "approved_at": now, "approved_ip": address,
                "sso_session_id": token.sso_session_id} if approve else {"denied_at": now})
@@ -135,6 +140,12 @@ async def decide(db: AsyncSession, user: UserRow, token: ApiTokenRow, user_code:
     return shown
 
 
+def _public(row: DeviceLoginRow) -> DeviceRequestPublic:
+    return DeviceRequestPublic(
+        user_code=row.user_code, client_host=row.client_host, os_user=row.client_os_user,
+        client_ip=row.client_ip, age_seconds=int((utcnow() - row.created_at).total_seconds()))
+
+
 def normal_code(user_code: str) -> str:
     """``wdjb mjht`` or ``WDJBMJHT`` as the CLI printed it: ``WDJB-MJHT``."""
     letters = "".join(c for c in user_code.upper() if c.isalnum())
@@ -151,6 +162,9 @@ async def _guarded(db: AsyncSession, user: UserRow, user_code: str, throttle: Lo
 
 
 async def _by_code(db: AsyncSession, user_code: str) -> DeviceLoginRow:
+    if not _TYPED.fullmatch(user_code):  # before any query (PostgreSQL refuses a NUL)
+        raise InvalidRequest("the code is letters, digits, spaces and dashes as the CLI "
+                             "printed it (such as WDJB-MJHT)", field="user_code")
     row = await db.scalar(select(DeviceLoginRow).where(
         DeviceLoginRow.user_code == normal_code(user_code)))
     if row is None or row.expires_at <= utcnow() or row.denied_at or row.approved_by:

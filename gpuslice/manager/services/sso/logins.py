@@ -13,7 +13,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.manager.db.audit_models import AuditRow
@@ -26,7 +26,6 @@ from gpuslice.manager.db.models import (
     SsoLogoutSeenRow,
     UserRow,
 )
-from gpuslice.manager.errors import TooManyRequests
 from gpuslice.manager.services.audit.context import current
 from gpuslice.manager.services.identity.accounts import sign_in
 from gpuslice.manager.services.identity.profile import SignInRefused, oidc_profile
@@ -61,16 +60,15 @@ class SignedIn:
 async def start(db: AsyncSession, sso: Sso, next_path: str, address: str | None
                 ) -> tuple[str, str]:
     """A new sign-in: the provider's authorization URL to send the browser to, and the binder
-    to set as its cookie. At most ``PER_ADDRESS`` in flight from one address (anyone may
-    start one: the table must not grow without bound)."""
+    to set as its cookie. At most ``PER_ADDRESS`` in flight from one address: the oldest give
+    way (anyone may start one, and the table must not grow without bound; a refusal would let
+    any web page lock an address out of single sign-on)."""
     now = utcnow()
     if address is not None:
-        pending = await db.scalar(select(func.count()).select_from(SsoLoginRow).where(
-            SsoLoginRow.client_ip == address, SsoLoginRow.expires_at > now))
-        if (pending or 0) >= PER_ADDRESS:
-            raise TooManyRequests(f"{pending} sign-ins were started from this address in ten "
-                                  "minutes and not finished: finish one, or wait",
-                                  retry_after=int(LOGIN_TTL.total_seconds()))
+        kept = select(SsoLoginRow.state_hash).where(SsoLoginRow.client_ip == address) \
+            .order_by(SsoLoginRow.created_at.desc()).limit(PER_ADDRESS - 1)
+        await db.execute(delete(SsoLoginRow).where(
+            SsoLoginRow.client_ip == address, SsoLoginRow.state_hash.not_in(kept)))
     state, binder = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     nonce, verifier = secrets.token_urlsafe(32), secrets.token_urlsafe(48)
     url = await sso.provider.authorize_url(state, nonce, verifier)

@@ -21,10 +21,11 @@ from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import ApiTokenRow, CliLoginRow, UserRow
 from gpuslice.manager.errors import DomainError, InvalidRequest
 from gpuslice.manager.services.audit import context
-from gpuslice.manager.services.sso.tokens import digest, mint
+from gpuslice.manager.services.sso.tokens import digest, may_mint, mint
 from gpuslice.manager.settings import AuthSettings
 
 CODE_TTL = timedelta(seconds=60)
+_PORT = re.compile(r"[0-9]{1,5}")  # ASCII digits only: str.isdigit() takes "²"
 _STATE = re.compile(r"[A-Za-z0-9_-]{16,128}")
 _CHALLENGE = re.compile(r"[A-Za-z0-9_-]{43}")
 
@@ -32,7 +33,7 @@ _CHALLENGE = re.compile(r"[A-Za-z0-9_-]{43}")
 def check_request(port: str, state: str, challenge: str) -> int:
     """The CLI's listening port, once the request's parts are what the CLI sends; else
     ``InvalidRequest`` naming the part (a port is an integer 1024-65535, nothing else)."""
-    if not port.isdigit() or not 1024 <= int(port) <= 65535:
+    if not _PORT.fullmatch(port) or not 1024 <= int(port) <= 65535:
         raise InvalidRequest(f"port must be a number from 1024 to 65535, got {port[:40]!r}",
                              field="port")
     if not _STATE.fullmatch(state):
@@ -69,6 +70,10 @@ async def exchange(db: AsyncSession, code: str, verifier: str, auth: AuthSetting
     if result.rowcount != 1 or row.expires_at <= utcnow() or not hmac.compare_digest(  # type: ignore[attr-defined]
             expected.rstrip(b"=").decode(), row.code_challenge):
         raise refused
+    if not await may_mint(db, row.user_id, row.sso_session_id):
+        raise DomainError("the sign-in that allowed this CLI has ended (signed out at the "
+                          "identity provider, or the account was disabled): run gpuslice "
+                          "login again", code="invalid_grant")
     context.note(client_host=row.client_host, method="cli-loopback")
     secret, token = mint(db, row.user_id, kind="cli", name=f"cli@{row.client_host}"[:64],
                          ttl=auth.cli_token_max, idle=auth.cli_token_idle,

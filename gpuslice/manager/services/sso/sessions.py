@@ -9,12 +9,14 @@ import logging
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import (
     ApiTokenRow,
+    CliLoginRow,
+    DeviceLoginRow,
     SsoLogoutSeenRow,
     SsoSessionRow,
     UserIdentityRow,
@@ -53,8 +55,9 @@ async def open_session(db: AsyncSession, sso: Sso, user: UserRow, tokens: dict[s
 
 
 async def end_sessions(db: AsyncSession, session_ids: list[str], reason: str) -> int:
-    """End these sessions and revoke every token made from them (the caller commits); how
-    many tokens were revoked."""
+    """End these sessions and revoke every token made from them (the caller commits), and drop
+    the CLI sign-ins approved in them that no CLI has collected yet; how many tokens were
+    revoked."""
     if not session_ids:
         return 0
     now = utcnow()
@@ -64,6 +67,8 @@ async def end_sessions(db: AsyncSession, session_ids: list[str], reason: str) ->
     result = await db.execute(update(ApiTokenRow).where(
         ApiTokenRow.sso_session_id.in_(session_ids), ApiTokenRow.revoked_at.is_(None))
         .values(revoked_at=now))
+    for table in (DeviceLoginRow, CliLoginRow):
+        await db.execute(delete(table).where(table.sso_session_id.in_(session_ids)))
     return int(result.rowcount or 0)  # type: ignore[attr-defined]
 
 
@@ -125,20 +130,35 @@ async def _recheck(sessionmaker: async_sessionmaker[AsyncSession], sso: Sso,
     await _finish(sessionmaker, session_id, tokens, ended=None, sso=sso)
 
 
-async def backchannel_logout(db: AsyncSession, claims: dict[str, Any]) -> int:
-    """End the sessions a verified logout token names (its ``sid``, else every session of its
-    ``sub``); refused when its ``jti`` was seen. How many sessions ended."""
+async def backchannel_logout(db: AsyncSession, claims: dict[str, Any], leeway: float = 0
+                             ) -> int:
+    """End the sessions a verified logout token names (its ``sid``, and the sessions of its
+    ``sub`` stored without one; else every session of its ``sub``); refused when its ``jti``
+    was seen, or when it was issued longer ago than a ``jti`` is kept (a replay could no
+    longer be told). ``leeway``: the clock difference allowed. How many sessions ended."""
+    now = utcnow()
+    issued = claims.get("iat")
+    if not isinstance(issued, int | float) or \
+            issued < (now - _JTI_KEPT).timestamp():
+        raise ProviderError(f"the logout token was issued more than "
+                            f"{int(_JTI_KEPT.total_seconds()) // 60} minutes ago",
+                            code="token_invalid")
     jti_hash = hashlib.sha256(str(claims["jti"]).encode()).hexdigest()
     if await db.get(SsoLogoutSeenRow, jti_hash) is not None:
         raise ProviderError("this logout token was already used", code="token_replayed")
-    now = utcnow()
-    db.add(SsoLogoutSeenRow(jti_hash=jti_hash, expires_at=now + _JTI_KEPT))
+    # kept while a token with this iat holds: until iat (at most leeway ahead) + _JTI_KEPT
+    db.add(SsoLogoutSeenRow(jti_hash=jti_hash,
+                            expires_at=now + _JTI_KEPT + timedelta(seconds=leeway)))
     query = select(SsoSessionRow.id, SsoSessionRow.user_id).where(
         SsoSessionRow.provider == "oidc", SsoSessionRow.ended_at.is_(None))
-    if isinstance(claims.get("sid"), str):
-        query = query.where(SsoSessionRow.idp_sid == claims["sid"])
+    sid, sub = claims.get("sid"), claims.get("sub")
+    if isinstance(sid, str) and isinstance(sub, str):
+        query = query.where(or_(SsoSessionRow.idp_sid == sid, and_(
+            SsoSessionRow.idp_sid.is_(None), SsoSessionRow.subject == sub)))
+    elif isinstance(sid, str):
+        query = query.where(SsoSessionRow.idp_sid == sid)
     else:
-        query = query.where(SsoSessionRow.subject == claims["sub"])
+        query = query.where(SsoSessionRow.subject == sub)
     found = (await db.execute(query)).all()
     await end_sessions(db, [session_id for session_id, _ in found], "idp: back-channel logout")
     for session_id, user_id in found:
@@ -202,8 +222,10 @@ async def _apply(db: AsyncSession, sso: Sso, row: SsoSessionRow, tokens: dict[st
         row.id_token_enc = sso.vault.seal(tokens["id_token"])
     row.last_refresh_at, row.claimed_until = utcnow(), None
     claims = tokens.get("claims")
-    if not isinstance(claims, dict) or claims.get("sub") != row.subject:
+    if not isinstance(claims, dict):  # no ID token with this refresh: nothing more to sync
         return None
+    if claims.get("sub") != row.subject:
+        return "idp: the provider answered for another user"
     identity = await db.scalar(select(UserIdentityRow).where(
         UserIdentityRow.provider == "oidc", UserIdentityRow.subject == row.subject))
     user = await db.get(UserRow, row.user_id)

@@ -8,7 +8,7 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from gpuslice.manager.db.base import utcnow
-from gpuslice.manager.db.models import ApiTokenRow
+from gpuslice.manager.db.models import ApiTokenRow, SsoSessionRow, UserRow
 from gpuslice.manager.security import USER_TOKEN_PREFIX, new_token, token_digest
 
 
@@ -28,3 +28,15 @@ def mint(db: AsyncSession, user_id: str, *, kind: str, name: str, ttl: float,
                       idle_seconds=None if idle is None else round(idle))
     db.add(row)
     return secret, row
+
+
+async def may_mint(db: AsyncSession, user_id: str, sso_session_id: str | None) -> bool:
+    """Whether a CLI's token may still be made for ``user_id`` from the sign-in it was
+    approved in: the user is active and that provider session (if any) has not ended."""
+    user = await db.get(UserRow, user_id)
+    if user is None or not user.is_active:
+        return False
+    if sso_session_id is None:
+        return True
+    session = await db.get(SsoSessionRow, sso_session_id)
+    return session is not None and session.ended_at is None
