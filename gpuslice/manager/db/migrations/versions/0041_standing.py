@@ -23,7 +23,8 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _USERS = sa.table(
-    "users", sa.column("source", sa.String), sa.column("standing_until", sa.DateTime),
+    "users", sa.column("source", sa.String),
+    sa.column("standing_until", sa.DateTime(timezone=True)),
 )
 
 
