@@ -91,6 +91,12 @@ async def test_tokens_end_when_standing_passes_and_a_sign_in_restores_them(
         assert until is not None
         assert abs(until - (utcnow() + timedelta(days=30))) < timedelta(minutes=5)
         api, cli_token = await tokens_of(sso, http)
+        shown = datetime.fromisoformat((await me(sso, api)).json()["standing_until"])
+        assert abs(shown - until) < timedelta(seconds=1)
+        code, out, err = await cli(sso, cli_token, tmp_path, "auth", "status")
+        assert code == 0, err
+        assert (f"sso:     sign in with single sign-on again by {until:%Y-%m-%d %H:%M} UTC"
+                in out), out
         await set_standing(sso.app, "alice", utcnow() - timedelta(seconds=1))
         for token in (api, cli_token):
             answer = await me(sso, token)
@@ -169,4 +175,4 @@ async def test_local_users_tokens_are_not_bound_by_standing(app: FastAPI,
     await set_standing(app, "carol", utcnow() - timedelta(days=1))
     answer = await carol.get("/api/v1/auth/me", headers={
         "Authorization": f"Bearer {made.json()['token']}"})
-    assert answer.status_code == 200
+    assert answer.status_code == 200 and answer.json()["standing_until"] is not None
