@@ -21,7 +21,8 @@ app = typer.Typer(help="Your login on this machine.", no_args_is_help=True)
 @friendly
 def status(as_json: JsonOpt = False) -> None:
     """The manager's URL, who you are, your token's kind and when it ends (unused, and at the
-    latest). A token that has ended is an error that says to log in again."""
+    latest; a single sign-on user's API and CLI tokens also when not signed in again by then).
+    A token that has ended is an error that says to log in again."""
     from gpuslice.client import load_config
     from gpuslice.client.config import config_path
 
@@ -32,13 +33,18 @@ def status(as_json: JsonOpt = False) -> None:
     with Client(config.url, config.token) as client:
         me, info = client.me(), client.token_info()
     if as_json:
+        standing = me.standing_until.isoformat() if me.standing_until else None
         print_json({"url": config.url, "username": me.username, "role": me.role.value,
-                    "token_from": source, "token": info.model_dump(mode="json")})
+                    "token_from": source, "token": info.model_dump(mode="json"),
+                    "standing_until": standing})
         return
     lines = [("URL", config.url), ("user", f"{me.username} ({me.role.value})"),
              ("token", f"{info.kind} token {info.name!r} (from {source}), made "
                        f"{_at(info.created_at)}"),
              ("expires", _expiry(info))]
+    if me.standing_until is not None and info.kind in ("api", "cli"):
+        lines.append(("sso", f"sign in with single sign-on again by "
+                             f"{_at(me.standing_until)} to keep this token working"))
     for label, text in lines:
         console.print(f"{label + ':':<9}{text}", markup=False)
 

@@ -16,13 +16,17 @@ app = typer.Typer(help="Your API tokens.", no_args_is_help=True)
 @friendly
 def token_create(name: str, days: Annotated[int | None, typer.Option()] = None,
                  as_json: JsonOpt = False) -> None:
-    """An API token for scripts and the SDK (shown once)."""
+    """An API token for scripts and the SDK (shown once). --days N: it expires after N days
+    (default: never; a single sign-on user's lasts at most auth.oidc.api_token_max_days, 365,
+    and only while they keep signing in: see docs/operations.md)."""
     with Client.from_config() as client:
         token = client.create_token(name, days)
     if as_json:
         print_json(token.model_dump(mode="json") | {"status": "active"})
         return
     console.print(f"API token {token.name} (shown once): {token.token}", markup=False)
+    if token.expires_at is not None:
+        console.print(f"it expires {token.expires_at:%Y-%m-%d %H:%M} UTC", markup=False)
 
 
 @app.command("list")

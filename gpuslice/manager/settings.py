@@ -239,6 +239,17 @@ class OidcSettings(IdentityMapping):
         description="Seconds a console sign-in lasts at most when the provider gives no "
         "refresh token (back-channel logout then ends it earlier).",
     )
+    offline_max_age: float = Field(
+        default=30 * 86400.0, ge=0, le=3650 * 86400,
+        description="Seconds an SSO user's API and CLI tokens keep working after the user's "
+        "last successful sign-in or re-check at the provider (then 401 sso_required until "
+        "they sign in again); 0: no such bound (a sign-in then clears it).",
+    )
+    api_token_max_days: int = Field(
+        default=365, ge=1, le=3650,
+        description="Days an SSO user's API token may last at most (one asked with no expiry "
+        "or a longer one gets this).",
+    )
     auto_redirect: bool = Field(
         default=False,
         description="/login goes straight to the provider; /login?local=1 still shows the "

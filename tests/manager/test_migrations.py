@@ -12,7 +12,7 @@ from sqlalchemy import Connection, inspect
 from sqlalchemy.exc import IntegrityError
 
 from gpuslice.manager.db import migrate
-from gpuslice.manager.db.base import Base, utcnow
+from gpuslice.manager.db.base import Base, UTCDateTime, utcnow
 from gpuslice.manager.db.engine import make_engine
 
 
@@ -294,5 +294,30 @@ async def test_a_projects_folders_hold_it_in_the_database(database_url: str) -> 
             await conn.execute(sa.text("DELETE FROM projects WHERE id = 'p1'"))
             gone = (await conn.execute(sa.text("SELECT id FROM folders"))).all()
         assert gone == []
+    finally:
+        await engine.dispose()
+
+
+async def test_sso_users_made_before_get_30_days_of_standing(database_url: str) -> None:
+    """0041 (issue 42): an SSO user made before has 30 days before their API and CLI tokens
+    need a new sign-in (never: a user removed at the provider kept them); others no bound."""
+    engine = make_engine(database_url)
+    try:
+        await migrate.upgrade(engine, "0040")
+        async with engine.begin() as conn:
+            for user_id, source in (("u1", "local"), ("u2", "oidc")):
+                await conn.execute(sa.text(
+                    "INSERT INTO users (id, username, password_hash, role, is_active, "
+                    "created_at, source, email_verified) VALUES (:id, :id, '!', 'user', "
+                    "true, :now, :source, false)"),
+                    {"id": user_id, "now": utcnow(), "source": source})
+        await migrate.upgrade(engine)
+        async with engine.connect() as conn:
+            got = dict((await conn.execute(
+                sa.text("SELECT id, standing_until FROM users ORDER BY id")
+                .columns(id=sa.String, standing_until=UTCDateTime))).tuples().all())
+        assert got["u1"] is None and got["u2"] is not None
+        assert abs(got["u2"] - (utcnow() + timedelta(days=30))) < timedelta(minutes=5)
+        await migrate.downgrade(engine, "0040")
     finally:
         await engine.dispose()

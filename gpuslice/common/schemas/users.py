@@ -119,6 +119,10 @@ class UserPublic(BaseModel):
     disabled_reason: str | None = Field(
         default=None, description="Why is_active is false: admin, or directory: ... (the "
         "directory's re-check enables its own again).")
+    standing_until: datetime | None = Field(
+        default=None, description="A single sign-on user's API and CLI tokens answer "
+        "sso_required after this, unless they sign in again before (auth.oidc.offline_max_age "
+        "after the last sign-in or re-check at the provider); null: no such bound.")
 
 
 class PolicyCreate(BaseModel):

@@ -76,6 +76,9 @@ class UserRow(Base):
     last_login_at: Mapped[datetime | None] = mapped_column(UTCDateTime)
     # why is_active is false: "admin", or "directory: ..." (a re-check may enable it again)
     disabled_reason: Mapped[str | None] = mapped_column(String(128))
+    # an SSO user's API and CLI tokens answer sso_required after it (auth.oidc.offline_max_age
+    # past the last sign-in or re-check at the provider); None: no bound
+    standing_until: Mapped[datetime | None] = mapped_column(UTCDateTime)
 
     policy: Mapped[ResourcePolicyRow | None] = relationship(lazy="raise")
 

@@ -44,6 +44,11 @@ _SILENT = frozenset({"bad_credentials", "account_locked", "directory_unavailable
 _TOUCH_EVERY = timedelta(minutes=1)
 #: What an expired token of a kind answers: what to do next.
 EXPIRED = {"cli": "this token has expired: log in again with gpuslice login URL"}
+#: What an SSO user's API or CLI token answers once their standing has passed.
+SSO_REQUIRED = ("sign in with single sign-on again to keep using your tokens: "
+                "gpuslice login URL --sso")
+# the kinds of token that outlive a provider's session (login tokens end with theirs)
+_STANDING_KINDS = frozenset({"api", "cli"})
 # Verified against when a username does not exist, so a miss takes as long as a wrong password.
 _DUMMY_HASH = (
     "$argon2id$v=19$m=65536,t=3,p=4$wClreS0C1Bn7mcGEL7vUCA$"
@@ -102,6 +107,9 @@ async def authenticate(db: AsyncSession, token: str) -> tuple[UserRow, ApiTokenR
     if not user.is_active:
         audit.rejected(user.id, user.username, f"{row.kind}_token", row.id, "inactive")
         raise Unauthorized("this user is disabled")
+    if _standing_passed(user, row, now):
+        audit.rejected(user.id, user.username, f"{row.kind}_token", row.id, "sso_required")
+        raise Unauthorized(SSO_REQUIRED, code="sso_required")
     if row.last_used_at is None or now - row.last_used_at > _touch_every(row):
         await db.execute(
             update(ApiTokenRow).where(ApiTokenRow.id == row.id).values(last_used_at=now)
@@ -139,6 +147,14 @@ def token_info(row: ApiTokenRow) -> TokenInfo:
         last_used_at=row.last_used_at, expires_at=row.expires_at,
         idle_seconds=row.idle_seconds, idle_expires_at=idle_end,
     )
+
+
+def _standing_passed(user: UserRow, row: ApiTokenRow, now: datetime) -> bool:
+    """An SSO user not seen at the provider for ``auth.oidc.offline_max_age``: their tokens
+    that are not bound to a provider session may no longer be used (the user may have been
+    removed there)."""
+    return (user.source == "oidc" and row.kind in _STANDING_KINDS
+            and user.standing_until is not None and user.standing_until <= now)
 
 
 def _expired(row: ApiTokenRow, now: datetime) -> bool:
@@ -238,10 +254,15 @@ async def revoke_token(db: AsyncSession, user: UserRow, token_id: str) -> None:
 
 
 async def create_api_token(
-    db: AsyncSession, user: UserRow, body: ApiTokenCreate
+    db: AsyncSession, user: UserRow, body: ApiTokenCreate, sso_max_days: int
 ) -> ApiTokenCreated:
+    """An API token of the expiry asked (none: until revoked); an SSO user's lasts at most
+    ``sso_max_days`` (``auth.oidc.api_token_max_days``), asked for longer or not."""
     token = new_token(USER_TOKEN_PREFIX)
-    expires = utcnow() + timedelta(days=body.expires_in_days) if body.expires_in_days else None
+    days = body.expires_in_days
+    if user.source == "oidc":
+        days = min(days or sso_max_days, sso_max_days)
+    expires = utcnow() + timedelta(days=days) if days else None
     row = ApiTokenRow(
         user_id=user.id, kind="api", name=body.name, token_hash=token_digest(token),
         expires_at=expires,

@@ -100,7 +100,7 @@ def public(row: UserRow) -> UserPublic:
     return UserPublic(
         id=row.id, username=row.username, role=Role(row.role), is_active=row.is_active,
         policy_id=row.policy_id, created_at=row.created_at, source=row.source,
-        disabled_reason=row.disabled_reason,
+        disabled_reason=row.disabled_reason, standing_until=row.standing_until,
     )
 
 

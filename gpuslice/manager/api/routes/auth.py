@@ -110,9 +110,11 @@ async def change_password(
 
 
 @router.post("/tokens", status_code=status.HTTP_201_CREATED)
-async def create_token(body: ApiTokenCreate, db: DbDep, user: CurrentUser) -> ApiTokenCreated:
-    """Create an API token; its secret is shown only in this answer."""
-    return await auth.create_api_token(db, user, body)
+async def create_token(body: ApiTokenCreate, db: DbDep, user: CurrentUser,
+                       settings: SettingsDep) -> ApiTokenCreated:
+    """Create an API token; its secret is shown only in this answer. A single sign-on user's
+    token lasts at most `auth.oidc.api_token_max_days` (its `expires_at` says when it ends)."""
+    return await auth.create_api_token(db, user, body, settings.auth.oidc.api_token_max_days)
 
 
 @router.get("/tokens")

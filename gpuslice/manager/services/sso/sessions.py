@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, delete, or_, select, update
@@ -47,6 +47,7 @@ async def open_session(db: AsyncSession, sso: Sso, user: UserRow, tokens: dict[s
         refresh_token_enc=sso.vault.seal(refresh) if isinstance(refresh, str) else None,
         id_token_enc=sso.vault.seal(tokens["id_token"]), last_refresh_at=utcnow())
     db.add(row)
+    user.standing_until = _standing(sso)
     await db.flush()
     ttl = sso.auth.login_token_ttl
     if row.refresh_token_enc is None:  # nothing to re-check with: the session is short
@@ -204,12 +205,22 @@ async def _finish(sessionmaker: async_sessionmaker[AsyncSession], session_id: st
         row = await db.get_one(SsoSessionRow, session_id)
         if ended is None and tokens is not None and sso is not None:
             ended = await _apply(db, sso, row, tokens)
+            if ended is None:  # the provider still knows the user: their tokens go on
+                await db.execute(update(UserRow).where(UserRow.id == row.user_id)
+                                 .values(standing_until=_standing(sso)))
         if ended is not None:
             revoked = await end_sessions(db, [session_id], ended)
             record(db, "auth.session_refresh_failed", actor="system:oidc", target_type="user",
                    target_id=row.user_id, reason=ended.removeprefix("idp: "),
                    details={"sso_session": session_id, "tokens_revoked": revoked})
         await db.commit()
+
+
+def _standing(sso: Sso) -> datetime | None:
+    """Until when an SSO user's API and CLI tokens work after a sign-in or re-check at the
+    provider (``auth.oidc.offline_max_age``; 0: no bound)."""
+    age = sso.settings.offline_max_age
+    return utcnow() + timedelta(seconds=age) if age else None
 
 
 async def _apply(db: AsyncSession, sso: Sso, row: SsoSessionRow, tokens: dict[str, Any]
