@@ -5,12 +5,16 @@ HTTP (the provider's login page included) for tests that need no browser."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import secrets
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import uvicorn
@@ -135,3 +139,25 @@ async def recheck_now(app: FastAPI) -> None:
             last_refresh_at=utcnow() - timedelta(hours=1)))
         await db.commit()
     await run_once(app, "sso_recheck")
+
+
+def pkce() -> tuple[str, str]:
+    verifier = secrets.token_urlsafe(48)
+    digest = hashlib.sha256(verifier.encode()).digest()
+    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+async def allowed_code(sso: SsoManager, http: httpx.AsyncClient, challenge: str,
+                       port: int = 40000) -> str:
+    """Allow a CLI on the /auth/cli page with ``http`` (signed in): the code it sends on."""
+    state = secrets.token_urlsafe(16)
+    fields = {"port": str(port), "state": state, "code_challenge": challenge, "host": "box"}
+    page = await http.get("/auth/cli", params=fields)
+    assert page.status_code == 200 and "Allow" in page.text, page.text
+    answer = await http.post("/auth/cli/allow", headers={"Origin": sso.url},
+                             data={**fields, "decision": "allow"})
+    target = answer.headers["refresh"].split("url=", 1)[1]
+    assert target.startswith(f"http://127.0.0.1:{port}/callback?")
+    query = parse_qs(urlsplit(target).query)
+    assert query["state"] == [state]
+    return query["code"][0]

@@ -5,12 +5,9 @@ sign-on), the code exchanged once with the CLI's PKCE verifier."""
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
 import json
 import os
 import re
-import secrets
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -27,7 +24,7 @@ from gpuslice.manager.db.models import UserRow
 from gpuslice.manager.services.sso import sessions
 from tests.browser import ARTIFACTS
 from tests.idp.oidc import OidcProvider
-from tests.manager.sso_helpers import SsoManager, sso_manager
+from tests.manager.sso_helpers import SsoManager, allowed_code, pkce, sso_manager
 from tests.waits import scaled
 
 
@@ -37,28 +34,6 @@ async def sso(_routed_app: FastAPI, tmp_path: Path, migrated_database_url: str,
     async with sso_manager(_routed_app, tmp_path, migrated_database_url,
                            oidc_provider) as manager:
         yield manager
-
-
-def pkce() -> tuple[str, str]:
-    verifier = secrets.token_urlsafe(48)
-    digest = hashlib.sha256(verifier.encode()).digest()
-    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
-
-
-async def allowed_code(sso: SsoManager, http: httpx.AsyncClient, challenge: str,
-                       port: int = 40000) -> str:
-    """Allow a CLI on the /auth/cli page with ``http`` (signed in): the code it sends on."""
-    state = secrets.token_urlsafe(16)
-    fields = {"port": str(port), "state": state, "code_challenge": challenge, "host": "box"}
-    page = await http.get("/auth/cli", params=fields)
-    assert page.status_code == 200 and "Allow" in page.text, page.text
-    answer = await http.post("/auth/cli/allow", headers={"Origin": sso.url},
-                             data={**fields, "decision": "allow"})
-    target = answer.headers["refresh"].split("url=", 1)[1]
-    assert target.startswith(f"http://127.0.0.1:{port}/callback?")
-    query = parse_qs(urlsplit(target).query)
-    assert query["state"] == [state]
-    return query["code"][0]
 
 
 async def test_the_code_goes_once_to_the_verifier_it_was_made_for(sso: SsoManager) -> None:

@@ -22,8 +22,7 @@ from gpuslice.manager.db.models import UserRow
 from tests.idp.oidc import OidcProvider
 from tests.manager.audit_helpers import rows
 from tests.manager.conftest import Client, UserFactory
-from tests.manager.sso_helpers import SsoManager, recheck_now, sso_manager
-from tests.manager.test_sso_cli import allowed_code, pkce
+from tests.manager.sso_helpers import SsoManager, allowed_code, pkce, recheck_now, sso_manager
 from tests.waits import scaled
 
 MESSAGE = ("sign in with single sign-on again to keep using your tokens: "
