@@ -77,6 +77,9 @@ function sliceTable(slices, d) {
       h("td", null, (s.mem === null ? "–" : bytes(s.mem)) + " / " + bytes(s.mem_alloc)))))));
 }
 
+// Where a user signs in (UserPublic.source), in words.
+const SOURCES = { local: "a password", oidc: "single sign-on", ldap: "the directory" };
+
 async function users(body) {
   const [people, policies] = await Promise.all([get("/users"), get("/policies")]);
   const names = new Map(policies.map((p) => [p.id, p.name]));
@@ -99,9 +102,11 @@ async function users(body) {
     } }, h("label", null, "Username", username), h("label", null, "Password", password), h("label", null, "Role", role),
       h("button", { type: "submit" }, "Create user"), problem),
     h("div", { class: "table-wrap" }, h("table", { id: "users" },
-      h("thead", null, h("tr", null, ["User", "Role", "Active", "Policy", "Created"].map((x) => h("th", null, x)))),
+      h("thead", null, h("tr", null, ["User", "Role", "Signs in with", "Active", "Policy", "Created"].map((x) => h("th", null, x)))),
       h("tbody", null, people.map((u) => h("tr", null, h("td", null, u.username), h("td", null, u.role),
-        h("td", null, u.is_active ? "yes" : "no"), h("td", null, names.get(u.policy_id) || "–"), h("td", null, when(u.created_at))))))),
+        h("td", { class: "source" }, SOURCES[u.source] || u.source),
+        h("td", { class: "active" }, u.is_active ? "yes" : "no" + (u.disabled_reason ? " (" + u.disabled_reason + ")" : "")),
+        h("td", null, names.get(u.policy_id) || "–"), h("td", null, when(u.created_at))))))),
     h("h2", null, "Policies"),
     h("div", { class: "table-wrap" }, h("table", { id: "policies" },
       h("thead", null, h("tr", null, ["Policy", "Sessions", "fGPU", "CPU", "Memory", "Storage", "Pending", "Idle rule", "Lifetime"].map((x) => h("th", null, x)))),
