@@ -389,6 +389,12 @@ class AuthSettings(Section):
         description="Web origins (https://host[:port]) besides the manager's own from which a "
         "browser holding the login cookie may write (POST, PUT, DELETE, WebSocket).",
     )
+    password_login: Literal["all", "local", "admins"] = Field(
+        default="all",
+        description="Who may sign in with a password: all (local and directory users), local "
+        "(local accounts only), admins (local admins only: everyone else signs in with single "
+        "sign-on; the break-glass admin keeps /login?local=1).",
+    )
     public_url: str = Field(
         default="", max_length=512,
         description="The manager's URL as browsers reach it (https://gpu.lab.org): sign-in "

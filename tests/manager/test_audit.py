@@ -66,6 +66,20 @@ async def test_logins_are_audited_with_their_outcome(app: FastAPI, anon: Client,
     assert typed.actor_name == "(invalid, 10 chars)"  # maybe a password typed as the name
 
 
+async def test_the_console_login_form_is_audited_as_a_login(app: FastAPI, anon: Client,
+                                                            make_user: UserFactory) -> None:
+    await make_user("alice")
+    origin = {"Origin": "http://manager"}
+    for password, tag in (("nope", "form-bad-01"), ("password-alice", "form-good-1")):
+        await anon.post("/login", data={"username": "alice", "password": password, "next": "/"},
+                        headers=origin | {"X-Request-Id": tag})
+    [wrong] = await rows(app, request_id="form-bad-01")
+    assert (wrong.action, wrong.outcome, wrong.reason, wrong.actor_name) == (
+        "auth.login", "failure", "bad_credentials", "alice")
+    [right] = await rows(app, request_id="form-good-1")
+    assert (right.action, right.outcome, right.actor_name) == ("auth.login", "success", "alice")
+
+
 async def test_refusals_are_audited_but_unknown_callers_are_not(
     app: FastAPI, make_user: UserFactory
 ) -> None:

@@ -49,7 +49,8 @@ async def login_form(request: Request) -> Response:
                                           request.app.state.settings.auth.login_token_ttl,
                                           request.app.state.login_throttle, address,
                                           ldap.signer(request.app.state.settings.auth.ldap,
-                                                      request.app.state.login_throttle.checks.run))
+                                                      request.app.state.login_throttle.checks.run),
+                                          request.app.state.settings.auth.password_login)
     except DomainError as err:
         return pages.login(next_path, err.message, status_of(err), sso=sso_link(request))
     # an app's path goes on to the app's own origin: not as the form post's redirect

@@ -13,12 +13,14 @@ from gpuslice.common.schemas.users import (
     ApiTokenCreated,
     ApiTokenPublic,
     PasswordChange,
+    Role,
     TokenInfo,
 )
 from gpuslice.manager.db.base import utcnow
 from gpuslice.manager.db.models import ApiTokenRow, UserRow
 from gpuslice.manager.errors import (
     DomainError,
+    Forbidden,
     InvalidRequest,
     NotFound,
     Unauthorized,
@@ -58,11 +60,12 @@ _DUMMY_HASH = (
 
 async def login(
     db: AsyncSession, username: str, password: str, ttl: float, throttle: LoginThrottle,
-    address: str | None, directory: DirectorySignIn | None = None,
+    address: str | None, directory: DirectorySignIn | None = None, who: str = "all",
 ) -> tuple[str, ApiTokenRow]:
     """Check the password (unless the username or the address is throttled: 429 first, no
-    hash computed, no bind made); a new login token (the secret and its row)."""
-    user = await _password_login(db, username, password, throttle, address, directory)
+    hash computed, no bind made); a new login token (the secret and its row). ``who``:
+    ``auth.password_login``."""
+    user = await _password_login(db, username, password, throttle, address, directory, who)
     token = new_token(USER_TOKEN_PREFIX)
     row = ApiTokenRow(
         user_id=user.id, kind="login", name="login", token_hash=token_digest(token),
@@ -79,7 +82,8 @@ async def cli_login(
 ) -> tuple[str, ApiTokenRow]:
     """A password login (checked and throttled as :func:`login`) that makes a ``cli`` token
     straight away: no login token is left behind beside it."""
-    user = await _password_login(db, username, password, throttle, address, directory)
+    user = await _password_login(db, username, password, throttle, address, directory,
+                                 settings.password_login)
     audit.note(kind="cli")
     token, row = issue_cli_token(db, user, settings, host)
     await db.commit()
@@ -177,9 +181,10 @@ def _touch_every(row: ApiTokenRow) -> timedelta:
 
 async def _password_login(
     db: AsyncSession, username: str, password: str, throttle: LoginThrottle,
-    address: str | None, directory: DirectorySignIn | None = None,
+    address: str | None, directory: DirectorySignIn | None = None, who: str = "all",
 ) -> UserRow:
     """The active user whose password this is (the audit row armed), else a one-line refusal.
+    ``who`` (``auth.password_login``) may keep the password for local accounts or admins.
     A local user's password is checked by argon2; a directory user's (``directory`` given, or
     a user it made) by a bind at the directory (the throttle counts the attempt first)."""
     audit.attempted(username)
@@ -190,10 +195,26 @@ async def _password_login(
         user, method = await _directory_login(db, username, password, directory), "ldap"
     else:
         user, method = await _local_login(db, user, password, throttle, directory)
+    if not _may_use_password(user, method, who):  # told only once the password is right
+        audit.note(method=method)
+        audit.refused("password_login_off")
+        raise Forbidden("signing in with a password is for "
+                        + ("administrators" if who == "admins" else "local accounts")
+                        + " here: sign in with single sign-on (gpuslice login URL --sso)",
+                        code="password_login_off")
     await throttle.succeeded(db, username, address)
     audit.note(method=method)
     audit.arm_user(user.id, user.username, "password", None)  # the row joins the token's commit
     return user
+
+
+def _may_use_password(user: UserRow, method: str, who: str) -> bool:
+    """Whether ``auth.password_login`` (``who``) lets this user sign in with a password."""
+    if who == "local":
+        return method == "password"
+    if who == "admins":
+        return method == "password" and Role(user.role) == Role.ADMIN
+    return True
 
 
 async def _local_login(db: AsyncSession, user: UserRow | None, password: str,

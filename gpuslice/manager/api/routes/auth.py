@@ -41,7 +41,7 @@ async def login(
     address = request.client.host if request.client else None
     token, row = await auth.login(
         db, body.username, body.password, settings.auth.login_token_ttl, throttle, address,
-        ldap.signer(settings.auth.ldap, throttle.checks.run),
+        ldap.signer(settings.auth.ldap, throttle.checks.run), settings.auth.password_login,
     )
     browser.set_login_cookie(response, request, token, row.expires_at)
     return TokenPublic(access_token=token, expires_at=row.expires_at)

@@ -21,7 +21,8 @@ from gpuslice.manager.services.audit.context import (
 log = logging.getLogger(__name__)
 HEADER = b"x-request-id"
 _API = "/api/"
-_LOGINS = frozenset({"/api/v1/auth/login", "/api/v1/auth/cli-token"})  # every attempt a row
+# Every attempt a row: the API's logins and the console's login form.
+_LOGINS = frozenset({"/api/v1/auth/login", "/api/v1/auth/cli-token", "/login"})
 _BODY_PEEK = 64 * 1024  # the body's field names are read from at most this much
 # Answers that say nothing about who may do what (the body was wrong or too large).
 _NOT_REFUSALS = ("validation_error", "too_large")
@@ -51,11 +52,14 @@ class AuditMiddleware:
         headers = dict(scope.get("headers") or ())
         rid = request_id(headers.get(HEADER, b"").decode("latin-1") or None)
         scope.setdefault("state", {})["request_id"] = rid
-        audited = scope["path"].startswith(_API)
+        audited = scope["path"].startswith(_API) or (
+            scope["path"] == "/login" and scope["method"] == "POST")
         client = scope.get("client")
         ctx = AuditContext(
             request_id=rid, method=scope["method"], source_ip=client[0] if client else None,
             user_agent=headers.get(b"user-agent", b"").decode("latin-1") or None, scope=scope)
+        if audited and not scope["path"].startswith(_API):  # the console's login form
+            ctx.action, ctx.quiet, ctx.named = "auth.login", False, True
         body = ctx.body
         peek = audited and ctx.method in MUTATING and b"json" in headers.get(b"content-type", b"")
 
