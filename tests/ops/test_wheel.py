@@ -12,11 +12,14 @@ time, a few seconds of this test's minute. pip keeps its cache (the dependencies
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 import zipfile
@@ -35,6 +38,10 @@ REPO = Path(__file__).resolve().parents[2]
 VENDOR = REPO / "gpuslice/manager/proxy/static/vendor"
 STEP_TIMEOUT_S = 300.0  # a build, an install (a cold pip cache downloads every dependency)
 UP_TIMEOUT_S = 120.0  # from `gpuslice up` to its node being ALIVE (the session image exists)
+# Shared by every process that builds from this checkout (kept outside it: nothing of it
+# reaches the sdist).
+BUILD_LOCK = Path(tempfile.gettempdir()) / (
+    "gpuslice-wheel-build-" + hashlib.sha256(str(REPO).encode()).hexdigest()[:16] + ".lock")
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +50,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if not (VENDOR / "xterm.js").is_file():
         pytest.skip(f"no xterm.js in {VENDOR.relative_to(REPO)}: run `make web` first")
     dist = tmp_path_factory.mktemp("dist")
-    _run_step("build", [sys.executable, "-m", "build", "--no-isolation", "--outdir", str(dist),
-                        str(REPO)], cwd=REPO)
+    # One build at a time in the checkout: the sdist is assembled in it (gpuslice-0.1.0/,
+    # gpuslice.egg-info/), and the suite's lanes build at once (the SQLite lane's check of the
+    # wheel's files, the docker lane's `up` from it): one removed the tree the other was
+    # archiving ("No such file or directory: 'gpuslice-0.1.0/gpuslice/common'").
+    with BUILD_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        _run_step("build", [sys.executable, "-m", "build", "--no-isolation", "--outdir",
+                            str(dist), str(REPO)], cwd=REPO)
     built = sorted(dist.glob("gpuslice-*.whl"))
     assert len(built) == 1, sorted(p.name for p in dist.iterdir())
     return built[0]
